@@ -1,0 +1,65 @@
+# Rentune: `make run` starts the app, `make test` runs every check. Both set up what they need first and
+# reuse what is already installed on later runs.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
+# Build llama.cpp portably (no -march=native), so the cached wheel runs on any x86-64 machine.
+export CMAKE_ARGS ?= -DGGML_NATIVE=off
+
+.PHONY: run test lint typecheck imports pytest bench install-local clean help
+
+help:
+	@echo "make run            set up and start the desktop app"
+	@echo "make test           set up and run linters, type checks, import contracts and the tests"
+	@echo "make bench          run the benchmarks in tests/benchmarks"
+	@echo "make install-local  add the local model tools (torch, transformers, peft, llama.cpp) to the app's venv"
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Rentune needs Python 3.11 or newer: install it and run make again, or set PYTHON=python3.12")'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.base-installed: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e .
+	@touch $@
+
+# torch==2.13.0 first: any other torch request pulls a multi-GB CUDA build on Linux.
+$(VENV)/.test-installed: pyproject.toml trainer_payload/requirements.txt | $(PY)
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev,local]' -r trainer_payload/requirements.txt
+	@touch $@ $(VENV)/.base-installed $(VENV)/.local-installed
+
+$(VENV)/.local-installed: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[local]'
+	@touch $@
+
+run: $(VENV)/.base-installed
+	@bash installers/system-deps.sh run
+	$(VENV)/bin/rentune
+
+install-local: $(VENV)/.local-installed
+
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check .
+
+typecheck: $(VENV)/.test-installed
+	$(VENV)/bin/mypy desktop trainer_payload
+
+imports: $(VENV)/.test-installed
+	$(VENV)/bin/lint-imports --no-cache
+
+pytest: $(VENV)/.test-installed
+	@bash installers/system-deps.sh test
+	@$(PY) -m pytest; status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; fi; exit $$status
+
+test: lint typecheck imports pytest
+
+bench: $(VENV)/.test-installed
+	@bash installers/system-deps.sh test
+	$(PY) -m tests.benchmarks
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

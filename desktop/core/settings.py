@@ -1,0 +1,72 @@
+"""The typed application settings and their schema migrations.
+
+Settings hold preferences only. Secrets (API keys, tokens) never go here: they live in the OS keyring.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = 1
+
+
+class SettingsError(ValueError):
+    """The settings file cannot be understood; the message says what is wrong and how to fix it."""
+
+
+class Theme(StrEnum):
+    """The colour scheme of the desktop app."""
+
+    SYSTEM = "system"
+    LIGHT = "light"
+    DARK = "dark"
+
+
+class Settings(BaseModel):
+    """User preferences, stored as JSON in the platform's config directory.
+
+    Attributes:
+        schema_version: Version of this layout; older files are migrated on load.
+        theme: Follow the OS, or force light or dark.
+        keep_local_checkpoints: How many pulled checkpoints of a run to keep on this computer.
+        allow_api_keys_on_remote: Opt-in to ever place a cloud API key on a rented machine (off by default).
+        log_level: Level of the log file in the app's data directory.
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    schema_version: int = SCHEMA_VERSION
+    theme: Theme = Theme.SYSTEM
+    keep_local_checkpoints: int = Field(default=3, ge=1, le=100)
+    allow_api_keys_on_remote: bool = False
+    log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+
+
+def settings_from_dict(raw: dict[str, Any]) -> Settings:
+    """Builds settings from a decoded settings file, migrating older schema versions.
+
+    Args:
+        raw: The decoded JSON object.
+
+    Returns:
+        Valid settings at the current schema version.
+
+    Raises:
+        SettingsError: The file comes from a newer Rentune or holds invalid values.
+    """
+    version = raw.get("schema_version", 1)
+    if not isinstance(version, int) or version < 1:
+        raise SettingsError(f"settings schema_version {version!r} is not a positive integer; delete the file to reset")
+    if version > SCHEMA_VERSION:
+        raise SettingsError(
+            f"settings were written by a newer Rentune (schema {version}, this one reads {SCHEMA_VERSION}); "
+            "update Rentune or delete the settings file to reset"
+        )
+    try:
+        return Settings.model_validate({**raw, "schema_version": SCHEMA_VERSION})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SettingsError(f"invalid settings ({problems}); fix the value or delete the file to reset") from exc

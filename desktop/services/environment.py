@@ -1,0 +1,91 @@
+"""What this computer offers Rentune: Python, the keyring, and the optional local model tools.
+
+Nothing here imports the heavy libraries it reports on; versions are read from package metadata, so the check is
+instant even on a machine with torch installed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+from dataclasses import dataclass
+
+import keyring
+import keyring.backends.fail
+
+from desktop.services.paths import app_paths
+
+
+@dataclass(frozen=True)
+class EnvironmentCheck:
+    """One line of the environment report.
+
+    Attributes:
+        name: What was checked.
+        ok: Whether it is usable.
+        detail: The version or state found.
+        fix: What to do when it is not usable ("" when ok).
+        required: Whether the app cannot work without it (optional tools only unlock features).
+    """
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = False
+
+
+# Optional local tools: (distribution name, what it unlocks, how to get it).
+_OPTIONAL_TOOLS = [
+    ("torch", "local merge and validation", "make install-local (or pip install 'rentune[local]')"),
+    ("transformers", "tokenizers and chat templates", "make install-local (or pip install 'rentune[local]')"),
+    ("peft", "merging adapters", "make install-local (or pip install 'rentune[local]')"),
+    ("llama-cpp-python", "GGUF export and chat", "make install-local (or pip install 'rentune[local]')"),
+    ("mlx-lm", "MLX validation on Apple Silicon", "pip install 'rentune[mlx]'"),
+]
+
+
+def _package_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _python_check() -> EnvironmentCheck:
+    version = platform.python_version()
+    ok = sys.version_info >= (3, 11)
+    return EnvironmentCheck("Python", ok, version, "" if ok else "install Python 3.11 or newer", required=True)
+
+
+def _keyring_check() -> EnvironmentCheck:
+    backend = keyring.get_keyring()
+    name = f"{type(backend).__module__}.{type(backend).__name__}"
+    ok = not isinstance(backend, keyring.backends.fail.Keyring)
+    fix = "" if ok else "install a Secret Service (gnome-keyring, KWallet) or set the API key environment variables"
+    # Not required: headless users can pass API keys through environment variables instead.
+    return EnvironmentCheck("Keyring", ok, name, fix)
+
+
+def _data_dir_check() -> EnvironmentCheck:
+    paths = app_paths()
+    try:
+        paths.ensure()
+    except OSError as exc:
+        return EnvironmentCheck("Data folder", False, str(paths.data_dir), f"make it writable ({exc})", required=True)
+    return EnvironmentCheck("Data folder", True, str(paths.data_dir), required=True)
+
+
+def check_environment() -> list[EnvironmentCheck]:
+    """Checks what Rentune needs and what optional tools are installed.
+
+    Returns:
+        The required checks first, then one line per optional tool.
+    """
+    checks = [_python_check(), _keyring_check(), _data_dir_check()]
+    for distribution, unlocks, how in _OPTIONAL_TOOLS:
+        version = _package_version(distribution)
+        detail = f"{version} ({unlocks})" if version else f"not installed ({unlocks})"
+        checks.append(EnvironmentCheck(distribution, version is not None, detail, "" if version else how))
+    return checks

@@ -1,0 +1,1 @@
+"""The pages of the main window, one module each."""

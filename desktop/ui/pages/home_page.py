@@ -1,0 +1,113 @@
+"""The start page: what Rentune does, the steps of a fine-tune, and what this computer is ready for."""
+
+from __future__ import annotations
+
+import asyncio
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from desktop.services.environment import EnvironmentCheck, check_environment
+from desktop.ui.pages.base import BasePage
+
+FLOW_STEPS = [
+    ("Check the data", "on this computer, before any GPU is billing"),
+    ("Size the job", "memory, GPU count, hours and dollars for QLoRA, LoRA or full"),
+    ("Pick and rent a GPU", "a live offer from RunPod, Vast.ai, Lambda, or your own SSH host"),
+    ("Train", "detached on the machine; progress streams here, checkpoints come home as they are written"),
+    ("Stop the machine", "the moment the adapter is safe on your disk"),
+    ("Merge, quantise, chat", "locally: merged weights, GGUF with llama.cpp, MLX on a Mac"),
+]
+
+
+class HomePage(BasePage):
+    """Welcomes the user and reports which local tools are installed."""
+
+    page_name = "home"
+    title = "Welcome to Rentune"
+    purpose = (
+        "Fine-tune open LLMs on rented GPUs and pay only for training: data is checked before a card is rented, "
+        "checkpoints come home while it trains, and the machine stops as soon as your adapter is safe."
+    )
+    sig_environment_checked = Signal(list)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.body.addWidget(self._build_flow())
+        self.body.addWidget(self._build_environment(), 1)
+
+    def _build_flow(self) -> QGroupBox:
+        box = QGroupBox("How a fine-tune goes")
+        layout = QVBoxLayout(box)
+        for number, (step, detail) in enumerate(FLOW_STEPS, start=1):
+            label = QLabel(f"<b>{number}. {step}</b> — {detail}")
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setWordWrap(True)
+            layout.addWidget(label)
+        return box
+
+    def _build_environment(self) -> QGroupBox:
+        box = QGroupBox("This computer")
+        layout = QVBoxLayout(box)
+        self.environment_table = QTableWidget(0, 3)
+        self.environment_table.setAccessibleName("Environment checks")
+        self.environment_table.setHorizontalHeaderLabels(["Component", "Found", "To fix"])
+        self.environment_table.verticalHeader().setVisible(False)
+        self.environment_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        header = self.environment_table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        layout.addWidget(self.environment_table)
+        row = QHBoxLayout()
+        self.environment_summary = QLabel("Checking…")
+        self.recheck_button = QPushButton("Check again")
+        self.recheck_button.setAccessibleName("Check this computer again")
+        self.recheck_button.clicked.connect(self.on_recheck_clicked)
+        row.addWidget(self.environment_summary, 1)
+        row.addWidget(self.recheck_button)
+        layout.addLayout(row)
+        return box
+
+    async def load(self) -> None:
+        """Runs the environment check off the UI thread (probing the keyring can block) and shows the result."""
+        self.recheck_button.setEnabled(False)
+        self.environment_summary.setText("Checking…")
+        try:
+            checks = await asyncio.get_running_loop().run_in_executor(None, check_environment)
+        finally:
+            self.recheck_button.setEnabled(True)
+        self._show_checks(checks)
+        self.sig_environment_checked.emit(checks)
+
+    @asyncSlot()
+    async def on_recheck_clicked(self) -> None:
+        """Re-runs the environment check."""
+        await self.load()
+
+    def _show_checks(self, checks: list[EnvironmentCheck]) -> None:
+        table = self.environment_table
+        table.setRowCount(len(checks))
+        for row, check in enumerate(checks):
+            mark = "✔" if check.ok else ("✖" if check.required else "·")
+            table.setItem(row, 0, QTableWidgetItem(f"{mark}  {check.name}"))
+            table.setItem(row, 1, QTableWidgetItem(check.detail))
+            table.setItem(row, 2, QTableWidgetItem(check.fix))
+        missing_required = [c.name for c in checks if c.required and not c.ok]
+        if missing_required:
+            self.environment_summary.setText("Needs attention: " + ", ".join(missing_required))
+        else:
+            optional = sum(1 for c in checks if not c.required and c.ok)
+            total = sum(1 for c in checks if not c.required)
+            self.environment_summary.setText(f"Ready. Local model tools installed: {optional} of {total}.")

@@ -1,0 +1,190 @@
+"""Preferences and API keys. Keys go to the OS keyring, never into the settings file."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+from pydantic import ValidationError
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from desktop.core.settings import Settings, SettingsError, Theme
+from desktop.services.logs import LOG_FILE_NAME
+from desktop.services.paths import app_paths
+from desktop.services.secrets import SecretName, SecretSource, SecretStore, SecretStoreError
+from desktop.services.settings_store import save_settings
+from desktop.ui.pages.base import BasePage
+
+T = TypeVar("T")
+
+_SOURCE_TEXT = {
+    SecretSource.KEYRING: "Stored in the keyring",
+    SecretSource.MISSING: "Not set",
+    SecretSource.NO_KEYRING: "No keyring available",
+}
+
+
+async def _off_ui_thread(work: Callable[[], T]) -> T:
+    """Runs blocking work (keyring, disk) in the default executor."""
+    return await asyncio.get_running_loop().run_in_executor(None, work)
+
+
+class SettingsPage(BasePage):
+    """Edits the preferences and the API keys."""
+
+    page_name = "settings"
+    title = "Settings"
+    purpose = "Preferences are saved in your config folder. API keys are kept in your system's keyring only."
+    sig_settings_changed = Signal(object)
+
+    def __init__(self, settings: Settings, secrets: SecretStore, parent: QWidget | None = None) -> None:
+        self.settings = settings
+        self.secrets = secrets
+        super().__init__(parent)
+        self.body.addWidget(self._build_preferences())
+        self.body.addWidget(self._build_keys())
+        paths = app_paths()
+        where = QLabel(f"Data: {paths.data_dir}\nLog file: {paths.log_dir / LOG_FILE_NAME}")
+        where.setAccessibleName("Where Rentune keeps its files")
+        self.body.addWidget(where)
+        self.body.addStretch(1)
+
+    # -- preferences ----------------------------------------------------------------------------------------------
+
+    def _build_preferences(self) -> QGroupBox:
+        box = QGroupBox("Preferences")
+        form = QFormLayout(box)
+        self.theme_combo = QComboBox()
+        self.theme_combo.setAccessibleName("Theme")
+        for theme in Theme:
+            self.theme_combo.addItem(theme.value.capitalize(), theme)
+        self.keep_spin = QSpinBox()
+        self.keep_spin.setRange(1, 100)
+        self.keep_spin.setAccessibleName("Checkpoints kept on this computer per run")
+        self.remote_keys_check = QCheckBox("Allow cloud API keys on rented machines (off is safer)")
+        self.remote_keys_check.setAccessibleName("Allow cloud API keys on rented machines")
+        self.log_combo = QComboBox()
+        self.log_combo.addItems(["DEBUG", "INFO", "WARNING", "ERROR"])
+        self.log_combo.setAccessibleName("Log level")
+        form.addRow("Theme", self.theme_combo)
+        form.addRow("Checkpoints kept per run", self.keep_spin)
+        form.addRow("", self.remote_keys_check)
+        form.addRow("Log level", self.log_combo)
+        row = QHBoxLayout()
+        self.preferences_status = QLabel("")
+        self.save_button = QPushButton("Save preferences")
+        self.save_button.clicked.connect(self.on_save_clicked)
+        row.addWidget(self.preferences_status, 1)
+        row.addWidget(self.save_button)
+        form.addRow(row)
+        self._show_settings(self.settings)
+        return box
+
+    def _show_settings(self, settings: Settings) -> None:
+        self.theme_combo.setCurrentIndex(self.theme_combo.findData(settings.theme))
+        self.keep_spin.setValue(settings.keep_local_checkpoints)
+        self.remote_keys_check.setChecked(settings.allow_api_keys_on_remote)
+        self.log_combo.setCurrentText(settings.log_level)
+
+    def _edited_settings(self) -> Settings:
+        # model_validate (not model_copy) so the edited values are validated and coerced like a loaded file.
+        return Settings.model_validate(
+            self.settings.model_dump()
+            | {
+                "theme": self.theme_combo.currentData(),
+                "keep_local_checkpoints": self.keep_spin.value(),
+                "allow_api_keys_on_remote": self.remote_keys_check.isChecked(),
+                "log_level": self.log_combo.currentText(),
+            }
+        )
+
+    @asyncSlot()
+    async def on_save_clicked(self) -> None:
+        """Saves the edited preferences and announces them."""
+        try:
+            edited = self._edited_settings()
+            path = await _off_ui_thread(lambda: save_settings(edited))
+        except (OSError, SettingsError, ValidationError) as exc:
+            self.preferences_status.setText(f"Not saved: {exc}")
+            return
+        self.settings = edited
+        self.preferences_status.setText(f"Saved to {path}")
+        self.sig_settings_changed.emit(edited)
+
+    # -- API keys -------------------------------------------------------------------------------------------------
+
+    def _build_keys(self) -> QGroupBox:
+        box = QGroupBox("API keys and tokens")
+        grid = QGridLayout(box)
+        self.key_status: dict[SecretName, QLabel] = {}
+        self.key_inputs: dict[SecretName, QLineEdit] = {}
+        for row, name in enumerate(SecretName):
+            status = QLabel("…")
+            entry = QLineEdit()
+            entry.setEchoMode(QLineEdit.EchoMode.Password)
+            entry.setPlaceholderText(f"Paste the {name.label} (or set {name.env_var})")
+            entry.setAccessibleName(name.label)
+            store = QPushButton("Save")
+            store.setAccessibleName(f"Save the {name.label}")
+            store.clicked.connect(lambda _=False, n=name: self.on_store_key_clicked(n))
+            remove = QPushButton("Remove")
+            remove.setAccessibleName(f"Remove the {name.label}")
+            remove.clicked.connect(lambda _=False, n=name: self.on_remove_key_clicked(n))
+            grid.addWidget(QLabel(name.label), row, 0)
+            grid.addWidget(entry, row, 1)
+            grid.addWidget(store, row, 2)
+            grid.addWidget(remove, row, 3)
+            grid.addWidget(status, row, 4)
+            self.key_status[name], self.key_inputs[name] = status, entry
+        self.keys_message = QLabel("")
+        self.keys_message.setWordWrap(True)
+        self.keys_message.setAccessibleName("API key messages")
+        grid.addWidget(self.keys_message, len(SecretName), 0, 1, 5)
+        grid.setColumnStretch(1, 1)
+        return box
+
+    async def load(self) -> None:
+        """Reads which keys are set (asking the keyring may block, so it runs off the UI thread)."""
+        statuses = await _off_ui_thread(lambda: [self.secrets.status(name) for name in SecretName])
+        for status in statuses:
+            text = _SOURCE_TEXT.get(status.source, f"From {status.name.env_var}")
+            self.key_status[status.name].setText(text)
+
+    @asyncSlot()
+    async def on_store_key_clicked(self, name: SecretName) -> None:
+        """Stores the pasted key in the keyring and clears the field."""
+        value = self.key_inputs[name].text()
+        try:
+            await _off_ui_thread(lambda: self.secrets.set(name, value))
+        except SecretStoreError as exc:
+            self.keys_message.setText(str(exc))
+            return
+        self.key_inputs[name].clear()
+        self.keys_message.setText(f"{name.label} saved in the keyring.")
+        await self.load()
+
+    @asyncSlot()
+    async def on_remove_key_clicked(self, name: SecretName) -> None:
+        """Removes a key from the keyring."""
+        try:
+            await _off_ui_thread(lambda: self.secrets.delete(name))
+        except SecretStoreError as exc:
+            self.keys_message.setText(str(exc))
+            return
+        self.keys_message.setText(f"{name.label} removed from the keyring.")
+        await self.load()

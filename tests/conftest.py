@@ -1,0 +1,133 @@
+"""Test harness shared by every test: isolation, a real sshd, tiny models, a chat dataset, offscreen Qt.
+
+Isolation (autouse): each test gets a fresh ``RENTUNE_HOME``, an in-memory keyring and no API keys in the
+environment, so nothing touches the developer's real settings, keyring or log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import keyring
+import pytest
+
+from tests.fixtures.chat_data import write_chat_dataset
+from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.sshd import SshdUnavailableError, SshHost, SshServer
+from tests.fixtures.tiny_models import TinyModel, build_tiny_model
+
+SECRET_ENV_VARS = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "HF_TOKEN")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Runs Qt offscreen and keeps Hugging Face libraries offline for the whole session."""
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+# -- isolation ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def rentune_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``RENTUNE_HOME`` for each test, and no API keys leaking in from the developer's environment."""
+    home = tmp_path / "rentune-home"
+    monkeypatch.setenv("RENTUNE_HOME", str(home))
+    for name in SECRET_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture(autouse=True)
+def memory_keyring() -> Iterator[MemoryKeyring]:
+    """An in-memory keyring backend set through the real ``keyring`` API for each test."""
+    previous = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    yield backend
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture(autouse=True)
+def _close_rentune_logging() -> Iterator[None]:
+    """Closes log handlers a test opened, so no test writes into another test's ``RENTUNE_HOME``."""
+    yield
+    from desktop.services.logs import close_logging
+
+    close_logging()
+
+
+# -- the GPU machine: a real sshd on loopback -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def ssh_server(tmp_path: Path) -> Iterator[SshServer]:
+    """A running OpenSSH server on 127.0.0.1 with its own host key and a client key pair for this test."""
+    server = SshServer(tmp_path / "sshd")
+    try:
+        server.start()
+    except SshdUnavailableError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ssh_host(ssh_server: SshServer) -> SshHost:
+    """Connection details of :func:`ssh_server`: host, port, user, client key and the host key to pin."""
+    return ssh_server.host()
+
+
+# -- models and data ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """A tiny Llama (random weights, byte-level BPE tokenizer, ChatML template), built once per session."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """A tiny Qwen2 whose tokenizer survives Qwen2Tokenizer's rebuild unchanged, built once per session."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2")
+
+
+@pytest.fixture
+def chat_dataset(tmp_path: Path) -> Path:
+    """A JSONL file of ``{"messages": [...]}`` rows with a pattern a few dozen steps visibly learn."""
+    return write_chat_dataset(tmp_path / "chat.jsonl")
+
+
+# -- Qt with asyncio ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
+    """A qasync event loop over the test's QApplication, as the app runs; drive it with ``run_until_complete``."""
+    from qasync import QEventLoop
+
+    loop = QEventLoop(qapp)
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def wait_for(qloop: asyncio.AbstractEventLoop) -> Callable[..., None]:
+    """Runs the qasync loop until ``predicate()`` is true, failing after ``timeout`` seconds."""
+
+    def wait(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        async def poll() -> None:
+            while not predicate():
+                await asyncio.sleep(0.02)
+
+        qloop.run_until_complete(asyncio.wait_for(poll(), timeout))
+
+    return wait

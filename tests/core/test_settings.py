@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from desktop.core.settings import SCHEMA_VERSION, Settings, SettingsError, Theme, settings_from_dict
+
+
+def test_defaults_are_safe() -> None:
+    settings = Settings()
+    assert settings.schema_version == SCHEMA_VERSION
+    assert settings.theme is Theme.SYSTEM
+    assert settings.allow_api_keys_on_remote is False
+
+
+def test_a_file_without_version_is_read_as_version_one_and_unknown_keys_are_dropped() -> None:
+    settings = settings_from_dict({"theme": "dark", "from_the_future": 1})
+    assert settings.theme is Theme.DARK
+    assert "from_the_future" not in settings.model_dump()
+
+
+def test_a_newer_schema_is_refused_with_the_fix() -> None:
+    with pytest.raises(SettingsError, match=r"newer Rentune.*update Rentune or delete"):
+        settings_from_dict({"schema_version": SCHEMA_VERSION + 1})
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"keep_local_checkpoints": 0}, "keep_local_checkpoints"),
+        ({"theme": "purple"}, "theme"),
+        ({"log_level": "LOUD"}, "log_level"),
+    ],
+)
+def test_invalid_values_name_the_field(raw: dict[str, object], field: str) -> None:
+    with pytest.raises(SettingsError, match=field):
+        settings_from_dict(raw)
+
+
+def test_bad_version_type() -> None:
+    with pytest.raises(SettingsError, match="schema_version"):
+        settings_from_dict({"schema_version": "one"})

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from desktop.services.environment import check_environment
+from desktop.services.resources import ResourceNotFoundError, resource, resource_bytes, resources_root
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_environment_report_lists_required_and_optional_parts() -> None:
+    checks = {check.name: check for check in check_environment()}
+    assert checks["Python"].ok and checks["Python"].required
+    assert checks["Keyring"].ok, "the in-memory test keyring is a usable backend"
+    assert checks["torch"].ok, "the test environment installs the local tools"
+    assert all(check.fix for check in checks.values() if not check.ok)
+
+
+def test_resources_are_found_in_the_source_tree() -> None:
+    assert resource_bytes("icons", "rentune.svg").startswith(b"<svg")
+    assert Path(str(resources_root())) == REPO / "resources"
+
+
+def test_a_missing_resource_says_to_reinstall() -> None:
+    with pytest.raises(ResourceNotFoundError, match="reinstall"):
+        resource("icons", "nope.svg")
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_resources_and_both_packages(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+    )
+    wheel = next(tmp_path.glob("rentune-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        archive.extractall(tmp_path / "installed")
+    assert "desktop/_resources/icons/rentune.svg" in names
+    assert "trainer_payload/protocol.py" in names
+    assert "trainer_payload/requirements.txt" in names
+    assert not any(name.startswith("tests/") for name in names)
+    probe = (
+        "from desktop.services.resources import resources_root, resource_bytes; "
+        "print(resources_root()); print(len(resource_bytes('icons', 'rentune.svg')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "installed")},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out[0] == str(tmp_path / "installed" / "desktop" / "_resources")
+    assert int(out[1]) > 100

@@ -1,0 +1,85 @@
+"""The main window drives real services: the environment check and the keyring through the settings page."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from desktop.core.settings import Settings, Theme
+from desktop.services.secrets import SecretName, SecretStore
+from desktop.services.settings_store import load_settings
+from desktop.ui.main_window import MainWindow, UnknownPageError
+from desktop.ui.pages.settings_page import SettingsPage
+from tests.fixtures.memory_keyring import MemoryKeyring
+
+KEY = "rk_live_" + "Q1w2E3r4T5y6U7i8"
+
+
+@pytest.fixture
+def window(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> MainWindow:
+    win = MainWindow(Settings(), SecretStore())
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    qloop.run_until_complete(win.load_pages())
+    return win
+
+
+def test_window_opens_on_home_with_the_environment_report(window: MainWindow) -> None:
+    home = window.page("home")
+    assert window.stack.currentWidget() is home
+    assert home.environment_table.rowCount() >= 5
+    assert home.environment_summary.text().startswith("Ready")
+    assert window.page_names() == ["home", "settings"]
+
+
+def test_sidebar_switches_pages_with_the_keyboard(window: MainWindow, qtbot: QtBot) -> None:
+    window.sidebar.setFocus()
+    with qtbot.waitSignal(window.sig_page_changed) as changed:
+        qtbot.keyClick(window.sidebar, Qt.Key.Key_Down)
+    assert changed.args == ["settings"]
+    assert window.stack.currentWidget() is window.page("settings")
+
+
+def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
+    with pytest.raises(UnknownPageError, match="choose one of: home, settings"):
+        window.show_page("offers")
+
+
+def test_api_key_saved_from_the_settings_page_lands_in_the_keyring(
+    window: MainWindow, qtbot: QtBot, wait_for: Callable[..., None], memory_keyring: MemoryKeyring
+) -> None:
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    assert page.key_status[SecretName.RUNPOD].text() == "Not set"
+    qtbot.keyClicks(page.key_inputs[SecretName.RUNPOD], KEY)
+    page.on_store_key_clicked(SecretName.RUNPOD)
+    wait_for(lambda: page.key_status[SecretName.RUNPOD].text() == "Stored in the keyring")
+    assert memory_keyring.passwords[("rentune", "runpod")] == KEY
+    assert page.key_inputs[SecretName.RUNPOD].text() == "", "the field is cleared once the key is stored"
+    page.on_remove_key_clicked(SecretName.RUNPOD)
+    wait_for(lambda: page.key_status[SecretName.RUNPOD].text() == "Not set")
+    assert memory_keyring.passwords == {}
+
+
+def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_for: Callable[..., None]) -> None:
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    page.theme_combo.setCurrentIndex(page.theme_combo.findData(Theme.DARK))
+    page.keep_spin.setValue(7)
+    page.save_button.click()
+    wait_for(lambda: page.preferences_status.text().startswith("Saved"))
+    assert load_settings().theme is Theme.DARK
+    assert load_settings().keep_local_checkpoints == 7
+
+
+def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callable[..., None]) -> None:
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    page.on_store_key_clicked(SecretName.VAST)
+    wait_for(lambda: "empty" in page.keys_message.text())
