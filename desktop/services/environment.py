@@ -26,7 +26,8 @@ class EnvironmentCheck:
         ok: Whether it is usable.
         detail: The version or state found.
         fix: What to do when it is not usable ("" when ok).
-        required: Whether the app cannot work without it (optional tools only unlock features).
+        required: Whether the app cannot work without it.
+        is_tool: Whether it is an optional local model tool (it only unlocks features).
     """
 
     name: str
@@ -34,6 +35,7 @@ class EnvironmentCheck:
     detail: str
     fix: str = ""
     required: bool = False
+    is_tool: bool = False
 
 
 # Optional local tools: (distribution name, what it unlocks, how to get it).
@@ -87,5 +89,5 @@ def check_environment() -> list[EnvironmentCheck]:
     for distribution, unlocks, how in _OPTIONAL_TOOLS:
         version = _package_version(distribution)
         detail = f"{version} ({unlocks})" if version else f"not installed ({unlocks})"
-        checks.append(EnvironmentCheck(distribution, version is not None, detail, "" if version else how))
+        checks.append(EnvironmentCheck(distribution, version is not None, detail, "" if version else how, is_tool=True))
     return checks

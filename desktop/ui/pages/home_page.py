@@ -108,6 +108,6 @@ class HomePage(BasePage):
         if missing_required:
             self.environment_summary.setText("Needs attention: " + ", ".join(missing_required))
         else:
-            optional = sum(1 for c in checks if not c.required and c.ok)
-            total = sum(1 for c in checks if not c.required)
+            optional = sum(1 for c in checks if c.is_tool and c.ok)
+            total = sum(1 for c in checks if c.is_tool)
             self.environment_summary.setText(f"Ready. Local model tools installed: {optional} of {total}.")
