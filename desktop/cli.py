@@ -14,6 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from desktop import __version__
+from desktop.core.sizing.architecture import ArchitectureError
+from desktop.core.sizing.gpus import GpuSpec, find_gpu
+from desktop.core.sizing.plan import GPU_COUNTS, Workload, make_plan
+from desktop.core.sizing.report import plan_dict, plan_text
+from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
 from trainer_payload.protocol import PROTOCOL_VERSION
 
 EXIT_OK = 0
@@ -60,7 +65,34 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("gui", help="open the desktop app (the default)")
     doctor = commands.add_parser("doctor", help="check this computer: Python, keyring, data folder, local tools")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    _add_plan_parser(commands)
     return parser
+
+
+def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="size a fine-tune: memory per GPU, GPU options, hours and dollars",
+        description="Size a fine-tune before renting. Defaults follow proven settings: QLoRA, r=16, alpha=32, all "
+        "linear layers, seq 2048, micro-batch 2, grad-accum 4, checkpointing on, 3 epochs.",
+    )
+    plan.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
+    plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog and exit")
+    plan.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
+    plan.add_argument("--seq-len", type=int, default=2048)
+    plan.add_argument("--micro-batch", type=int, default=2)
+    plan.add_argument("--grad-accum", type=int, default=4)
+    plan.add_argument("--lora-r", type=int, default=16)
+    plan.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
+    plan.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
+    source = plan.add_mutually_exclusive_group()
+    source.add_argument("--tokens", type=int, help="training tokens per epoch (default 15,000,000)")
+    source.add_argument("--dataset", type=Path, help="JSONL chat dataset to count tokens from")
+    plan.add_argument("--epochs", type=float, default=3.0)
+    plan.add_argument("--gpu", help="only this GPU type (e.g. h100-sxm, 'RTX 4090')")
+    plan.add_argument("--gpus", type=int, help="only this many GPUs")
+    plan.add_argument("--strategy", choices=[s.value for s in Strategy], help="multi-GPU strategy")
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 
 def _run_gui(args: argparse.Namespace) -> int:
@@ -93,10 +125,93 @@ def _run_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if all(check.ok for check in checks if check.required) else EXIT_FAILED
 
 
+def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
+    try:
+        return TrainingSetup(
+            method=Method(args.method),
+            lora_r=args.lora_r,
+            targets=Targets(args.targets),
+            seq_len=args.seq_len,
+            micro_batch=args.micro_batch,
+            grad_accum=args.grad_accum,
+            grad_ckpt=not args.no_grad_ckpt,
+            num_gpus=1 if args.gpus is None else args.gpus,
+            strategy=Strategy(args.strategy or "ddp"),
+        )
+    except SetupError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
+    from desktop.services.dataset_stats import DatasetReadError, estimate_dataset_tokens
+
+    if not 0 < args.epochs <= 100:
+        raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
+    if args.dataset is not None:
+        try:
+            counted = estimate_dataset_tokens(args.dataset, seq_len)
+        except DatasetReadError as exc:
+            raise CliError(str(exc)) from exc
+        source = f"{counted.examples:,} examples in {args.dataset.name}, {counted.method}"
+        return Workload(tokens=counted.tokens, epochs=args.epochs), source
+    tokens = 15_000_000 if args.tokens is None else args.tokens
+    if not 1_000 <= tokens <= 10**13:
+        raise CliError(f"--tokens {tokens:,} is out of range: use a number from 1,000 to 10^13")
+    return Workload(tokens=tokens, epochs=args.epochs), "default" if args.tokens is None else "given"
+
+
+def _plan_gpus(args: argparse.Namespace) -> list[GpuSpec]:
+    from desktop.services.model_configs import load_gpus
+
+    gpus = list(load_gpus())
+    if args.gpu is None:
+        return gpus
+    found = find_gpu(gpus, args.gpu)
+    if found is None:
+        raise CliError(f"unknown GPU {args.gpu!r}; choose one of: {', '.join(g.id for g in gpus)}")
+    return [found]
+
+
+def _print_catalog() -> int:
+    from desktop.services.model_configs import load_catalog
+
+    for entry in load_catalog():
+        arch = entry.arch
+        print(f"{entry.id:<46}{arch.total_params / 1e9:>7.2f} B  ctx {arch.max_context:>7,}  {entry.license}")
+    return EXIT_OK
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from desktop.services.model_configs import ModelResolutionError, resolve_model
+
+    if args.list_models:
+        return _print_catalog()
+    if not args.model:
+        raise CliError("--model is required (a catalog name such as qwen2.5-7b, a Hub id, or a model folder)")
+    setup = _plan_setup(args)
+    workload, source = _plan_workload(args, setup.seq_len)
+    gpus = _plan_gpus(args)
+    try:
+        arch = resolve_model(args.model)
+    except (ModelResolutionError, ArchitectureError) as exc:
+        raise CliError(str(exc)) from exc
+    counts = GPU_COUNTS if args.gpus is None else (args.gpus,)
+    strategy = Strategy(args.strategy) if args.strategy else None
+    plan = make_plan(arch, setup, gpus, workload, counts=counts, strategy=strategy)
+    if args.json:
+        print(json.dumps(plan_dict(plan, source), indent=2))
+    else:
+        if arch.max_context and setup.seq_len > arch.max_context:
+            print(f"warning: --seq-len {setup.seq_len} exceeds the model's context of {arch.max_context}")
+        print(plan_text(plan, source))
+    return EXIT_OK
+
+
 _COMMANDS: dict[str | None, Callable[[argparse.Namespace], int]] = {
     None: _run_gui,
     "gui": _run_gui,
     "doctor": _run_doctor,
+    "plan": _run_plan,
 }
 
 

@@ -1,0 +1,215 @@
+"""Peak GPU memory of a fine-tune, itemised, per GPU, in decimal GB.
+
+The model follows what PyTorch actually allocates during a training step:
+
+- weights: NF4 with its quantisation constants for QLoRA (embeddings, norms and the LM head stay 16-bit), bf16
+  for LoRA and full fine-tunes (fp32 master weights with the ``mixed`` policy);
+- LoRA adapters: fp32 weights, gradients and two AdamW states (PEFT upcasts adapters to fp32);
+- full fine-tunes: gradients and AdamW states in the parameter dtype (8-bit states for ``full-8bit``);
+- activations: what autograd keeps per token and layer (all of it without checkpointing; only the block inputs plus
+  one recomputed block with it), including the inputs PEFT copies for LoRA dropout; SDPA/flash attention keeps no
+  L x L scores, eager attention does;
+- logits: ``tokens x vocab`` in bf16 plus the fp32 upcast the loss makes, and its gradient;
+- the CUDA context (not in PyTorch's counters, but on the card) and the caching allocator's fragmentation.
+
+Multi-GPU: DDP keeps a full copy on each GPU (plus gradient buckets for full fine-tunes); FSDP/ZeRO-3 shards
+weights, gradients and optimizer states and gathers two blocks at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from desktop.core.sizing.architecture import Architecture, LinearShape
+from desktop.core.sizing.setup import Attention, Method, Precision, Strategy, Targets, TrainingSetup
+
+GB = 1e9
+
+# NF4: 4 bits per weight; one absmax per 64 weights, stored as fp32 or, with double quantisation, as 8 bits plus one
+# fp32 constant per 256 absmax values.
+NF4_BYTES = 0.5
+NF4_CONSTANTS_BYTES = 4 / 64
+NF4_DQ_CONSTANTS_BYTES = 1 / 64 + 4 / (64 * 256)
+# Per adapter parameter: fp32 weight + fp32 grad + two fp32 AdamW states.
+ADAPTER_BYTES = 16
+# Bytes per element the loss keeps for the logits: bf16 logits, the fp32 upcast / log-softmax, and the gradient.
+LOGITS_BYTES = 10.0
+LOGITS_BYTES_CHUNKED = 2.0
+# HF RMSNorm keeps its fp32 input (4 B) and the normalised bf16 tensor (2 B) plus its bf16 output (2 B) per unit.
+NORM_BYTES_PER_H = 8
+# Eager attention per query/key pair and head at the backward peak: bf16 scores, fp32 softmax, bf16
+# probabilities, and the fp32 and bf16 gradients of the scores.
+EAGER_SCORE_BYTES = 16
+# Gemma 2's logit soft-capping keeps fp32 copies of the scaled logits and their tanh.
+SOFTCAP_BYTES = 8.0
+CUDA_CONTEXT_GB = 0.4
+# Full fine-tunes under FSDP/ZeRO-3 hold far more than their shard in published runs (unsharded gradients in flight,
+# all-gather and reduce-scatter buffers, optimizer-step temporaries): a quarter of the unsharded states, per GPU.
+FSDP_FULL_OVERHEAD = 0.25
+# The caching allocator reserves more than it hands out: fragmentation of the step's transient tensors.
+ALLOCATOR_OVERHEAD = 0.08
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak memory on one GPU, itemised.
+
+    Attributes:
+        items: Named terms in decimal GB, in a stable order (zero terms included).
+        per_gpu_total: The sum: what one card must hold at the peak of a step.
+    """
+
+    items: dict[str, float]
+    per_gpu_total: float
+
+
+def _param_bytes(setup: TrainingSetup) -> float:
+    return 4.0 if setup.precision is Precision.MIXED else 2.0
+
+
+def _targeted(arch: Architecture, targets: Targets) -> list[LinearShape]:
+    shapes = arch.linear_shapes()
+    if targets is Targets.ATTENTION:
+        return [s for s in shapes if s.attention]
+    if targets is Targets.QV:
+        return [s for s in shapes if s.name in {"q_proj", "v_proj"}]
+    return shapes
+
+
+def trainable_params(arch: Architecture, setup: TrainingSetup) -> int:
+    """Parameters the optimizer updates: the LoRA matrices, or every parameter for full fine-tunes."""
+    if not setup.method.is_peft:
+        return arch.total_params
+    per_block = sum(
+        setup.lora_r * (s.in_features + s.out_features) * (arch.num_experts if s.per_expert else 1)
+        for s in _targeted(arch, setup.targets)
+    )
+    return arch.num_layers * per_block
+
+
+def weights_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """The frozen or trained base weights on one GPU."""
+    if setup.method is Method.QLORA:
+        constants = NF4_DQ_CONSTANTS_BYTES if setup.double_quant else NF4_CONSTANTS_BYTES
+        dense_16bit = arch.embedding_params + arch.norm_params
+        total = arch.linear_params * (NF4_BYTES + constants) + dense_16bit * 2.0
+    else:
+        total = arch.total_params * _param_bytes(setup)
+    return total / _shards(setup) / GB
+
+
+def _shards(setup: TrainingSetup) -> int:
+    return setup.num_gpus if setup.strategy is Strategy.FSDP else 1
+
+
+def adapter_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """LoRA weights, gradients and optimizer states."""
+    if not setup.method.is_peft:
+        return 0.0
+    return trainable_params(arch, setup) * ADAPTER_BYTES / _shards(setup) / GB
+
+
+def gradients_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """Full fine-tune gradients (with DDP, plus the all-reduce buckets that copy them)."""
+    if setup.method.is_peft:
+        return 0.0
+    grads = arch.total_params * _param_bytes(setup) / _shards(setup)
+    if setup.num_gpus > 1 and setup.strategy is Strategy.DDP:
+        grads *= 2
+    return grads / GB
+
+
+def optimizer_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """Full fine-tune optimizer states (AdamW: two per parameter; ``mixed`` adds the fp32 master copy)."""
+    if setup.method.is_peft:
+        return 0.0
+    if setup.method is Method.FULL_8BIT:
+        per_param = 2.0 + 2 * 4 / 2048  # two 8-bit states plus block-wise fp32 scales
+    elif setup.precision is Precision.MIXED:
+        per_param = 12.0  # fp32 master weights + two fp32 states
+    else:
+        per_param = 2 * _param_bytes(setup)
+    return arch.total_params * per_param / _shards(setup) / GB
+
+
+def _dropout_copy_elements(arch: Architecture, setup: TrainingSetup) -> int:
+    """Per token and block: PEFT applies dropout to each adapted layer's input, and keeps that copy."""
+    if not setup.method.is_peft or setup.lora_dropout == 0:
+        return 0
+    return sum(s.in_features for s in _targeted(arch, setup.targets))
+
+
+def block_activation_bytes_per_token(arch: Architecture, setup: TrainingSetup) -> float:
+    """What autograd keeps for one block and one token without checkpointing.
+
+    bf16: q, k, v and the attention output (what SDPA/flash save), the MLP's gate, up, activation and product
+    (up and activation for a non-gated MLP), and the inputs PEFT copies for LoRA dropout. RMSNorm upcasts to fp32
+    and keeps the fp32 input and the normalised bf16 copy: about 8 bytes per hidden unit per norm, two norms.
+    Eager attention also keeps the scores, their fp32 softmax and its output for every query/key pair.
+    """
+    mlp = (4 if arch.gated_mlp else 2) * arch.intermediate_size * arch.experts_per_token
+    bf16_elements = 2 * arch.q_width + 2 * arch.kv_width + mlp + _dropout_copy_elements(arch, setup)
+    norms = (1 if arch.parallel_block else arch.norms_per_block) * NORM_BYTES_PER_H * arch.hidden_size
+    scores = 0.0
+    if setup.attention is Attention.EAGER:
+        scores = arch.num_heads * setup.seq_len * EAGER_SCORE_BYTES
+    return bf16_elements * 2 + norms + scores
+
+
+def activations_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """Activations kept between forward and backward for one micro-batch on one GPU."""
+    tokens = setup.tokens_per_micro_batch
+    per_block = block_activation_bytes_per_token(arch, setup) * tokens
+    if setup.grad_ckpt:
+        kept_inputs = arch.num_layers * arch.hidden_size * 2 * tokens
+        return (kept_inputs + per_block) / GB
+    return arch.num_layers * per_block / GB
+
+
+def logits_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """The LM head output and the loss's fp32 copies and gradient."""
+    per_element = LOGITS_BYTES_CHUNKED if setup.chunked_loss else LOGITS_BYTES
+    if arch.logit_softcap:
+        per_element += SOFTCAP_BYTES
+    return setup.tokens_per_micro_batch * arch.vocab_size * per_element / GB
+
+
+def fsdp_buffers_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """FSDP gathers the current and the prefetched block in full on every GPU.
+
+    Full fine-tunes add the unsharded gradient and optimizer-step buffers seen in published runs
+    (:data:`FSDP_FULL_OVERHEAD`).
+    """
+    if setup.strategy is not Strategy.FSDP or setup.num_gpus == 1:
+        return 0.0
+    block = arch.block_linear_params() * (weights_gb(arch, setup) * GB * _shards(setup) / arch.total_params)
+    gathered = 2 * block / GB
+    if setup.method.is_peft:
+        return gathered
+    unsharded_states = (gradients_gb(arch, setup) + optimizer_gb(arch, setup)) * setup.num_gpus
+    return gathered + FSDP_FULL_OVERHEAD * unsharded_states
+
+
+def estimate_memory(arch: Architecture, setup: TrainingSetup) -> MemoryEstimate:
+    """Estimates the peak memory one GPU needs for a training step.
+
+    Args:
+        arch: The model.
+        setup: Method, shapes, precision and multi-GPU strategy.
+
+    Returns:
+        The itemised estimate; ``per_gpu_total`` is what must fit on the card.
+    """
+    items = {
+        "weights": weights_gb(arch, setup),
+        "lora_adapter": adapter_gb(arch, setup),
+        "gradients": gradients_gb(arch, setup),
+        "optimizer": optimizer_gb(arch, setup),
+        "activations": activations_gb(arch, setup),
+        "logits": logits_gb(arch, setup),
+        "fsdp_buffers": fsdp_buffers_gb(arch, setup),
+    }
+    items["allocator_overhead"] = ALLOCATOR_OVERHEAD * (items["activations"] + items["logits"])
+    items["cuda_context"] = CUDA_CONTEXT_GB
+    rounded = {name: round(value, 3) for name, value in items.items()}
+    return MemoryEstimate(rounded, round(sum(items.values()), 3))

@@ -1,0 +1,292 @@
+"""Plans: for a model and a setup, every GPU configuration with its fit, hours and dollars, ranked.
+
+Cost per option = price per GPU-hour x GPUs x (setup + training + teardown). Setup is the trainer install plus the
+model download at a stated bandwidth; teardown is the final save and adapter pull before the machine stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from desktop.core.sizing.architecture import Architecture
+from desktop.core.sizing.gpus import GpuSpec
+from desktop.core.sizing.memory import MemoryEstimate, estimate_memory, trainable_params
+from desktop.core.sizing.setup import Method, Strategy, TrainingSetup
+from desktop.core.sizing.throughput import tokens_per_s
+
+GPU_COUNTS = (1, 2, 4, 8)
+WORKING_DAY_HOURS = 8.0
+
+
+class Fit(StrEnum):
+    """Whether a configuration fits in GPU memory."""
+
+    FITS = "fits"
+    TIGHT = "tight"
+    NO = "does not fit"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How much training, and the fixed costs around it.
+
+    Attributes:
+        tokens: Training tokens per epoch.
+        epochs: Passes over the data.
+        download_mb_per_s: Model download speed on the rented machine.
+        install_minutes: Installing the trainer on a stock PyTorch image.
+        teardown_minutes: Final save, adapter pull and stop.
+        checkpoint_minutes: Checkpoint interval (bounds the work a lost spot machine costs).
+        spot_interruptions_per_hour: Expected interruptions per hour on spot/interruptible offers.
+    """
+
+    tokens: int = 15_000_000
+    epochs: float = 3.0
+    download_mb_per_s: float = 250.0
+    install_minutes: float = 4.0
+    teardown_minutes: float = 5.0
+    checkpoint_minutes: float = 30.0
+    spot_interruptions_per_hour: float = 0.05
+
+    @property
+    def training_tokens(self) -> float:
+        """Tokens processed over all epochs."""
+        return self.tokens * self.epochs
+
+
+@dataclass(frozen=True)
+class GpuOption:
+    """One GPU configuration for a plan.
+
+    Attributes:
+        gpu: The GPU type.
+        count: GPUs.
+        strategy: DDP or FSDP.
+        memory: The per-GPU memory estimate.
+        fit: Fits, tight, or does not fit.
+        headroom_gb: Usable memory left at the peak (negative when it does not fit).
+        tokens_per_s: Training throughput of the whole configuration.
+        setup_hours: Install and model download.
+        training_hours: Training proper.
+        hours: Billed hours (setup + training + teardown).
+        cost_usd: Billed cost at the GPU's list price.
+        spot_rework_hours: Expected training hours redone after spot interruptions.
+    """
+
+    gpu: GpuSpec
+    count: int
+    strategy: Strategy
+    memory: MemoryEstimate
+    fit: Fit
+    headroom_gb: float
+    tokens_per_s: float
+    setup_hours: float
+    training_hours: float
+    hours: float
+    cost_usd: float
+    spot_rework_hours: float
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak fits in usable memory (tight counts)."""
+        return self.fit is not Fit.NO
+
+    @property
+    def usd_per_training_hour(self) -> float:
+        """What one effective training hour costs, setup and teardown included."""
+        return self.cost_usd / self.training_hours if self.training_hours else 0.0
+
+
+def classify_fit(total_gb: float, gpu: GpuSpec) -> tuple[Fit, float]:
+    """Says whether ``total_gb`` fits a GPU, with the headroom; under 8 % (at least 1.5 GB) left is tight."""
+    headroom = gpu.usable_gb - total_gb
+    if headroom < 0:
+        return Fit.NO, headroom
+    return (Fit.TIGHT if headroom < max(1.5, 0.08 * gpu.usable_gb) else Fit.FITS), headroom
+
+
+def download_gb(arch: Architecture) -> float:
+    """Size of the bf16 safetensors the machine downloads."""
+    return arch.total_params * 2 / 1e9
+
+
+def evaluate(arch: Architecture, setup: TrainingSetup, gpu: GpuSpec, workload: Workload) -> GpuOption:
+    """Computes memory, fit, speed, hours and cost of one configuration."""
+    memory = estimate_memory(arch, setup)
+    fit, headroom = classify_fit(memory.per_gpu_total, gpu)
+    speed = tokens_per_s(arch, setup, gpu)
+    setup_hours = workload.install_minutes / 60 + download_gb(arch) * 1000 / workload.download_mb_per_s / 3600
+    training_hours = workload.training_tokens / speed / 3600
+    hours = setup_hours + training_hours + workload.teardown_minutes / 60
+    rework = workload.spot_interruptions_per_hour * training_hours * (workload.checkpoint_minutes / 2 + 5) / 60
+    return GpuOption(
+        gpu,
+        setup.num_gpus,
+        setup.strategy,
+        memory,
+        fit,
+        round(headroom, 2),
+        round(speed, 1),
+        round(setup_hours, 3),
+        round(training_hours, 3),
+        round(hours, 3),
+        round(hours * gpu.list_price_usd_per_h * setup.num_gpus, 2),
+        round(rework, 3),
+    )
+
+
+def _configurations(counts: tuple[int, ...], strategy: Strategy | None) -> list[tuple[int, Strategy]]:
+    configs: list[tuple[int, Strategy]] = []
+    for count in counts:
+        strategies = [Strategy.DDP] if count == 1 else ([strategy] if strategy else [Strategy.DDP, Strategy.FSDP])
+        configs.extend((count, s) for s in strategies)
+    return configs
+
+
+def all_options(
+    arch: Architecture,
+    setup: TrainingSetup,
+    gpus: list[GpuSpec],
+    workload: Workload,
+    *,
+    counts: tuple[int, ...] = GPU_COUNTS,
+    strategy: Strategy | None = None,
+) -> list[GpuOption]:
+    """Evaluates every GPU type on every count and strategy asked for."""
+    return [
+        evaluate(arch, setup.with_gpus(count, chosen), gpu, workload)
+        for gpu in gpus
+        for count, chosen in _configurations(counts, strategy)
+    ]
+
+
+def rank_options(options: list[GpuOption]) -> list[GpuOption]:
+    """Orders options for a user: what fits first, cheapest first.
+
+    Per GPU type, several cards are only offered when one card does not fit or would take more than a working
+    day (the seed articles' rule), and per count the cheaper of DDP and FSDP is kept.
+    """
+    single = {o.gpu.id: o for o in options if o.count == 1}
+    best: dict[tuple[str, int], GpuOption] = {}
+    for option in options:
+        one = single.get(option.gpu.id)
+        if option.count > 1 and one and one.fits and one.training_hours <= WORKING_DAY_HOURS:
+            continue
+        key = (option.gpu.id, option.count)
+        current = best.get(key)
+        if current is None or _sort_key(option) < _sort_key(current):
+            best[key] = option
+    return sorted(best.values(), key=_sort_key)
+
+
+def _sort_key(option: GpuOption) -> tuple[int, float, float]:
+    order = {Fit.FITS: 0, Fit.TIGHT: 1, Fit.NO: 2}[option.fit]
+    return (order, option.cost_usd if option.fits else -option.headroom_gb, option.hours)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A change that makes the job fit somewhere, and the cheapest option it gives."""
+
+    change: str
+    setup: TrainingSetup
+    option: GpuOption
+
+
+Change = tuple[str, Callable[[TrainingSetup], TrainingSetup]]
+
+
+def _changes(setup: TrainingSetup) -> list[Change]:
+    """The fixes worth trying for this setup, cheapest in quality first."""
+    changes: list[Change] = []
+    if not setup.grad_ckpt:
+        changes.append(("turn gradient checkpointing on (drop --no-grad-ckpt)", lambda s: replace(s, grad_ckpt=True)))
+    if setup.micro_batch > 1:
+        changes.append(("use --micro-batch 1 and raise --grad-accum", lambda s: replace(s, micro_batch=1)))
+    if setup.seq_len > 512:
+        changes.append(
+            (
+                f"shorten sequences to --seq-len {setup.seq_len // 2}",
+                lambda s: replace(s, seq_len=max(16, s.seq_len // 2)),
+            )
+        )
+    if setup.method is Method.FULL:
+        changes.append(("use --method full-8bit (8-bit AdamW)", lambda s: replace(s, method=Method.FULL_8BIT)))
+    if setup.method is not Method.QLORA:
+        changes.append(("use --method qlora (4-bit base)", lambda s: replace(s, method=Method.QLORA)))
+    changes.append(("shard over 8 GPUs with --gpus 8 --strategy fsdp", lambda s: s.with_gpus(8, Strategy.FSDP)))
+    return changes
+
+
+def _cheapest_fit(
+    arch: Architecture, setup: TrainingSetup, gpus: list[GpuSpec], workload: Workload
+) -> GpuOption | None:
+    options = all_options(arch, setup, gpus, workload, counts=(setup.num_gpus,), strategy=setup.strategy)
+    fitting = [o for o in options if o.fits]
+    return min(fitting, key=lambda o: o.cost_usd) if fitting else None
+
+
+def suggest_fixes(
+    arch: Architecture, setup: TrainingSetup, gpus: list[GpuSpec], workload: Workload, limit: int = 4
+) -> list[Suggestion]:
+    """Finds the smallest sets of changes that make a job fit (single changes first).
+
+    Returns:
+        Up to ``limit`` suggestions, each with the cheapest option it yields; empty when nothing helps.
+    """
+    changes = _changes(setup)
+    for size in range(1, len(changes) + 1):
+        suggestions = []
+        for combo in itertools.combinations(changes, size):
+            changed = setup
+            for _label, change in combo:
+                changed = change(changed)
+            option = _cheapest_fit(arch, changed, gpus, workload)
+            if option is not None:
+                suggestions.append(Suggestion(" and ".join(label for label, _ in combo), changed, option))
+        if suggestions:
+            return sorted(suggestions, key=lambda s: s.option.cost_usd)[:limit]
+    return []
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The answer to "what do I rent, for how long, for how much".
+
+    Attributes:
+        arch: The model.
+        setup: The setup as asked (on one GPU unless a count was given).
+        workload: Tokens, epochs and fixed costs.
+        memory: Per-GPU memory of the setup as asked.
+        trainable_params: Parameters the optimizer updates.
+        options: Ranked GPU options.
+        suggestions: Changes that make it fit, when no option fits.
+    """
+
+    arch: Architecture
+    setup: TrainingSetup
+    workload: Workload
+    memory: MemoryEstimate
+    trainable_params: int
+    options: list[GpuOption]
+    suggestions: list[Suggestion]
+
+
+def make_plan(
+    arch: Architecture,
+    setup: TrainingSetup,
+    gpus: list[GpuSpec],
+    workload: Workload,
+    *,
+    counts: tuple[int, ...] = GPU_COUNTS,
+    strategy: Strategy | None = None,
+) -> Plan:
+    """Builds a ranked plan; ``counts``/``strategy`` restrict the configurations (``--gpus``, ``--strategy``)."""
+    options = rank_options(all_options(arch, setup, gpus, workload, counts=counts, strategy=strategy))
+    suggestions = [] if any(o.fits for o in options) else suggest_fixes(arch, setup, gpus, workload)
+    return Plan(
+        arch, setup, workload, estimate_memory(arch, setup), trainable_params(arch, setup), options, suggestions
+    )

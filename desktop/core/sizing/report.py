@@ -1,0 +1,120 @@
+"""Presenting a plan: a JSON-ready dict and a human-readable text report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from desktop.core.sizing.plan import GpuOption, Plan
+
+_ITEM_LABELS = {
+    "weights": "base weights",
+    "lora_adapter": "LoRA adapter + grads + AdamW",
+    "gradients": "gradients",
+    "optimizer": "optimizer states",
+    "activations": "activations",
+    "logits": "logits + loss",
+    "fsdp_buffers": "FSDP gather/reduce buffers",
+    "allocator_overhead": "allocator fragmentation",
+    "cuda_context": "CUDA context",
+}
+_POLICY = {
+    "bf16": "bf16 weights, gradients and AdamW states (TRL with a bf16 model)",
+    "mixed": "fp32 master weights and states with bf16 autocast",
+}
+
+
+def option_dict(option: GpuOption) -> dict[str, Any]:
+    """One GPU option as JSON fields."""
+    return {
+        "gpu": option.gpu.name,
+        "gpu_id": option.gpu.id,
+        "count": option.count,
+        "strategy": option.strategy.value,
+        "fits": option.fits,
+        "fit": option.fit.value,
+        "per_gpu_gb": option.memory.per_gpu_total,
+        "usable_gb": round(option.gpu.usable_gb, 2),
+        "headroom_gb": option.headroom_gb,
+        "tokens_per_s": option.tokens_per_s,
+        "setup_hours": option.setup_hours,
+        "training_hours": option.training_hours,
+        "hours": option.hours,
+        "price_usd_per_gpu_h": option.gpu.list_price_usd_per_h,
+        "cost_usd": option.cost_usd,
+        "usd_per_training_hour": round(option.usd_per_training_hour, 2),
+        "spot_rework_hours": option.spot_rework_hours,
+    }
+
+
+def plan_dict(plan: Plan, tokens_source: str) -> dict[str, Any]:
+    """The whole plan as one JSON object (``rentune plan --json``)."""
+    setup = plan.setup
+    return {
+        "model": plan.arch.name,
+        "params_b": round(plan.arch.total_params / 1e9, 6),
+        "trainable_params": plan.trainable_params,
+        "method": setup.method.value,
+        "precision_policy": _POLICY[setup.precision.value],
+        "setup": {
+            "lora_r": setup.lora_r,
+            "targets": setup.targets.value,
+            "seq_len": setup.seq_len,
+            "micro_batch": setup.micro_batch,
+            "grad_accum": setup.grad_accum,
+            "grad_ckpt": setup.grad_ckpt,
+            "num_gpus": setup.num_gpus,
+            "strategy": setup.strategy.value,
+        },
+        "tokens": {"per_epoch": plan.workload.tokens, "epochs": plan.workload.epochs, "source": tokens_source},
+        "memory_gb": {**plan.memory.items, "per_gpu_total": plan.memory.per_gpu_total},
+        "options": [option_dict(option) for option in plan.options],
+        "suggestions": [{"change": s.change, **option_dict(s.option)} for s in plan.suggestions],
+    }
+
+
+def _hours(hours: float) -> str:
+    whole = int(hours)
+    return f"{whole} h {round((hours - whole) * 60):02d} min" if whole else f"{round(hours * 60)} min"
+
+
+def plan_text(plan: Plan, tokens_source: str, limit: int = 10) -> str:
+    """The plan as a report for the terminal."""
+    arch, setup = plan.arch, plan.setup
+    lines = [
+        f"{arch.name}: {arch.total_params / 1e9:.2f} B parameters, {plan.trainable_params:,} trainable "
+        f"({setup.method.value}, r={setup.lora_r}, {setup.targets.value})"
+        if setup.method.is_peft
+        else f"{arch.name}: {arch.total_params / 1e9:.2f} B parameters, all trainable ({setup.method.value})",
+        f"seq {setup.seq_len} x micro-batch {setup.micro_batch} x grad-accum {setup.grad_accum}, "
+        f"checkpointing {'on' if setup.grad_ckpt else 'off'}; precision: {_POLICY[setup.precision.value]}",
+        f"{plan.workload.tokens:,} tokens x {plan.workload.epochs:g} epochs ({tokens_source})",
+        "",
+        f"Peak memory per GPU ({setup.num_gpus} x {setup.strategy.value}), decimal GB:",
+    ]
+    lines += [f"  {_ITEM_LABELS[k]:<32}{v:>9.2f}" for k, v in plan.memory.items.items() if v > 0]
+    lines += [f"  {'total':<32}{plan.memory.per_gpu_total:>9.2f}", "", _options_table(plan.options[:limit])]
+    if plan.suggestions:
+        lines += ["", "Nothing fits as configured. Changes that make it fit:"]
+        lines += [
+            f"  - {s.change}: {s.option.count} x {s.option.gpu.name}, {s.option.memory.per_gpu_total:.1f} GB per "
+            f"GPU, {_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
+            for s in plan.suggestions
+        ]
+    return "\n".join(lines)
+
+
+def _options_table(options: list[GpuOption]) -> str:
+    header = f"{'GPU':<22}{'fit':<28}{'tok/s':>9}{'time':>14}{'cost':>11}"
+    rows = [header, "-" * len(header)]
+    for o in options:
+        name = f"{o.count} x {o.gpu.name}" + (f" {o.strategy.value}" if o.count > 1 else "")
+        if o.fit.value == "fits":
+            fit = f"fits, {o.headroom_gb:.1f} GB headroom"
+        elif o.fit.value == "tight":
+            fit = f"tight, {o.headroom_gb:.1f} GB left"
+        else:
+            fit = f"does not fit ({-o.headroom_gb:.1f} GB over)"
+        rows.append(
+            f"{name:<22}{fit:<28}{o.tokens_per_s:>9,.0f}{_hours(o.hours):>14}{'$' + format(o.cost_usd, ',.2f'):>11}"
+        )
+    return "\n".join(rows)

@@ -1,0 +1,122 @@
+"""What is being trained and how: the inputs of the estimator besides the architecture and the GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+
+class Method(StrEnum):
+    """Fine-tuning methods."""
+
+    QLORA = "qlora"
+    LORA = "lora"
+    FULL = "full"
+    FULL_8BIT = "full-8bit"
+
+    @property
+    def is_peft(self) -> bool:
+        """Whether only an adapter is trained (the base stays frozen)."""
+        return self in {Method.QLORA, Method.LORA}
+
+
+class Targets(StrEnum):
+    """Which linear layers LoRA adapts."""
+
+    ALL_LINEAR = "all-linear"
+    ATTENTION = "attention"
+    QV = "q,v"
+
+
+class Strategy(StrEnum):
+    """How several GPUs share the work."""
+
+    DDP = "ddp"
+    FSDP = "fsdp"
+
+
+class Precision(StrEnum):
+    """What a trainer keeps per parameter.
+
+    ``bf16`` is what Rentune's payload does (TRL with a model loaded in bf16: weights, grads and AdamW states in
+    bf16). ``mixed`` keeps fp32 master weights and fp32 states (bf16 autocast over an fp32 model).
+    """
+
+    BF16 = "bf16"
+    MIXED = "mixed"
+
+
+class Attention(StrEnum):
+    """The attention kernel; SDPA and FlashAttention never store the L x L score matrix."""
+
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
+class SetupError(ValueError):
+    """A training setting is out of range; the message names it and the allowed range."""
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """Training settings that drive memory and time. Defaults follow the product's seeds.
+
+    Attributes:
+        method: QLoRA, LoRA, full, or full with an 8-bit optimizer.
+        lora_r: LoRA rank.
+        targets: Which linear layers get adapters.
+        lora_dropout: Dropout on the adapter input (PEFT then keeps a copy of each adapted input).
+        seq_len: Tokens per example after truncation or packing.
+        micro_batch: Examples per GPU per forward pass.
+        grad_accum: Micro-batches per optimizer step.
+        grad_ckpt: Gradient (activation) checkpointing.
+        precision: Precision policy (see :class:`Precision`).
+        attention: Attention kernel.
+        double_quant: QLoRA double quantisation of the NF4 constants.
+        num_gpus: GPUs used.
+        strategy: DDP (a full copy per GPU) or FSDP/ZeRO-3 (sharded).
+        chunked_loss: Cross-entropy computed in chunks (no full fp32 logits tensor).
+    """
+
+    method: Method = Method.QLORA
+    lora_r: int = 16
+    targets: Targets = Targets.ALL_LINEAR
+    lora_dropout: float = 0.05
+    seq_len: int = 2048
+    micro_batch: int = 2
+    grad_accum: int = 4
+    grad_ckpt: bool = True
+    precision: Precision = Precision.BF16
+    attention: Attention = Attention.SDPA
+    double_quant: bool = True
+    num_gpus: int = 1
+    strategy: Strategy = Strategy.DDP
+    chunked_loss: bool = False
+
+    def __post_init__(self) -> None:
+        _check_range("--lora-r", self.lora_r, 1, 4096)
+        _check_range("--seq-len", self.seq_len, 16, 1_048_576)
+        _check_range("--micro-batch", self.micro_batch, 1, 1024)
+        _check_range("--grad-accum", self.grad_accum, 1, 4096)
+        _check_range("--gpus", self.num_gpus, 1, 64)
+        if not 0 <= self.lora_dropout < 1:
+            raise SetupError(f"--lora-dropout {self.lora_dropout} must be at least 0 and below 1")
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        """Tokens in one forward pass on one GPU."""
+        return self.seq_len * self.micro_batch
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step over all GPUs."""
+        return self.tokens_per_micro_batch * self.grad_accum * self.num_gpus
+
+    def with_gpus(self, num_gpus: int, strategy: Strategy) -> TrainingSetup:
+        """Returns the same setup on another GPU count and strategy."""
+        return replace(self, num_gpus=num_gpus, strategy=strategy)
+
+
+def _check_range(flag: str, value: int, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SetupError(f"{flag} {value!r} is out of range: use a whole number from {low:,} to {high:,}")

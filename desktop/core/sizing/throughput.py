@@ -1,0 +1,57 @@
+"""Training speed from FLOPs: tokens per second per GPU and multi-GPU scaling.
+
+A training token costs ``2·N`` FLOPs forward per matmul parameter, ``2·N`` backward for the activation gradients,
+another ``2·N`` for weight gradients in a full fine-tune (frozen LoRA bases skip them), and one more forward when
+checkpointing recomputes it; causal attention adds ``2·L·seq·d`` per pass. Achievable MFU per GPU type comes from
+``gpus.json`` (calibrated on the planning values in the product's sizing notes).
+"""
+
+from __future__ import annotations
+
+import math
+
+from desktop.core.sizing.architecture import Architecture
+from desktop.core.sizing.gpus import GpuSpec
+from desktop.core.sizing.setup import Method, Strategy, TrainingSetup
+
+# bitsandbytes dequantises every NF4 weight on each pass: QLoRA runs at about 85 % of LoRA's speed.
+QLORA_SPEED_FACTOR = 0.85
+# Below ~4k hidden units the kernels are too small to reach the card's MFU.
+SMALL_MODEL_HIDDEN = 4096
+# Speed-up of N data-parallel GPUs over one (seed articles: ~1.8x on 2, ~3.5x on 4).
+_DDP_SCALING = {1: 1.0, 2: 1.8, 4: 3.5, 8: 6.8}
+# Sharding moves weights every step: fast links keep most of the speed, PCIe cards much less.
+_FSDP_EFFICIENCY = {True: 0.85, False: 0.6}
+
+
+def flops_per_token(arch: Architecture, setup: TrainingSetup) -> float:
+    """Training FLOPs per token (forward, backward and checkpoint recompute)."""
+    matmul_params = arch.num_layers * arch.active_block_linear_params() + arch.vocab_size * arch.hidden_size
+    passes = 2 + (0 if setup.method.is_peft else 1) + (1 if setup.grad_ckpt else 0)
+    attention_forward = 2 * arch.num_layers * setup.seq_len * arch.q_width  # QK^T and AV, causal half
+    forward_passes = 3 + (1 if setup.grad_ckpt else 0)
+    return 2.0 * matmul_params * passes + attention_forward * forward_passes
+
+
+def single_gpu_tokens_per_s(arch: Architecture, setup: TrainingSetup, gpu: GpuSpec) -> float:
+    """Tokens per second one GPU of this type trains."""
+    mfu = gpu.mfu * min(1.0, math.sqrt(arch.hidden_size / SMALL_MODEL_HIDDEN))
+    if setup.method is Method.QLORA:
+        mfu *= QLORA_SPEED_FACTOR
+    return mfu * gpu.bf16_tflops * 1e12 / flops_per_token(arch, setup)
+
+
+def scaling_factor(num_gpus: int, strategy: Strategy, gpu: GpuSpec) -> float:
+    """How many single GPUs ``num_gpus`` of this type are worth together."""
+    known = max(n for n in _DDP_SCALING if n <= num_gpus)
+    factor = _DDP_SCALING[known] * num_gpus / known
+    if not gpu.fast_interconnect and num_gpus > 1:
+        factor *= 0.9
+    if strategy is Strategy.FSDP and num_gpus > 1:
+        factor *= _FSDP_EFFICIENCY[gpu.fast_interconnect]
+    return factor
+
+
+def tokens_per_s(arch: Architecture, setup: TrainingSetup, gpu: GpuSpec) -> float:
+    """Tokens per second of the whole job on ``setup.num_gpus`` GPUs."""
+    return single_gpu_tokens_per_s(arch, setup, gpu) * scaling_factor(setup.num_gpus, setup.strategy, gpu)
