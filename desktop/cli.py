@@ -66,7 +66,43 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = commands.add_parser("doctor", help="check this computer: Python, keyring, data folder, local tools")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     _add_plan_parser(commands)
+    _add_data_parser(commands)
     return parser
+
+
+def _columns(text: str) -> dict[str, str]:
+    mapping = {}
+    for part in text.split(","):
+        role, _, column = part.partition("=")
+        if role.strip() not in {"system", "user", "assistant"} or not column.strip():
+            raise argparse.ArgumentTypeError(
+                f"--columns {text!r}: use ROLE=COLUMN pairs, e.g. user=question,"
+                "assistant=answer (roles: system, user, assistant)"
+            )
+        mapping[role.strip()] = column.strip()
+    if not {"user", "assistant"} <= set(mapping):
+        raise argparse.ArgumentTypeError("--columns needs at least user=COLUMN and assistant=COLUMN")
+    return mapping
+
+
+def _add_data_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    data = commands.add_parser("data", help="check and prepare a chat dataset on this computer")
+    actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    for name, text in (
+        ("check", "report problems with line numbers, and token counts (exit 0 clean, 1 errors, 2 unusable)"),
+        ("prepare", "drop bad rows and duplicates, split train/eval, write messages JSONL + manifest"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument("file", type=Path, help="JSONL, CSV or Parquet file")
+        action.add_argument("--model", help="count tokens with this model's tokenizer and chat template")
+        action.add_argument("--seq-len", type=int, default=2048, help="training sequence length (default 2048)")
+        action.add_argument("--columns", type=_columns, help="map table columns to roles: user=COL,assistant=COL")
+        if name == "check":
+            action.add_argument("--json", action="store_true", help="print the report as JSON")
+        else:
+            action.add_argument("--out", type=Path, required=True, help="folder for train.jsonl, eval.jsonl, manifest")
+            action.add_argument("--eval-fraction", type=float, default=0.05, help="share held out (default 0.05)")
+            action.add_argument("--seed", type=int, default=42, help="split seed (default 42)")
 
 
 def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -143,17 +179,20 @@ def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
 
 
 def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
-    from desktop.services.dataset_stats import DatasetReadError, estimate_dataset_tokens
-
     if not 0 < args.epochs <= 100:
         raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
     if args.dataset is not None:
-        try:
-            counted = estimate_dataset_tokens(args.dataset, seq_len)
-        except DatasetReadError as exc:
-            raise CliError(str(exc)) from exc
-        source = f"{counted.examples:,} examples in {args.dataset.name}, {counted.method}"
-        return Workload(tokens=counted.tokens, epochs=args.epochs), source
+        from desktop.services.data_check import check_dataset
+        from desktop.services.token_counting import load_token_counter
+
+        outcome = check_dataset(args.dataset, seq_len=seq_len, counter=load_token_counter(args.model))
+        report = outcome.report
+        if report.fatal or report.tokens is None:
+            raise CliError(f"{args.dataset}: {report.fatal}; run rentune data check {args.dataset}")
+        kept = outcome.kept_lengths()
+        trained = sum(min(n, seq_len) for n in kept.values())
+        source = f"{len(kept):,} usable examples in {args.dataset.name} (duplicates and rows with errors left out), "
+        return Workload(tokens=max(1, trained), epochs=args.epochs), source + report.tokens.method
     tokens = 15_000_000 if args.tokens is None else args.tokens
     if not 1_000 <= tokens <= 10**13:
         raise CliError(f"--tokens {tokens:,} is out of range: use a number from 1,000 to 10^13")
@@ -207,7 +246,60 @@ def _run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _data_progress() -> Callable[[int, int], None] | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        print(
+            f"\rreading {done / 1e6:,.0f} / {total / 1e6:,.0f} MB",
+            end="" if done < total else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
+
+
+def _run_data(args: argparse.Namespace) -> int:
+    from desktop.core.data.report import report_text
+    from desktop.services.data_check import check_dataset
+    from desktop.services.data_prepare import PrepareError, prepare_dataset
+    from desktop.services.token_counting import load_token_counter
+
+    if not 16 <= args.seq_len <= 1_048_576:
+        raise CliError(f"--seq-len {args.seq_len} is out of range: use a whole number from 16 to 1,048,576")
+    counter = load_token_counter(args.model)
+    if args.data_command == "check":
+        outcome = check_dataset(
+            args.file, seq_len=args.seq_len, counter=counter, columns=args.columns, progress=_data_progress()
+        )
+        print(json.dumps(outcome.report.to_dict(), indent=2) if args.json else report_text(outcome.report))
+        return int(outcome.report.verdict)
+    try:
+        prepared = prepare_dataset(
+            args.file,
+            args.out,
+            seq_len=args.seq_len,
+            eval_fraction=args.eval_fraction,
+            seed=args.seed,
+            counter=counter,
+            columns=args.columns,
+            progress=_data_progress(),
+        )
+    except PrepareError as exc:
+        raise CliError(str(exc)) from exc
+    counts = prepared.manifest_data["counts"]
+    print(report_text(prepared.report))
+    print(
+        f"Wrote {counts['train']:,} training and {counts['eval']:,} eval examples to {args.out} "
+        f"({counts['with_errors']:,} rows with errors and {counts['duplicates_removed']:,} duplicates left out)"
+    )
+    return EXIT_OK
+
+
 _COMMANDS: dict[str | None, Callable[[argparse.Namespace], int]] = {
+    "data": _run_data,
     None: _run_gui,
     "gui": _run_gui,
     "doctor": _run_doctor,

@@ -1,0 +1,33 @@
+"""Deterministic train/eval split, stratified by length so both sets see short and long examples alike."""
+
+from __future__ import annotations
+
+import random
+
+STRATA = 10
+
+
+def eval_indices(lengths: dict[int, int], eval_fraction: float, seed: int) -> set[int]:
+    """Chooses the rows that go to the eval set.
+
+    Args:
+        lengths: Row id → token length, for the rows kept.
+        eval_fraction: Share of rows for evaluation (0 for none).
+        seed: The same seed and input always give the same split.
+
+    Returns:
+        The row ids of the eval set.
+    """
+    if eval_fraction <= 0 or not lengths:
+        return set()
+    ordered = sorted(lengths, key=lambda row: (lengths[row], row))
+    size = max(1, len(ordered) // STRATA)
+    rng = random.Random(seed)  # noqa: S311 - a reproducible split, not cryptography
+    chosen: set[int] = set()
+    for start in range(0, len(ordered), size):
+        stratum = ordered[start : start + size]
+        # Cumulative rounding: strata too small for a whole eval row still add up to the right total.
+        take = round((start + len(stratum)) * eval_fraction) - round(start * eval_fraction)
+        rng.shuffle(stratum)
+        chosen.update(stratum[:take])
+    return chosen
