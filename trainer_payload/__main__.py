@@ -1,9 +1,10 @@
-"""Command line of the trainer payload: ``python -m trainer_payload``."""
+"""Command line of the trainer payload: ``python -m trainer_payload run job.json`` and ``bootstrap``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainer_payload import __version__
 from trainer_payload.protocol import PROTOCOL_VERSION
@@ -15,6 +16,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"trainer_payload {__version__} (protocol {PROTOCOL_VERSION})"
     )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser("run", help="train the job described by a job.json")
+    run.add_argument("job", type=Path, help="path of job.json")
+    boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
+    boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
+    boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
     return parser
 
 
@@ -24,10 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
-    parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        from trainer_payload.train import run_job
+
+        return run_job(args.job)
+    from trainer_payload.bootstrap import bootstrap
+
+    return bootstrap(args.job, dry_run=args.dry_run)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,27 @@
 """The contract between the desktop app and the trainer on the GPU machine (stdlib only).
 
-The app writes a job spec (``job.json``) and reads the event stream (``events.jsonl``) that the payload appends to
-in its output directory. Both sides import this module and nothing else from each other.
+The app writes a job spec (``job.json``); the payload appends events to ``events.jsonl`` in the job's output
+directory, one JSON object per line, each with ``ts``, ``seq`` and ``event``. Both sides import this module and
+nothing else from each other. A reader tails the events from a byte offset, so the app can reconnect at any time and
+continue without losing or repeating an event.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 PROTOCOL_VERSION = 1
 EVENTS_FILE_NAME = "events.jsonl"
 JOB_FILE_NAME = "job.json"
+CHECKPOINT_MARKER = "rentune_checkpoint.json"
+STOP_MARKER_NAME = "STOP_MACHINE"
+ADAPTER_DIR_NAME = "adapter"
 
 
 class JobState(StrEnum):
@@ -48,3 +59,204 @@ class ErrorKind(StrEnum):
     DISK = "disk"
     CONFIG = "config"
     INTERNAL = "internal"
+
+
+class JobSpecError(ValueError):
+    """The job spec is invalid; the message names the key and what is allowed."""
+
+
+METHODS = ("qlora", "lora", "full", "full-8bit")
+ENGINES = ("trl", "unsloth")
+STRATEGIES = ("ddp", "fsdp")
+SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to train and how (``job.json``). Relative paths are relative to the job file.
+
+    The keys are fixed by the protocol; see the field names. ``epochs`` is used when ``max_steps`` is 0 or less.
+    """
+
+    base_model: str
+    train_file: str
+    output_dir: str
+    version: int = PROTOCOL_VERSION
+    eval_file: str | None = None
+    method: str = "qlora"
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+    seq_len: int = 2048
+    micro_batch: int = 2
+    grad_accum: int = 4
+    epochs: float = 3.0
+    max_steps: int = -1
+    learning_rate: float = 2e-4
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    seed: int = 42
+    checkpoint_steps: int = 0
+    checkpoint_minutes: float = 30.0
+    keep_checkpoints: int = 3
+    engine: str = "trl"
+    num_gpus: int = 1
+    strategy: str = "ddp"
+    gradient_checkpointing: bool = True
+    eval_steps: int = 0
+    idle_stop_minutes: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base_dir: Path | None = None) -> JobSpec:
+        """Validates a decoded ``job.json`` and resolves its relative paths against ``base_dir``.
+
+        Raises:
+            JobSpecError: A key is unknown, missing or out of range; the message names it.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise JobSpecError(f"unknown job keys: {', '.join(unknown)}")
+        missing = [k for k in ("base_model", "train_file", "output_dir") if not data.get(k)]
+        if missing:
+            raise JobSpecError(f"missing job keys: {', '.join(missing)}")
+        spec = cls(**data)
+        spec.validate()
+        return spec.resolved(base_dir) if base_dir else spec
+
+    @classmethod
+    def load(cls, path: Path) -> JobSpec:
+        """Reads and validates a job file."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise JobSpecError(f"job file {path} does not exist") from exc
+        except json.JSONDecodeError as exc:
+            raise JobSpecError(f"job file {path} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise JobSpecError(f"job file {path} must hold a JSON object")
+        return cls.from_dict(data, path.resolve().parent)
+
+    def resolved(self, base_dir: Path) -> JobSpec:
+        """Returns the spec with file paths made absolute against ``base_dir`` (Hub model ids stay as they are)."""
+
+        def absolute(value: str | None) -> str | None:
+            return None if value is None else str((base_dir / value).resolve())
+
+        model = self.base_model
+        if model.startswith((".", "/")) or (base_dir / model).exists():
+            model = str((base_dir / model).resolve())
+        return _replace(
+            self,
+            base_model=model,
+            train_file=absolute(self.train_file),
+            eval_file=absolute(self.eval_file),
+            output_dir=absolute(self.output_dir),
+        )
+
+    def validate(self) -> None:
+        """Checks every value; raises :class:`JobSpecError` naming the first bad one."""
+        if self.version != PROTOCOL_VERSION:
+            raise JobSpecError(f"version {self.version} is not supported (this payload speaks {PROTOCOL_VERSION})")
+        _choice("method", self.method, METHODS)
+        _choice("engine", self.engine, ENGINES)
+        _choice("strategy", self.strategy, STRATEGIES)
+        _choice("lr_scheduler", self.lr_scheduler, SCHEDULERS)
+        for key, low, high in (
+            ("lora_r", 1, 4096),
+            ("lora_alpha", 1, 65536),
+            ("seq_len", 16, 1_048_576),
+            ("micro_batch", 1, 1024),
+            ("grad_accum", 1, 4096),
+            ("num_gpus", 1, 64),
+            ("keep_checkpoints", 1, 1000),
+            ("checkpoint_steps", 0, 10**9),
+            ("seed", 0, 2**32 - 1),
+            ("eval_steps", 0, 10**9),
+        ):
+            _int_range(key, getattr(self, key), low, high)
+        if not (self.max_steps > 0 or 0 < self.epochs <= 1000):
+            raise JobSpecError("set max_steps above 0, or epochs above 0 (at most 1000)")
+        if not 0 < self.learning_rate < 1:
+            raise JobSpecError(f"learning_rate {self.learning_rate} must be above 0 and below 1")
+        if not 0 <= self.lora_dropout < 1:
+            raise JobSpecError(f"lora_dropout {self.lora_dropout} must be at least 0 and below 1")
+        if self.checkpoint_minutes < 0 or self.idle_stop_minutes < 0:
+            raise JobSpecError("checkpoint_minutes and idle_stop_minutes must not be negative")
+        if not (
+            self.target_modules == "all-linear"
+            or (isinstance(self.target_modules, list) and all(isinstance(m, str) for m in self.target_modules))
+        ):
+            raise JobSpecError('target_modules must be "all-linear" or a list of module names')
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as ``job.json`` content."""
+        return asdict(self)
+
+
+def _replace(spec: JobSpec, **changes: Any) -> JobSpec:
+    return JobSpec(**{**asdict(spec), **changes})
+
+
+def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise JobSpecError(f"{key} {value!r} is not one of: {', '.join(allowed)}")
+
+
+def _int_range(key: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise JobSpecError(f"{key} {value!r} must be a whole number from {low} to {high}")
+
+
+class EventWriter:
+    """Appends events to ``events.jsonl``, continuing the sequence numbers of an existing file.
+
+    Each event is one ``write`` of a complete line followed by ``fsync``, so a reader never sees half an event
+    that stays half, and a crash loses at most the event being written.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._seq = _last_seq(path)
+
+    def emit(self, kind: EventKind, /, **fields_: Any) -> dict[str, Any]:
+        """Writes one event and returns it (``fields_`` may hold a ``kind`` of its own, as error events do)."""
+        self._seq += 1
+        event = {"ts": round(time.time(), 3), "seq": self._seq, "event": kind.value, **fields_}
+        line = (json.dumps(event, default=str) + "\n").encode("utf-8")
+        with self.path.open("ab") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return event
+
+
+def _last_seq(path: Path) -> int:
+    events, _ = read_events(path, 0)
+    return int(events[-1]["seq"]) if events else 0
+
+
+def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Reads the complete events after byte ``offset``.
+
+    Returns:
+        The events, and the offset to pass next time (a trailing partial line is left for the next read).
+    """
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+    return events, offset + end
+
+
+def parse_event_lines(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """Parses complete event lines from a chunk of bytes; returns them and how many bytes they used."""
+    end = data.rfind(b"\n") + 1
+    return [json.loads(line) for line in data[:end].splitlines() if line.strip()], end

@@ -99,7 +99,7 @@ def load_token_counter(model: str | None) -> TokenCounter:
         return EstimatedTokenCounter("transformers is not installed: make install-local")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
         _log.info("tokenizer of %s unavailable: %s", model, exc)
         return EstimatedTokenCounter(f"the tokenizer of {model} could not be loaded: {type(exc).__name__}")
     if not getattr(tokenizer, "chat_template", None):

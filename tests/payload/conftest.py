@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.chat_data import write_chat_dataset
+from tests.fixtures.tiny_models import TinyModel
+from trainer_payload.protocol import EVENTS_FILE_NAME, read_events
+
+JobFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def make_job(tmp_path: Path, tiny_model: TinyModel) -> JobFactory:
+    """Writes job.json and train.jsonl into a fresh folder; keyword arguments override job keys."""
+
+    def make(name: str = "job", **overrides: Any) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        write_chat_dataset(folder / "train.jsonl", count=64)
+        job = {
+            "base_model": str(tiny_model.path),
+            "train_file": "train.jsonl",
+            "output_dir": "out",
+            "method": "lora",
+            "lora_r": 8,
+            "seq_len": 128,
+            "micro_batch": 4,
+            "grad_accum": 1,
+            "learning_rate": 0.003,
+            "max_steps": 40,
+            "checkpoint_steps": 10,
+            "checkpoint_minutes": 0,
+            "keep_checkpoints": 3,
+            **overrides,
+        }
+        (folder / "job.json").write_text(json.dumps(job))
+        return folder / "job.json"
+
+    return make
+
+
+def payload_env() -> dict[str, str]:
+    return os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+
+
+def run_payload(job: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainer_payload", "run", str(job)],
+        capture_output=True,
+        text=True,
+        env=payload_env(),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_payload(job: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "trainer_payload", "run", str(job)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=payload_env(),
+        )
+
+
+def events_of(job: Path) -> list[dict[str, Any]]:
+    return read_events(job.parent / "out" / EVENTS_FILE_NAME)[0]
+
+
+def losses(events: list[dict[str, Any]]) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in events if e["event"] == "step"}

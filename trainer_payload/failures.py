@@ -1,0 +1,50 @@
+"""Turning exceptions into ``error`` events: a kind the app understands and the hint a user needs."""
+
+from __future__ import annotations
+
+import errno
+
+from trainer_payload.protocol import ErrorKind, JobSpecError
+
+
+class DataError(ValueError):
+    """A dataset row cannot be trained on; the message names the file, line and problem."""
+
+
+_HINTS = {
+    ErrorKind.OOM: "out of GPU memory: reduce --seq-len or --micro-batch, use qlora, or rent a larger GPU",
+    ErrorKind.DATA: "fix the dataset (rentune data check FILE shows every problem) and start again",
+    ErrorKind.DOWNLOAD: "check the model id, the HF token for gated models, and the machine's network",
+    ErrorKind.DISK: "the machine's disk is full: keep fewer checkpoints or rent more disk",
+    ErrorKind.CONFIG: "fix the job settings named above",
+    ErrorKind.INTERNAL: "a bug or an environment problem: see the payload log; the run can be resumed",
+}
+
+
+def hint(kind: ErrorKind) -> str:
+    """The one-line fix for a kind of error."""
+    return _HINTS[kind]
+
+
+def classify(exc: BaseException) -> ErrorKind:
+    """Maps an exception raised while training to an error kind."""
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if name in {"OutOfMemoryError"} or "out of memory" in text:
+        return ErrorKind.OOM
+    if isinstance(exc, DataError):
+        return ErrorKind.DATA
+    if isinstance(exc, JobSpecError):
+        return ErrorKind.CONFIG
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return ErrorKind.DISK
+    if name in {
+        "RepositoryNotFoundError",
+        "GatedRepoError",
+        "LocalEntryNotFoundError",
+        "HfHubHTTPError",
+        "EntryNotFoundError",
+        "RevisionNotFoundError",
+    } or (isinstance(exc, OSError) and "huggingface" in text):
+        return ErrorKind.DOWNLOAD
+    return ErrorKind.INTERNAL

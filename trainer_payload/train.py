@@ -1,0 +1,370 @@
+"""``python -m trainer_payload run job.json``: TRL SFT with PEFT (LoRA, QLoRA) or a full fine-tune.
+
+Events go to ``events.jsonl``; checkpoints are sealed with checksums as they are written; a restart on the same
+output directory resumes from the newest complete checkpoint; SIGTERM saves a checkpoint and stops cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer_payload.checkpoints import checkpoint_files, newest_complete, seal_checkpoint
+from trainer_payload.dataset import load_messages, to_prompt_completion
+from trainer_payload.failures import classify, hint
+from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
+from trainer_payload.protocol import (
+    ADAPTER_DIR_NAME,
+    EVENTS_FILE_NAME,
+    STOP_MARKER_NAME,
+    ErrorKind,
+    EventKind,
+    EventWriter,
+    JobSpec,
+    JobSpecError,
+    JobState,
+)
+
+EXIT_DONE, EXIT_FAILED, EXIT_CONFIG, EXIT_TERMINATED = 0, 1, 2, 143
+CHECKPOINT_DIR_NAME = "checkpoints"
+
+
+class Stop:
+    """Shared flags between the signal handler, the trainer callback and the watchdog."""
+
+    def __init__(self) -> None:
+        self.terminated = False
+        self.last_activity = time.monotonic()
+
+    def on_sigterm(self, _signum: int, _frame: object) -> None:
+        """Asks the training loop to save and stop at the end of the current step."""
+        self.terminated = True
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _touch_stop_marker(output_dir: Path) -> None:
+    (output_dir / STOP_MARKER_NAME).write_text(f"{time.time():.0f}\n", encoding="utf-8")
+
+
+def _watchdog(spec: JobSpec, stop: Stop, finished: threading.Event) -> None:
+    """Touches the stop marker when no training step happened for ``idle_stop_minutes``."""
+    limit = spec.idle_stop_minutes * 60
+    while not finished.wait(timeout=min(30.0, max(1.0, limit / 10))):
+        if time.monotonic() - stop.last_activity > limit:
+            _touch_stop_marker(Path(spec.output_dir))
+            return
+
+
+def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop) -> Any:
+    from transformers import TrainerCallback
+
+    output_dir = Path(spec.output_dir)
+
+    class EventsCallback(TrainerCallback):  # type: ignore[misc]
+        """Reports steps, evals and sealed checkpoints; saves on a timer and on SIGTERM."""
+
+        def __init__(self) -> None:
+            self.last_save = time.monotonic()
+            self.last_log: tuple[float, float] | None = None
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            logs = logs or {}
+            if "eval_loss" in logs:
+                events.emit(EventKind.EVAL, step=state.global_step, eval_loss=logs["eval_loss"])
+            if "loss" not in logs:
+                return
+            now, tokens = time.monotonic(), float(logs.get("num_tokens", 0.0))
+            rate = None
+            if self.last_log and now > self.last_log[0]:
+                rate = round((tokens - self.last_log[1]) / (now - self.last_log[0]), 1)
+            self.last_log = (now, tokens)
+            events.emit(
+                EventKind.STEP,
+                step=state.global_step,
+                epoch=round(state.epoch or 0.0, 4),
+                loss=logs["loss"],
+                lr=logs.get("learning_rate"),
+                tokens_per_s=rate,
+                tokens=tokens,
+                **gpu_readings(),
+            )
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            stop.last_activity = time.monotonic()
+            minutes = spec.checkpoint_minutes
+            if minutes and time.monotonic() - self.last_save >= minutes * 60:
+                control.should_save = True
+            if stop.terminated:
+                control.should_save = True
+                control.should_training_stop = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            self.last_save = time.monotonic()
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if not folder.is_dir():
+                return
+            marker = seal_checkpoint(folder, state.global_step)
+            size = sum(info["bytes"] for info in marker["files"].values())
+            events.emit(
+                EventKind.CHECKPOINT,
+                step=state.global_step,
+                path=str(folder.relative_to(output_dir)),
+                bytes=size,
+                sha256={name: info["sha256"] for name, info in marker["files"].items()},
+            )
+
+    return EventsCallback()
+
+
+def _load_model(spec: JobSpec, bf16: bool) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if spec.method == "qlora":
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype,
+        )
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        kwargs["device_map"] = {"": local if cuda_available() else "cpu"}
+    return AutoModelForCausalLM.from_pretrained(spec.base_model, **kwargs)
+
+
+def _peft_config(spec: JobSpec) -> Any:
+    if spec.method not in {"qlora", "lora"}:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=spec.lora_r,
+        lora_alpha=spec.lora_alpha,
+        lora_dropout=spec.lora_dropout,
+        target_modules=spec.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def _sft_config(spec: JobSpec, bf16: bool, assistant_masks: bool, has_eval: bool) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(Path(spec.output_dir) / CHECKPOINT_DIR_NAME),
+        per_device_train_batch_size=spec.micro_batch,
+        gradient_accumulation_steps=spec.grad_accum,
+        num_train_epochs=spec.epochs,
+        max_steps=spec.max_steps if spec.max_steps > 0 else -1,
+        learning_rate=spec.learning_rate,
+        lr_scheduler_type=spec.lr_scheduler,
+        warmup_steps=spec.warmup_ratio,  # below 1: a fraction of the steps (transformers 5)
+        seed=spec.seed,
+        data_seed=spec.seed,
+        logging_steps=1,
+        logging_first_step=True,
+        save_strategy="steps" if spec.checkpoint_steps else "no",
+        save_steps=spec.checkpoint_steps or 500,
+        save_total_limit=spec.keep_checkpoints,
+        bf16=bf16,
+        use_cpu=not cuda_available(),
+        report_to="none",
+        gradient_checkpointing=spec.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False},
+        max_length=spec.seq_len,
+        assistant_only_loss=assistant_masks,
+        completion_only_loss=not assistant_masks,
+        eval_strategy="steps" if has_eval and spec.eval_steps else "no",
+        eval_steps=spec.eval_steps or None,
+        optim="adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_level="warning",
+    )
+
+
+def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, bool]:
+    from datasets import Dataset
+
+    assistant_masks = "generation" in (getattr(tokenizer, "chat_template", None) or "")
+    shape = (lambda rows: rows) if assistant_masks else to_prompt_completion
+    train = Dataset.from_list(shape(load_messages(Path(spec.train_file))))
+    evaluation = Dataset.from_list(shape(load_messages(Path(spec.eval_file)))) if spec.eval_file else None
+    return train, evaluation, assistant_masks
+
+
+class PayloadRun:
+    """One execution of a job, from loading to the final adapter."""
+
+    def __init__(self, spec: JobSpec, events: EventWriter, stop: Stop) -> None:
+        self.spec, self.events, self.stop = spec, events, stop
+        self.output_dir = Path(spec.output_dir)
+        self.started = time.monotonic()
+
+    def state(self, state: JobState, **detail: Any) -> None:
+        """Reports a phase."""
+        self.events.emit(EventKind.STATE, state=state.value, **detail)
+
+    def execute(self) -> int:
+        """Runs the job; returns the process exit code."""
+        from transformers import AutoTokenizer
+        from trl import SFTTrainer
+
+        self.state(JobState.PREPARING, detail=f"loading {self.spec.base_model} for {self.spec.method}")
+        bf16 = use_bf16()
+        tokenizer = AutoTokenizer.from_pretrained(self.spec.base_model)
+        train, evaluation, masks = _datasets(self.spec, tokenizer)
+        model = _load_model(self.spec, bf16)
+        if self.stop.terminated:
+            return self._terminated(step=None)
+        trainer = SFTTrainer(
+            model=model,
+            args=_sft_config(self.spec, bf16, masks, evaluation is not None),
+            train_dataset=train,
+            eval_dataset=evaluation,
+            processing_class=tokenizer,
+            peft_config=_peft_config(self.spec),
+            callbacks=[_events_callback(self.spec, self.events, self.stop)],
+        )
+        resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
+        loss_on = "assistant turns" if masks else "the final assistant turn (template has no generation markers)"
+        self.state(
+            JobState.TRAINING,
+            resume_from=resume.name if resume else None,
+            loss_on=loss_on,
+            examples=len(train),
+            bf16=bf16,
+        )
+        train_started = time.monotonic()
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if self.stop.terminated:
+            return self._terminated(step=trainer.state.global_step)
+        return self._finish(trainer, result.metrics, time.monotonic() - train_started)
+
+    def _terminated(self, step: int | None) -> int:
+        where = f"checkpoint saved at step {step}" if step else "before training started"
+        self.state(JobState.FAILED, reason=f"stopped by SIGTERM ({where}); start the job again to resume")
+        return EXIT_TERMINATED
+
+    def _finish(self, trainer: Any, metrics: dict[str, Any], train_seconds: float) -> int:
+        self.state(JobState.SAVING)
+        target = self.output_dir / (ADAPTER_DIR_NAME if self.spec.method in {"qlora", "lora"} else "model")
+        trainer.save_model(str(target))
+        marker = seal_checkpoint(target, trainer.state.global_step)
+        last_loss = next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)
+        self.events.emit(
+            EventKind.DONE,
+            adapter_path=str(target.relative_to(self.output_dir)),
+            files={name: info["sha256"] for name, info in marker["files"].items()},
+            bytes=sum(p.stat().st_size for p in checkpoint_files(target)),
+            metrics={
+                **metrics,
+                "final_loss": last_loss,
+                "steps": trainer.state.global_step,
+                "peak_gpu_gb": peak_memory_gb(),
+            },
+            wall_seconds=round(time.monotonic() - self.started, 2),
+            train_seconds=round(train_seconds, 2),
+        )
+        self.state(JobState.DONE)
+        return EXIT_DONE
+
+
+def _output_dir_of(job_path: Path) -> Path:
+    import json
+
+    try:
+        raw = json.loads(job_path.read_text(encoding="utf-8"))
+        return (job_path.parent / str(raw["output_dir"])).resolve()
+    except (OSError, ValueError, KeyError, TypeError):
+        return job_path.resolve().parent
+
+
+def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
+    """Re-runs this job under ``accelerate launch`` on ``num_gpus`` processes (DDP, or FSDP when asked)."""
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(spec.num_gpus),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "bf16" if use_bf16() else "no",
+    ]
+    if spec.strategy == "fsdp":
+        command += [
+            "--use_fsdp",
+            "--fsdp_sharding_strategy",
+            "FULL_SHARD",
+            "--fsdp_auto_wrap_policy",
+            "TRANSFORMER_BASED_WRAP",
+            "--fsdp_state_dict_type",
+            "SHARDED_STATE_DICT",
+        ]
+    else:
+        command += ["--multi_gpu"]
+    command += ["-m", "trainer_payload", "run", str(job_path)]
+    return subprocess.call(command)
+
+
+def run_job(job_path: Path) -> int:
+    """Runs a job file to completion, reporting through ``events.jsonl``; returns the exit code."""
+    stop = Stop()
+    signal.signal(signal.SIGTERM, stop.on_sigterm)
+    try:
+        spec = JobSpec.load(job_path)
+    except JobSpecError as exc:
+        events = EventWriter(_output_dir_of(job_path) / EVENTS_FILE_NAME)
+        events.emit(EventKind.ERROR, kind=ErrorKind.CONFIG.value, message=str(exc), hint=hint(ErrorKind.CONFIG))
+        events.emit(EventKind.STATE, state=JobState.FAILED.value, reason=str(exc))
+        return EXIT_CONFIG
+    output_dir = Path(spec.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if spec.num_gpus > 1 and "LOCAL_RANK" not in os.environ:
+        return _launch_distributed(spec, job_path)
+    writer: EventWriter = EventWriter(output_dir / EVENTS_FILE_NAME) if _is_main_process() else _SilentEvents()
+    return _run_reporting(spec, writer, stop)
+
+
+def _run_reporting(spec: JobSpec, events: EventWriter, stop: Stop) -> int:
+    finished = threading.Event()
+    if spec.idle_stop_minutes > 0:
+        threading.Thread(target=_watchdog, args=(spec, stop, finished), daemon=True).start()
+    try:
+        code = PayloadRun(spec, events, stop).execute()
+    except Exception as exc:  # noqa: BLE001 - every failure must become an error event, never a silent crash
+        kind = classify(exc)
+        detail = {"peak_gpu_gb": peak_memory_gb()} if kind is ErrorKind.OOM else {}
+        events.emit(
+            EventKind.ERROR, kind=kind.value, message=f"{type(exc).__name__}: {exc}"[:2000], hint=hint(kind), **detail
+        )
+        events.emit(EventKind.STATE, state=JobState.FAILED.value, reason=kind.value)
+        code = EXIT_FAILED
+    finally:
+        finished.set()
+    if _is_main_process() and code != EXIT_TERMINATED:
+        _touch_stop_marker(Path(spec.output_dir))
+    return code
+
+
+class _SilentEvents(EventWriter):
+    """Event sink of non-main ranks: only rank 0 reports."""
+
+    def __init__(self) -> None:
+        """Writes nowhere."""
+
+    def emit(self, kind: EventKind, /, **fields_: Any) -> dict[str, Any]:
+        """Drops the event."""
+        return {}
