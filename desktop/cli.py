@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from desktop import __version__
 from desktop.core.sizing.architecture import ArchitectureError
@@ -67,7 +68,38 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     _add_plan_parser(commands)
     _add_data_parser(commands)
+    _add_run_parsers(commands)
     return parser
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="ssh://user@host:port (overrides [target] ssh)")
+    parser.add_argument("--identity", type=Path, help="private key to log in with (overrides [target] identity)")
+    parser.add_argument("--python", help="interpreter on the machine (overrides [target] python)")
+
+
+def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = commands.add_parser("run", help="train SPEC.toml on an SSH machine and bring the adapter home")
+    run.add_argument("spec", type=Path, help="the run spec (see resources/examples/SPEC.toml)")
+    _add_target_options(run)
+    run.add_argument("--detach", action="store_true", help="keep driving the run in the background and return")
+    runs = commands.add_parser("runs", help="list runs")
+    runs.add_argument("--json", action="store_true")
+    for name, text in (
+        ("status", "show a run's state, history and last events"),
+        ("logs", "print a run's events"),
+        ("stop", "save a checkpoint, stop training, cancel the run"),
+        ("pull", "bring the newest checkpoint home now"),
+        ("resume", "continue a run (reattach, or move it to another machine with --target)"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("run_id", metavar="RUN", help="run id (a unique prefix is enough)")
+        if name == "logs":
+            command.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+        if name == "status":
+            command.add_argument("--json", action="store_true")
+        if name == "resume":
+            _add_target_options(command)
 
 
 def _columns(text: str) -> dict[str, str]:
@@ -246,6 +278,12 @@ def _run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _runs_cli() -> Any:
+    from desktop.cli_runs import RunsCommands
+
+    return RunsCommands(CliError)
+
+
 def _data_progress() -> Callable[[int, int], None] | None:
     if not sys.stderr.isatty():
         return None
@@ -300,6 +338,13 @@ def _run_data(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str | None, Callable[[argparse.Namespace], int]] = {
     "data": _run_data,
+    "run": lambda args: _runs_cli().run(args),
+    "runs": lambda args: _runs_cli().list(args),
+    "status": lambda args: _runs_cli().status(args),
+    "logs": lambda args: _runs_cli().logs(args),
+    "stop": lambda args: _runs_cli().stop(args),
+    "pull": lambda args: _runs_cli().pull(args),
+    "resume": lambda args: _runs_cli().resume(args),
     None: _run_gui,
     "gui": _run_gui,
     "doctor": _run_doctor,

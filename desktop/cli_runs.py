@@ -1,0 +1,205 @@
+"""The run commands of the CLI: run, runs, status, logs, stop, pull, resume (on the run engine)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
+from desktop.core.runs.states import TERMINAL, RunState
+from desktop.services.run_engine import RunEngine, RunError, describe_event, mirrored_events
+from desktop.services.run_store import RunRecord, UnknownRunError
+from desktop.services.ssh_remote import HostKeyChangedError
+from trainer_payload.protocol import EVENTS_FILE_NAME
+
+
+def _stamp(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else "-"
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+class RunsCommands:
+    """Implements the run subcommands; ``error`` is the CLI's one-line error type."""
+
+    def __init__(self, error: type[Exception]) -> None:
+        self.error = error
+        self.engine = RunEngine(report=_print)
+
+    def _record(self, run_id: str) -> RunRecord:
+        try:
+            return self.engine.store.get(run_id)
+        except UnknownRunError as exc:
+            raise self.error(str(exc)) from exc
+
+    def _load_spec(self, path: Path) -> RunSpec:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise self.error(f"{path} does not exist; see resources/examples/SPEC.toml") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise self.error(f"{path} is not valid TOML: {exc}") from exc
+        try:
+            return run_spec_from_dict(data, path.resolve().parent, path.resolve())
+        except RunSpecError as exc:
+            raise self.error(f"{path}: {exc}") from exc
+
+    def _target(self, args: argparse.Namespace, base: SshTarget | None) -> SshTarget | None:
+        if not (args.target or args.identity or args.python):
+            return base
+        url = args.target or (base.url if base else None)
+        if url is None:
+            raise self.error("--identity/--python need a target: add --target ssh://user@host:port")
+        try:
+            user, host, port = parse_ssh_url(url)
+        except RunSpecError as exc:
+            raise self.error(str(exc)) from exc
+        identity = args.identity.expanduser().resolve() if args.identity else (base.identity if base else None)
+        python = args.python or (base.python if base else "python3")
+        return SshTarget(user, host, port, identity, python, base.workdir if base else None)
+
+    def _drive(self, coroutine: Any, run_id: str) -> int:
+        try:
+            record: RunRecord = asyncio.run(coroutine)
+        except KeyboardInterrupt:
+            print(f"\ndetached: training goes on on the machine; rentune resume {run_id} reattaches", flush=True)
+            return 130
+        except (RunError, HostKeyChangedError) as exc:
+            raise self.error(str(exc)) from exc
+        print(f"run {record.id}: {record.state.value}" + (f" ({record.error})" if record.error else ""))
+        return 0 if record.state is RunState.FINISHED else 1
+
+    def run(self, args: argparse.Namespace) -> int:
+        """``rentune run SPEC.toml``."""
+        spec = self._load_spec(args.spec)
+        target = self._target(args, spec.target)
+        spec = RunSpec(**{**spec.__dict__, "target": target})
+        try:
+            record = self.engine.create(spec)
+        except RunError as exc:
+            raise self.error(str(exc)) from exc
+        if args.detach:
+            log = self.engine.folder(record.id) / "engine.log"
+            with log.open("ab") as handle:
+                subprocess.Popen(
+                    [sys.executable, "-m", "desktop", "resume", record.id],
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            print(f"run {record.id} started in the background (log: {log}); rentune status {record.id}")
+            return 0
+        return self._drive(self.engine.drive(record.id), record.id)
+
+    def resume(self, args: argparse.Namespace) -> int:
+        """``rentune resume RUN [--target ...]``."""
+        record = self._record(args.run_id)
+        if record.state in TERMINAL:
+            print(f"run {record.id} is already {record.state.value}")
+            return 0 if record.state is RunState.FINISHED else 1
+        if args.target or args.identity or args.python:
+            base = None
+            if record.target:
+                user, host, port = parse_ssh_url(record.target)
+                base = SshTarget(
+                    user, host, port, None, record.spec.get("python", "python3"), record.spec.get("workdir")
+                )
+            target = self._target(args, base)
+            assert target is not None
+            self.engine.retarget(record.id, target)
+        return self._drive(self.engine.drive(record.id), record.id)
+
+    def stop(self, args: argparse.Namespace) -> int:
+        """``rentune stop RUN``."""
+        record = self._record(args.run_id)
+        self._drive(self.engine.stop(record.id), record.id)
+        return 0
+
+    def pull(self, args: argparse.Namespace) -> int:
+        """``rentune pull RUN``."""
+        record = self._record(args.run_id)
+        try:
+            folder = asyncio.run(self.engine.pull(record.id))
+        except RunError as exc:
+            raise self.error(str(exc)) from exc
+        print(f"newest checkpoint on this computer: {folder}" if folder else "no checkpoint written yet")
+        return 0
+
+    def list(self, args: argparse.Namespace) -> int:
+        """``rentune runs``."""
+        records = self.engine.store.all()
+        rows = [
+            {"id": r.id, "state": r.state.value, "target": r.target, "started": _stamp(r.started), "adapter": r.adapter}
+            for r in records
+        ]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        if not rows:
+            print("no runs yet; start one with rentune run SPEC.toml")
+        for row in rows:
+            print(f"{row['id']:<24}{row['state']:<14}{row['started']:<27}{row['target'] or '-'}")
+        return 0
+
+    def status(self, args: argparse.Namespace) -> int:
+        """``rentune status RUN``."""
+        record = self._record(args.run_id)
+        history = self.engine.store.transitions(record.id)
+        events = mirrored_events(self.engine.folder(record.id))
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "id": record.id,
+                        "state": record.state.value,
+                        "target": record.target,
+                        "fingerprint": record.fingerprint,
+                        "adapter": record.adapter,
+                        "error": record.error,
+                        "relaunches": record.relaunches,
+                        "transitions": history,
+                        "last_event": events[-1] if events else None,
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
+            return 0
+        print(f"run {record.id}: {record.state.value} on {record.target} (host key {record.fingerprint or '-'})")
+        for step in history:
+            print(
+                f"  {_stamp(step['ts'])}  {step['from_state'] or '':<13} -> {step['to_state']:<13} {step['note'] or ''}"
+            )
+        for event in events[-5:]:
+            print("  " + describe_event(event))
+        if record.error:
+            print(f"  problem: {record.error}")
+        return 0
+
+    def logs(self, args: argparse.Namespace) -> int:
+        """``rentune logs RUN [-f]``: the mirrored event stream."""
+        record = self._record(args.run_id)
+        path = self.engine.folder(record.id) / EVENTS_FILE_NAME
+        shown = 0
+        while True:
+            events = mirrored_events(self.engine.folder(record.id)) if path.exists() else []
+            for event in events[shown:]:
+                print(describe_event(event), flush=True)
+            shown = len(events)
+            if not args.follow or self.engine.store.get(record.id).state in TERMINAL:
+                return 0
+            try:
+                time.sleep(1)
+            except KeyboardInterrupt:
+                return 0

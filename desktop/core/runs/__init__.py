@@ -1,0 +1,1 @@
+"""Runs as data: the human-editable run spec and the run state machine."""

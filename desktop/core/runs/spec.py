@@ -1,0 +1,158 @@
+"""``SPEC.toml``: the human-editable description of a run, shared by the CLI and the GUI.
+
+Sections: ``[model] base``; ``[data] train`` (and ``eval``); ``[training]`` with the payload's job keys under the
+same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``; ``[budget]``. Relative paths are
+relative to the spec file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from trainer_payload.protocol import JobSpec, JobSpecError
+
+_TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version"}
+
+
+class RunSpecError(ValueError):
+    """The run spec is invalid; the message names the section and key."""
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """An SSH host to train on.
+
+    Attributes:
+        user: Login user.
+        host: Host name or address.
+        port: SSH port.
+        identity: Private key file used to log in (None: the SSH agent or default keys).
+        python: The interpreter to run the payload with on the host.
+        workdir: Folder for run folders on the host (default ``~/.rentune/runs``).
+    """
+
+    user: str
+    host: str
+    port: int = 22
+    identity: Path | None = None
+    python: str = "python3"
+    workdir: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The target as ``ssh://user@host:port``."""
+        return f"ssh://{self.user}@{self.host}:{self.port}"
+
+
+def parse_ssh_url(url: str) -> tuple[str, str, int]:
+    """Splits ``ssh://user@host:port`` (port optional).
+
+    Raises:
+        RunSpecError: The URL is not of that form.
+    """
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 22
+    except ValueError as exc:
+        raise RunSpecError(f"target {url!r}: the port must be a number") from exc
+    if parts.scheme != "ssh" or not parts.hostname or not parts.username:
+        raise RunSpecError(f"target {url!r} must look like ssh://user@host:port")
+    return parts.username, parts.hostname, port
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run as the user described it.
+
+    Attributes:
+        base_model: Hub id or local path of the model.
+        train_file: Training data (``messages`` JSONL, ideally from ``rentune data prepare``).
+        eval_file: Optional eval data.
+        training: The payload job keys (method, lora_r, seq_len...).
+        target: Where to train.
+        budget_usd: Stop spending past this (0: no limit).
+        hourly_rate_usd: What the target costs per hour (own servers: as the user states it).
+        source: The spec file.
+    """
+
+    base_model: str
+    train_file: Path
+    eval_file: Path | None
+    training: dict[str, Any]
+    target: SshTarget | None
+    budget_usd: float = 0.0
+    hourly_rate_usd: float = 0.0
+    source: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def job_dict(self, train_name: str, eval_name: str | None) -> dict[str, Any]:
+        """The payload's ``job.json`` for this spec, with data paths relative to the remote job folder."""
+        return {
+            "base_model": self.base_model,
+            "train_file": train_name,
+            "eval_file": eval_name,
+            "output_dir": "out",
+            **self.training,
+        }
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise RunSpecError(f"[{name}] must be a table")
+    return value
+
+
+def _path(value: Any, base: Path, key: str) -> Path:
+    if not isinstance(value, str) or not value:
+        raise RunSpecError(f"{key} must be a file path")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _target(section: dict[str, Any], base: Path) -> SshTarget | None:
+    if "ssh" not in section:
+        return None
+    user, host, port = parse_ssh_url(str(section["ssh"]))
+    identity = _path(section["identity"], base, "[target] identity") if section.get("identity") else None
+    workdir = str(section["workdir"]) if section.get("workdir") else None
+    return SshTarget(user, host, port, identity, str(section.get("python", "python3")), workdir)
+
+
+def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None = None) -> RunSpec:
+    """Validates a decoded ``SPEC.toml``.
+
+    Raises:
+        RunSpecError: A section or key is missing or invalid.
+    """
+    model = _section(data, "model").get("base")
+    if not isinstance(model, str) or not model:
+        raise RunSpecError("[model] base is required (a Hub id or a model folder)")
+    data_section = _section(data, "data")
+    train = _path(data_section.get("train"), base_dir, "[data] train")
+    evaluation = _path(data_section["eval"], base_dir, "[data] eval") if data_section.get("eval") else None
+    training = dict(_section(data, "training"))
+    clash = sorted(set(training) & _TRAINING_EXCLUDED)
+    if clash:
+        raise RunSpecError(f"[training] cannot set {', '.join(clash)} (they come from [model] and [data])")
+    local_model = Path(model).expanduser()
+    if not local_model.is_absolute() and (base_dir / local_model).exists():
+        model = str((base_dir / local_model).resolve())
+    try:
+        JobSpec.from_dict({"base_model": model, "train_file": "t", "output_dir": "o", **training})
+    except (JobSpecError, TypeError) as exc:
+        raise RunSpecError(f"[training]: {exc}") from exc
+    budget = _section(data, "budget")
+    return RunSpec(
+        model,
+        train,
+        evaluation,
+        training,
+        _target(_section(data, "target"), base_dir),
+        float(budget.get("max_usd", 0.0)),
+        float(budget.get("hourly_rate_usd", 0.0)),
+        source,
+    )

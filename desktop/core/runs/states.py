@@ -1,0 +1,53 @@
+"""The states of a run and the transitions allowed between them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunState(StrEnum):
+    """Where a run is. Persisted before every transition, so a restarted app finds every run where it was."""
+
+    PLANNED = "planned"
+    PROVISIONING = "provisioning"
+    CONNECTING = "connecting"
+    UPLOADING = "uploading"
+    BOOTSTRAPPING = "bootstrapping"
+    TRAINING = "training"
+    SYNCING = "syncing"
+    PULLING = "pulling"
+    FINISHED = "finished"
+    PAUSED = "paused"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({RunState.FINISHED, RunState.CANCELLED})
+# Runs in these states can be continued with `rentune resume`.
+RESUMABLE = frozenset(set(RunState) - TERMINAL)
+
+_FLOW = [
+    RunState.PLANNED,
+    RunState.PROVISIONING,
+    RunState.CONNECTING,
+    RunState.UPLOADING,
+    RunState.BOOTSTRAPPING,
+    RunState.TRAINING,
+    RunState.SYNCING,
+    RunState.PULLING,
+    RunState.FINISHED,
+]
+
+
+class TransitionError(ValueError):
+    """A transition the state machine does not allow."""
+
+
+def check_transition(current: RunState, target: RunState) -> None:
+    """Allows any step forward in the flow, pausing/failing/cancelling from any live state, and resuming.
+
+    Raises:
+        TransitionError: ``current`` is terminal.
+    """
+    if current in TERMINAL and target is not current:
+        raise TransitionError(f"run is {current.value}; it cannot become {target.value}")

@@ -1,0 +1,481 @@
+"""The run engine: drives a fine-tune on an SSH machine and brings the adapter home, surviving disconnects.
+
+States (persisted before each transition): planned → connecting → uploading → bootstrapping → training → syncing →
+pulling → finished, plus paused (machine unreachable or lost), failed and cancelled. ``drive`` continues a run from
+wherever it stands, so the app or CLI can die at any point and pick the run up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from desktop.core.runs.spec import RunSpec, SshTarget
+from desktop.core.runs.states import TERMINAL, RunState
+from desktop.services.logs import get_logger
+from desktop.services.run_store import RunRecord, RunStore
+from desktop.services.secrets import SecretName, SecretStore, SecretStoreError
+from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
+from trainer_payload.protocol import CHECKPOINT_MARKER, EVENTS_FILE_NAME, JOB_FILE_NAME, parse_event_lines
+
+Report = Callable[[str], None]
+_log = get_logger("engine")
+_CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, RemoteError)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Timing and limits of the engine.
+
+    Attributes:
+        poll_seconds: How often the event stream is read.
+        grace_seconds: How long a machine may be unreachable before the run is paused.
+        max_relaunches: Relaunches of a trainer that died without a final event.
+        keep_local_checkpoints: Pulled checkpoints kept per run.
+    """
+
+    poll_seconds: float = 1.0
+    grace_seconds: float = 120.0
+    max_relaunches: int = 3
+    keep_local_checkpoints: int = 3
+
+
+class RunError(RuntimeError):
+    """A run cannot go on; the message says why and what to do."""
+
+
+def spec_to_record(spec: RunSpec) -> dict[str, Any]:
+    """The parts of a spec a run needs later, JSON-ready (paths as strings, no secrets)."""
+    return {
+        "base_model": spec.base_model,
+        "train_file": str(spec.train_file),
+        "eval_file": str(spec.eval_file) if spec.eval_file else None,
+        "training": spec.training,
+        "python": spec.target.python if spec.target else "python3",
+        "identity": str(spec.target.identity) if spec.target and spec.target.identity else None,
+        "workdir": spec.target.workdir if spec.target else None,
+        "hourly_rate_usd": spec.hourly_rate_usd,
+        "source": str(spec.source) if spec.source else None,
+    }
+
+
+def _endpoint(record: RunRecord) -> Endpoint:
+    if not record.target:
+        raise RunError("the run has no target; resume it with --target ssh://user@host:port")
+    from desktop.core.runs.spec import parse_ssh_url
+
+    user, host, port = parse_ssh_url(record.target)
+    identity = record.spec.get("identity")
+    return Endpoint(host, port, user, (Path(identity),) if identity else ())
+
+
+class RunEngine:
+    """Drives runs recorded in a :class:`RunStore`."""
+
+    def __init__(
+        self,
+        store: RunStore | None = None,
+        secrets: SecretStore | None = None,
+        options: EngineOptions | None = None,
+        report: Report | None = None,
+    ) -> None:
+        self.store = store or RunStore()
+        self.secrets = secrets or SecretStore()
+        self.options = options or EngineOptions()
+        self.report = report or (lambda _line: None)
+
+    # -- creating and addressing runs ----------------------------------------------------------------------------
+
+    def create(self, spec: RunSpec) -> RunRecord:
+        """Records a new run for a spec (nothing is contacted yet)."""
+        if spec.target is None:
+            raise RunError("the spec has no [target] ssh = ...; pass --target ssh://user@host:port")
+        if not spec.train_file.is_file():
+            raise RunError(f"{spec.train_file} does not exist; check [data] train in the spec")
+        record = self.store.create(spec_to_record(spec), spec.target.url)
+        self.report(f"run {record.id} created for {spec.base_model} on {spec.target.url}")
+        return record
+
+    def retarget(self, run_id: str, target: SshTarget) -> RunRecord:
+        """Points a run at another machine (the old one is lost); its work continues from the last checkpoint."""
+        record = self.store.get(run_id)
+        spec = {
+            **record.spec,
+            "python": target.python,
+            "workdir": target.workdir or record.spec.get("workdir"),
+            "identity": str(target.identity) if target.identity else record.spec.get("identity"),
+        }
+        with self.store._db() as db:  # one statement: target, spec and the per-machine fields together
+            db.execute(
+                "UPDATE runs SET target = ?, spec = ?, host_key = NULL, fingerprint = NULL, pid = NULL, "
+                "remote_dir = NULL WHERE id = ?",
+                (target.url, json.dumps(spec), run_id),
+            )
+        return self.store.get(run_id)
+
+    def folder(self, run_id: str) -> Path:
+        """The run's local folder."""
+        return self.store.folder(run_id)
+
+    # -- driving ---------------------------------------------------------------------------------------------------
+
+    async def drive(self, run_id: str) -> RunRecord:
+        """Continues a run until it is finished, failed, cancelled or paused; returns its final record."""
+        record = self.store.get(run_id)
+        if record.state in TERMINAL:
+            return record
+        started = time.monotonic()
+        while True:
+            try:
+                machine = await self._connect(run_id)
+            except HostKeyChangedError as exc:
+                return self._fail(run_id, str(exc))
+            except _CONNECTION_ERRORS as exc:
+                if time.monotonic() - started > self.options.grace_seconds:
+                    return self._pause(run_id, f"machine unreachable for {self.options.grace_seconds:.0f} s ({exc})")
+                self.report(f"cannot reach the machine ({type(exc).__name__}); retrying")
+                await asyncio.sleep(min(5.0, self.options.poll_seconds * 2))
+                continue
+            try:
+                return await self._on_machine(run_id, machine)
+            except _CONNECTION_ERRORS as exc:
+                self.report(f"connection lost ({type(exc).__name__}: {exc}); reconnecting")
+                started = time.monotonic()
+            finally:
+                await _quietly_close(machine)
+
+    async def _connect(self, run_id: str) -> RemoteMachine:
+        record = self.store.get(run_id)
+        if record.state in {RunState.PLANNED, RunState.PAUSED}:
+            record = self.store.transition(run_id, RunState.CONNECTING)
+        machine = await RemoteMachine.connect(_endpoint(record), record.host_key)
+        if record.host_key is None:
+            self.store.update(run_id, host_key=machine.host_key, fingerprint=fingerprint(machine.host_key))
+            self.report(f"pinned host key of {record.target}: {fingerprint(machine.host_key)}")
+        if record.remote_dir is None:
+            home = (await machine.run('printf %s "$HOME"')).strip()
+            base = record.spec.get("workdir") or f"{home}/.rentune/runs"
+            self.store.update(run_id, remote_dir=f"{base}/{run_id}")
+        return machine
+
+    async def _on_machine(self, run_id: str, machine: RemoteMachine) -> RunRecord:
+        record = self.store.get(run_id)
+        if record.pid is None:
+            await self._upload(run_id, machine)
+            await self._bootstrap(run_id, machine)
+            await self._launch(run_id, machine)
+        elif not await self._workdir_exists(machine, record):
+            return self._pause(
+                run_id,
+                "machine lost: the remote work folder is gone; resume with --target to "
+                "continue from the newest local checkpoint",
+            )
+        return await self._monitor(run_id, machine)
+
+    # -- upload, bootstrap, launch -----------------------------------------------------------------------------
+
+    async def _upload(self, run_id: str, machine: RemoteMachine) -> None:
+        record = self.store.transition(run_id, RunState.UPLOADING)
+        remote, spec, local = str(record.remote_dir), record.spec, self.folder(run_id)
+        files: list[tuple[Path, str]] = [(Path(str(p)), f"payload/trainer_payload/{p.name}") for p in _payload_files()]
+        files.append((Path(spec["train_file"]), "data/train.jsonl"))
+        if spec.get("eval_file"):
+            files.append((Path(spec["eval_file"]), "data/eval.jsonl"))
+        job = {
+            "base_model": spec["base_model"],
+            "train_file": "data/train.jsonl",
+            "eval_file": "data/eval.jsonl" if spec.get("eval_file") else None,
+            "output_dir": "out",
+            **spec["training"],
+        }
+        (local / JOB_FILE_NAME).write_text(json.dumps(job, indent=2), encoding="utf-8")
+        files.append((local / JOB_FILE_NAME, JOB_FILE_NAME))
+        files += self._resume_files(run_id)
+        for path, relative in files:
+            await machine.upload(path, f"{remote}/{relative}", self._progress("upload"))
+        self.report(f"uploaded {len(files)} files to {record.target}")
+
+    def _resume_files(self, run_id: str) -> list[tuple[Path, str]]:
+        """On a new machine: the newest local checkpoint and the event history, so the payload resumes."""
+        local = self.folder(run_id)
+        files: list[tuple[Path, str]] = []
+        newest = _newest_local_checkpoint(local / "checkpoints")
+        if newest is not None:
+            files += [
+                (p, f"out/checkpoints/{newest.name}/{p.relative_to(newest)}")
+                for p in sorted(newest.rglob("*"))
+                if p.is_file()
+            ]
+            self.report(f"resuming from local {newest.name}")
+        if (local / EVENTS_FILE_NAME).exists():
+            files.append((local / EVENTS_FILE_NAME, f"out/{EVENTS_FILE_NAME}"))
+        return files
+
+    def _token_stdin(self) -> str:
+        try:
+            token = self.secrets.get(SecretName.HUGGINGFACE) or ""
+        except SecretStoreError:
+            token = ""
+        return token + "\n"
+
+    async def _bootstrap(self, run_id: str, machine: RemoteMachine) -> None:
+        record = self.store.transition(run_id, RunState.BOOTSTRAPPING)
+        python = shlex.quote(record.spec["python"])
+        command = (
+            f"cd {shlex.quote(str(record.remote_dir))} || exit 1; IFS= read -r HF_TOKEN; "
+            '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
+            f"PYTHONPATH=payload {python} -m trainer_payload bootstrap {JOB_FILE_NAME}"
+        )
+        await machine.run(command, stdin=self._token_stdin(), time_limit=3600)
+        await self._read_events(run_id, machine)
+
+    async def _launch(self, run_id: str, machine: RemoteMachine) -> None:
+        record = self.store.get(run_id)
+        if record.state is not RunState.TRAINING:
+            record = self.store.transition(run_id, RunState.TRAINING)
+        python = shlex.quote(record.spec["python"])
+        # The token arrives on stdin and lives only in the trainer's environment: never argv, never a file.
+        command = (
+            f"cd {shlex.quote(str(record.remote_dir))} || exit 1; mkdir -p out; IFS= read -r HF_TOKEN; "
+            '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
+            f"PYTHONPATH=payload setsid nohup {python} -m trainer_payload run {JOB_FILE_NAME} "
+            "> out/payload.log 2>&1 < /dev/null & echo $!"
+        )
+        pid = int((await machine.run(command, stdin=self._token_stdin())).strip())
+        self.store.update(run_id, pid=pid)
+        self.report(f"trainer started (pid {pid})")
+
+    async def _workdir_exists(self, machine: RemoteMachine, record: RunRecord) -> bool:
+        out = await machine.run(f"[ -f {shlex.quote(str(record.remote_dir))}/{JOB_FILE_NAME} ] && echo yes || true")
+        return out.strip() == "yes"
+
+    # -- monitoring ------------------------------------------------------------------------------------------------
+
+    async def _read_events(self, run_id: str, machine: RemoteMachine) -> list[dict[str, Any]] | None:
+        """New events since the stored offset, mirrored locally; None when the events file is gone."""
+        record = self.store.get(run_id)
+        data = await machine.read_from(f"{record.remote_dir}/out/{EVENTS_FILE_NAME}", record.events_offset)
+        if data is None:
+            return None
+        events, used = parse_event_lines(data)
+        fresh = [e for e in events if int(e["seq"]) > record.last_seq]
+        if fresh:
+            with (self.folder(run_id) / EVENTS_FILE_NAME).open("a", encoding="utf-8") as mirror:
+                mirror.writelines(json.dumps(e) + "\n" for e in fresh)
+        last = int(fresh[-1]["seq"]) if fresh else record.last_seq
+        self.store.update(run_id, events_offset=record.events_offset + used, last_seq=last)
+        for event in fresh:
+            self.report(describe_event(event))
+        return fresh
+
+    async def _monitor(self, run_id: str, machine: RemoteMachine) -> RunRecord:
+        while True:
+            events = await self._read_events(run_id, machine)
+            if events is None and not await self._workdir_exists(machine, self.store.get(run_id)):
+                return self._pause(run_id, "machine lost: the remote work folder is gone")
+            for event in _skip_superseded_checkpoints(events or []):
+                outcome = await self._handle(run_id, machine, event)
+                if outcome is not None:
+                    return outcome
+            if not events and not await self._alive(machine, self.store.get(run_id)):
+                relaunched = await self._relaunch(run_id, machine)
+                if relaunched is not None:
+                    return relaunched
+            await asyncio.sleep(self.options.poll_seconds)
+
+    async def _handle(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> RunRecord | None:
+        kind = event["event"]
+        if kind == "checkpoint":
+            await self._pull_checkpoint(run_id, machine, event)
+        elif kind == "done":
+            return await self._finish(run_id, machine, event)
+        elif kind == "error":
+            self.store.update(run_id, error=f"{event.get('kind')}: {event.get('message')} — {event.get('hint')}")
+        elif kind == "state" and event.get("state") == "failed":
+            return await self._on_failed(run_id, machine, event)
+        return None
+
+    async def _on_failed(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> RunRecord:
+        reason = str(event.get("reason", ""))
+        if "SIGTERM" in reason:
+            await self._pull_newest_checkpoint(run_id, machine)
+            return self.store.transition(run_id, RunState.CANCELLED, reason)
+        record = self.store.get(run_id)
+        return self._fail(run_id, record.error or reason)
+
+    async def _alive(self, machine: RemoteMachine, record: RunRecord) -> bool:
+        status = await machine.run(f"cat /proc/{int(record.pid or 0)}/status 2>/dev/null || true")
+        return bool(status) and "\nState:\tZ" not in status
+
+    async def _relaunch(self, run_id: str, machine: RemoteMachine) -> RunRecord | None:
+        events = await self._read_events(run_id, machine)  # the last words of the trainer, if any
+        for event in events or []:
+            outcome = await self._handle(run_id, machine, event)
+            if outcome is not None:
+                return outcome
+        record = self.store.get(run_id)
+        if record.relaunches >= self.options.max_relaunches:
+            return self._fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
+        self.store.update(run_id, relaunches=record.relaunches + 1)
+        self.report("the trainer died without a final event; relaunching (it resumes from its checkpoint)")
+        await self._launch(run_id, machine)
+        return None
+
+    # -- bringing work home -----------------------------------------------------------------------------------
+
+    async def _pull_folder(self, machine: RemoteMachine, remote: str, local: Path, files: dict[str, str]) -> None:
+        items = [(f"{remote}/{name}", local / name, digest) for name, digest in files.items()]
+        await machine.download_many(items, self._progress("download"))
+        # The marker goes last: a folder without it is an unfinished pull and is never resumed from.
+        await machine.download(f"{remote}/{CHECKPOINT_MARKER}", local / CHECKPOINT_MARKER)
+
+    async def _pull_checkpoint(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> None:
+        record = self.store.get(run_id)
+        local_root = self.folder(run_id) / "checkpoints"
+        name = Path(event["path"]).name
+        try:
+            await self._pull_folder(
+                machine, f"{record.remote_dir}/out/{event['path']}", local_root / name, event["sha256"]
+            )
+        except (RemoteError, asyncssh.SFTPNoSuchFile) as exc:
+            self.report(f"checkpoint {name} could not be pulled ({exc}); a newer one will be")
+            return
+        for _step, old in _local_checkpoints(local_root)[: -self.options.keep_local_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        self.report(f"checkpoint {name} is safe on this computer")
+
+    async def _pull_newest_checkpoint(self, run_id: str, machine: RemoteMachine) -> None:
+        events = mirrored_events(self.folder(run_id))
+        newest = next((e for e in reversed(events) if e["event"] == "checkpoint"), None)
+        if newest is not None:
+            await self._pull_checkpoint(run_id, machine, newest)
+
+    async def _finish(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> RunRecord:
+        record = self.store.transition(run_id, RunState.SYNCING)
+        await self._pull_newest_checkpoint(run_id, machine)
+        record = self.store.transition(run_id, RunState.PULLING)
+        local = self.folder(run_id) / "adapter"
+        await self._pull_folder(machine, f"{record.remote_dir}/out/{event['adapter_path']}", local, event["files"])
+        await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
+        self.store.update(run_id, adapter=str(local), error=None)
+        self.report(f"adapter verified and saved to {local}")
+        return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")
+
+    async def pull(self, run_id: str) -> Path | None:
+        """Pulls the newest checkpoint (or the adapter, when done) now; returns the local folder."""
+        machine = await self._connect(run_id)
+        try:
+            await self._read_events(run_id, machine)
+            await self._pull_newest_checkpoint(run_id, machine)
+        finally:
+            await _quietly_close(machine)
+        return _newest_local_checkpoint(self.folder(run_id) / "checkpoints")
+
+    async def stop(self, run_id: str) -> RunRecord:
+        """Asks the trainer to save and stop (SIGTERM), pulls that checkpoint, and cancels the run."""
+        record = self.store.get(run_id)
+        if record.state in TERMINAL:
+            return record
+        if record.pid is None:
+            return self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
+        machine = await self._connect(run_id)
+        try:
+            await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
+        finally:
+            await _quietly_close(machine)
+        return await self.drive(run_id)
+
+    # -- small helpers -------------------------------------------------------------------------------------------
+
+    def _pause(self, run_id: str, why: str) -> RunRecord:
+        self.report(f"paused: {why}")
+        self.store.update(run_id, error=why)
+        return self.store.transition(run_id, RunState.PAUSED, why)
+
+    def _fail(self, run_id: str, why: str) -> RunRecord:
+        self.report(f"failed: {why}")
+        self.store.update(run_id, error=why)
+        return self.store.transition(run_id, RunState.FAILED, why)
+
+    def _progress(self, verb: str) -> Callable[[str, int, int], None]:
+        started, last = time.monotonic(), [0.0]
+
+        def show(name: str, done: int, total: int) -> None:
+            now = time.monotonic()
+            if total < 5_000_000 or (done < total and now - last[0] < 1):
+                return  # small files: the folder-level message says enough
+            last[0] = now
+            rate = done / max(now - started, 1e-6)
+            eta = (total - done) / rate if rate else 0.0
+            self.report(
+                f"{verb} {name}: {done / 1e6:,.1f} / {total / 1e6:,.1f} MB at {rate / 1e6:,.1f} MB/s, {eta:,.0f} s left"
+            )
+
+        return show
+
+
+def _skip_superseded_checkpoints(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drops checkpoint events followed by a newer one in the same batch: only the newest is worth pulling."""
+    last = max((i for i, e in enumerate(events) if e["event"] == "checkpoint"), default=-1)
+    return [e for i, e in enumerate(events) if e["event"] != "checkpoint" or i == last]
+
+
+def _payload_files() -> list[Any]:
+    package = resources.files("trainer_payload")
+    return sorted((p for p in package.iterdir() if p.name.endswith((".py", ".txt"))), key=lambda p: p.name)
+
+
+def _local_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    if not root.is_dir():
+        return []
+    found = [(int(p.name.split("-")[1]), p) for p in root.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    return sorted(found)
+
+
+def _newest_local_checkpoint(root: Path) -> Path | None:
+    complete = [p for _s, p in _local_checkpoints(root) if (p / CHECKPOINT_MARKER).exists()]
+    return complete[-1] if complete else None
+
+
+def mirrored_events(folder: Path) -> list[dict[str, Any]]:
+    """The run's events as mirrored on this computer."""
+    path = folder / EVENTS_FILE_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One event as a line for people."""
+    kind = event["event"]
+    if kind == "step":
+        rate = event.get("tokens_per_s")
+        return f"step {event['step']}: loss {event['loss']:.4f}" + (f", {rate:,.0f} tok/s" if rate else "")
+    if kind == "state":
+        return f"[{event['state']}] " + " ".join(
+            f"{k}={v}" for k, v in event.items() if k not in {"ts", "seq", "event", "state"} and v is not None
+        )
+    if kind == "error":
+        return f"error ({event.get('kind')}): {event.get('message')}\n  hint: {event.get('hint')}"
+    if kind == "checkpoint":
+        return f"checkpoint at step {event['step']} ({event['bytes'] / 1e6:,.1f} MB)"
+    if kind == "done":
+        return f"done in {event.get('train_seconds')} s of training"
+    return json.dumps(event)
+
+
+async def _quietly_close(machine: RemoteMachine) -> None:
+    try:
+        await asyncio.wait_for(machine.close(), 5)
+    except (*_CONNECTION_ERRORS,):
+        return

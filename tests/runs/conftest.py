@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.sshd import SshHost
+from tests.fixtures.tiny_models import TinyModel
+
+SpecFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def make_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> SpecFactory:
+    """Writes a SPEC.toml training the tiny model on the loopback sshd (keyword arguments override [training])."""
+
+    def make(host: SshHost, name: str = "SPEC.toml", **training: object) -> Path:
+        settings = {
+            "method": "lora",
+            "lora_r": 8,
+            "seq_len": 128,
+            "micro_batch": 4,
+            "grad_accum": 1,
+            "learning_rate": 0.003,
+            "max_steps": 40,
+            "checkpoint_steps": 10,
+            "checkpoint_minutes": 0,
+            **training,
+        }
+        lines = ["[model]", f'base = "{tiny_model.path}"', "", "[data]", f'train = "{chat_dataset}"', "", "[training]"]
+        lines += [f"{key} = {value!r}".replace("'", '"') for key, value in settings.items()]
+        lines += [
+            "",
+            "[target]",
+            f'ssh = "{host.url}"',
+            f'identity = "{host.client_key}"',
+            f'python = "{sys.executable}"',
+            f'workdir = "{tmp_path / "remote"}"',
+        ]
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    return make

@@ -1,0 +1,224 @@
+"""The run engine against a real sshd with the real payload training the tiny model on the CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.core.runs.states import RunState
+from desktop.services.run_engine import EngineOptions, RunEngine, mirrored_events
+from desktop.services.run_store import RunStore
+from tests.fixtures.sshd import SshHost, SshServer
+from tests.runs.conftest import SpecFactory
+
+pytestmark = pytest.mark.slow
+
+
+def engine(**options: float) -> RunEngine:
+    return RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, **options))  # type: ignore[arg-type]
+
+
+def load(spec_path: Path):  # type: ignore[no-untyped-def]
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+
+    return run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
+
+
+def assert_contiguous(folder: Path) -> list[dict]:  # type: ignore[type-arg]
+    events = mirrored_events(folder)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "no gap and no duplicate"
+    return events
+
+
+async def wait_local_event(folder: Path, predicate, limit_s: float = 120) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(limit_s / 0.1)):
+        if any(predicate(e) for e in mirrored_events(folder)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("event never mirrored")
+
+
+def test_rentune_run_trains_and_brings_home_a_verified_adapter(
+    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(make_spec(ssh_host))]) == 0
+    out = capsys.readouterr().out
+    assert "pinned host key" in out and "adapter verified" in out
+    assert main(["runs", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert len(runs) == 1 and runs[0]["state"] == "finished"
+    adapter = Path(runs[0]["adapter"])
+    assert (adapter / "adapter_model.safetensors").is_file() and (adapter / "adapter_config.json").is_file()
+    folder = adapter.parent
+    events = assert_contiguous(folder)
+    assert events[-1]["state"] == "done"
+    assert list((folder / "checkpoints").glob("checkpoint-*")), "checkpoints were pulled while training"
+    history = [t["to_state"] for t in RunStore().transitions(runs[0]["id"])]
+    assert history == [
+        "planned",
+        "connecting",
+        "uploading",
+        "bootstrapping",
+        "training",
+        "syncing",
+        "pulling",
+        "finished",
+    ]
+
+
+def test_cut_connection_mid_training_loses_and_repeats_no_event(ssh_host: SshHost, make_spec: SpecFactory) -> None:
+    runner = engine()
+    record = runner.create(load(make_spec(ssh_host, max_steps=120)))
+    folder = runner.folder(record.id)
+
+    async def scenario() -> RunState:
+        drive = asyncio.ensure_future(runner.drive(record.id))
+        await wait_local_event(folder, lambda e: e["event"] == "checkpoint")
+        assert ssh_host.server.cut_connections() >= 1
+        return (await drive).state
+
+    assert asyncio.run(scenario()) is RunState.FINISHED
+    events = assert_contiguous(folder)
+    steps = [e["step"] for e in events if e["event"] == "step"]
+    assert steps == list(range(1, 121))
+
+
+def test_trainer_killed_is_relaunched_and_resumes(ssh_host: SshHost, make_spec: SpecFactory) -> None:
+    runner = engine()
+    record = runner.create(load(make_spec(ssh_host, max_steps=120)))
+    folder = runner.folder(record.id)
+
+    async def scenario() -> RunState:
+        drive = asyncio.ensure_future(runner.drive(record.id))
+        await wait_local_event(folder, lambda e: e["event"] == "checkpoint" and e["step"] >= 20)
+        os.kill(int(RunStore().get(record.id).pid or 0), signal.SIGKILL)
+        return (await drive).state
+
+    assert asyncio.run(scenario()) is RunState.FINISHED
+    assert RunStore().get(record.id).relaunches == 1
+    trainings = [e for e in assert_contiguous(folder) if e["event"] == "state" and e["state"] == "training"]
+    assert trainings[-1]["resume_from"] is not None
+
+
+def test_app_killed_mid_training_then_resume_reattaches(
+    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = make_spec(ssh_host, max_steps=150)
+    app = subprocess.Popen(
+        [sys.executable, "-m", "desktop", "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert app.stdout is not None
+    for line in app.stdout:
+        if line.startswith("checkpoint at step"):
+            break
+    app.kill()
+    app.wait()
+    app.stdout.close()
+    assert main(["runs", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)[0]
+    assert run["state"] == "training"
+    assert main(["resume", run["id"][:15]]) == 0
+    assert RunStore().get(run["id"]).state is RunState.FINISHED
+    assert_contiguous(RunStore().folder(run["id"]))
+
+
+def test_machine_lost_then_resume_on_another_machine(
+    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runner = engine(grace_seconds=5)
+    # grad_accum 8 makes a step ~8x longer, so pulls keep up with the checkpoint interval as on a real GPU.
+    record = runner.create(load(make_spec(ssh_host, max_steps=60, grad_accum=8)))
+    folder = runner.folder(record.id)
+
+    async def lose_machine() -> RunState:
+        drive = asyncio.ensure_future(runner.drive(record.id))
+        await wait_local_event(folder, lambda e: e["event"] == "checkpoint" and e["step"] >= 20)
+        for _ in range(600):  # until that checkpoint is safe on this computer
+            if (folder / "checkpoints" / "checkpoint-20" / "rentune_checkpoint.json").exists():
+                break
+            await asyncio.sleep(0.05)
+        remote = RunStore().get(record.id)
+        os.kill(int(remote.pid or 0), signal.SIGKILL)
+        await asyncio.to_thread(subprocess.run, ["rm", "-rf", str(remote.remote_dir)], check=True)
+        return (await drive).state
+
+    assert asyncio.run(lose_machine()) is RunState.PAUSED
+    print(
+        sorted(
+            (p.name, (p / "rentune_checkpoint.json").exists()) for p in (folder / "checkpoints").glob("checkpoint-*")
+        )
+    )
+    safe = [p for p in (folder / "checkpoints").glob("checkpoint-*") if (p / "rentune_checkpoint.json").exists()]
+    last_local = max(int(p.name.split("-")[1]) for p in safe)
+    second = SshServer(tmp_path / "second-sshd")
+    second.start()
+    try:
+        other = second.host()
+        code = main(["resume", record.id, "--target", other.url, "--identity", str(other.client_key)])
+        assert code == 0, capsys.readouterr().out
+    finally:
+        second.stop()
+    events = assert_contiguous(folder)
+    resumed = [e for e in events if e["event"] == "state" and e["state"] == "training"][-1]
+    assert resumed["resume_from"] == f"checkpoint-{last_local}"
+    steps_before = max(e["step"] for e in events[: events.index(resumed)] if e["event"] == "step")
+    assert steps_before - last_local <= 10, "at most one checkpoint interval is lost"
+    assert RunStore().get(record.id).state is RunState.FINISHED
+
+
+def test_changed_host_key_is_refused(ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path) -> None:
+    runner = engine()
+    record = runner.create(load(make_spec(ssh_host, max_steps=5, checkpoint_steps=0)))
+    assert asyncio.run(runner.drive(record.id)).state is RunState.FINISHED
+    impostor = SshServer(tmp_path / "impostor")
+    impostor.port = ssh_host.port
+    ssh_host.server.stop()
+    impostor.start()
+    try:
+        store = RunStore()
+        with store._db() as db:  # pretend the run is still live on that host
+            db.execute("UPDATE runs SET state = 'training' WHERE id = ?", (record.id,))
+        final = asyncio.run(runner.drive(record.id))
+    finally:
+        impostor.stop()
+    assert final.state is RunState.FAILED
+    assert final.error is not None and "host key" in final.error and "changed" in final.error
+
+
+def test_no_secret_reaches_home_logs_remote_or_process_list(
+    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path, rentune_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "hf_" + "SuperSecretTokenValue1234567890"
+    monkeypatch.setenv("HF_TOKEN", token)
+    runner = engine()
+    record = runner.create(load(make_spec(ssh_host, max_steps=60)))
+    seen_in_ps: list[str] = []
+
+    async def scenario() -> RunState:
+        drive = asyncio.ensure_future(runner.drive(record.id))
+        await wait_local_event(runner.folder(record.id), lambda e: e["event"] == "step")
+        listing = await asyncio.to_thread(
+            subprocess.run, ["ps", "-eo", "args"], capture_output=True, text=True, check=True
+        )
+        seen_in_ps.append(listing.stdout)
+        return (await drive).state
+
+    from desktop.services.logs import configure_logging
+
+    configure_logging("DEBUG")
+    assert asyncio.run(scenario()) is RunState.FINISHED
+    assert token not in seen_in_ps[0]
+    for root in (rentune_home, tmp_path / "remote"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert token.encode() not in path.read_bytes(), f"token found in {path}"
