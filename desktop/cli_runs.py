@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,23 @@ from trainer_payload.protocol import EVENTS_FILE_NAME
 
 def _stamp(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else "-"
+
+
+def _spawn_detached(command: list[str], log: Path) -> None:
+    """Starts a process that outlives this one, in its own session, output to ``log``."""
+    if hasattr(os, "posix_spawn"):
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
+        os.posix_spawn(command[0], command, dict(os.environ), file_actions=actions, setsid=True)
+        return
+    flags = getattr(subprocess, "DETACHED_PROCESS", 0) | getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+    with log.open("ab") as handle:
+        subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, creationflags=flags
+        )
 
 
 def _print(line: str) -> None:
@@ -90,14 +108,7 @@ class RunsCommands:
             raise self.error(str(exc)) from exc
         if args.detach:
             log = self.engine.folder(record.id) / "engine.log"
-            with log.open("ab") as handle:
-                subprocess.Popen(
-                    [sys.executable, "-m", "desktop", "resume", record.id],
-                    stdout=handle,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+            _spawn_detached([sys.executable, "-m", "desktop", "resume", record.id], log)
             print(f"run {record.id} started in the background (log: {log}); rentune status {record.id}")
             return 0
         return self._drive(self.engine.drive(record.id), record.id)

@@ -222,3 +222,45 @@ def test_no_secret_reaches_home_logs_remote_or_process_list(
         for path in root.rglob("*"):
             if path.is_file():
                 assert token.encode() not in path.read_bytes(), f"token found in {path}"
+
+
+def test_detached_run_finishes_and_status_and_logs_show_it(
+    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    assert main(["run", str(make_spec(ssh_host)), "--detach"]) == 0
+    assert "started in the background" in capsys.readouterr().out
+    store = RunStore()
+    run_id = store.all()[0].id
+    for _ in range(900):
+        if store.get(run_id).state in {RunState.FINISHED, RunState.FAILED, RunState.PAUSED}:
+            break
+        time.sleep(0.2)
+    assert store.get(run_id).state is RunState.FINISHED
+    assert main(["status", run_id]) == 0
+    status = capsys.readouterr().out
+    assert "finished" in status and "SHA256:" in status
+    assert main(["logs", run_id]) == 0
+    logs = capsys.readouterr().out
+    assert "step 40: loss" in logs and "[done]" in logs
+
+
+def test_stop_saves_a_checkpoint_brings_it_home_and_cancels(
+    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0)
+    driver = subprocess.Popen([sys.executable, "-m", "desktop", "run", str(spec)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    assert driver.stdout is not None
+    for line in driver.stdout:
+        if line.startswith("step 5:"):
+            break
+    run_id = RunStore().all()[0].id
+    assert main(["stop", run_id]) == 0
+    driver.wait(timeout=120)
+    driver.stdout.close()
+    record = RunStore().get(run_id)
+    assert record.state is RunState.CANCELLED
+    local = list((RunStore().folder(run_id) / "checkpoints").glob("checkpoint-*/rentune_checkpoint.json"))
+    assert local, "the checkpoint written on SIGTERM is on this computer"
