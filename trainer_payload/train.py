@@ -203,6 +203,13 @@ def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, bool]:
     return train, evaluation, assistant_masks
 
 
+def _engine_note(requested: str) -> str:
+    """Says which engine trains: Unsloth's kernels are not wired into this payload yet, so TRL always does."""
+    if requested == "unsloth":
+        return "trl (unsloth was requested; this payload does not use it yet, so training runs on plain TRL)"
+    return "trl"
+
+
 class PayloadRun:
     """One execution of a job, from loading to the final adapter."""
 
@@ -220,7 +227,11 @@ class PayloadRun:
         from transformers import AutoTokenizer
         from trl import SFTTrainer
 
-        self.state(JobState.PREPARING, detail=f"loading {self.spec.base_model} for {self.spec.method}")
+        self.state(
+            JobState.PREPARING,
+            detail=f"loading {self.spec.base_model} for {self.spec.method}",
+            engine=_engine_note(self.spec.engine),
+        )
         bf16 = use_bf16()
         tokenizer = AutoTokenizer.from_pretrained(self.spec.base_model)
         train, evaluation, masks = _datasets(self.spec, tokenizer)

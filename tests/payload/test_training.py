@@ -108,7 +108,7 @@ def test_sigterm_saves_a_checkpoint_and_says_why(make_job: JobFactory, tmp_path:
     assert "SIGTERM" in final["reason"] and f"step {checkpoint['step']}" in final["reason"]
 
 
-@pytest.mark.parametrize(("method", "folder"), [("qlora", "adapter"), ("full", "model")])
+@pytest.mark.parametrize(("method", "folder"), [("qlora", "adapter"), ("full", "model"), ("full-8bit", "model")])
 def test_qlora_and_full_finetune_paths_run_on_cpu(make_job: JobFactory, method: str, folder: str) -> None:
     job = make_job(method=method, max_steps=6, checkpoint_steps=3)
     result = run_payload(job)
@@ -116,6 +116,13 @@ def test_qlora_and_full_finetune_paths_run_on_cpu(make_job: JobFactory, method: 
     done = next(e for e in events_of(job) if e["event"] == "done")
     assert done["adapter_path"] == folder
     assert done["metrics"]["steps"] == 6
+
+
+def test_unsloth_request_is_reported_not_hidden(make_job: JobFactory) -> None:
+    job = make_job(engine="unsloth", max_steps=2, checkpoint_steps=0)
+    assert run_payload(job).returncode == 0
+    preparing = next(e for e in events_of(job) if e["event"] == "state" and e["state"] == "preparing")
+    assert "unsloth was requested" in preparing["engine"]
 
 
 def test_bad_job_spec_is_a_config_error(make_job: JobFactory) -> None:

@@ -250,8 +250,9 @@ def test_stop_saves_a_checkpoint_brings_it_home_and_cancels(
     ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0)
-    driver = subprocess.Popen([sys.executable, "-m", "desktop", "run", str(spec)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "desktop", "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert driver.stdout is not None
     for line in driver.stdout:
         if line.startswith("step 5:"):
