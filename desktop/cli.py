@@ -96,6 +96,7 @@ def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParse
         command.add_argument("run_id", metavar="RUN", help="run id (a unique prefix is enough)")
         if name == "logs":
             command.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+            command.add_argument("--payload", action="store_true", help="the trainer's own log from the machine")
         if name == "status":
             command.add_argument("--json", action="store_true")
         if name == "resume":

@@ -201,6 +201,12 @@ class RunsCommands:
     def logs(self, args: argparse.Namespace) -> int:
         """``rentune logs RUN [-f]``: the mirrored event stream."""
         record = self._record(args.run_id)
+        if args.payload:
+            try:
+                print(asyncio.run(self.engine.payload_log(record.id)), end="")
+            except (RunError, HostKeyChangedError, OSError) as exc:
+                raise self.error(f"cannot read the trainer's log: {exc}") from exc
+            return 0
         path = self.engine.folder(record.id) / EVENTS_FILE_NAME
         shown = 0
         while True:

@@ -134,7 +134,7 @@ class RunEngine:
         record = self.store.get(run_id)
         if record.state in TERMINAL:
             return record
-        started = time.monotonic()
+        started, delay = time.monotonic(), self.options.poll_seconds
         while True:
             try:
                 machine = await self._connect(run_id)
@@ -143,9 +143,11 @@ class RunEngine:
             except _CONNECTION_ERRORS as exc:
                 if time.monotonic() - started > self.options.grace_seconds:
                     return self._pause(run_id, f"machine unreachable for {self.options.grace_seconds:.0f} s ({exc})")
-                self.report(f"cannot reach the machine ({type(exc).__name__}); retrying")
-                await asyncio.sleep(min(5.0, self.options.poll_seconds * 2))
+                self.report(f"cannot reach the machine ({type(exc).__name__}); retrying in {delay:.0f} s")
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)  # exponential backoff
                 continue
+            delay = self.options.poll_seconds
             try:
                 return await self._on_machine(run_id, machine)
             except _CONNECTION_ERRORS as exc:
@@ -380,6 +382,16 @@ class RunEngine:
         finally:
             await _quietly_close(machine)
         return _newest_local_checkpoint(self.folder(run_id) / "checkpoints")
+
+    async def payload_log(self, run_id: str, lines: int = 200) -> str:
+        """The last lines of the trainer's own log on the machine (stdout and stderr of the payload)."""
+        record = self.store.get(run_id)
+        machine = await self._connect(run_id)
+        try:
+            path = shlex.quote(f"{record.remote_dir}/out/payload.log")
+            return await machine.run(f"tail -n {int(lines)} {path} 2>/dev/null || true")
+        finally:
+            await _quietly_close(machine)
 
     async def stop(self, run_id: str) -> RunRecord:
         """Asks the trainer to save and stop (SIGTERM), pulls that checkpoint, and cancels the run."""

@@ -244,6 +244,8 @@ def test_detached_run_finishes_and_status_and_logs_show_it(
     assert main(["logs", run_id]) == 0
     logs = capsys.readouterr().out
     assert "step 40: loss" in logs and "[done]" in logs
+    assert main(["logs", run_id, "--payload"]) == 0
+    assert "train_runtime" in capsys.readouterr().out, "the trainer's own log comes from the machine"
 
 
 def test_stop_saves_a_checkpoint_brings_it_home_and_cancels(
