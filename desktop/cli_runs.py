@@ -84,7 +84,9 @@ class RunsCommands:
             raise self.error(str(exc)) from exc
         identity = args.identity.expanduser().resolve() if args.identity else (base.identity if base else None)
         python = args.python or (base.python if base else "python3")
-        return SshTarget(user, host, port, identity, python, base.workdir if base else None)
+        return SshTarget(
+            user, host, port, identity, python, base.workdir if base else None, base.authorized_keys if base else None
+        )
 
     def _drive(self, coroutine: Any, run_id: str) -> int:
         try:
@@ -123,8 +125,15 @@ class RunsCommands:
             base = None
             if record.target:
                 user, host, port = parse_ssh_url(record.target)
+                spec = record.spec
                 base = SshTarget(
-                    user, host, port, None, record.spec.get("python", "python3"), record.spec.get("workdir")
+                    user,
+                    host,
+                    port,
+                    None,
+                    spec.get("python", "python3"),
+                    spec.get("workdir"),
+                    spec.get("authorized_keys"),
                 )
             target = self._target(args, base)
             assert target is not None

@@ -23,6 +23,14 @@ import asyncssh
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.services.logs import get_logger
+from desktop.services.run_keys import (
+    DEFAULT_AUTHORIZED_KEYS,
+    create_run_key,
+    delete_run_key,
+    install_command,
+    load_run_key,
+    remove_command,
+)
 from desktop.services.run_store import RunRecord, RunStore
 from desktop.services.secrets import SecretName, SecretStore, SecretStoreError
 from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
@@ -64,6 +72,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "python": spec.target.python if spec.target else "python3",
         "identity": str(spec.target.identity) if spec.target and spec.target.identity else None,
         "workdir": spec.target.workdir if spec.target else None,
+        "authorized_keys": spec.target.authorized_keys if spec.target else None,
         "hourly_rate_usd": spec.hourly_rate_usd,
         "source": str(spec.source) if spec.source else None,
     }
@@ -76,7 +85,13 @@ def _endpoint(record: RunRecord) -> Endpoint:
 
     user, host, port = parse_ssh_url(record.target)
     identity = record.spec.get("identity")
-    return Endpoint(host, port, user, (Path(identity),) if identity else ())
+    keys: list[Path | asyncssh.SSHKey] = []
+    run_key = load_run_key(record.id) if record.spec.get("run_key_installed") else None
+    if run_key is not None:
+        keys.append(run_key)  # the run's own key first; the user's identity stays as the fallback
+    if identity:
+        keys.append(Path(identity))
+    return Endpoint(host, port, user, tuple(keys))
 
 
 class RunEngine:
@@ -103,6 +118,8 @@ class RunEngine:
         if not spec.train_file.is_file():
             raise RunError(f"{spec.train_file} does not exist; check [data] train in the spec")
         record = self.store.create(spec_to_record(spec), spec.target.url)
+        public = create_run_key(record.id)
+        record = self._set_spec(record.id, run_key_public=public, run_key_installed=False)
         self.report(f"run {record.id} created for {spec.base_model} on {spec.target.url}")
         return record
 
@@ -113,6 +130,7 @@ class RunEngine:
             **record.spec,
             "python": target.python,
             "workdir": target.workdir or record.spec.get("workdir"),
+            "authorized_keys": target.authorized_keys,
             "identity": str(target.identity) if target.identity else record.spec.get("identity"),
         }
         with self.store._db() as db:  # one statement: target, spec and the per-machine fields together
@@ -121,6 +139,12 @@ class RunEngine:
                 "remote_dir = NULL WHERE id = ?",
                 (target.url, json.dumps(spec), run_id),
             )
+        return self.store.get(run_id)
+
+    def _set_spec(self, run_id: str, **values: Any) -> RunRecord:
+        record = self.store.get(run_id)
+        with self.store._db() as db:
+            db.execute("UPDATE runs SET spec = ? WHERE id = ?", (json.dumps({**record.spec, **values}), run_id))
         return self.store.get(run_id)
 
     def folder(self, run_id: str) -> Path:
@@ -164,11 +188,34 @@ class RunEngine:
         if record.host_key is None:
             self.store.update(run_id, host_key=machine.host_key, fingerprint=fingerprint(machine.host_key))
             self.report(f"pinned host key of {record.target}: {fingerprint(machine.host_key)}")
+        if await self._install_run_key(run_id, machine):
+            await _quietly_close(machine)  # from now on the run logs in with its own key
+            machine = await RemoteMachine.connect(_endpoint(self.store.get(run_id)), machine.host_key)
         if record.remote_dir is None:
             home = (await machine.run('printf %s "$HOME"')).strip()
             base = record.spec.get("workdir") or f"{home}/.rentune/runs"
             self.store.update(run_id, remote_dir=f"{base}/{run_id}")
         return machine
+
+    async def _install_run_key(self, run_id: str, machine: RemoteMachine) -> bool:
+        """Adds the run's public key to the machine once; True when it was just installed."""
+        record = self.store.get(run_id)
+        public = record.spec.get("run_key_public")
+        if not public or record.spec.get("run_key_installed"):
+            return False
+        await machine.run(install_command(public, record.spec.get("authorized_keys") or DEFAULT_AUTHORIZED_KEYS))
+        self._set_spec(run_id, run_key_installed=True)
+        self.report("installed this run's own SSH key on the machine (removed when the run ends)")
+        return True
+
+    async def _remove_run_key(self, run_id: str, machine: RemoteMachine) -> None:
+        record = self.store.get(run_id)
+        public = record.spec.get("run_key_public")
+        if public and record.spec.get("run_key_installed"):
+            authorized = record.spec.get("authorized_keys") or DEFAULT_AUTHORIZED_KEYS
+            await machine.run(remove_command(public, authorized), check=False)
+            self._set_spec(run_id, run_key_installed=False)
+        delete_run_key(run_id)
 
     async def _on_machine(self, run_id: str, machine: RemoteMachine) -> RunRecord:
         record = self.store.get(run_id)
@@ -311,6 +358,7 @@ class RunEngine:
         reason = str(event.get("reason", ""))
         if "SIGTERM" in reason:
             await self._pull_newest_checkpoint(run_id, machine)
+            await self._remove_run_key(run_id, machine)
             return self.store.transition(run_id, RunState.CANCELLED, reason)
         record = self.store.get(run_id)
         return self._fail(run_id, record.error or reason)
@@ -369,6 +417,7 @@ class RunEngine:
         local = self.folder(run_id) / "adapter"
         await self._pull_folder(machine, f"{record.remote_dir}/out/{event['adapter_path']}", local, event["files"])
         await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
+        await self._remove_run_key(run_id, machine)
         self.store.update(run_id, adapter=str(local), error=None)
         self.report(f"adapter verified and saved to {local}")
         return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")

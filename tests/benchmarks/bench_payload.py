@@ -1,6 +1,6 @@
 """Trainer payload: its training tokens/s against a bare TRL script with the same config, and time to first step.
 
-Both train the same small Llama (hidden 384, 4 layers) with LoRA on the CPU, interleaved, two runs each; tokens/s
+Both train the same small Llama (hidden 384, 4 layers) with LoRA on the CPU, interleaved, three runs each; tokens/s
 is tokens trained / train_runtime as transformers reports it, so both are measured the same way.
 """
 
@@ -96,7 +96,7 @@ def run() -> bool:
         write_chat_dataset(folder / "train.jsonl", count=400)
         (folder / "job.json").write_text(json.dumps({**JOB, "base_model": str(model.path)}))
         ours, bare, first = [], [], []
-        for _ in range(2):
+        for _ in range(3):
             rate, to_first = run_payload(folder)
             ours.append(rate)
             first.append(to_first)

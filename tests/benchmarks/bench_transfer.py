@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from desktop.services.ssh_remote import CHUNK, MAX_REQUESTS, Endpoint, RemoteMachine
+from desktop.services.ssh_remote import Endpoint, RemoteMachine
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.sshd import SshHost, SshServer
 
@@ -50,18 +50,12 @@ async def ours(host: SshHost, local: Path, remote: Path, back: Path) -> dict[str
     machine = await RemoteMachine.connect(Endpoint(host.host, host.port, host.user, (host.client_key,)), None)
     timings = {}
     try:
-        async with machine.conn.start_sftp_client() as sftp:  # the engine's copy loop, without the hashing
+        async with machine.conn.start_sftp_client() as sftp:  # the engine's copy loops, without the hashing
             start = time.perf_counter()
-            async with sftp.open(str(remote), "wb", max_requests=MAX_REQUESTS) as target:
-                with local.open("rb") as source:
-                    while block := source.read(CHUNK):
-                        await target.write(block)
+            await machine._upload_with(sftp, local, str(remote), None)
             timings["upload"] = time.perf_counter() - start
             start = time.perf_counter()
-            async with sftp.open(str(remote), "rb", max_requests=MAX_REQUESTS) as source_remote:
-                with back.open("wb") as sink:
-                    while chunk := await source_remote.read(CHUNK):
-                        sink.write(chunk)
+            await machine._download_with(sftp, str(remote), back, None, None)
             timings["download"] = time.perf_counter() - start
         await asyncio.to_thread(remote.unlink)
         await asyncio.to_thread(back.unlink)
@@ -93,6 +87,7 @@ def engine_overhead(folder: Path, server: SshServer) -> tuple[float, float]:
         "lora_r = 8\nseq_len = 128\nmicro_batch = 4\ngrad_accum = 1\nmax_steps = 40\ncheckpoint_steps = 10\n"
         f'checkpoint_minutes = 0\n[target]\nssh = "{host.url}"\nidentity = "{host.client_key}"\n'
         f'python = "{sys.executable}"\nworkdir = "{folder / "remote"}"\n'
+        f'authorized_keys = "{server.directory / "authorized_keys"}"\n'
     )
     engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2))
     record = engine.create(load(spec))

@@ -38,6 +38,7 @@ def make_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> Spec
             f'identity = "{host.client_key}"',
             f'python = "{sys.executable}"',
             f'workdir = "{tmp_path / "remote"}"',
+            f'authorized_keys = "{host.server.directory / "authorized_keys"}"',
         ]
         path = tmp_path / name
         path.write_text("\n".join(lines) + "\n")

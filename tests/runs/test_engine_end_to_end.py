@@ -16,6 +16,7 @@ from desktop.cli import main
 from desktop.core.runs.states import RunState
 from desktop.services.run_engine import EngineOptions, RunEngine, mirrored_events
 from desktop.services.run_store import RunStore
+from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.sshd import SshHost, SshServer
 from tests.runs.conftest import SpecFactory
 
@@ -49,7 +50,11 @@ async def wait_local_event(folder: Path, predicate, limit_s: float = 120) -> Non
 
 
 def test_rentune_run_trains_and_brings_home_a_verified_adapter(
-    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
+    ssh_host: SshHost,
+    make_spec: SpecFactory,
+    capsys: pytest.CaptureFixture[str],
+    memory_keyring: MemoryKeyring,
+    rentune_home: Path,
 ) -> None:
     assert main(["run", str(make_spec(ssh_host))]) == 0
     out = capsys.readouterr().out
@@ -63,6 +68,14 @@ def test_rentune_run_trains_and_brings_home_a_verified_adapter(
     events = assert_contiguous(folder)
     assert events[-1]["state"] == "done"
     assert list((folder / "checkpoints").glob("checkpoint-*")), "checkpoints were pulled while training"
+    authorized = (ssh_host.server.directory / "authorized_keys").read_text()
+    assert "rentune-run-" not in authorized, "the run's own key is removed when the run ends"
+    assert not [k for k in memory_keyring.passwords if k[1].startswith("run-key/")], "and forgotten"
+    for path in rentune_home.rglob("*"):
+        assert not (path.is_file() and b"PRIVATE KEY" in path.read_bytes()), f"a private key was written to {path}"
+    sshd_log = (ssh_host.server.directory / "sshd.log").read_text()
+    run_key_logins = [line for line in sshd_log.splitlines() if "Accepted publickey" in line]
+    assert len({line.split("ED25519 ")[-1] for line in run_key_logins}) == 2, "identity first, then the run key"
     history = [t["to_state"] for t in RunStore().transitions(runs[0]["id"])]
     assert history == [
         "planned",

@@ -32,6 +32,8 @@ class SshTarget:
         identity: Private key file used to log in (None: the SSH agent or default keys).
         python: The interpreter to run the payload with on the host.
         workdir: Folder for run folders on the host (default ``~/.rentune/runs``).
+        authorized_keys: The file the host's sshd reads client keys from (default ``~/.ssh/authorized_keys``);
+            the run's own key is added there for the run's lifetime.
     """
 
     user: str
@@ -40,6 +42,7 @@ class SshTarget:
     identity: Path | None = None
     python: str = "python3"
     workdir: str | None = None
+    authorized_keys: str | None = None
 
     @property
     def url(self) -> str:
@@ -119,7 +122,8 @@ def _target(section: dict[str, Any], base: Path) -> SshTarget | None:
     user, host, port = parse_ssh_url(str(section["ssh"]))
     identity = _path(section["identity"], base, "[target] identity") if section.get("identity") else None
     workdir = str(section["workdir"]) if section.get("workdir") else None
-    return SshTarget(user, host, port, identity, str(section.get("python", "python3")), workdir)
+    authorized = str(section["authorized_keys"]) if section.get("authorized_keys") else None
+    return SshTarget(user, host, port, identity, str(section.get("python", "python3")), workdir, authorized)
 
 
 def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None = None) -> RunSpec:
