@@ -55,9 +55,17 @@ def delete_run_key(run_id: str) -> None:
         return
 
 
+def shell_path(path: str) -> str:
+    """A path for a remote shell: ``~/`` and ``$HOME/`` expand to the login's home, the rest is quoted."""
+    for home in ("~/", "$HOME/"):
+        if path.startswith(home):
+            return '"$HOME"/' + shlex.quote(path[len(home) :])
+    return shlex.quote(path)
+
+
 def install_command(public_key: str, authorized_keys: str) -> str:
     """Shell command appending the key to the authorized keys file once (public data only)."""
-    target = authorized_keys if authorized_keys.startswith("$HOME") else shlex.quote(authorized_keys)
+    target = shell_path(authorized_keys)
     line = shlex.quote(public_key)
     return (
         f'umask 077; f={target}; mkdir -p "$(dirname "$f")"; touch "$f"; '
@@ -67,7 +75,7 @@ def install_command(public_key: str, authorized_keys: str) -> str:
 
 def remove_command(public_key: str, authorized_keys: str) -> str:
     """Shell command removing the key from the authorized keys file, keeping the file's permissions."""
-    target = authorized_keys if authorized_keys.startswith("$HOME") else shlex.quote(authorized_keys)
+    target = shell_path(authorized_keys)
     line = shlex.quote(public_key)
     return (
         f'f={target}; [ -f "$f" ] || exit 0; grep -vxF {line} "$f" > "$f.rentune"; cat "$f.rentune" > "$f"; '
