@@ -186,7 +186,8 @@ def _sft_config(spec: JobSpec, bf16: bool, assistant_masks: bool, has_eval: bool
         completion_only_loss=not assistant_masks,
         eval_strategy="steps" if has_eval and spec.eval_steps else "no",
         eval_steps=spec.eval_steps or None,
-        optim="adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch",
+        # 8-bit AdamW for full-8bit; otherwise the fused AdamW transformers defaults to (faster than adamw_torch).
+        optim="adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch_fused",
         disable_tqdm=True,
         dataloader_num_workers=0,
         log_level="warning",
