@@ -6,7 +6,6 @@ run uploads exactly what was checked.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import msgspec
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.split import eval_indices
 from desktop.services.data_check import CheckOutcome, Progress, check_dataset, iter_conversations
+from desktop.services.files import sha256_file
 from desktop.services.token_counting import EstimatedTokenCounter, TokenCounter
 
 MANIFEST_NAME = "manifest.json"
@@ -46,15 +46,6 @@ class Prepared:
     manifest: Path
     report: DataReport
     manifest_data: dict[str, Any]
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_splits(
@@ -90,7 +81,7 @@ def _manifest(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": {
             "path": str(path.resolve()),
-            "sha256": file_sha256(path),
+            "sha256": sha256_file(path),
             "bytes": path.stat().st_size,
             "format": report.format,
         },
@@ -161,6 +152,6 @@ def prepare_dataset(
     else:
         (out_dir / "eval.jsonl.part").unlink()
         eval_path = None
-    manifest["files"] = {p.name: file_sha256(p) for p in (out_dir / "train.jsonl", eval_path) if p is not None}
+    manifest["files"] = {p.name: sha256_file(p) for p in (out_dir / "train.jsonl", eval_path) if p is not None}
     (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return Prepared(out_dir / "train.jsonl", eval_path, out_dir / MANIFEST_NAME, outcome.report, manifest)

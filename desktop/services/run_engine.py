@@ -279,12 +279,7 @@ class RunEngine:
 
     async def _bootstrap(self, run_id: str, machine: RemoteMachine) -> None:
         record = self.store.transition(run_id, RunState.BOOTSTRAPPING)
-        python = shlex.quote(record.spec["python"])
-        command = (
-            f"cd {shlex.quote(str(record.remote_dir))} || exit 1; IFS= read -r HF_TOKEN; "
-            '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
-            f"PYTHONPATH=payload {python} -m trainer_payload bootstrap {JOB_FILE_NAME}"
-        )
+        command = _payload_command(record, f"bootstrap {JOB_FILE_NAME}")
         await machine.run(command, stdin=self._token_stdin(), time_limit=3600)
         await self._read_events(run_id, machine)
 
@@ -292,13 +287,8 @@ class RunEngine:
         record = self.store.get(run_id)
         if record.state is not RunState.TRAINING:
             record = self.store.transition(run_id, RunState.TRAINING)
-        python = shlex.quote(record.spec["python"])
-        # The token arrives on stdin and lives only in the trainer's environment: never argv, never a file.
-        command = (
-            f"cd {shlex.quote(str(record.remote_dir))} || exit 1; mkdir -p out; IFS= read -r HF_TOKEN; "
-            '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
-            f"PYTHONPATH=payload setsid nohup {python} -m trainer_payload run {JOB_FILE_NAME} "
-            "> out/payload.log 2>&1 < /dev/null & echo $!"
+        command = _payload_command(
+            record, f"run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & echo $!", detached=True
         )
         pid = int((await machine.run(command, stdin=self._token_stdin())).strip())
         self.store.update(run_id, pid=pid)
@@ -332,15 +322,22 @@ class RunEngine:
             events = await self._read_events(run_id, machine)
             if events is None and not await self._workdir_exists(machine, self.store.get(run_id)):
                 return self._pause(run_id, "machine lost: the remote work folder is gone")
-            for event in _skip_superseded_checkpoints(events or []):
-                outcome = await self._handle(run_id, machine, event)
-                if outcome is not None:
-                    return outcome
+            outcome = await self._handle_all(run_id, machine, _skip_superseded_checkpoints(events or []))
+            if outcome is not None:
+                return outcome
             if not events and not await self._alive(machine, self.store.get(run_id)):
                 relaunched = await self._relaunch(run_id, machine)
                 if relaunched is not None:
                     return relaunched
             await asyncio.sleep(self.options.poll_seconds)
+
+    async def _handle_all(self, run_id: str, machine: RemoteMachine, events: list[dict[str, Any]]) -> RunRecord | None:
+        """Acts on events in order; returns the run's record once one of them ends the run."""
+        for event in events:
+            outcome = await self._handle(run_id, machine, event)
+            if outcome is not None:
+                return outcome
+        return None
 
     async def _handle(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> RunRecord | None:
         kind = event["event"]
@@ -369,10 +366,9 @@ class RunEngine:
 
     async def _relaunch(self, run_id: str, machine: RemoteMachine) -> RunRecord | None:
         events = await self._read_events(run_id, machine)  # the last words of the trainer, if any
-        for event in events or []:
-            outcome = await self._handle(run_id, machine, event)
-            if outcome is not None:
-                return outcome
+        outcome = await self._handle_all(run_id, machine, events or [])
+        if outcome is not None:
+            return outcome
         record = self.store.get(run_id)
         if record.relaunches >= self.options.max_relaunches:
             return self._fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
@@ -483,6 +479,21 @@ class RunEngine:
             )
 
         return show
+
+
+def _payload_command(record: RunRecord, arguments: str, *, detached: bool = False) -> str:
+    """A shell command running the payload in the run's folder with the HF token read from stdin.
+
+    The token arrives on stdin and lives only in the payload's environment: never in argv, never in a file.
+    """
+    python = shlex.quote(record.spec["python"])
+    prefix = "mkdir -p out; " if detached else ""
+    launcher = "setsid nohup " if detached else ""
+    return (
+        f"cd {shlex.quote(str(record.remote_dir))} || exit 1; {prefix}IFS= read -r HF_TOKEN; "
+        '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
+        f"PYTHONPATH=payload {launcher}{python} -m trainer_payload {arguments}"
+    )
 
 
 def _skip_superseded_checkpoints(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

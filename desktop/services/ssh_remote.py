@@ -7,7 +7,6 @@ changed key is refused. Secrets go over a channel's stdin, never on a command li
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import shlex
 from collections import deque
 from collections.abc import Callable
@@ -17,10 +16,10 @@ from typing import cast
 
 import asyncssh
 
+from desktop.services.files import sha256_file
 from desktop.services.logs import get_logger
 
 Progress = Callable[[str, int, int], None]
-BLOCK = 1 << 20
 # SFTP requests in flight per copy: what makes asyncssh keep up with scp over fast links.
 MAX_REQUESTS = 128
 READS_IN_FLIGHT = 64
@@ -139,7 +138,7 @@ class RemoteMachine:
 
     async def upload(self, local: Path, remote: str, progress: Progress | None = None) -> None:
         """Copies a file, continuing a partial copy, and verifies it by SHA-256 on the remote side."""
-        digest = await asyncio.to_thread(_sha256, local)
+        digest = await asyncio.to_thread(sha256_file, local)
         if await self.sha256(remote) == digest:
             return
         await self.run(f"mkdir -p {shlex.quote(str(PurePosixPath(remote).parent))}")
@@ -181,7 +180,7 @@ class RemoteMachine:
     async def _download_with(
         self, sftp: asyncssh.SFTPClient, remote: str, local: Path, expected: str | None, progress: Progress | None
     ) -> None:
-        if local.exists() and expected and await asyncio.to_thread(_sha256, local) == expected:
+        if local.exists() and expected and await asyncio.to_thread(sha256_file, local) == expected:
             return
         local.parent.mkdir(parents=True, exist_ok=True)
         partial = local.with_name(local.name + ".part")
@@ -212,7 +211,7 @@ class RemoteMachine:
                 finally:
                     for pending in ahead:
                         pending.cancel()
-        if expected and await asyncio.to_thread(_sha256, partial) != expected:
+        if expected and await asyncio.to_thread(sha256_file, partial) != expected:
             partial.unlink()
             raise RemoteError(f"download of {local.name} did not verify (SHA-256 differs); it will be fetched again")
         partial.replace(local)
@@ -225,11 +224,3 @@ class RemoteMachine:
             async with sftp.open(remote, "rb") as handle:
                 await handle.seek(offset)
                 return cast(bytes, await handle.read())
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(BLOCK):
-            digest.update(block)
-    return digest.hexdigest()

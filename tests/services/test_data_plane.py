@@ -11,7 +11,8 @@ import pytest
 from desktop.cli import main
 from desktop.core.data.formats import to_alpaca, to_prompt_completion, to_sharegpt
 from desktop.services.data_check import check_dataset
-from desktop.services.data_prepare import PrepareError, file_sha256, prepare_dataset
+from desktop.services.data_prepare import PrepareError, prepare_dataset
+from desktop.services.files import sha256_file
 from desktop.services.token_counting import ChatTemplateTokenCounter, load_token_counter
 from tests.fixtures.tiny_models import TinyModel
 
@@ -118,9 +119,9 @@ def test_prepare_writes_splits_and_a_manifest(tmp_path: Path) -> None:
     assert first.eval is not None and again.eval is not None
     assert first.eval.read_bytes() == again.eval.read_bytes()
     manifest = json.loads(first.manifest.read_text())
-    assert manifest["source"]["sha256"] == file_sha256(source)
+    assert manifest["source"]["sha256"] == sha256_file(source)
     assert manifest["counts"] == {"rows": 202, "with_errors": 1, "duplicates_removed": 1, "train": 180, "eval": 20}
-    assert manifest["files"]["train.jsonl"] == file_sha256(first.train)
+    assert manifest["files"]["train.jsonl"] == sha256_file(first.train)
     assert manifest["tokens"]["trained_per_epoch"] > 0
     assert not list((tmp_path / "a").glob("*.part"))
 
