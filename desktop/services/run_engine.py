@@ -128,6 +128,7 @@ class RunEngine:
         record = self.store.get(run_id)
         spec = {
             **record.spec,
+            "run_key_installed": False,  # a new machine gets the run's key on first contact
             "python": target.python,
             "workdir": target.workdir or record.spec.get("workdir"),
             "authorized_keys": target.authorized_keys,
