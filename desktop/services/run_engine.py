@@ -134,19 +134,13 @@ class RunEngine:
             "authorized_keys": target.authorized_keys,
             "identity": str(target.identity) if target.identity else record.spec.get("identity"),
         }
-        with self.store._db() as db:  # one statement: target, spec and the per-machine fields together
-            db.execute(
-                "UPDATE runs SET target = ?, spec = ?, host_key = NULL, fingerprint = NULL, pid = NULL, "
-                "remote_dir = NULL WHERE id = ?",
-                (target.url, json.dumps(spec), run_id),
-            )
-        return self.store.get(run_id)
+        # One statement: the target, the spec and the per-machine fields change together.
+        return self.store.update(
+            run_id, target=target.url, spec=spec, host_key=None, fingerprint=None, pid=None, remote_dir=None
+        )
 
     def _set_spec(self, run_id: str, **values: Any) -> RunRecord:
-        record = self.store.get(run_id)
-        with self.store._db() as db:
-            db.execute("UPDATE runs SET spec = ? WHERE id = ?", (json.dumps({**record.spec, **values}), run_id))
-        return self.store.get(run_id)
+        return self.store.update(run_id, spec={**self.store.get(run_id).spec, **values})
 
     def folder(self, run_id: str) -> Path:
         """The run's local folder."""

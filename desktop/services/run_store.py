@@ -139,9 +139,11 @@ class RunStore:
         return self.get(run_id)
 
     def update(self, run_id: str, **fields: Any) -> RunRecord:
-        """Sets columns of a run (not its state: use :meth:`transition`)."""
+        """Sets columns of a run in one statement (not its state: use :meth:`transition`); ``spec`` is a dict."""
         if "state" in fields:
             raise ValueError("use transition() to change the state")
+        if "spec" in fields:
+            fields["spec"] = json.dumps(fields["spec"])
         names = ", ".join(f"{name} = ?" for name in fields)
         with self._db() as db:
             db.execute(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.chat_data import write_chat_dataset
-from tests.fixtures.tiny_models import TinyModel
+from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 from trainer_payload.protocol import EVENTS_FILE_NAME, read_events
 
 JobFactory = Callable[..., Path]
@@ -29,15 +29,7 @@ def make_job(tmp_path: Path, tiny_model: TinyModel) -> JobFactory:
             "base_model": str(tiny_model.path),
             "train_file": "train.jsonl",
             "output_dir": "out",
-            "method": "lora",
-            "lora_r": 8,
-            "seq_len": 128,
-            "micro_batch": 4,
-            "grad_accum": 1,
-            "learning_rate": 0.003,
-            "max_steps": 40,
-            "checkpoint_steps": 10,
-            "checkpoint_minutes": 0,
+            **TINY_TRAINING,
             "keep_checkpoints": 3,
             **overrides,
         }

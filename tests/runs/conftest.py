@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sshd import SshHost
-from tests.fixtures.tiny_models import TinyModel
+from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 
 SpecFactory = Callable[..., Path]
 
@@ -17,18 +17,7 @@ def make_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> Spec
     """Writes a SPEC.toml training the tiny model on the loopback sshd (keyword arguments override [training])."""
 
     def make(host: SshHost, name: str = "SPEC.toml", **training: object) -> Path:
-        settings = {
-            "method": "lora",
-            "lora_r": 8,
-            "seq_len": 128,
-            "micro_batch": 4,
-            "grad_accum": 1,
-            "learning_rate": 0.003,
-            "max_steps": 40,
-            "checkpoint_steps": 10,
-            "checkpoint_minutes": 0,
-            **training,
-        }
+        settings = {**TINY_TRAINING, **training}
         lines = ["[model]", f'base = "{tiny_model.path}"', "", "[data]", f'train = "{chat_dataset}"', "", "[training]"]
         lines += [f"{key} = {value!r}".replace("'", '"') for key, value in settings.items()]
         lines += [
