@@ -6,6 +6,7 @@ output directory resumes from the newest complete checkpoint; SIGTERM saves a ch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 
 from trainer_payload.checkpoints import checkpoint_files, newest_complete, seal_checkpoint
 from trainer_payload.dataset import load_messages, to_prompt_completion
+from trainer_payload.engines import choose_engine, load_unsloth
 from trainer_payload.failures import classify, hint
 from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
 from trainer_payload.protocol import (
@@ -90,6 +92,7 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop) -> Any:
             events.emit(
                 EventKind.STEP,
                 step=state.global_step,
+                total_steps=state.max_steps,
                 epoch=round(state.epoch or 0.0, 4),
                 loss=logs["loss"],
                 lr=logs.get("learning_rate"),
@@ -110,8 +113,8 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop) -> Any:
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             self.last_save = time.monotonic()
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if not folder.is_dir():
-                return
+            if not folder.is_dir() or not _is_main_process():
+                return  # rank 0 seals and reports; the others only write their shards
             marker = seal_checkpoint(folder, state.global_step)
             size = sum(info["bytes"] for info in marker["files"].values())
             events.emit(
@@ -204,13 +207,6 @@ def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, bool]:
     return train, evaluation, assistant_masks
 
 
-def _engine_note(requested: str) -> str:
-    """Says which engine trains: Unsloth's kernels are not wired into this payload yet, so TRL always does."""
-    if requested == "unsloth":
-        return "trl (unsloth was requested; this payload does not use it yet, so training runs on plain TRL)"
-    return "trl"
-
-
 class PayloadRun:
     """One execution of a job, from loading to the final adapter."""
 
@@ -225,27 +221,26 @@ class PayloadRun:
 
     def execute(self) -> int:
         """Runs the job; returns the process exit code."""
-        from transformers import AutoTokenizer
+        engine, engine_note = choose_engine(self.spec)  # before transformers: Unsloth patches it on import
         from trl import SFTTrainer
 
         self.state(
-            JobState.PREPARING,
-            detail=f"loading {self.spec.base_model} for {self.spec.method}",
-            engine=_engine_note(self.spec.engine),
+            JobState.PREPARING, detail=f"loading {self.spec.base_model} for {self.spec.method}", engine=engine_note
         )
         bf16 = use_bf16()
-        tokenizer = AutoTokenizer.from_pretrained(self.spec.base_model)
-        train, evaluation, masks = _datasets(self.spec, tokenizer)
-        model = _load_model(self.spec, bf16)
+        model, tokenizer, (train, evaluation, masks) = self._prepare(engine, bf16)
         if self.stop.terminated:
             return self._terminated(step=None)
+        config = _sft_config(self.spec, bf16, masks, evaluation is not None)
+        if engine == "unsloth":
+            config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
         trainer = SFTTrainer(
             model=model,
-            args=_sft_config(self.spec, bf16, masks, evaluation is not None),
+            args=config,
             train_dataset=train,
             eval_dataset=evaluation,
             processing_class=tokenizer,
-            peft_config=_peft_config(self.spec),
+            peft_config=None if engine == "unsloth" else _peft_config(self.spec),
             callbacks=[_events_callback(self.spec, self.events, self.stop)],
         )
         resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
@@ -263,6 +258,17 @@ class PayloadRun:
             return self._terminated(step=trainer.state.global_step)
         return self._finish(trainer, result.metrics, time.monotonic() - train_started)
 
+    def _prepare(self, engine: str, bf16: bool) -> tuple[Any, Any, tuple[Any, Any, bool]]:
+        """Model, tokenizer and datasets; with TRL the data is read first, so bad rows fail before a long load."""
+        if engine == "unsloth":
+            model, tokenizer = load_unsloth(self.spec)
+            return model, tokenizer, _datasets(self.spec, tokenizer)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.spec.base_model)
+        data = _datasets(self.spec, tokenizer)
+        return _load_model(self.spec, bf16), tokenizer, data
+
     def _terminated(self, step: int | None) -> int:
         where = f"checkpoint saved at step {step}" if step else "before training started"
         self.state(JobState.FAILED, reason=f"stopped by SIGTERM ({where}); start the job again to resume")
@@ -272,6 +278,8 @@ class PayloadRun:
         self.state(JobState.SAVING)
         target = self.output_dir / (ADAPTER_DIR_NAME if self.spec.method in {"qlora", "lora"} else "model")
         trainer.save_model(str(target))
+        if not _is_main_process():
+            return EXIT_DONE
         marker = seal_checkpoint(target, trainer.state.global_step)
         last_loss = next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)
         self.events.emit(
@@ -328,7 +336,23 @@ def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
     else:
         command += ["--multi_gpu"]
     command += ["-m", "trainer_payload", "run", str(job_path)]
-    return subprocess.call(command)
+    # Own process group, so a SIGTERM for this process (spot preemption, user stop) reaches every rank: each
+    # one saves its part of the checkpoint and exits instead of dying mid-write.
+    launcher = subprocess.Popen(command, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    return launcher.wait()
+
+
+def _config_error(job_path: Path, message: str) -> int:
+    events = EventWriter(_output_dir_of(job_path) / EVENTS_FILE_NAME)
+    events.emit(EventKind.ERROR, kind=ErrorKind.CONFIG.value, message=message, hint=hint(ErrorKind.CONFIG))
+    events.emit(EventKind.STATE, state=JobState.FAILED.value, reason=message)
+    return EXIT_CONFIG
 
 
 def run_job(job_path: Path) -> int:
@@ -338,13 +362,12 @@ def run_job(job_path: Path) -> int:
     try:
         spec = JobSpec.load(job_path)
     except JobSpecError as exc:
-        events = EventWriter(_output_dir_of(job_path) / EVENTS_FILE_NAME)
-        events.emit(EventKind.ERROR, kind=ErrorKind.CONFIG.value, message=str(exc), hint=hint(ErrorKind.CONFIG))
-        events.emit(EventKind.STATE, state=JobState.FAILED.value, reason=str(exc))
-        return EXIT_CONFIG
+        return _config_error(job_path, str(exc))
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if spec.num_gpus > 1 and "LOCAL_RANK" not in os.environ:
+        if spec.strategy == "fsdp" and not cuda_available():
+            return _config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")
         return _launch_distributed(spec, job_path)
     writer: EventWriter = EventWriter(output_dir / EVENTS_FILE_NAME) if _is_main_process() else _SilentEvents()
     return _run_reporting(spec, writer, stop)
@@ -372,11 +395,13 @@ def _run_reporting(spec: JobSpec, events: EventWriter, stop: Stop) -> int:
 
 
 class _SilentEvents(EventWriter):
-    """Event sink of non-main ranks: only rank 0 reports."""
+    """Event sink of non-main ranks: only rank 0 reports; their errors still reach the log (stderr)."""
 
     def __init__(self) -> None:
-        """Writes nowhere."""
+        """Writes to no events file."""
 
     def emit(self, kind: EventKind, /, **fields_: Any) -> dict[str, Any]:
-        """Drops the event."""
+        """Drops the event, printing errors to stderr (``payload.log``) with the rank."""
+        if kind is EventKind.ERROR:
+            print(f"rank {os.environ.get('RANK')}: {fields_}", file=sys.stderr, flush=True)
         return {}

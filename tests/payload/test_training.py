@@ -118,11 +118,12 @@ def test_qlora_and_full_finetune_paths_run_on_cpu(make_job: JobFactory, method: 
     assert done["metrics"]["steps"] == 6
 
 
-def test_unsloth_request_is_reported_not_hidden(make_job: JobFactory) -> None:
+def test_unsloth_request_without_a_gpu_trains_on_trl_and_says_why(make_job: JobFactory) -> None:
     job = make_job(engine="unsloth", max_steps=2, checkpoint_steps=0)
     assert run_payload(job).returncode == 0
     preparing = next(e for e in events_of(job) if e["event"] == "state" and e["state"] == "preparing")
-    assert "unsloth was requested" in preparing["engine"]
+    assert preparing["engine"].startswith("trl (unsloth was requested, but unsloth")
+    assert "instead" in preparing["engine"]
 
 
 def test_bad_job_spec_is_a_config_error(make_job: JobFactory) -> None:
@@ -144,3 +145,35 @@ def test_bad_dataset_row_is_a_data_error_with_its_line(make_job: JobFactory) -> 
     assert error["kind"] == "data" and "train.jsonl:7" in error["message"]
     assert "rentune data check" in error["hint"]
     assert events_of(job)[-1]["state"] == "failed"
+
+
+def test_two_processes_under_accelerate_launch_train_one_adapter(make_job: JobFactory) -> None:
+    """num_gpus=2 goes through `accelerate launch` (DDP); on this CPU box the two ranks talk over gloo."""
+    job = make_job(num_gpus=2, strategy="ddp", max_steps=4, checkpoint_steps=2)
+    result = run_payload(job, timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    events = events_of(job)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "only rank 0 reports"
+    assert [e["state"] for e in events if e["event"] == "state"] == ["preparing", "training", "saving", "done"]
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2, 4]
+    assert next(e for e in events if e["event"] == "done")["metrics"]["steps"] == 4
+
+
+def test_sigterm_reaches_every_rank_of_a_distributed_run(make_job: JobFactory, tmp_path: Path) -> None:
+    """Spot preemption of a multi-GPU job: the launcher forwards SIGTERM, rank 0 seals a checkpoint and says why."""
+    job = make_job(num_gpus=2, max_steps=400, checkpoint_steps=0)
+    process = start_payload(job, tmp_path / "payload.log")
+    wait_for_event(job, lambda e: e["event"] == "step" and e["step"] >= 3)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=120)
+    events = events_of(job)
+    checkpoint = next(e for e in events if e["event"] == "checkpoint")
+    assert is_complete(job.parent / "out" / checkpoint["path"])
+    assert events[-1]["event"] == "state" and "SIGTERM" in events[-1]["reason"]
+
+
+def test_fsdp_without_gpus_is_a_config_error_with_a_hint(make_job: JobFactory) -> None:
+    job = make_job(num_gpus=2, strategy="fsdp")
+    assert run_payload(job).returncode == 2
+    error = next(e for e in events_of(job) if e["event"] == "error")
+    assert error["kind"] == "config" and "needs NVIDIA GPUs" in error["message"]
