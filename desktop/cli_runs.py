@@ -84,8 +84,16 @@ class RunsCommands:
             raise self.error(str(exc)) from exc
         identity = args.identity.expanduser().resolve() if args.identity else (base.identity if base else None)
         python = args.python or (base.python if base else "python3")
+        same_machine = base is not None and not args.target
         return SshTarget(
-            user, host, port, identity, python, base.workdir if base else None, base.authorized_keys if base else None
+            user,
+            host,
+            port,
+            identity,
+            python,
+            base.workdir if base else None,
+            base.authorized_keys if base else None,
+            base.host_key if base and same_machine else None,  # the pin holds while the machine stays the same
         )
 
     def _drive(self, coroutine: Any, run_id: str) -> int:

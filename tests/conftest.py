@@ -110,8 +110,11 @@ def chat_dataset(tmp_path: Path) -> Path:
 @pytest.fixture
 def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
     """A qasync event loop over the test's QApplication, as the app runs; drive it with ``run_until_complete``."""
+    import gc
+
     from qasync import QEventLoop
 
+    gc.collect()  # collect earlier tests' Qt objects here, not later from a worker thread ("Timers cannot be stopped")
     loop = QEventLoop(qapp)
     asyncio.set_event_loop(loop)
     yield loop

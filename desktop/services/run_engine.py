@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+import filelock
 
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
@@ -38,6 +39,7 @@ from trainer_payload.protocol import CHECKPOINT_MARKER, EVENTS_FILE_NAME, JOB_FI
 
 Report = Callable[[str], None]
 _log = get_logger("engine")
+DRIVER_LOCK_NAME = ".driver.lock"
 _CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, RemoteError)
 
 
@@ -62,6 +64,10 @@ class RunError(RuntimeError):
     """A run cannot go on; the message says why and what to do."""
 
 
+class RunBusyError(RunError):
+    """Another process is already driving the run."""
+
+
 def spec_to_record(spec: RunSpec) -> dict[str, Any]:
     """The parts of a spec a run needs later, JSON-ready (paths as strings, no secrets)."""
     return {
@@ -76,6 +82,22 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "hourly_rate_usd": spec.hourly_rate_usd,
         "source": str(spec.source) if spec.source else None,
     }
+
+
+def _pinned_fingerprint(target: SshTarget) -> str | None:
+    """The fingerprint of the target's pinned host key (None when none is pinned).
+
+    Raises:
+        RunError: The pinned key is not a valid public key.
+    """
+    if not target.host_key:
+        return None
+    try:
+        return fingerprint(target.host_key)
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise RunError(
+            f"[target] host_key is not a valid public key ({exc}); test the connection again or remove the key"
+        ) from exc
 
 
 def _endpoint(record: RunRecord) -> Endpoint:
@@ -108,6 +130,7 @@ class RunEngine:
         self.secrets = secrets or SecretStore()
         self.options = options or EngineOptions()
         self.report = report or (lambda _line: None)
+        self._pull_lock = asyncio.Lock()
 
     # -- creating and addressing runs ----------------------------------------------------------------------------
 
@@ -117,7 +140,10 @@ class RunEngine:
             raise RunError("the spec has no [target] ssh = ...; pass --target ssh://user@host:port")
         if not spec.train_file.is_file():
             raise RunError(f"{spec.train_file} does not exist; check [data] train in the spec")
+        pinned = _pinned_fingerprint(spec.target)
         record = self.store.create(spec_to_record(spec), spec.target.url)
+        if pinned is not None:  # pinned in advance (the wizard's Test connection): any other key is refused
+            record = self.store.update(record.id, host_key=spec.target.host_key, fingerprint=pinned)
         public = create_run_key(record.id)
         record = self._set_spec(record.id, run_key_public=public, run_key_installed=False)
         self.report(f"run {record.id} created for {spec.base_model} on {spec.target.url}")
@@ -149,10 +175,33 @@ class RunEngine:
     # -- driving ---------------------------------------------------------------------------------------------------
 
     async def drive(self, run_id: str) -> RunRecord:
-        """Continues a run until it is finished, failed, cancelled or paused; returns its final record."""
+        """Continues a run until it is finished, failed, cancelled or paused; returns its final record.
+
+        Raises:
+            RunBusyError: Another Rentune process (the app or a detached CLI) is driving this run.
+        """
         record = self.store.get(run_id)
         if record.state in TERMINAL:
             return record
+        lock = self._driver_lock(run_id)
+        try:
+            return await self._drive_locked(run_id)
+        finally:
+            lock.release()
+
+    def _driver_lock(self, run_id: str) -> filelock.BaseFileLock:
+        """One driver per run across processes: two would relaunch trainers and pull into the same folder."""
+        lock = filelock.FileLock(self.folder(run_id) / DRIVER_LOCK_NAME, blocking=False)
+        try:
+            lock.acquire()
+        except filelock.Timeout as exc:
+            raise RunBusyError(
+                f"run {run_id} is already being followed by another Rentune window or `rentune resume`; "
+                "use that one, or close it and try again"
+            ) from exc
+        return lock
+
+    async def _drive_locked(self, run_id: str) -> RunRecord:
         started, delay = time.monotonic(), self.options.poll_seconds
         while True:
             try:
@@ -381,9 +430,15 @@ class RunEngine:
         await machine.download(f"{remote}/{CHECKPOINT_MARKER}", local / CHECKPOINT_MARKER)
 
     async def _pull_checkpoint(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> None:
+        async with self._pull_lock:  # "Pull now" and the monitor loop never write the same files at once
+            await self._pull_checkpoint_locked(run_id, machine, event)
+
+    async def _pull_checkpoint_locked(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> None:
         record = self.store.get(run_id)
         local_root = self.folder(run_id) / "checkpoints"
         name = Path(event["path"]).name
+        if (local_root / name / CHECKPOINT_MARKER).exists():
+            return
         try:
             await self._pull_folder(
                 machine, f"{record.remote_dir}/out/{event['path']}", local_root / name, event["sha256"]
@@ -413,14 +468,29 @@ class RunEngine:
         self.report(f"adapter verified and saved to {local}")
         return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")
 
-    async def pull(self, run_id: str) -> Path | None:
-        """Pulls the newest checkpoint (or the adapter, when done) now; returns the local folder."""
-        machine = await self._connect(run_id)
+    async def pull(self, run_id: str, *, driven_here: bool = False) -> Path | None:
+        """Pulls the newest checkpoint now; returns the local folder (None when none was written yet).
+
+        Args:
+            run_id: The run.
+            driven_here: This engine's :meth:`drive` is following the run, so the event stream is already being
+                read; only the newest known checkpoint is fetched (if it is not home yet).
+
+        Raises:
+            RunBusyError: Another process follows the run (it pulls every checkpoint as it is written).
+        """
+        lock = None if driven_here else self._driver_lock(run_id)
         try:
-            await self._read_events(run_id, machine)
-            await self._pull_newest_checkpoint(run_id, machine)
+            machine = await self._connect(run_id)
+            try:
+                if not driven_here:
+                    await self._read_events(run_id, machine)
+                await self._pull_newest_checkpoint(run_id, machine)
+            finally:
+                await _quietly_close(machine)
         finally:
-            await _quietly_close(machine)
+            if lock is not None:
+                lock.release()
         return _newest_local_checkpoint(self.folder(run_id) / "checkpoints")
 
     async def payload_log(self, run_id: str, lines: int = 200) -> str:
@@ -440,12 +510,23 @@ class RunEngine:
             return record
         if record.pid is None:
             return self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
+        await self.request_stop(run_id)
+        try:
+            return await self.drive(run_id)
+        except RunBusyError:
+            self.report("stop requested; the process following this run pulls the checkpoint and ends it")
+            return self.store.get(run_id)
+
+    async def request_stop(self, run_id: str) -> None:
+        """Sends SIGTERM to the trainer: it saves a checkpoint and exits; whoever drives the run then ends it."""
+        record = self.store.get(run_id)
+        if record.pid is None:
+            return
         machine = await self._connect(run_id)
         try:
             await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
         finally:
             await _quietly_close(machine)
-        return await self.drive(run_id)
 
     # -- small helpers -------------------------------------------------------------------------------------------
 

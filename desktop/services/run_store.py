@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from desktop.core.runs.states import RunState, check_transition
+from desktop.core.runs.states import TERMINAL, RunState, check_transition
 from desktop.services.paths import app_paths
 
 _SCHEMA = """
@@ -47,8 +48,16 @@ CREATE TABLE IF NOT EXISTS transitions (
 """
 
 
+#: Runs whose local files may be deleted: nothing follows them any more.
+DELETABLE = frozenset({*TERMINAL, RunState.FAILED})
+
+
 class UnknownRunError(LookupError):
     """No run has that id (or unique prefix)."""
+
+
+class RunLiveError(RuntimeError):
+    """The run is still live (or paused, and so resumable); its files are needed."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,27 @@ class RunStore:
                 (*fields.values(), time.time(), run_id),
             )
         return self.get(run_id)
+
+    def delete(self, run_id: str) -> None:
+        """Forgets a run that has ended: removes its folder (checkpoints, adapter, events) and its record.
+
+        Raises:
+            UnknownRunError: No run has that id.
+            RunLiveError: The run is not finished, cancelled or failed; nothing was removed.
+        """
+        record = self.get(run_id)
+        if record.id != run_id:
+            raise UnknownRunError(f"give the whole run id to delete a run ({record.id}), not a prefix")
+        if record.state not in DELETABLE:
+            raise RunLiveError(
+                f"run {run_id} is {record.state.value}; stop it (or let it finish) before deleting its files"
+            )
+        shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
+        if (self.runs_dir / run_id).exists():
+            raise OSError(f"could not remove {self.runs_dir / run_id}; close programs using it and try again")
+        with self._db() as db:
+            db.execute("DELETE FROM transitions WHERE run_id = ?", (run_id,))
+            db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     def transitions(self, run_id: str) -> list[dict[str, Any]]:
         """The run's history: every transition with time and note."""

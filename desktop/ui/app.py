@@ -84,12 +84,18 @@ async def main(options: GuiOptions) -> int:
         print("first-window", flush=True)
         return 0
     if options.screenshot:
-        await window.load_pages()
+        await window.load_pages(follow_runs=False)
+        if options.page:
+            window.show_page(options.page)
+        if window.stack.currentWidget() is window.monitor:
+            await window.monitor.refresh()
+        await asyncio.sleep(0.2)  # let the loop lay out and paint what the page just scheduled
         save_screenshot(window, options.screenshot)
         return 0
     load = asyncio.ensure_future(window.load_pages())
     await closed.wait()
     load.cancel()
+    await window.context.manager.close()  # training goes on remotely; the next start reattaches
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from PySide6.QtCore import QByteArray, QSize, Signal
+from PySide6.QtCore import QByteArray, QSignalBlocker, QSize, Signal
 from PySide6.QtGui import QCloseEvent, QIcon, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMainWindow, QStackedWidget, QWidget
 
@@ -12,9 +12,17 @@ from desktop import __version__
 from desktop.core.settings import Settings
 from desktop.services.resources import ResourceNotFoundError, resource_bytes
 from desktop.services.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.home_page import HomePage
+from desktop.ui.pages.monitor_page import MonitorPage
+from desktop.ui.pages.runs_page import RunsPage
 from desktop.ui.pages.settings_page import SettingsPage
+from desktop.ui.pages.wizard.review_step import ReviewStep
+from desktop.ui.pages.wizard.steps import wizard_steps
+from desktop.ui.pages.wizard.wizard_page import WizardPage
+from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme
 
 
@@ -46,7 +54,7 @@ class MainWindow(QMainWindow):
     sig_page_changed = Signal(str)
     sig_closed = Signal()
 
-    def __init__(self, settings: Settings, secrets: SecretStore) -> None:
+    def __init__(self, settings: Settings, secrets: SecretStore, context: AppContext | None = None) -> None:
         super().__init__()
         self.setWindowTitle(f"Rentune {__version__}")
         self.setWindowIcon(app_icon())
@@ -54,15 +62,36 @@ class MainWindow(QMainWindow):
         self.setAccessibleName("Rentune")
         self.resize(1280, 800)
         self.setMinimumSize(QSize(900, 600))
+        self.context = context or AppContext(settings, secrets)
         self._pages: dict[str, BasePage] = {}
+        self._sidebar_pages: list[str] = []
         self._build_layout()
+        self._add_pages(settings, secrets)
+        make_tab_friendly(self)
+        self.sidebar.setCurrentRow(0)
+        self.status_label = QLabel("Ready. No machine is rented.")
+        self.status_label.setAccessibleName("What is running")
+        self.statusBar().addWidget(self.status_label, 1)
+        self.running_status = RunningStatus(self.context, self.status_label, self)
+
+    def _add_pages(self, settings: Settings, secrets: SecretStore) -> None:
         self.add_page(HomePage())
+        self.wizard = WizardPage(self.context, wizard_steps(self.context))
+        self.wizard.sig_run_launched.connect(self.on_run_opened)
+        review = self.wizard.step("review")
+        assert isinstance(review, ReviewStep)
+        review.sig_edit.connect(self.wizard.show_step)
+        review.sig_launched.connect(self.wizard.sig_run_launched)
+        self.add_page(self.wizard)
+        self.runs_page = RunsPage(self.context)
+        self.runs_page.sig_open_run.connect(self.on_run_opened)
+        self.runs_page.sig_new_run.connect(lambda: self.show_page("new"))
+        self.add_page(self.runs_page)
         settings_page = SettingsPage(settings, secrets)
         settings_page.sig_settings_changed.connect(self.on_settings_changed)
         self.add_page(settings_page)
-        self.sidebar.setCurrentRow(0)
-        self.status_label = QLabel("Ready. No machine is rented.")
-        self.statusBar().addWidget(self.status_label, 1)
+        self.monitor = MonitorPage(self.context)
+        self.add_page(self.monitor, in_sidebar=False)
 
     def _build_layout(self) -> None:
         central = QWidget()
@@ -80,40 +109,76 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.sidebar.currentRowChanged.connect(self.on_sidebar_row_changed)
 
-    def add_page(self, page: BasePage) -> None:
-        """Adds a page to the stack and the sidebar."""
+    def add_page(self, page: BasePage, *, in_sidebar: bool = True) -> None:
+        """Adds a page to the stack, and to the sidebar unless it is reached from another page (the monitor)."""
         self._pages[page.page_name] = page
         self.stack.addWidget(page)
-        QListWidgetItem(page.title if page.page_name != "home" else "Home", self.sidebar)
+        if in_sidebar:
+            self._sidebar_pages.append(page.page_name)
+            QListWidgetItem(page.title if page.page_name != "home" else "Home", self.sidebar)
 
     def page_names(self) -> list[str]:
-        """Returns the names usable with :meth:`show_page` and ``--page``, in sidebar order."""
-        return list(self._pages)
+        """Returns the names usable with :meth:`show_page` and ``--page``: pages, then the wizard's steps."""
+        return [*self._pages, *(step.step_name for step in self.wizard.steps)]
 
     def page(self, name: str) -> BasePage:
-        """Returns the page called ``name``.
+        """Returns the page called ``name`` (a wizard step's name gives the wizard).
 
         Raises:
             UnknownPageError: No such page; the message lists the pages there are.
         """
+        if name in {step.step_name for step in self.wizard.steps}:
+            return self.wizard
         if name not in self._pages:
-            raise UnknownPageError(f"no page named {name!r}; choose one of: {', '.join(self._pages)}")
+            raise UnknownPageError(f"no page named {name!r}; choose one of: {', '.join(self.page_names())}")
         return self._pages[name]
 
     def show_page(self, name: str) -> None:
-        """Switches to the page called ``name`` (see :meth:`page`)."""
-        self.sidebar.setCurrentRow(self.stack.indexOf(self.page(name)))
+        """Switches to the page (or wizard step) called ``name`` (see :meth:`page`)."""
+        page = self.page(name)
+        if page is self.wizard and name != self.wizard.page_name:
+            self.wizard.show_step(name)
+        if page is self.monitor and self.monitor.run_id is None:
+            self._show_newest_run()
+        if page.page_name in self._sidebar_pages:
+            self.sidebar.setCurrentRow(self._sidebar_pages.index(page.page_name))
+        else:
+            with QSignalBlocker(self.sidebar):  # the monitor belongs under Runs: mark it, without switching there
+                self.sidebar.setCurrentRow(self._sidebar_pages.index(self.runs_page.page_name))
+            self.stack.setCurrentWidget(page)
+            self.sig_page_changed.emit(page.page_name)
 
-    async def load_pages(self) -> None:
-        """Lets every page fetch what it shows, concurrently, without blocking the UI."""
+    def _show_newest_run(self) -> None:
+        runs = self.context.store.all()
+        if runs:
+            self.monitor.show_run(max(runs, key=lambda record: record.started).id)
+
+    def on_run_opened(self, run_id: str) -> None:
+        """Opens the monitor on a run (just launched, or picked in the runs list)."""
+        self.monitor.show_run(run_id)
+        self.show_page("monitor")
+
+    async def load_pages(self, *, follow_runs: bool = True) -> None:
+        """Lets every page fetch what it shows.
+
+        Args:
+            follow_runs: Also reattach to the runs that were live when the app last closed (not for screenshots).
+        """
+        if follow_runs:
+            reattached = self.context.manager.reattach_all()
+            if reattached:
+                self.status_label.setText(
+                    f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
+                )
         await asyncio.gather(*(page.load() for page in self._pages.values()))
 
     def on_sidebar_row_changed(self, row: int) -> None:
         """Shows the page picked in the sidebar."""
         if row < 0:
             return
-        self.stack.setCurrentIndex(row)
-        self.sig_page_changed.emit(self.page_names()[row])
+        name = self._sidebar_pages[row]
+        self.stack.setCurrentWidget(self._pages[name])
+        self.sig_page_changed.emit(name)
 
     def on_settings_changed(self, settings: Settings) -> None:
         """Applies saved preferences that take effect at once."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QWidget
 
 
 class ScreenshotError(OSError):
@@ -17,7 +17,6 @@ def save_screenshot(widget: QWidget, path: Path) -> Path:
     Raises:
         ScreenshotError: The file could not be written; the message names it.
     """
-    QApplication.processEvents()
     path = path.expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     if not widget.grab().save(str(path), "PNG"):

@@ -34,19 +34,30 @@ def test_window_opens_on_home_with_the_environment_report(window: MainWindow) ->
     assert window.stack.currentWidget() is home
     assert home.environment_table.rowCount() >= 5
     assert home.environment_summary.text().startswith("Ready")
-    assert window.page_names() == ["home", "settings"]
+    assert window.page_names() == [
+        "home",
+        "new",
+        "runs",
+        "settings",
+        "monitor",
+        "data",
+        "model",
+        "sizing",
+        "target",
+        "review",
+    ]
 
 
 def test_sidebar_switches_pages_with_the_keyboard(window: MainWindow, qtbot: QtBot) -> None:
     window.sidebar.setFocus()
     with qtbot.waitSignal(window.sig_page_changed) as changed:
         qtbot.keyClick(window.sidebar, Qt.Key.Key_Down)
-    assert changed.args == ["settings"]
-    assert window.stack.currentWidget() is window.page("settings")
+    assert changed.args == ["new"]
+    assert window.stack.currentWidget() is window.page("new")
 
 
 def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
-    with pytest.raises(UnknownPageError, match="choose one of: home, settings"):
+    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, settings, monitor, data"):
         window.show_page("offers")
 
 

@@ -1,7 +1,8 @@
 """``SPEC.toml``: the human-editable description of a run, shared by the CLI and the GUI.
 
 Sections: ``[model] base``; ``[data] train`` (and ``eval``); ``[training]`` with the payload's job keys under the
-same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``; ``[budget]``. Relative paths are
+same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``, ``host_key`` (optional: the host key
+pinned in advance, e.g. by the wizard's Test connection); ``[budget]``. Relative paths are
 relative to the spec file.
 """
 
@@ -34,6 +35,8 @@ class SshTarget:
         workdir: Folder for run folders on the host (default ``~/.rentune/runs``).
         authorized_keys: The file the host's sshd reads client keys from (default ``~/.ssh/authorized_keys``);
             the run's own key is added there for the run's lifetime.
+        host_key: The host's public key line pinned in advance (None: pinned on first contact); a host offering
+            another key is refused.
     """
 
     user: str
@@ -43,6 +46,7 @@ class SshTarget:
     python: str = "python3"
     workdir: str | None = None
     authorized_keys: str | None = None
+    host_key: str | None = None
 
     @property
     def url(self) -> str:
@@ -116,6 +120,19 @@ def _path(value: Any, base: Path, key: str) -> Path:
     return path if path.is_absolute() else (base / path).resolve()
 
 
+def _host_key(value: Any) -> str | None:
+    """``[target] host_key``: an OpenSSH public key line (``ssh-ed25519 AAAA...``), or None when absent."""
+    if value is None or value == "":
+        return None
+    parts = value.split() if isinstance(value, str) else []
+    if len(parts) < 2 or not (parts[0].startswith(("ssh-", "ecdsa-", "sk-")) and parts[1].startswith("AAAA")):
+        raise RunSpecError(
+            "[target] host_key must be the host's public key line (like ssh-ed25519 AAAA...); remove it to pin the "
+            "key on first contact"
+        )
+    return " ".join(parts[:2])
+
+
 def _target(section: dict[str, Any], base: Path) -> SshTarget | None:
     if "ssh" not in section:
         return None
@@ -123,7 +140,8 @@ def _target(section: dict[str, Any], base: Path) -> SshTarget | None:
     identity = _path(section["identity"], base, "[target] identity") if section.get("identity") else None
     workdir = str(section["workdir"]) if section.get("workdir") else None
     authorized = str(section["authorized_keys"]) if section.get("authorized_keys") else None
-    return SshTarget(user, host, port, identity, str(section.get("python", "python3")), workdir, authorized)
+    python = str(section.get("python", "python3"))
+    return SshTarget(user, host, port, identity, python, workdir, authorized, _host_key(section.get("host_key")))
 
 
 def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None = None) -> RunSpec:

@@ -1,0 +1,116 @@
+"""The new-run wizard's state: what the user has chosen so far, saved between sessions.
+
+A draft turns into the same ``SPEC.toml`` structure the CLI reads (see :mod:`desktop.core.runs.spec`), so the GUI
+and the CLI launch runs the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DRAFT_SCHEMA_VERSION = 1
+
+#: Training keys the wizard starts from (the payload's job keys, same names).
+DEFAULT_TRAINING: dict[str, Any] = {
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "seq_len": 2048,
+    "micro_batch": 2,
+    "grad_accum": 4,
+    "epochs": 3,
+    "learning_rate": 2e-4,
+    "checkpoint_minutes": 30,
+    "keep_checkpoints": 3,
+}
+
+
+class TargetDraft(BaseModel):
+    """The "own server" target as typed into the wizard.
+
+    Attributes:
+        host: Host name or address.
+        port: SSH port.
+        user: Login user.
+        identity: Private key file ("" for the SSH agent or default keys).
+        python: Interpreter on the host.
+        workdir: Folder for run folders on the host ("" for ``~/.rentune/runs``).
+        authorized_keys: The file the host's sshd reads client keys from ("" for ``~/.ssh/authorized_keys``).
+        host_key: The host key pinned by Test connection (OpenSSH public key line), "" until tested.
+        fingerprint: SHA-256 fingerprint of ``host_key``, shown to the user.
+        gpu: What Test connection found (nvidia-smi summary, or "no GPU").
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    host: str = ""
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = ""
+    identity: str = ""
+    python: str = "python3"
+    workdir: str = ""
+    authorized_keys: str = ""
+    host_key: str = ""
+    fingerprint: str = ""
+    gpu: str = ""
+
+    @property
+    def url(self) -> str:
+        """The target as ``ssh://user@host:port``."""
+        return f"ssh://{self.user}@{self.host}:{self.port}"
+
+
+class RunDraft(BaseModel):
+    """Everything the wizard collects, page by page.
+
+    Attributes:
+        schema_version: Version of this layout.
+        data_file: The dataset the user picked (JSONL, CSV or Parquet).
+        train_file: The prepared ``messages`` JSONL to upload ("" until prepared).
+        eval_file: The prepared eval split ("" for none).
+        base_model: Hub id or local model folder.
+        method: ``qlora``, ``lora``, ``full`` or ``full-8bit``.
+        training: The payload's job keys (see :data:`DEFAULT_TRAINING`).
+        gpu_name: The card picked on the sizing page ("" for none yet).
+        target: Where to train.
+        hourly_rate_usd: What the target costs per hour, as the user states it.
+        budget_usd: Stop spending past this (0: no limit).
+        step: The wizard page last shown, so a reopened wizard continues there.
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    schema_version: int = DRAFT_SCHEMA_VERSION
+    data_file: str = ""
+    train_file: str = ""
+    eval_file: str = ""
+    base_model: str = ""
+    method: str = "qlora"
+    training: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_TRAINING))
+    gpu_name: str = ""
+    target: TargetDraft = Field(default_factory=TargetDraft)
+    hourly_rate_usd: float = Field(default=0.0, ge=0.0)
+    budget_usd: float = Field(default=0.0, ge=0.0)
+    step: str = "data"
+
+    def spec_dict(self) -> dict[str, Any]:
+        """The draft as a ``SPEC.toml`` document (the structure :func:`run_spec_from_dict` reads)."""
+        target: dict[str, Any] = {"ssh": self.target.url, "python": self.target.python or "python3"}
+        optional = {
+            "identity": self.target.identity,
+            "workdir": self.target.workdir,
+            "authorized_keys": self.target.authorized_keys,
+            "host_key": self.target.host_key,
+        }
+        target.update({key: value for key, value in optional.items() if value})
+        data = {"train": self.train_file}
+        if self.eval_file:
+            data["eval"] = self.eval_file
+        return {
+            "model": {"base": self.base_model},
+            "data": data,
+            "training": {"method": self.method, **self.training},
+            "target": target,
+            "budget": {"hourly_rate_usd": self.hourly_rate_usd, "max_usd": self.budget_usd},
+        }

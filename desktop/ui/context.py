@@ -1,0 +1,38 @@
+"""The services the window's pages share, built once per app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from desktop.core.runs.draft import RunDraft
+from desktop.core.settings import Settings
+from desktop.services.draft_store import load_draft
+from desktop.services.run_engine import EngineOptions
+from desktop.services.run_manager import RunManager
+from desktop.services.run_store import RunStore
+from desktop.services.secrets import SecretStore
+
+
+@dataclass
+class AppContext:
+    """What pages need from the rest of the app: preferences, secrets, the runs and the wizard's draft.
+
+    Attributes:
+        settings: The user's preferences.
+        secrets: API keys and tokens (keyring or environment).
+        store: Every run recorded on this computer.
+        draft: The new-run wizard's state (saved with :func:`desktop.services.draft_store.save_draft`).
+        engine_options: Timing of the run engine (tests shorten the polling).
+        manager: Follows live runs in the background (launch, stop, pull, resume, reattach).
+    """
+
+    settings: Settings
+    secrets: SecretStore
+    store: RunStore = field(default_factory=RunStore)
+    draft: RunDraft = field(default_factory=load_draft)
+    engine_options: EngineOptions | None = None
+    manager: RunManager = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Builds the run manager on the shared store."""
+        self.manager = RunManager(self.store, self.secrets, self.engine_options)

@@ -1,0 +1,435 @@
+"""Wizard step "Model and method": which model to fine-tune, how, and (folded away) the training settings."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QValidator
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QScrollArea,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
+from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
+from desktop.services.logs import get_logger
+from desktop.services.model_configs import load_catalog
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.step_base import WizardStep
+
+_log = get_logger("ui.model_step")
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+_CATALOG_COLUMNS = ["Model (Hub id)", "Family", "Parameters", "Context", "Licence"]
+
+#: (value, radio label, one-line explanation) for each fine-tuning method.
+METHODS: list[tuple[str, str, str]] = [
+    (
+        "qlora",
+        "&QLoRA",
+        "Trains a small add-on (adapter) on a 4-bit copy of the model: the least GPU memory and cost. A good start.",
+    ),
+    (
+        "lora",
+        "L&oRA",
+        "Trains the same adapter on the full-precision model: slightly better and faster, about twice the memory.",
+    ),
+    ("full", "&Full", "Changes every weight of the model: the most thorough, and needs several times more GPU memory."),
+    (
+        "full-8bit",
+        "Full, &8-bit optimizer",
+        "Changes every weight but keeps the optimizer's state in 8 bits: a full fine-tune in less memory.",
+    ),
+]
+PEFT_METHODS = {"qlora", "lora"}
+
+
+@dataclass(frozen=True)
+class TrainingField:
+    """One advanced setting: a key of ``draft.training`` and how to edit it.
+
+    Attributes:
+        key: The training key (the payload's job key).
+        label: Shown beside the box.
+        low: Smallest value allowed.
+        high: Largest value allowed.
+        step: Arrow-key step.
+        decimals: 0 for whole numbers (a QSpinBox); otherwise a QDoubleSpinBox.
+        lora_only: Only matters for LoRA and QLoRA.
+    """
+
+    key: str
+    label: str
+    low: float
+    high: float
+    step: float
+    decimals: int = 0
+    lora_only: bool = False
+
+
+TRAINING_FIELDS: list[TrainingField] = [
+    TrainingField("lora_r", "LoRA rank (adapter size)", 1, 4096, 8, lora_only=True),
+    TrainingField("lora_alpha", "LoRA alpha (adapter strength)", 1, 65536, 8, lora_only=True),
+    TrainingField("seq_len", "Sequence length (tokens)", 16, 1_048_576, 256),
+    TrainingField("micro_batch", "Examples per GPU step (micro-batch)", 1, 1024, 1),
+    TrainingField("grad_accum", "Gradient accumulation steps", 1, 4096, 1),
+    TrainingField("epochs", "Epochs (passes over the data)", 0.1, 1000, 0.5, decimals=2),
+    TrainingField("learning_rate", "Learning rate", 1e-7, 0.5, 1e-5, decimals=10),
+    TrainingField("checkpoint_minutes", "Checkpoint every (minutes)", 1, 1440, 5),
+    TrainingField("keep_checkpoints", "Checkpoints kept on the GPU machine", 1, 1000, 1),
+]
+
+
+class ScientificSpinBox(QDoubleSpinBox):
+    """A double spin box that shows small numbers compactly (``0.0002``, ``1e-05``) and accepts ``2e-4``."""
+
+    def textFromValue(self, value: float) -> str:
+        """Shows the value in its shortest form."""
+        return f"{value:g}"
+
+    def valueFromText(self, text: str) -> float:
+        """Reads plain or scientific notation."""
+        try:
+            return float(text)
+        except ValueError:
+            return self.value()
+
+    def validate(self, text: str, pos: int) -> tuple[QValidator.State, str, int]:
+        """Accepts any number in range; partial input such as ``2e-`` is intermediate."""
+        try:
+            value = float(text)
+        except ValueError:
+            return QValidator.State.Intermediate, text, pos
+        inside = self.minimum() <= value <= self.maximum()
+        return (QValidator.State.Acceptable if inside else QValidator.State.Intermediate), text, pos
+
+
+def parameters_text(entry: CatalogEntry) -> str:
+    """Parameter count as "7.6 B" or "494 M" (with the active share for mixture-of-experts models)."""
+
+    def short(count: int) -> str:
+        return f"{count / 1e9:.1f} B" if count >= 1e9 else f"{count / 1e6:.0f} M"
+
+    arch = entry.arch
+    total = short(arch.total_params)
+    return total if arch.num_experts <= 1 else f"{total} ({short(arch.active_params)} active)"
+
+
+def entry_matches(entry: CatalogEntry, query: str) -> bool:
+    """Whether every word of ``query`` appears in the entry's id, family, licence or aliases."""
+    haystack = " ".join([entry.id, entry.family, entry.license, *entry.aliases]).lower()
+    return all(word in haystack for word in query.lower().split())
+
+
+def _spin_box(field: TrainingField) -> QSpinBox | QDoubleSpinBox:
+    box: QSpinBox | QDoubleSpinBox
+    if field.decimals == 0:
+        box = QSpinBox()
+        box.setRange(int(field.low), int(field.high))
+        box.setSingleStep(int(field.step))
+    else:
+        box = ScientificSpinBox() if field.key == "learning_rate" else QDoubleSpinBox()
+        box.setDecimals(field.decimals)
+        box.setRange(field.low, field.high)
+        box.setSingleStep(field.step)
+    box.setAccessibleName(field.label)
+    box.setGroupSeparatorShown(field.decimals == 0)
+    return box
+
+
+class ModelStep(WizardStep):
+    """Chooses the base model (catalog, Hub id or local folder), the method, and the training settings."""
+
+    step_name = "model"
+    title = "Model and method"
+    purpose = (
+        "Choose the model to fine-tune and how. The catalog lists popular open models; any Hugging Face Hub id or "
+        "a model folder on this computer works too."
+    )
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.catalog: ModelCatalog | None = None
+        self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
+        row = QHBoxLayout()
+        row.addWidget(self._build_catalog(), 3)
+        row.addWidget(self._build_options(), 2)
+        self.body.addLayout(row, 1)
+        self.show_draft()
+
+    # -- layout ---------------------------------------------------------------------------------------------------
+
+    def _build_catalog(self) -> QGroupBox:
+        box = QGroupBox("Model")
+        layout = QVBoxLayout(box)
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Type to filter: qwen, 8b, apache…")
+        self.filter_edit.setAccessibleName("Filter the model catalog")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.textChanged.connect(self.on_filter_changed)
+        self.catalog_table = QTableWidget(0, len(_CATALOG_COLUMNS))
+        self.catalog_table.setAccessibleName("Model catalog")
+        self.catalog_table.setHorizontalHeaderLabels(_CATALOG_COLUMNS)
+        self.catalog_table.verticalHeader().setVisible(False)
+        self.catalog_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.catalog_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.catalog_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.catalog_table.setTabKeyNavigation(False)
+        self.catalog_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.catalog_table.horizontalHeader().setStretchLastSection(True)
+        self.catalog_table.itemSelectionChanged.connect(self.on_catalog_selected)
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("e.g. Qwen/Qwen2.5-7B-Instruct or /path/to/model-folder")
+        self.model_edit.setAccessibleName("Hub id or local model folder")
+        self.model_edit.textEdited.connect(self.on_model_edited)
+        self.browse_button = QPushButton("Bro&wse…")
+        self.browse_button.setAccessibleName("Choose a local model folder")
+        self.browse_button.clicked.connect(self.on_browse_clicked)
+        layout.addLayout(self._labelled("&Search the catalog", self.filter_edit))
+        layout.addWidget(self.catalog_table, 1)
+        layout.addLayout(self._labelled("&Model: Hub id or local folder", self.model_edit, self.browse_button))
+        return box
+
+    @staticmethod
+    def _labelled(text: str, field: QWidget, *extra: QWidget) -> QHBoxLayout:
+        row = QHBoxLayout()
+        label = QLabel(text)
+        label.setBuddy(field)
+        row.addWidget(label)
+        row.addWidget(field, 1)
+        for widget in extra:
+            row.addWidget(widget)
+        return row
+
+    def _build_options(self) -> QScrollArea:
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self._build_methods())
+        self.advanced_toggle = QToolButton()
+        self.advanced_toggle.setText("&Advanced settings")
+        self.advanced_toggle.setAccessibleName("Show the advanced training settings")
+        self.advanced_toggle.setCheckable(True)
+        self.advanced_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.advanced_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.advanced_toggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.advanced_toggle.toggled.connect(self.on_advanced_toggled)
+        layout.addWidget(self.advanced_toggle)
+        layout.addWidget(self._build_advanced())
+        layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(content)
+        return scroll
+
+    def _build_methods(self) -> QGroupBox:
+        box = QGroupBox("Method")
+        layout = QVBoxLayout(box)
+        self.method_group = QButtonGroup(self)
+        self.method_buttons: dict[str, QRadioButton] = {}
+        for value, label, explanation in METHODS:
+            button = QRadioButton(label)
+            button.setAccessibleName(label.replace("&", "") + " method")
+            button.setAccessibleDescription(explanation)
+            button.toggled.connect(self.on_method_toggled)
+            note = QLabel(explanation)
+            note.setWordWrap(True)
+            note.setContentsMargins(24, 0, 0, 4)
+            self.method_group.addButton(button)
+            self.method_buttons[value] = button
+            layout.addWidget(button)
+            layout.addWidget(note)
+        return box
+
+    def _build_advanced(self) -> QWidget:
+        self.advanced_box = QGroupBox()
+        self.advanced_box.setAccessibleName("Advanced training settings")
+        form = QFormLayout(self.advanced_box)
+        for field in TRAINING_FIELDS:
+            spin = _spin_box(field)
+            spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
+            self.spins[field.key] = spin
+            label = QLabel(field.label)
+            label.setBuddy(spin)
+            form.addRow(label, spin)
+        self.lora_note = QLabel("LoRA rank and alpha only matter for LoRA and QLoRA.")
+        self.lora_note.setWordWrap(True)
+        form.addRow(self.lora_note)
+        self.advanced_box.setVisible(False)
+        return self.advanced_box
+
+    # -- the wizard's interface -----------------------------------------------------------------------------------
+
+    @property
+    def method(self) -> str:
+        """The method chosen."""
+        return next((value for value, button in self.method_buttons.items() if button.isChecked()), "qlora")
+
+    def show_draft(self) -> None:
+        """Fills the model, method and settings from the draft."""
+        draft = self.draft
+        self.model_edit.setText(draft.base_model)
+        self._select_catalog_row(draft.base_model)
+        self.method_buttons.get(draft.method, self.method_buttons["qlora"]).setChecked(True)
+        for key, spin in self.spins.items():
+            value = draft.training.get(key, DEFAULT_TRAINING[key])
+            if isinstance(spin, QSpinBox):
+                spin.setValue(int(value))
+            else:
+                spin.setValue(float(value))
+
+    def validate(self) -> str | None:
+        """A model is required and must look like something that can be loaded; the settings must suit it."""
+        model = self.model_edit.text().strip()
+        if not model:
+            return (
+                "Choose a model: pick one in the catalog, or type a Hugging Face Hub id (org/name) or the folder of "
+                "a model on this computer."
+            )
+        return self._model_problem(model) or self._context_problem(model)
+
+    def save_into(self, draft: RunDraft) -> None:
+        """Writes the model, the method and the training settings (other training keys are kept)."""
+        draft.base_model = self.model_edit.text().strip()
+        draft.method = self.method
+        draft.training = {**draft.training, **self.training_values()}
+
+    def training_values(self) -> dict[str, Any]:
+        """The advanced settings as training keys (whole numbers as ints)."""
+        return {key: spin.value() for key, spin in self.spins.items()}
+
+    async def load(self) -> None:
+        """Reads the bundled catalog off the UI thread and lists it."""
+        self.catalog = await asyncio.get_running_loop().run_in_executor(None, load_catalog)
+        self._fill_catalog(self.catalog)
+        self._select_catalog_row(self.model_edit.text().strip())
+
+    # -- validation -----------------------------------------------------------------------------------------------
+
+    def _model_problem(self, model: str) -> str | None:
+        if self.catalog is not None and self.catalog.entry(model) is not None:
+            return None
+        path = Path(model).expanduser()
+        if path.is_absolute() or model.startswith((".", "~")):
+            if not path.is_dir():
+                return f"There is no folder {model}; choose the folder holding the model's files (Browse…)."
+            if not (path / "config.json").is_file():
+                return f"{model} has no config.json; choose the folder that holds the model's files."
+            return None
+        if _HUB_ID.fullmatch(model):
+            return None
+        hints = self.catalog.suggestions(model) if self.catalog is not None else []
+        hint = f" Did you mean {', '.join(hints[:3])}?" if hints else ""
+        return f"{model} is not in the catalog, not a Hub id (org/name) and not a folder.{hint}"
+
+    def _context_problem(self, model: str) -> str | None:
+        entry = self.catalog.entry(model) if self.catalog is not None else None
+        seq_len = self.spins["seq_len"].value()
+        if entry is None or not entry.arch.max_context or seq_len <= entry.arch.max_context:
+            return None
+        return (
+            f"The sequence length {seq_len:,} is longer than {entry.id} handles ({entry.arch.max_context:,} tokens); "
+            "lower it under Advanced settings."
+        )
+
+    # -- catalog --------------------------------------------------------------------------------------------------
+
+    def _fill_catalog(self, catalog: ModelCatalog) -> None:
+        table = self.catalog_table
+        table.blockSignals(True)
+        table.setRowCount(len(catalog))
+        for row, entry in enumerate(catalog):
+            context = f"{entry.arch.max_context:,}" if entry.arch.max_context else "unknown"
+            cells = [entry.id, entry.family, parameters_text(entry), context, entry.license]
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setData(Qt.ItemDataRole.UserRole, entry.id)
+                table.setItem(row, column, item)
+        table.blockSignals(False)
+        self.on_filter_changed(self.filter_edit.text())
+
+    def _select_catalog_row(self, model: str) -> None:
+        entry = self.catalog.entry(model) if self.catalog is not None and model else None
+        table = self.catalog_table
+        table.blockSignals(True)
+        table.clearSelection()
+        for row in range(table.rowCount()):
+            if entry is not None and self._row_id(row) == entry.id:
+                table.selectRow(row)
+                table.scrollTo(table.model().index(row, 0))
+        table.blockSignals(False)
+
+    def visible_models(self) -> list[str]:
+        """Hub ids of the catalog rows the filter leaves visible."""
+        table = self.catalog_table
+        return [self._row_id(row) for row in range(table.rowCount()) if not table.isRowHidden(row)]
+
+    def _row_id(self, row: int) -> str:
+        item = self.catalog_table.item(row, 0)
+        return item.text() if item is not None else ""
+
+    # -- handlers -------------------------------------------------------------------------------------------------
+
+    def on_filter_changed(self, text: str) -> None:
+        """Hides the catalog rows that do not match every typed word."""
+        if self.catalog is None:
+            return
+        for row, entry in enumerate(self.catalog):
+            self.catalog_table.setRowHidden(row, not entry_matches(entry, text))
+
+    def on_catalog_selected(self) -> None:
+        """Choosing a catalog row makes it the model."""
+        items = self.catalog_table.selectedItems()
+        if items:
+            self.model_edit.setText(str(items[0].data(Qt.ItemDataRole.UserRole)))
+            _log.debug("model %s chosen from the catalog", self.model_edit.text())
+            self.sig_changed.emit()
+
+    def on_model_edited(self, text: str) -> None:
+        """A typed model highlights its catalog row, if it has one."""
+        self._select_catalog_row(text.strip())
+        self.sig_changed.emit()
+
+    def on_browse_clicked(self) -> None:
+        """Picks a local model folder."""
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder", str(Path.home()))
+        if folder:
+            self.model_edit.setText(folder)
+            self._select_catalog_row("")
+            self.sig_changed.emit()
+
+    def on_method_toggled(self) -> None:
+        """LoRA settings only apply to LoRA and QLoRA: they are disabled for full fine-tunes."""
+        peft = self.method in PEFT_METHODS
+        for field in TRAINING_FIELDS:
+            if field.lora_only:
+                self.spins[field.key].setEnabled(peft)
+        self.lora_note.setVisible(not peft)
+        self.sig_changed.emit()
+
+    def on_advanced_toggled(self, shown: bool) -> None:
+        """Unfolds or folds the advanced settings."""
+        self.advanced_box.setVisible(shown)
+        self.advanced_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.advanced_toggle.setAccessibleName(f"{'Hide' if shown else 'Show'} the advanced training settings")

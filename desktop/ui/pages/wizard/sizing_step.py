@@ -1,0 +1,581 @@
+"""The wizard's sizing step: peak memory per GPU, itemised, and the GPU options ranked by cost to finish.
+
+The planner is the one behind ``rentune plan``; the token count comes from the prepared data's manifest, so the
+hours and dollars shown are for the data that will really be uploaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QPalette
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.core.runs.draft import RunDraft
+from desktop.core.sizing.architecture import ArchitectureError
+from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
+from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, Workload, make_plan
+from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.services.data_prepare import MANIFEST_NAME
+from desktop.services.logs import get_logger
+from desktop.services.model_configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
+from desktop.services.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.step_base import WizardStep
+
+#: Common card sizes drawn as lines across the memory bar (GB).
+CARD_SIZES_GB = (24, 48, 80, 141)
+DEFAULT_TOKENS = 15_000_000
+ITEM_LABELS = {
+    "weights": "Base weights",
+    "lora_adapter": "LoRA adapter, its gradients and AdamW",
+    "gradients": "Gradients",
+    "optimizer": "Optimizer states",
+    "activations": "Activations",
+    "logits": "Logits and loss",
+    "fsdp_buffers": "FSDP buffers",
+    "allocator_overhead": "Allocator overhead",
+    "cuda_context": "CUDA context",
+}
+ITEM_COLOURS = ("#3b82f6", "#10b981", "#f59e0b", "#ef4444", "#8b5cf6", "#ec4899", "#14b8a6", "#64748b", "#a3a3a3")
+RECOMMENDED_COLOUR = QColor(16, 185, 129, 70)
+_ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
+_log = get_logger("ui.sizing")
+
+
+class SizingError(ValueError):
+    """The job cannot be sized; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A plan for the draft, and where its token count came from.
+
+    Attributes:
+        plan: The planner's answer.
+        tokens_source: How the tokens per epoch were counted.
+    """
+
+    plan: Plan
+    tokens_source: str
+
+    @property
+    def recommended(self) -> GpuOption | None:
+        """The cheapest option that fits, or None when nothing fits."""
+        first = self.plan.options[0] if self.plan.options else None
+        return first if first is not None and first.fits else None
+
+    def option(self, label: str) -> GpuOption | None:
+        """The option shown as ``label`` (see :func:`option_label`), if any."""
+        return next((o for o in self.plan.options if option_label(o) == label), None)
+
+
+def option_label(option: GpuOption) -> str:
+    """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM``."""
+    return option.gpu.name if option.count == 1 else f"{option.count} x {option.gpu.name}"
+
+
+def format_hours(hours: float) -> str:
+    """``2 h 05 min`` or ``40 min``."""
+    whole = int(hours)
+    return f"{whole} h {round((hours - whole) * 60):02d} min" if whole else f"{max(1, round(hours * 60))} min"
+
+
+def fit_text(option: GpuOption) -> str:
+    """Whether an option fits, with the memory to spare or missing."""
+    if option.fit is Fit.FITS:
+        return f"fits, {option.headroom_gb:.1f} GB free"
+    if option.fit is Fit.TIGHT:
+        return f"tight, {option.headroom_gb:.1f} GB left"
+    return f"does not fit ({-option.headroom_gb:.1f} GB over)"
+
+
+def _targets(value: Any) -> Targets:
+    if isinstance(value, list):
+        names = {str(name) for name in value}
+        if names == {"q_proj", "v_proj"}:
+            return Targets.QV
+        if names and names <= _ATTENTION_MODULES:
+            return Targets.ATTENTION
+    return Targets.ALL_LINEAR
+
+
+def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
+    """The planner's setup for the payload's job keys (the same names the trainer reads).
+
+    Raises:
+        SizingError: A setting is out of range or the method is unknown.
+    """
+    keys = {"method": method, **training}
+    try:
+        return TrainingSetup(
+            method=Method(keys["method"]),
+            lora_r=int(keys.get("lora_r", 16)),
+            targets=_targets(keys.get("target_modules", "all-linear")),
+            lora_dropout=float(keys.get("lora_dropout", 0.05)),
+            seq_len=int(keys.get("seq_len", 2048)),
+            micro_batch=int(keys.get("micro_batch", 2)),
+            grad_accum=int(keys.get("grad_accum", 4)),
+            grad_ckpt=bool(keys.get("gradient_checkpointing", True)),
+            num_gpus=int(keys.get("num_gpus", 1)),
+            strategy=Strategy(keys.get("strategy", "ddp")),
+        )
+    except (SetupError, ValueError, TypeError) as exc:
+        raise SizingError(f"the training settings cannot be sized ({exc}); fix them on the Model step") from exc
+
+
+def read_manifest(train_file: str) -> dict[str, Any] | None:
+    """The manifest ``rentune data prepare`` wrote next to the training file, if there is one."""
+    if not train_file:
+        return None
+    path = Path(train_file).expanduser().parent / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _log.info("no usable manifest at %s (%s); sizing with the default token count", path, exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _manifest_tokens(manifest: dict[str, Any]) -> tuple[int, str] | None:
+    """Training tokens per epoch from a manifest (its eval share left out), and how they were counted."""
+    try:
+        tokens, counts = manifest["tokens"], manifest["counts"]
+        trained, train, evaluation = int(tokens["trained_per_epoch"]), int(counts["train"]), int(counts["eval"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    share = train / (train + evaluation) if train + evaluation else 1.0
+    source = f"{train:,} training examples of the prepared data ({tokens.get('method', 'counted')})"
+    return max(1, round(trained * share)), source
+
+
+def draft_workload(draft: RunDraft, setup: TrainingSetup) -> tuple[Workload, str]:
+    """How much training the draft asks for: the prepared data's tokens times the epochs (or the step limit).
+
+    Reads the manifest next to ``draft.train_file`` (blocking: call it off the UI thread).
+    """
+    training = draft.training
+    manifest = read_manifest(draft.train_file)
+    counted = _manifest_tokens(manifest) if manifest else None
+    tokens, source = counted or (
+        DEFAULT_TOKENS,
+        f"{DEFAULT_TOKENS:,} tokens assumed: prepare the data for exact counts",
+    )
+    checkpoint = float(training.get("checkpoint_minutes", 30.0)) or 30.0
+    max_steps = int(training.get("max_steps", -1) or -1)
+    if max_steps > 0:
+        stepped = max_steps * setup.tokens_per_step
+        return Workload(tokens=stepped, epochs=1.0, checkpoint_minutes=checkpoint), f"{max_steps:,} steps at most"
+    epochs = min(100.0, max(0.01, float(training.get("epochs", 3.0))))
+    return Workload(tokens=tokens, epochs=epochs, checkpoint_minutes=checkpoint), source
+
+
+def resolution_message(name: str, exc: ModelResolutionError) -> str:
+    """Why a model cannot be sized, in words: offline, gated, or unknown, each with its fix."""
+    causes = {cls.__name__ for cls in type(exc.__cause__).__mro__} if exc.__cause__ else set()
+    if "GatedRepoError" in causes:
+        return (
+            f"{name} is gated on the Hugging Face Hub: accept its licence at https://huggingface.co/{name}, store a "
+            "Hugging Face token in Settings, then come back to this step"
+        )
+    if causes & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "TimeoutError"}:
+        return (
+            f"{name} cannot be sized: its config.json could not be fetched from the Hugging Face Hub (this computer "
+            "seems to be offline, or the Hub is unreachable). Connect and come back to this step, or choose a "
+            "catalog model or a local model folder on the Model step"
+        )
+    return f"{name} cannot be sized: {exc}"
+
+
+def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:
+    """Plans the draft's job: resolves the model (a folder, the catalog or the Hub) and ranks the GPU options.
+
+    Blocking (files, maybe the network): call it in an executor.
+
+    Raises:
+        SizingError: No model chosen, the model cannot be resolved, or the settings are out of range.
+    """
+    if not draft.base_model:
+        raise SizingError("choose a base model on the Model step first")
+    setup = training_setup(draft.method, draft.training)
+    try:
+        arch = resolve_model(draft.base_model, hub_config_fetcher(secrets))
+    except ModelResolutionError as exc:
+        raise SizingError(resolution_message(draft.base_model, exc)) from exc
+    except ArchitectureError as exc:
+        raise SizingError(f"{draft.base_model} cannot be sized: {exc}; choose another model on the Model step") from exc
+    workload, source = draft_workload(draft, setup)
+    counts = GPU_COUNTS if setup.num_gpus == 1 else (setup.num_gpus,)
+    strategy = setup.strategy if setup.num_gpus > 1 else None
+    return Sizing(make_plan(arch, setup, list(load_gpus()), workload, counts=counts, strategy=strategy), source)
+
+
+def server_gpu_gb(gpu_summary: str) -> float | None:
+    """Usable memory of the own server's first GPU, from Test connection's summary (``... (81559 MiB)``)."""
+    found = re.search(r"(\d+)\s*MiB", gpu_summary)
+    return int(found.group(1)) / 1024 * GIB_TO_GB * USABLE_FRACTION if found else None
+
+
+def _sizing_key(draft: RunDraft) -> str:
+    """What the sizing depends on; a new plan is made only when it changes."""
+    return json.dumps([draft.base_model, draft.method, draft.training, draft.train_file], sort_keys=True, default=str)
+
+
+def _chart_limit(total: float) -> float:
+    """The chart's width: the bar and the next two card sizes (so the card it fits and the one above show)."""
+    larger = [size for size in CARD_SIZES_GB if size >= total * 1.02]
+    return max(total, *larger[:2]) * 1.05 if larger else total * 1.08
+
+
+class MemoryChart(QWidget):
+    """Peak memory per GPU as one stacked horizontal bar, with lines at common card sizes."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Memory per GPU chart: one bar stacked by item, lines at 24, 48, 80 and 141 GB")
+        self.setMinimumHeight(120)
+        self.setMaximumHeight(180)
+        self.plot_widget = pg.PlotWidget()
+        self.plot_widget.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # nothing to operate: Tab skips it
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot_widget)
+        plot = self.plot_widget.getPlotItem()
+        plot.setMenuEnabled(False)
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.hideAxis("left")
+        plot.setLabel("bottom", "GB per GPU")
+        self.items: dict[str, float] = {}
+        self.segments: list[pg.BarGraphItem] = []
+        self.card_lines: list[pg.InfiniteLine] = []
+        self._apply_palette()
+
+    def show_items(self, items: dict[str, float]) -> None:
+        """Draws the non-zero items left to right, in order, and the card-size lines."""
+        plot = self.plot_widget.getPlotItem()
+        plot.clear()
+        self.items, self.segments, self.card_lines, start = dict(items), [], [], 0.0
+        for index, value in enumerate(v for v in items.values() if v > 0):
+            colour = ITEM_COLOURS[index % len(ITEM_COLOURS)]
+            bar = pg.BarGraphItem(x0=[start], y=[0.0], width=[value], height=0.6, brush=colour, pen=None)
+            plot.addItem(bar)
+            self.segments.append(bar)
+            start += value
+        text = self.palette().color(QPalette.ColorRole.Text)
+        for size in CARD_SIZES_GB:
+            pen = pg.mkPen(text, style=Qt.PenStyle.DashLine)
+            line = pg.InfiniteLine(pos=size, angle=90, pen=pen, label=f"{size} GB")
+            line.label.setColor(text)
+            line.label.setPosition(0.9)
+            plot.addItem(line)
+            self.card_lines.append(line)
+        plot.setXRange(0, _chart_limit(start), padding=0)
+        plot.setYRange(-0.6, 0.6, padding=0)
+
+    def clear(self) -> None:
+        """Removes the bar and the lines (nothing to show)."""
+        self.plot_widget.getPlotItem().clear()
+        self.items, self.segments, self.card_lines = {}, [], []
+
+    def total(self) -> float:
+        """The length of the stacked bar (GB)."""
+        return sum(float(bar.opts["width"][0]) for bar in self.segments)
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Follows light/dark switches."""
+        super().changeEvent(event)
+        if event.type() in {QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange}:
+            self._apply_palette()
+            if self.items:
+                self.show_items(self.items)
+
+    def _apply_palette(self) -> None:
+        palette = self.palette()
+        self.plot_widget.setBackground(palette.color(QPalette.ColorRole.Base))
+        axis = self.plot_widget.getPlotItem().getAxis("bottom")
+        axis.setPen(palette.color(QPalette.ColorRole.Text))
+        axis.setTextPen(palette.color(QPalette.ColorRole.Text))
+
+
+class SizingStep(WizardStep):
+    """Shows what the job needs and which GPUs fit it; the row the user selects becomes ``draft.gpu_name``."""
+
+    step_name = "sizing"
+    title = "Sizing"
+    purpose = (
+        "What the job needs before you rent anything: peak memory per GPU, item by item, and every GPU option "
+        "ranked by the cost to finish. Select the option you plan to use."
+    )
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.sizing: Sizing | None = None
+        self.problem: str | None = None
+        self._key: str | None = None
+        self._generation = 0
+        self._task: asyncio.Future[None] | None = None
+        self.status_label = QLabel("Choose a model on the Model step to size the job.")
+        self.status_label.setObjectName("sizing_status")
+        self.status_label.setWordWrap(True)
+        self.status_label.setAccessibleName("Sizing status")
+        self.body.addWidget(self.status_label)
+        self.body.addWidget(self._build_memory())
+        self.body.addWidget(self._build_options(), 1)
+
+    def _build_memory(self) -> QGroupBox:
+        box = QGroupBox("Peak memory per GPU")
+        layout = QVBoxLayout(box)
+        self.chart = MemoryChart()
+        self.items_label = QLabel()
+        self.items_label.setTextFormat(Qt.TextFormat.RichText)
+        self.items_label.setWordWrap(True)
+        self.items_label.setAccessibleName("Memory items in GB")
+        layout.addWidget(self.chart)
+        layout.addWidget(self.items_label)
+        return box
+
+    def _build_options(self) -> QGroupBox:
+        box = QGroupBox("GPU options, cheapest that fits first")
+        layout = QVBoxLayout(box)
+        self.recommendation_label = QLabel()
+        self.recommendation_label.setWordWrap(True)
+        self.recommendation_label.setAccessibleName("Recommended GPU")
+        self.options_table = QTableWidget(0, 5)
+        self.options_table.setAccessibleName("GPU options: select the one you plan to use")
+        self.options_table.setHorizontalHeaderLabels(["GPU", "Count", "Fits", "Hours", "Dollars"])
+        self.options_table.verticalHeader().setVisible(False)
+        self.options_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.options_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.options_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.options_table.setTabKeyNavigation(False)
+        header = self.options_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.options_table.itemSelectionChanged.connect(self.on_option_selected)
+        self.suggestions_label = QLabel()
+        self.suggestions_label.setWordWrap(True)
+        self.suggestions_label.setAccessibleName("What to change so the job fits")
+        self.server_label = QLabel()
+        self.server_label.setObjectName("sizing_server_warning")
+        self.server_label.setWordWrap(True)
+        self.server_label.setAccessibleName("Does the job fit your own server")
+        for widget in (self.recommendation_label, self.options_table, self.suggestions_label, self.server_label):
+            layout.addWidget(widget, 1 if widget is self.options_table else 0)
+        return box
+
+    # -- the wizard's hooks ---------------------------------------------------------------------------------------
+
+    def show_draft(self) -> None:
+        """Sizes the job again when the model, method, settings or data changed since the last time."""
+        if _sizing_key(self.draft) != self._key:
+            self._task = asyncio.ensure_future(self.refresh())
+        elif self.sizing is not None:
+            self._show_server_fit(self.sizing)
+
+    def validate(self) -> str | None:
+        """Blocks only when the job cannot be sized at all; a job too big for every GPU is shown, not blocked."""
+        return self.problem
+
+    def save_into(self, draft: RunDraft) -> None:
+        """Copies the selected option into ``draft.gpu_name``."""
+        label = self._selected_label()
+        if label is not None:
+            draft.gpu_name = label
+
+    async def load(self) -> None:
+        """Sizes the saved draft once when the window opens (a Hub model may need the network)."""
+        if self.draft.base_model and _sizing_key(self.draft) != self._key:
+            await self.refresh()
+
+    # -- sizing ------------------------------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Makes a new plan for the draft off the UI thread and shows it (a newer refresh wins)."""
+        self._generation += 1
+        generation, key = self._generation, _sizing_key(self.draft)
+        snapshot = self.draft.model_copy(deep=True)
+        self.status_label.setText(f"Sizing {snapshot.base_model or 'the job'}…")
+        loop = asyncio.get_running_loop()
+        try:
+            sizing = await loop.run_in_executor(None, size_draft, snapshot, self.context.secrets)
+        except SizingError as exc:
+            if generation == self._generation:
+                self._key = key
+                self._show_problem(_sentence(str(exc)))
+            return
+        if generation == self._generation:
+            self._key = key
+            self._show_sizing(sizing)
+
+    def _show_problem(self, message: str) -> None:
+        self.sizing, self.problem = None, message
+        self.status_label.setText(message)
+        self.chart.clear()
+        for label in (self.items_label, self.recommendation_label, self.suggestions_label, self.server_label):
+            label.clear()
+        self.options_table.setRowCount(0)
+        self.sig_changed.emit()
+
+    def _show_sizing(self, sizing: Sizing) -> None:
+        self.sizing, self.problem = sizing, None
+        plan = sizing.plan
+        self.status_label.setText(_plan_summary(sizing))
+        self.chart.show_items(plan.memory.items)
+        self.items_label.setText(_items_html(plan.memory.items, plan.memory.per_gpu_total))
+        self._fill_table(sizing)
+        self.suggestions_label.setText(_suggestions_text(sizing))
+        self.suggestions_label.setVisible(bool(self.suggestions_label.text()))
+        self._show_server_fit(sizing)
+        self._select(self.draft.gpu_name, sizing)
+        self.sig_changed.emit()
+
+    def _fill_table(self, sizing: Sizing) -> None:
+        table, recommended = self.options_table, sizing.recommended
+        table.blockSignals(True)
+        table.clearSelection()
+        table.setRowCount(len(sizing.plan.options))
+        for row, option in enumerate(sizing.plan.options):
+            name = option.gpu.name + (f" ({option.strategy.value})" if option.count > 1 else "")
+            cells = [name, str(option.count), fit_text(option), format_hours(option.hours), f"${option.cost_usd:,.2f}"]
+            if option is recommended:
+                cells[0] += " (recommended)"
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setData(Qt.ItemDataRole.UserRole, option_label(option))
+                if column in (1, 3, 4):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if option is recommended:
+                    font = QFont(item.font())
+                    font.setBold(True)
+                    item.setFont(font)
+                    item.setBackground(QBrush(RECOMMENDED_COLOUR))
+                table.setItem(row, column, item)
+        table.blockSignals(False)
+        self.recommendation_label.setText(_recommendation_text(recommended))
+
+    def _select(self, label: str, sizing: Sizing) -> None:
+        """Selects the draft's pick when it is still an option, else the recommendation."""
+        labels = [option_label(o) for o in sizing.plan.options]
+        recommended = sizing.recommended
+        wanted = label if label in labels else (option_label(recommended) if recommended else None)
+        if wanted is None:
+            self.draft.gpu_name = ""
+            return
+        self.options_table.selectRow(labels.index(wanted))
+
+    def _selected_label(self) -> str | None:
+        rows = self.options_table.selectionModel().selectedRows()
+        item = self.options_table.item(rows[0].row(), 0) if rows else None
+        return str(item.data(Qt.ItemDataRole.UserRole)) if item is not None else None
+
+    def on_option_selected(self) -> None:
+        """Records the selected option as the draft's GPU pick."""
+        label = self._selected_label()
+        if label is not None and label != self.draft.gpu_name:
+            self.draft.gpu_name = label
+            self.sig_changed.emit()
+
+    def _show_server_fit(self, sizing: Sizing) -> None:
+        """Warns (without blocking) when the tested own server's GPU is too small for the job."""
+        self.server_label.setText(server_fit_warning(self.draft.target.gpu, sizing))
+        self.server_label.setVisible(bool(self.server_label.text()))
+
+
+def server_fit_warning(gpu_summary: str, sizing: Sizing) -> str:
+    """A warning when the tested own server cannot hold the job; "" when it can, or was not tested."""
+    if not gpu_summary:
+        return ""
+    need = sizing.plan.memory.per_gpu_total
+    usable = server_gpu_gb(gpu_summary)
+    if usable is None:
+        return (
+            f"Warning: your server reported {gpu_summary}. This job needs {need:.1f} GB on a GPU; on a CPU only "
+            "tiny models train in reasonable time. You can go on, or use a server with a GPU."
+        )
+    if need <= usable:
+        return ""
+    return (
+        f"Warning: your server's GPU ({gpu_summary}) has about {usable:.1f} GB usable, and this job needs "
+        f"{need:.1f} GB per GPU, so training would run out of memory. You can go on; to make it fit, choose QLoRA, a "
+        "shorter sequence length or a smaller micro-batch on the Model step."
+    )
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "."
+
+
+def _plan_summary(sizing: Sizing) -> str:
+    plan, setup = sizing.plan, sizing.plan.setup
+    trainable = f"{plan.trainable_params / 1e6:,.1f} M trainable" if setup.method.is_peft else "all trainable"
+    return (
+        f"{plan.arch.name}: {plan.arch.total_params / 1e9:.2f} B parameters, {trainable} ({setup.method.value}); "
+        f"{plan.workload.tokens:,} tokens x {plan.workload.epochs:g} epochs ({sizing.tokens_source})."
+    )
+
+
+def _items_html(items: dict[str, float], total: float) -> str:
+    shown = [(name, value) for name, value in items.items() if value > 0]
+    parts = [
+        f'<span style="color:{ITEM_COLOURS[i % len(ITEM_COLOURS)]}">&#9632;</span> {ITEM_LABELS.get(name, name)} '
+        f"{value:.2f} GB"
+        for i, (name, value) in enumerate(shown)
+    ]
+    return "&nbsp;&nbsp; ".join(parts) + f"<br><b>Total: {total:.2f} GB per GPU</b>"
+
+
+def _recommendation_text(option: GpuOption | None) -> str:
+    if option is None:
+        return "Nothing fits as configured: see the changes below."
+    return (
+        f"Recommended: {option_label(option)}, {fit_text(option)}, about {format_hours(option.hours)} and "
+        f"${option.cost_usd:,.2f} at list price."
+    )
+
+
+_FLAG_WORDS = (
+    (" (drop --no-grad-ckpt)", ""),
+    ("--micro-batch", "micro-batch"),
+    ("--grad-accum", "gradient accumulation"),
+    ("--seq-len ", ""),
+    ("--method qlora", "QLoRA"),
+    ("--method ", ""),
+    ("with --gpus 8 --strategy fsdp", "(FSDP)"),
+)
+
+
+def _plain(change: str) -> str:
+    for flag, words in _FLAG_WORDS:
+        change = change.replace(flag, words)
+    return " ".join(change.split())
+
+
+def _suggestions_text(sizing: Sizing) -> str:
+    if sizing.recommended is not None:
+        return ""
+    if not sizing.plan.suggestions:
+        return "Nothing fits any GPU even with smaller settings: choose a smaller model, or QLoRA, on the Model step."
+    lines = ["Changes that make it fit (on the Model step):"]
+    lines += [
+        f"• {_plain(s.change)}: {option_label(s.option)}, {s.option.memory.per_gpu_total:.1f} GB per GPU, "
+        f"{format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
+        for s in sizing.plan.suggestions
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,256 @@
+"""The wizard's target step: your own server over SSH, tested (host key pinned, GPU and Python found) before a run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from desktop.core.runs.draft import RunDraft, TargetDraft
+from desktop.services.ssh_probe import ProbeError, ProbeResult, probe_host
+from desktop.services.ssh_remote import Endpoint, HostKeyChangedError
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.step_base import WizardStep
+
+NOT_TESTED = "Not tested yet: press Test connection."
+
+
+class TargetStep(WizardStep):
+    """Where to train: an SSH host the user owns, with the host key pinned by Test connection."""
+
+    step_name = "target"
+    title = "Target"
+    purpose = (
+        "Train on your own server over SSH. Test the connection: its host key is pinned, so the run refuses a "
+        "machine that later presents another key."
+    )
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.host_key, self.fingerprint, self.gpu = "", "", ""
+        self._pinned_for: tuple[str, int] | None = None
+        self._test_task: asyncio.Future[None] | None = None
+        self.body.addWidget(self._build_form())
+        self.body.addWidget(self._build_test())
+        self.body.addStretch(1)
+
+    # -- building ------------------------------------------------------------------------------------------------
+
+    def _line(self, accessible: str, placeholder: str = "") -> QLineEdit:
+        edit = QLineEdit()
+        edit.setAccessibleName(accessible)
+        edit.setPlaceholderText(placeholder)
+        edit.textEdited.connect(lambda _text: self.sig_changed.emit())
+        return edit
+
+    def _build_form(self) -> QGroupBox:
+        box = QGroupBox("Own server over SSH")
+        form = QFormLayout(box)
+        self.host_edit = self._line("Host name or address", "gpu.example.com or 203.0.113.7")
+        self.port_spin = QSpinBox()
+        self.port_spin.setRange(1, 65535)
+        self.port_spin.setValue(22)
+        self.port_spin.setAccessibleName("SSH port")
+        self.user_edit = self._line("User name", "the login user")
+        self.key_edit = self._line("Private key file", "empty: your SSH agent or ~/.ssh/id_*")
+        self.key_button = QPushButton("Ch&oose…")
+        self.key_button.setAccessibleName("Choose the private key file")
+        self.key_button.clicked.connect(self.on_choose_key_clicked)
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.key_edit, 1)
+        key_row.addWidget(self.key_button)
+        self.python_edit = self._line("Python interpreter on the server", "python3")
+        self.workdir_edit = self._line("Remote work folder (optional)", "~/.rentune/runs")
+        self.authorized_edit = self._line(
+            "Server's authorized_keys file (advanced, optional)", "~/.ssh/authorized_keys"
+        )
+        self.rate_spin = QDoubleSpinBox()
+        self.rate_spin.setRange(0.0, 1000.0)
+        self.rate_spin.setDecimals(2)
+        self.rate_spin.setPrefix("$ ")
+        self.rate_spin.setSuffix(" per hour")
+        self.rate_spin.setAccessibleName("Hourly rate in US dollars, for the cost meter")
+        self.host_edit.textEdited.connect(self.on_address_changed)
+        self.port_spin.valueChanged.connect(self.on_address_changed)
+        self.port_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
+        form.addRow("&Host", self.host_edit)
+        form.addRow("&Port", self.port_spin)
+        form.addRow("&User", self.user_edit)
+        key_label = QLabel("&Key file")
+        key_label.setBuddy(self.key_edit)  # a row holding a layout gets no buddy by itself
+        form.addRow(key_label, key_row)
+        form.addRow("P&ython", self.python_edit)
+        form.addRow("Remote &work folder", self.workdir_edit)
+        form.addRow("&authorized_keys (advanced)", self.authorized_edit)
+        form.addRow("Hourly &rate (USD)", self.rate_spin)
+        return box
+
+    def _build_test(self) -> QGroupBox:
+        box = QGroupBox("Connection")
+        form = QFormLayout(box)
+        self.test_button = QPushButton("&Test connection")
+        self.test_button.setAccessibleName("Test the SSH connection and pin the host key")
+        self.test_button.clicked.connect(self.on_test_clicked)
+        self.forget_button = QPushButton("&Forget pinned key")
+        self.forget_button.setAccessibleName("Forget the pinned host key")
+        self.forget_button.clicked.connect(self.on_forget_clicked)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)  # busy indicator
+        self.progress.setAccessibleName("Testing the connection")
+        self.progress.setVisible(False)
+        row = QHBoxLayout()
+        row.addWidget(self.test_button)
+        row.addWidget(self.forget_button)
+        row.addWidget(self.progress, 1)
+        self.status_label = self._result_label("Connection test result")
+        self.fingerprint_label = self._result_label("Pinned host key fingerprint")
+        self.gpu_label = self._result_label("GPU found on the server")
+        self.python_label = self._result_label("Python and torch on the server")
+        form.addRow(row)
+        form.addRow("Result", self.status_label)
+        form.addRow("Host key", self.fingerprint_label)
+        form.addRow("GPU", self.gpu_label)
+        form.addRow("Python", self.python_label)
+        return box
+
+    @staticmethod
+    def _result_label(accessible: str) -> QLabel:
+        label = QLabel()
+        label.setWordWrap(True)
+        label.setAccessibleName(accessible)
+        return label
+
+    # -- the wizard's hooks ---------------------------------------------------------------------------------------
+
+    def show_draft(self) -> None:
+        """Fills the form from the draft, with its pinned key."""
+        target = self.draft.target
+        for widget, value in (
+            (self.host_edit, target.host),
+            (self.user_edit, target.user),
+            (self.key_edit, target.identity),
+            (self.python_edit, target.python),
+            (self.workdir_edit, target.workdir),
+            (self.authorized_edit, target.authorized_keys),
+        ):
+            widget.setText(value)
+        self.port_spin.blockSignals(True)
+        self.port_spin.setValue(target.port)
+        self.port_spin.blockSignals(False)
+        self.rate_spin.setValue(self.draft.hourly_rate_usd)
+        self._set_pin(target.host_key, target.fingerprint, target.gpu)
+        if target.host_key:
+            self.status_label.setText("Tested earlier; test again to check the server now.")
+            self.python_label.setText("Test the connection again to check Python and torch.")
+        else:
+            self.status_label.clear()
+
+    def validate(self) -> str | None:
+        """Host and user are required, and the connection must have been tested (host key pinned)."""
+        if not self.host_edit.text().strip():
+            return "Enter the server's host name or address."
+        if not self.user_edit.text().strip():
+            return "Enter the user name to log in with."
+        if not self.host_key:
+            return "Press Test connection: the server's host key must be pinned before a run can use it."
+        return None
+
+    def save_into(self, draft: RunDraft) -> None:
+        """Copies the form and the pinned key into ``draft.target`` and the rate into ``draft.hourly_rate_usd``."""
+        draft.target = self.target_draft()
+        draft.hourly_rate_usd = self.rate_spin.value()
+
+    def target_draft(self) -> TargetDraft:
+        """The target as the form shows it, with the pinned key."""
+        return TargetDraft(
+            host=self.host_edit.text().strip(),
+            port=self.port_spin.value(),
+            user=self.user_edit.text().strip(),
+            identity=self.key_edit.text().strip(),
+            python=self.python_edit.text().strip() or "python3",
+            workdir=self.workdir_edit.text().strip(),
+            authorized_keys=self.authorized_edit.text().strip(),
+            host_key=self.host_key,
+            fingerprint=self.fingerprint,
+            gpu=self.gpu,
+        )
+
+    # -- pinning -------------------------------------------------------------------------------------------------
+
+    def _set_pin(self, host_key: str, fingerprint: str, gpu: str, python: str = "") -> None:
+        self.host_key, self.fingerprint, self.gpu = host_key, fingerprint, gpu
+        self._pinned_for = (self.host_edit.text().strip(), self.port_spin.value()) if host_key else None
+        self.fingerprint_label.setText(f"{fingerprint} (pinned)" if host_key else NOT_TESTED)
+        self.gpu_label.setText(gpu)
+        self.python_label.setText(python)
+        self.forget_button.setEnabled(bool(host_key))
+
+    def on_address_changed(self) -> None:
+        """Another host or port is another machine: its key must be tested and pinned anew."""
+        if self._pinned_for and self._pinned_for != (self.host_edit.text().strip(), self.port_spin.value()):
+            self._set_pin("", "", "")
+            self.status_label.setText("The host or port changed: test the connection again.")
+
+    def on_forget_clicked(self) -> None:
+        """Drops the pinned key (after the user decided to trust a reinstalled server)."""
+        self._set_pin("", "", "")
+        self.status_label.setText("Pinned key forgotten: the next test pins the key the server offers.")
+        self.sig_changed.emit()
+
+    def on_choose_key_clicked(self) -> None:
+        """Lets the user pick the private key file."""
+        start = self.key_edit.text().strip() or str(Path.home() / ".ssh")
+        path, _ = QFileDialog.getOpenFileName(self, "Choose your SSH private key (not the .pub file)", start)
+        if path:
+            self.key_edit.setText(path)
+            self.sig_changed.emit()
+
+    def _endpoint(self) -> Endpoint:
+        identity = self.key_edit.text().strip()
+        keys = (Path(identity).expanduser(),) if identity else ()
+        return Endpoint(self.host_edit.text().strip(), self.port_spin.value(), self.user_edit.text().strip(), keys)
+
+    def on_test_clicked(self) -> None:
+        """Starts the connection test; the button stays disabled (and the progress shown) until it ends."""
+        if not self.host_edit.text().strip() or not self.user_edit.text().strip():
+            self.status_label.setText("Enter the host and the user first.")
+            return
+        self.test_button.setEnabled(False)
+        self.progress.setVisible(True)
+        self.status_label.setText(f"Connecting to {self.host_edit.text().strip()}…")
+        self._test_task = self._run_test()
+
+    @asyncSlot()
+    async def _run_test(self) -> None:
+        """Logs in (pinning the host key on first use) and shows the key's fingerprint, the GPU, Python and torch."""
+        try:
+            python = self.python_edit.text().strip() or "python3"
+            result = await probe_host(self._endpoint(), self.host_key or None, python)
+        except (HostKeyChangedError, ProbeError) as exc:
+            self.status_label.setText(f"Connection failed: {exc}.")
+            return
+        finally:
+            self.test_button.setEnabled(True)
+            self.progress.setVisible(False)
+        self._show_result(result)
+
+    def _show_result(self, result: ProbeResult) -> None:
+        self._set_pin(result.host_key, result.fingerprint, result.gpu_summary, result.python_summary)
+        self.status_label.setText(
+            "Connected: host key pinned." + ("" if result.python_version else " Fix the Python interpreter below.")
+        )
+        self.sig_changed.emit()

@@ -1,0 +1,1 @@
+"""Reusable widgets of the pages: charts and the run's phase timeline."""

@@ -1,0 +1,53 @@
+"""Deleting a run from the real SQLite store: the folder and the record go; live runs are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from desktop.core.runs.states import RunState
+from desktop.services.run_store import RunLiveError, RunStore, UnknownRunError
+
+SPEC = {"base_model": "tiny", "training": {"method": "lora"}, "hourly_rate_usd": 1.0}
+
+
+def run_in(store: RunStore, *states: RunState) -> str:
+    run_id = store.create(SPEC, "ssh://me@127.0.0.1:22").id
+    for state in states:
+        store.transition(run_id, state)
+    return run_id
+
+
+@pytest.mark.parametrize("end", [RunState.FINISHED, RunState.CANCELLED, RunState.FAILED])
+def test_delete_removes_the_folder_the_record_and_its_history(end: RunState) -> None:
+    store = RunStore()
+    keep = run_in(store, RunState.CONNECTING, RunState.FINISHED)
+    run_id = run_in(store, RunState.CONNECTING, RunState.TRAINING, end)
+    checkpoint = store.folder(run_id) / "checkpoints" / "checkpoint-10"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"\0" * 1024)
+    store.delete(run_id)
+    assert not (store.runs_dir / run_id).exists()
+    with pytest.raises(UnknownRunError):
+        store.get(run_id)
+    assert store.transitions(run_id) == []
+    assert [r.id for r in store.all()] == [keep], "other runs are untouched"
+    assert (store.runs_dir / keep).is_dir()
+
+
+@pytest.mark.parametrize("state", [RunState.PLANNED, RunState.TRAINING, RunState.PULLING, RunState.PAUSED])
+def test_delete_refuses_live_and_paused_runs(state: RunState) -> None:
+    store = RunStore()
+    run_id = run_in(store, *([] if state is RunState.PLANNED else [RunState.CONNECTING, state]))
+    (store.folder(run_id) / "events.jsonl").write_text("{}\n")
+    with pytest.raises(RunLiveError, match=f"is {state.value}; stop it"):
+        store.delete(run_id)
+    assert (store.runs_dir / run_id / "events.jsonl").exists()
+    assert store.get(run_id).state is state
+
+
+def test_delete_needs_the_whole_id() -> None:
+    store = RunStore()
+    run_id = run_in(store, RunState.CANCELLED)
+    with pytest.raises(UnknownRunError, match="whole run id"):
+        store.delete(run_id[:10])
+    assert store.get(run_id).id == run_id

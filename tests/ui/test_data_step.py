@@ -1,0 +1,244 @@
+"""The wizard's data step on real files: check off the UI thread, report, histogram, preview, prepared files."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import gc
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QWidget
+from pytestqt.qtbot import QtBot
+
+from desktop.core.settings import Settings
+from desktop.services.dataset_workspace import CHECK_FILE, SHORT_SHA
+from desktop.services.files import sha256_file
+from desktop.services.paths import app_paths
+from desktop.services.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.data_step import DataStep
+
+BAD = Path(__file__).parents[1] / "data" / "bad"
+
+
+@pytest.fixture
+def context() -> AppContext:
+    return AppContext(Settings(), SecretStore())
+
+
+@pytest.fixture
+def step(qtbot: QtBot, qloop: asyncio.AbstractEventLoop, context: AppContext) -> DataStep:
+    gc.collect()  # earlier tests' Qt objects must not be collected later in a worker thread (Qt warns)
+    widget = DataStep(context)
+    qtbot.addWidget(widget)
+    widget.resize(1000, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def pick(step: DataStep, qtbot: QtBot, path: Path) -> None:
+    """Types the path and presses Enter, as a user would."""
+    step.path_edit.setFocus()
+    step.path_edit.setText(str(path))
+    qtbot.keyClick(step.path_edit, Qt.Key.Key_Return)
+
+
+def checked(step: DataStep, wait_for: Callable[..., None]) -> None:
+    wait_for(lambda: not step.running and step.check is not None, 60)
+
+
+def jsonl_rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def prepared_rows(step: DataStep) -> list[dict[str, object]]:
+    """Every example in the prepared train and eval files the draft points at."""
+    files = [step.draft.train_file, step.draft.eval_file]
+    return [row for name in files if name for row in jsonl_rows(Path(name))]
+
+
+def test_chat_dataset_is_checked_shown_and_prepared(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], chat_dataset: Path
+) -> None:
+    assert step.validate() is not None and "Choose your dataset" in step.validate()  # type: ignore[operator]
+    pick(step, qtbot, chat_dataset)
+    assert step.running
+    assert "still being checked" in (step.validate() or "")
+    checked(step, wait_for)
+    check = step.check
+    assert check is not None and check.usable
+    findings = check.report["findings"]
+    assert step.findings_table.rowCount() == len(findings)
+    total = sum(f["count"] for f in findings)
+    assert step.tabs.tabText(0) == f"Fin&dings ({total})"
+    summary = step.summary_label.text()
+    assert f"{check.kept} of 96 rows kept" in summary and "0 errors" in summary
+    # Histogram: every kept example in a bar, the sequence length marked.
+    bars = step.histogram_bars.opts
+    assert sum(bars["height"]) == check.kept
+    assert list(bars["x0"])[-1] + list(bars["width"])[-1] > 2048  # the plotted range reaches past the line
+    assert step.seq_len_line.value() == 2048
+    assert "Median" in step.histogram_caption.text()
+    preview = step.preview_text.toPlainText()
+    assert preview.count("— Example") == 3
+    assert "system: You are a helpful assistant that adds numbers." in preview
+    assert "user: What is " in preview and "assistant: " in preview
+    # Prepared into the workspace, named after the source and its hash; the draft points at the files.
+    folder = app_paths().data_dir / "datasets" / f"chat-{sha256_file(chat_dataset)[:SHORT_SHA]}"
+    draft = step.draft
+    assert draft.data_file == str(chat_dataset)
+    assert Path(draft.train_file) == folder / "train.jsonl"
+    assert Path(draft.eval_file) == folder / "eval.jsonl"
+    assert (folder / "manifest.json").is_file() and (folder / CHECK_FILE).is_file()
+    kept_rows = prepared_rows(step)
+    assert len(kept_rows) == check.kept
+    assert all(row["messages"][-1]["role"] == "assistant" for row in kept_rows)  # type: ignore[index]
+    assert step.validate() is None
+
+
+def test_line_errors_are_listed_with_line_and_fix_and_the_rest_is_prepared(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    source = shutil.copy(BAD / "invalid_json.jsonl", tmp_path / "invalid_json.jsonl")
+    pick(step, qtbot, Path(source))
+    checked(step, wait_for)
+    table = step.findings_table
+    rows = {table.item(r, 1).text().splitlines()[0]: r for r in range(table.rowCount())}
+    row = rows["invalid JSON"]
+    assert table.item(row, 0).text() == "✖ Error"
+    assert table.item(row, 3).text() == "3"
+    assert table.item(row, 4).text() == "fix the line's JSON or delete the line"
+    assert "line 3:" in table.item(row, 1).text()
+    assert "1 error ·" in step.summary_label.text() and "left out" in step.summary_label.text()
+    assert step.validate() is None  # the good rows are prepared; the bad line is dropped
+    assert len(prepared_rows(step)) == 4
+
+
+def test_a_file_without_a_usable_row_blocks_next_with_the_reason(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    bad_lines = [
+        (BAD / "invalid_json.jsonl").read_text(encoding="utf-8").splitlines()[2],
+        (BAD / "no_assistant.jsonl").read_text(encoding="utf-8").splitlines()[2],
+    ]
+    source = tmp_path / "broken.jsonl"
+    source.write_text("\n".join(bad_lines) + "\n", encoding="utf-8")
+    pick(step, qtbot, source)
+    checked(step, wait_for)
+    problem = step.validate()
+    assert problem is not None
+    assert "broken.jsonl cannot be used: no row is usable; fix the errors listed" in problem
+    table = step.findings_table
+    found = {
+        table.item(r, 1).text().splitlines()[0]: (table.item(r, 3).text(), table.item(r, 4).text())
+        for r in range(table.rowCount())
+    }
+    assert found["invalid JSON"] == ("1", "fix the line's JSON or delete the line")
+    assert found["no assistant turn"][0] == "2"
+    assert "add the answer the model should learn" in found["no assistant turn"][1]
+    assert step.draft.train_file == ""
+    assert not (app_paths().data_dir / "datasets").exists()
+
+
+def test_missing_file_says_so(step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path) -> None:
+    pick(step, qtbot, tmp_path / "nope.jsonl")
+    checked(step, wait_for)
+    assert "does not exist" in (step.validate() or "")
+
+
+def test_csv_input_is_checked_and_prepared_as_messages(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    source = tmp_path / "qa.csv"
+    with source.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["question", "answer"])
+        for n in range(20):
+            writer.writerow([f"What is {n} times two?", f"{n} times two is {2 * n}."])
+    pick(step, qtbot, source)
+    checked(step, wait_for)
+    assert step.validate() is None
+    assert "user: What is 0 times two?" in step.preview_text.toPlainText()
+    rows = prepared_rows(step)
+    assert len(rows) == 20
+    assert rows[0]["messages"][-1]["role"] == "assistant"  # type: ignore[index]
+
+
+def test_reopened_step_shows_the_remembered_report_without_rechecking(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], chat_dataset: Path, context: AppContext
+) -> None:
+    pick(step, qtbot, chat_dataset)
+    checked(step, wait_for)
+    first = step.check
+    # A new step on the same draft (the wizard reopened): the report comes back from the workspace.
+    again = DataStep(context)
+    qtbot.addWidget(again)
+    again.show_draft()
+    checked(again, wait_for)
+    assert again.check == first
+    assert again.path_edit.text() == str(chat_dataset)
+    assert again.findings_table.rowCount() == step.findings_table.rowCount()
+    # A changed source (different size) is checked again, and prepared into a new folder.
+    with chat_dataset.open("a", encoding="utf-8") as handle:
+        handle.write(
+            json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})
+            + "\n"
+        )
+    third = DataStep(context)
+    qtbot.addWidget(third)
+    third.show_draft()
+    checked(third, wait_for)
+    assert third.check is not None and third.check.report["rows"] == 97
+    assert Path(third.draft.train_file).parent != Path(first.train_file).parent  # type: ignore[union-attr]
+
+
+def test_repick_cancels_the_running_check(
+    step: DataStep,
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    chat_dataset: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="rentune")
+    big = tmp_path / "big.jsonl"
+    line = chat_dataset.read_text(encoding="utf-8").splitlines()[0]
+    big.write_text("\n".join(line.replace("plus", f"plus {n}") for n in range(60_000)) + "\n", encoding="utf-8")
+    pick(step, qtbot, big)
+    wait_for(lambda: step.progress_bar.value() > 0, 60)
+    first_task, first_cancel = step._task, step._cancel
+    pick(step, qtbot, chat_dataset)
+    assert first_cancel is not None and first_cancel.is_set()  # the worker stops at its next progress point
+    wait_for(lambda: first_task is not None and first_task.done(), 10)
+    assert first_task is not None and first_task.cancelled()
+    checked(step, wait_for)
+    assert step.check is not None and Path(step.check.source) == chat_dataset
+    assert step.draft.data_file == str(chat_dataset)
+    stopped = f"stopped checking {big}: cancelled"
+    wait_for(lambda: stopped in caplog.messages, 30)  # the worker thread itself gave up
+    prepared = [p.name for p in (app_paths().data_dir / "datasets").iterdir()]
+    assert len(prepared) == 1 and prepared[0].startswith("chat-")  # the big file was never prepared
+
+
+def test_fields_have_names_and_are_reachable_with_tab(step: DataStep, qtbot: QtBot) -> None:
+    step.activateWindow()
+    step.path_edit.setFocus()
+    qtbot.waitUntil(step.path_edit.hasFocus)
+    reached: list[QWidget] = []
+    for _ in range(6):
+        focused = QApplication.focusWidget()
+        assert focused is not None
+        reached.append(focused)
+        qtbot.keyClick(focused, Qt.Key.Key_Tab)
+    for widget in (step.path_edit, step.choose_button, step.findings_table):
+        assert widget in reached
+        assert widget.accessibleName()
+    assert step.histogram_plot.accessibleName() and step.preview_text.accessibleName()
+    assert step.progress_bar.accessibleName() and step.summary_label.accessibleName()

@@ -1,0 +1,170 @@
+"""The wizard's model step on the real bundled catalog: filtering, choosing, methods and the advanced settings."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QWidget
+from pytestqt.qtbot import QtBot
+
+from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
+from desktop.core.settings import Settings
+from desktop.services.model_configs import load_catalog
+from desktop.services.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.model_step import METHODS, TRAINING_FIELDS, ModelStep
+
+
+@pytest.fixture
+def context() -> AppContext:
+    return AppContext(Settings(), SecretStore())
+
+
+@pytest.fixture
+def step(qtbot: QtBot, qloop: asyncio.AbstractEventLoop, context: AppContext) -> ModelStep:
+    gc.collect()
+    widget = ModelStep(context)
+    qtbot.addWidget(widget)
+    widget.resize(1100, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    qloop.run_until_complete(widget.load())
+    widget.show_draft()
+    return widget
+
+
+def test_catalog_is_listed_and_the_filter_narrows_it(step: ModelStep, qtbot: QtBot) -> None:
+    catalog = load_catalog()
+    assert step.catalog_table.rowCount() == len(catalog)
+    assert len(step.visible_models()) == len(catalog)
+    qtbot.keyClicks(step.filter_edit, "qwen 7b")
+    visible = step.visible_models()
+    assert "Qwen/Qwen2.5-7B-Instruct" in visible
+    assert "meta-llama/Llama-3.1-8B-Instruct" not in visible
+    assert all("qwen" in model.lower() for model in visible)
+    assert 0 < len(visible) < len(catalog)
+    step.filter_edit.clear()
+    qtbot.keyClicks(step.filter_edit, "gemma")  # the licence column counts too
+    assert all("gemma" in model for model in step.visible_models())
+    step.filter_edit.clear()
+    assert len(step.visible_models()) == len(catalog)
+
+
+def test_catalog_row_shows_size_context_and_licence_and_picking_it_sets_the_model(step: ModelStep) -> None:
+    table = step.catalog_table
+    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "Qwen/Qwen2.5-7B-Instruct")
+    assert [table.item(row, c).text() for c in range(1, 5)] == ["Qwen 2.5", "7.6 B", "32,768", "apache-2.0"]
+    moe = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "Qwen/Qwen3-30B-A3B")
+    assert "active" in table.item(moe, 2).text()
+    assert "Choose a model" in (step.validate() or "")
+    table.selectRow(row)
+    assert step.model_edit.text() == "Qwen/Qwen2.5-7B-Instruct"
+    assert step.validate() is None
+    draft = RunDraft()
+    step.save_into(draft)
+    assert draft.base_model == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_typed_models_are_checked(step: ModelStep, qtbot: QtBot, tmp_path: Path) -> None:
+    model_folder = tmp_path / "my-model"
+    model_folder.mkdir()
+    (model_folder / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
+    qtbot.keyClicks(step.model_edit, "llama-3.1-8b")  # an alias selects its catalog row
+    assert step.catalog_table.selectedItems()[0].text() == "meta-llama/Llama-3.1-8B-Instruct"
+    assert step.validate() is None
+    step.model_edit.clear()
+    qtbot.keyClicks(step.model_edit, "someorg/some-model")  # any Hub id is accepted
+    assert not step.catalog_table.selectedItems()
+    assert step.validate() is None
+    step.model_edit.setText("qwen-seven")
+    problem = step.validate() or ""
+    assert "not in the catalog, not a Hub id (org/name) and not a folder" in problem
+    step.model_edit.setText("/no/such/model")
+    assert "There is no folder /no/such/model" in (step.validate() or "")
+    step.model_edit.setText(str(model_folder))
+    assert step.validate() is None
+    step.model_edit.setText(str(tmp_path))
+    assert "has no config.json" in (step.validate() or "")
+
+
+def test_method_and_advanced_settings_round_trip_through_the_draft(step: ModelStep, context: AppContext) -> None:
+    assert step.method_buttons["qlora"].isChecked()
+    assert not step.advanced_box.isVisible()
+    step.advanced_toggle.click()
+    assert step.advanced_box.isVisible()
+    step.method_buttons["full-8bit"].click()
+    assert not step.spins["lora_r"].isEnabled() and not step.spins["lora_alpha"].isEnabled()
+    step.method_buttons["lora"].click()
+    assert step.spins["lora_r"].isEnabled()
+    wanted = {
+        "lora_r": 64,
+        "lora_alpha": 128,
+        "seq_len": 4096,
+        "micro_batch": 4,
+        "grad_accum": 8,
+        "epochs": 1.5,
+        "learning_rate": 5e-5,
+        "checkpoint_minutes": 15,
+        "keep_checkpoints": 5,
+    }
+    for key, value in wanted.items():
+        step.spins[key].setValue(value)
+    step.model_edit.setText("Qwen/Qwen2.5-7B-Instruct")
+    draft = context.draft
+    draft.training["max_steps"] = 10  # keys the step does not show are kept
+    step.save_into(draft)
+    assert (draft.base_model, draft.method) == ("Qwen/Qwen2.5-7B-Instruct", "lora")
+    assert draft.training == {**wanted, "max_steps": 10}
+    assert isinstance(draft.training["seq_len"], int)
+    # A fresh step shows the saved draft again.
+    again = ModelStep(context)
+    again.show_draft()
+    assert again.method_buttons["lora"].isChecked()
+    assert again.model_edit.text() == "Qwen/Qwen2.5-7B-Instruct"
+    assert again.training_values() == wanted
+    again.deleteLater()
+
+
+def test_sequence_length_beyond_the_models_context_is_refused(step: ModelStep) -> None:
+    step.model_edit.setText("microsoft/phi-2")
+    step.spins["seq_len"].setValue(4096)
+    assert "longer than microsoft/phi-2 handles (2,048 tokens)" in (step.validate() or "")
+    step.spins["seq_len"].setValue(2048)
+    assert step.validate() is None
+
+
+def test_learning_rate_box_reads_scientific_notation(step: ModelStep, qtbot: QtBot) -> None:
+    box = step.spins["learning_rate"]
+    assert box.text() == f"{DEFAULT_TRAINING['learning_rate']:g}"
+    step.advanced_toggle.click()
+    box.setFocus()
+    box.selectAll()
+    qtbot.keyClicks(box, "3e-5")
+    qtbot.keyClick(box, Qt.Key.Key_Enter)
+    assert box.value() == pytest.approx(3e-5)
+
+
+def test_every_field_has_a_name_and_is_reachable_with_tab(step: ModelStep, qtbot: QtBot) -> None:
+    step.advanced_toggle.setChecked(True)
+    step.activateWindow()
+    step.filter_edit.setFocus()
+    qtbot.waitUntil(step.filter_edit.hasFocus)
+    reached: list[QWidget] = []
+    for _ in range(40):
+        focused = QApplication.focusWidget()
+        assert focused is not None
+        reached.append(focused)
+        qtbot.keyClick(focused, Qt.Key.Key_Tab)
+    fields: list[QWidget] = [step.filter_edit, step.catalog_table, step.model_edit, step.browse_button]
+    fields += [step.method_group.checkedButton(), step.advanced_toggle, *step.spins.values()]
+    for field in fields:
+        assert field in reached, field.accessibleName()
+        assert field.accessibleName()
+    assert all(button.accessibleName() for button in step.method_buttons.values())
+    assert [value for value, _, _ in METHODS] == list(step.method_buttons)
+    assert [f.key for f in TRAINING_FIELDS] == list(step.spins)

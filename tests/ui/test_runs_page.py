@@ -1,0 +1,163 @@
+"""The runs list on a real RunStore: rows, opening a run, and deleting the files of ended runs only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from desktop.core.runs.states import RunState
+from desktop.core.settings import Settings
+from desktop.services.run_keys import create_run_key, load_run_key
+from desktop.services.run_store import RunStore, UnknownRunError
+from desktop.services.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.pages import runs_page
+from desktop.ui.pages.runs_page import RunsPage
+
+FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
+
+
+@pytest.fixture
+def context(qloop: asyncio.AbstractEventLoop) -> Iterator[AppContext]:
+    ctx = AppContext(Settings(), SecretStore())
+    yield ctx
+    qloop.run_until_complete(ctx.manager.close())
+
+
+@pytest.fixture
+def page(qtbot: QtBot, context: AppContext, wait_for: Callable[..., None]) -> Iterator[RunsPage]:
+    widget = RunsPage(context)
+    qtbot.addWidget(widget)
+    widget.resize(1080, 600)
+    widget.show()
+    qtbot.waitExposed(widget)
+    wait_for(lambda: not widget._loading)
+    yield widget
+    widget.hide()
+
+
+def make_run(store: RunStore, states: list[RunState], model: str = "tiny-llama", rate: float = 0.0) -> str:
+    spec = {"base_model": model, "training": {"method": "qlora"}, "hourly_rate_usd": rate}
+    run_id = store.create(spec, "ssh://me@127.0.0.1:2222").id
+    for state in states:
+        store.transition(run_id, state)
+    return run_id
+
+
+def reload(page: RunsPage, qloop: asyncio.AbstractEventLoop) -> None:
+    qloop.run_until_complete(page.load())
+
+
+def with_checkpoint(store: RunStore, run_id: str) -> Path:
+    checkpoint = store.folder(run_id) / "checkpoints" / "checkpoint-20"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"\0" * 4096)
+    return store.runs_dir / run_id
+
+
+def test_no_runs_points_to_a_new_fine_tune(page: RunsPage, qtbot: QtBot) -> None:
+    assert page.views.currentIndex() == 0
+    assert "New fine-tune" in page.empty_label.text()
+    with qtbot.waitSignal(page.sig_new_run):
+        page.new_button.click()
+
+
+def test_every_run_is_listed_newest_first(
+    page: RunsPage, context: AppContext, qloop: asyncio.AbstractEventLoop
+) -> None:
+    old = make_run(context.store, [*FLOW, RunState.SYNCING, RunState.PULLING, RunState.FINISHED], "org/old", 2.0)
+    live = make_run(context.store, FLOW, "org/live", 0.0)
+    reload(page, qloop)
+    assert page.views.currentIndex() == 1
+    table = page.table
+    assert table.rowCount() == 2
+    columns = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert columns == ["Run", "State", "Model", "Method", "Started", "Duration", "Cost"]
+    rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(2)]
+    assert [row[:4] for row in rows] == [[live, "Training", "org/live", "qlora"], [old, "Finished", "org/old", "qlora"]]
+    assert rows[0][6] == "—", "no hourly rate: no cost"
+    assert rows[1][6] == "$0.00"
+    assert rows[1][5].endswith(" s")
+
+
+def test_enter_and_double_click_open_the_run(
+    page: RunsPage, context: AppContext, qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    first = make_run(context.store, FLOW)
+    second = make_run(context.store, [RunState.CANCELLED])
+    reload(page, qloop)
+    table = page.table
+    table.setFocus()
+    table.setCurrentCell(1, 0)
+    with qtbot.waitSignal(page.sig_open_run) as opened:
+        qtbot.keyClick(table, Qt.Key.Key_Return)
+    assert opened.args == [first]
+    rect = table.visualRect(table.model().index(0, 0))
+    with qtbot.waitSignal(page.sig_open_run) as opened:
+        # Qt 6's QTest sends a double-click item views honour only after a first click, as a real one is.
+        qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+        qtbot.mouseDClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert opened.args == [second]
+
+
+def test_delete_asks_then_removes_the_folder_and_the_record(
+    page: RunsPage,
+    context: AppContext,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = context.store
+    keep = make_run(store, FLOW)
+    gone = make_run(store, [*FLOW, RunState.FAILED])
+    create_run_key(gone)
+    folder = with_checkpoint(store, gone)
+    reload(page, qloop)
+    page.table.selectRow(0)
+    assert page.selected_record() is not None and page.selected_record().id == gone  # type: ignore[union-attr]
+    assert page.delete_button.isEnabled()
+
+    questions: list[str] = []
+    monkeypatch.setattr(runs_page, "confirm", lambda _p, _t, question: questions.append(question) or False)
+    page.delete_button.click()
+    assert len(questions) == 1 and gone in questions[0]
+    assert folder.is_dir() and store.get(gone).state is RunState.FAILED, "answering No keeps everything"
+
+    monkeypatch.setattr(runs_page, "confirm", lambda *_args: True)
+    page.delete_button.click()
+    wait_for(lambda: page.status_label.text() == f"Deleted run {gone} and its files." and page.table.rowCount() == 1)
+    assert not folder.exists()
+    with pytest.raises(UnknownRunError):
+        store.get(gone)
+    assert load_run_key(gone) is None, "the run's SSH key is forgotten too"
+    assert page.table.item(0, 0).text() == keep
+
+
+def test_live_runs_cannot_be_deleted(
+    page: RunsPage, context: AppContext, qloop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = context.store
+    paused = make_run(store, [*FLOW, RunState.PAUSED])
+    live = make_run(store, FLOW)
+    folder = with_checkpoint(store, live)
+    reload(page, qloop)
+
+    def never(*_args: object) -> bool:
+        raise AssertionError("a live run must not even be offered for deletion")
+
+    monkeypatch.setattr(runs_page, "confirm", never)
+    page.table.selectRow(0)
+    assert page.selected_record().id == live  # type: ignore[union-attr]
+    assert not page.delete_button.isEnabled()
+    assert "is training" in page.hint_label.text() and "Stop it" in page.hint_label.text()
+    page.on_delete_clicked()
+    assert page.status_label.text() == page.hint_label.text()
+    assert folder.is_dir() and store.get(live).state is RunState.TRAINING
+    page.table.selectRow(1)
+    assert not page.delete_button.isEnabled()
+    assert f"Run {paused} is paused and can still be resumed" in page.hint_label.text()

@@ -1,0 +1,116 @@
+"""The target step tests a real server (the loopback sshd) and pins its host key into the draft."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from desktop.core.runs.draft import RunDraft
+from desktop.core.settings import Settings
+from desktop.services.secrets import SecretStore
+from desktop.services.ssh_probe import NO_GPU
+from desktop.services.ssh_remote import fingerprint
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.target_step import TargetStep
+from tests.fixtures.sshd import SshHost
+
+OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdo31IKuF9gfdhGO1Luivwf5G46hIgUGTgUCO2euLxU"
+
+
+@pytest.fixture
+def step(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> TargetStep:
+    widget = TargetStep(AppContext(Settings(), SecretStore(), draft=RunDraft()))
+    qtbot.addWidget(widget)
+    widget.show_draft()
+    widget.show()
+    return widget
+
+
+def fill(step: TargetStep, qtbot: QtBot, host: SshHost) -> None:
+    qtbot.keyClicks(step.host_edit, host.host)
+    step.port_spin.setValue(host.port)
+    qtbot.keyClicks(step.user_edit, host.user)
+    qtbot.keyClicks(step.key_edit, str(host.client_key))
+    step.python_edit.setText("python3")
+
+
+def test_test_connection_pins_the_key_and_reports_the_gpu(
+    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+) -> None:
+    assert step.validate() == "Enter the server's host name or address."
+    fill(step, qtbot, ssh_host)
+    assert step.validate() is not None and "Test connection" in (step.validate() or "")
+    step.rate_spin.setValue(1.25)
+    step.test_button.click()
+    assert not step.test_button.isEnabled(), "disabled while the test runs"
+    assert step.progress.isVisibleTo(step)
+    wait_for(lambda: step.host_key != "", timeout=30)
+    assert step.test_button.isEnabled() and not step.progress.isVisibleTo(step)
+    expected = fingerprint(ssh_host.host_public_key)
+    assert step.fingerprint_label.text() == f"{expected} (pinned)"
+    assert step.gpu_label.text() == NO_GPU  # this box has no NVIDIA GPU
+    assert step.python_label.text().startswith("Python 3.")
+    assert step.validate() is None
+    draft = RunDraft()
+    step.save_into(draft)
+    assert draft.target.host == ssh_host.host and draft.target.port == ssh_host.port
+    assert draft.target.user == ssh_host.user and draft.target.identity == str(ssh_host.client_key)
+    assert draft.target.host_key.split()[:2] == ssh_host.host_public_key.split()[:2]
+    assert draft.target.fingerprint == expected and draft.target.gpu == NO_GPU
+    assert draft.hourly_rate_usd == 1.25
+
+
+def test_changing_the_host_or_port_clears_the_pinned_key(
+    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+) -> None:
+    fill(step, qtbot, ssh_host)
+    step.test_button.click()
+    wait_for(lambda: step.host_key != "", timeout=30)
+    step.port_spin.setValue(ssh_host.port + 1)
+    assert step.host_key == "" and "test the connection again" in step.status_label.text()
+    assert step.validate() is not None
+    step.port_spin.setValue(ssh_host.port)
+    step.test_button.click()
+    wait_for(lambda: step.host_key != "", timeout=30)
+    qtbot.keyClicks(step.host_edit, "x")
+    assert step.host_key == "" and step.fingerprint_label.text().startswith("Not tested")
+
+
+def test_a_changed_host_key_is_refused_until_forgotten(
+    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+) -> None:
+    step.context.draft.target = step.context.draft.target.model_copy(
+        update={
+            "host": ssh_host.host,
+            "port": ssh_host.port,
+            "user": ssh_host.user,
+            "identity": str(ssh_host.client_key),
+            "host_key": OTHER_KEY,
+            "fingerprint": fingerprint(OTHER_KEY),
+        }
+    )
+    step.show_draft()
+    assert step.validate() is None, "a key pinned earlier counts as tested"
+    step.test_button.click()
+    wait_for(lambda: step.status_label.text().startswith("Connection failed"), timeout=30)
+    assert "may be an attack" in step.status_label.text()
+    assert step.host_key == OTHER_KEY, "a refused key never replaces the pinned one"
+    step.forget_button.click()
+    assert step.validate() is not None
+    step.test_button.click()
+    wait_for(lambda: step.host_key != "", timeout=30)
+    assert step.fingerprint == fingerprint(ssh_host.host_public_key)
+
+
+def test_a_refused_login_is_shown_in_words(
+    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+) -> None:
+    fill(step, qtbot, ssh_host)
+    step.user_edit.setText("nobody-here")
+    step.test_button.click()
+    wait_for(lambda: step.status_label.text().startswith("Connection failed"), timeout=30)
+    assert "refused the login" in step.status_label.text() and str(ssh_host.client_key) in step.status_label.text()
+    assert step.host_key == "" and step.validate() is not None

@@ -1,0 +1,215 @@
+"""The whole app, driven like a user: the wizard launches a real run on the loopback sshd and the monitor follows it.
+
+The tiny model trains for real on the CPU through the payload; the window is closed mid-run and a new one reattaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractItemView,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QHeaderView,
+    QLineEdit,
+    QWidget,
+)
+from pytestqt.qtbot import QtBot
+
+from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.states import RunState
+from desktop.core.settings import Settings
+from desktop.services.draft_store import load_draft
+from desktop.services.run_engine import EngineOptions
+from desktop.services.run_store import RunStore
+from desktop.services.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.main_window import MainWindow
+from desktop.ui.pages.wizard.data_step import DataStep
+from desktop.ui.pages.wizard.model_step import ModelStep
+from desktop.ui.pages.wizard.target_step import TargetStep
+from tests.fixtures.sshd import SshHost
+from tests.fixtures.tiny_models import TinyModel
+
+pytestmark = pytest.mark.slow
+
+
+def open_window(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> MainWindow:
+    context = AppContext(Settings(), SecretStore(), engine_options=EngineOptions(poll_seconds=0.2))
+    window = MainWindow(context.settings, context.secrets, context)
+    qtbot.addWidget(window)
+    window.show()
+    window.activateWindow()  # mnemonics (Alt+N) and shortcuts act on the active window
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
+    qloop.run_until_complete(window.load_pages())
+    return window
+
+
+def type_into(qtbot: QtBot, field: QLineEdit, text: str) -> None:
+    """Focuses a field and types, as a user would."""
+    field.setFocus()
+    field.selectAll()
+    qtbot.keyClicks(field, text)
+
+
+def activate_by_keyboard(qtbot: QtBot, window: MainWindow, button: QAbstractButton) -> None:
+    """Tabs to a button as a keyboard user would (failing if Tab never gets there), then presses Space."""
+    for _ in range(80):
+        if QApplication.focusWidget() is button:
+            qtbot.keyClick(button, Qt.Key.Key_Space)
+            return
+        qtbot.keyClick(QApplication.focusWidget() or window, Qt.Key.Key_Tab)
+    raise AssertionError(f"Tab never reached {button.text()!r}")
+
+
+def press_next(qtbot: QtBot, window: MainWindow) -> None:
+    """Next, reached with Tab and pressed with Space."""
+    before = window.wizard.current
+    activate_by_keyboard(qtbot, window, window.wizard.next_button)
+    assert window.wizard.current is not before, window.wizard.problem_label.text()
+
+
+def fill_data(qtbot: QtBot, window: MainWindow, wait_for: Callable[..., None], dataset: Path) -> None:
+    step = window.wizard.current
+    assert isinstance(step, DataStep)
+    type_into(qtbot, step.path_edit, str(dataset))
+    qtbot.keyClick(step.path_edit, Qt.Key.Key_Return)
+    wait_for(lambda: not step.running and step.check is not None, 60)
+    assert step.validate() is None
+
+
+def fill_model(qtbot: QtBot, window: MainWindow, model: TinyModel) -> None:
+    step = window.wizard.current
+    assert isinstance(step, ModelStep)
+    type_into(qtbot, step.model_edit, str(model.path))
+    step.method_buttons["lora"].click()
+    step.advanced_toggle.click()
+    for key, value in {"seq_len": 128, "micro_batch": 4, "grad_accum": 1, "epochs": 1, "lora_r": 8}.items():
+        step.spins[key].setValue(value)
+    step.spins["learning_rate"].setValue(0.003)
+
+
+def fill_target(qtbot: QtBot, window: MainWindow, wait_for: Callable[..., None], host: SshHost, remote: Path) -> None:
+    step = window.wizard.current
+    assert isinstance(step, TargetStep)
+    type_into(qtbot, step.host_edit, host.host)
+    step.port_spin.setValue(host.port)
+    type_into(qtbot, step.user_edit, host.user)
+    type_into(qtbot, step.key_edit, str(host.client_key))
+    type_into(qtbot, step.python_edit, sys.executable)
+    type_into(qtbot, step.workdir_edit, str(remote))
+    type_into(qtbot, step.authorized_edit, str(host.server.directory / "authorized_keys"))
+    step.rate_spin.setValue(2.4)
+    activate_by_keyboard(qtbot, window, step.test_button)
+    wait_for(lambda: step.host_key != "", 30)
+
+
+def test_the_wizard_launches_a_run_the_monitor_follows_and_a_new_window_reattaches(
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    ssh_host: SshHost,
+    tiny_model: TinyModel,
+    chat_dataset: Path,
+    tmp_path: Path,
+) -> None:
+    window = open_window(qtbot, qloop)
+    window.show_page("new")
+    fill_data(qtbot, window, wait_for, chat_dataset)
+    press_next(qtbot, window)
+    fill_model(qtbot, window, tiny_model)
+    press_next(qtbot, window)
+    assert window.wizard.current.step_name == "sizing"
+    wait_for(lambda: window.wizard.current.validate() is None, 60)
+    press_next(qtbot, window)
+    fill_target(qtbot, window, wait_for, ssh_host, tmp_path / "remote")
+    press_next(qtbot, window)
+    assert window.wizard.current.step_name == "review"
+    assert load_draft().target.host_key, "the wizard's state is saved as it goes"
+    review = window.wizard.current
+    activate_by_keyboard(qtbot, window, review.launch_button)  # type: ignore[attr-defined]
+    wait_for(lambda: window.stack.currentWidget() is window.monitor, 30)
+    monitor = window.monitor
+    run_id = monitor.run_id
+    assert run_id is not None
+    wait_for(lambda: len(monitor.progress.losses) >= 2, 120)
+    assert (RunStore().folder(run_id) / "SPEC.toml").is_file()
+
+    window.close()  # the app quits mid-run; training goes on on the machine
+    qloop.run_until_complete(window.context.manager.close())
+    second = open_window(qtbot, qloop)
+    assert second.context.manager.is_driving(run_id), "the new window reattached"
+    second.on_run_opened(run_id)
+    wait_for(lambda: RunStore().get(run_id).state is RunState.FINISHED, 240)
+    record = RunStore().get(run_id)
+    assert record.adapter and (Path(record.adapter) / "adapter_model.safetensors").is_file()
+    wait_for(lambda: Path(record.adapter).name in second.monitor.stats["adapter"].text(), 10)
+    assert second.monitor.progress.losses, "the monitor shows the curve of the finished run"
+    second.show_page("runs")
+    wait_for(lambda: second.runs_page.table.rowCount() == 1, 10)
+    qloop.run_until_complete(second.context.manager.close())
+
+
+def focusable(widget: QWidget) -> list[QWidget]:
+    """Interactive widgets on a step that a keyboard user must reach."""
+    kinds = (QLineEdit, QAbstractButton, QAbstractSpinBox, QAbstractItemView, QComboBox)
+    return [
+        w
+        for w in widget.findChildren(QWidget)
+        if isinstance(w, kinds)
+        and not isinstance(w.parentWidget(), (QAbstractSpinBox, QComboBox, QAbstractItemView))  # parts of a named one
+        and not isinstance(w, QHeaderView)
+        and w.isVisibleTo(widget)
+        and w.isEnabled()
+    ]
+
+
+@pytest.mark.parametrize("step_name", ["data", "model", "sizing", "target", "review"])
+def test_every_wizard_step_is_reachable_by_tab_and_named_for_screen_readers(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, step_name: str
+) -> None:
+    window = open_window(qtbot, qloop)
+    window.show_page(step_name)
+    step = window.wizard.current
+    assert step.step_name == step_name
+    widgets = focusable(step)
+    unnamed = [w for w in widgets if not (w.accessibleName() or (isinstance(w, QAbstractButton) and w.text()))]
+    assert not unnamed, f"no accessible name: {[(type(w).__name__, w.objectName()) for w in unnamed]}"
+    step.setFocus()
+    reached: set[int] = set()
+    for _ in range(len(widgets) * 3 + 10):
+        QApplication.focusWidget() and reached.add(id(QApplication.focusWidget()))  # type: ignore[func-returns-value]
+        qtbot.keyClick(QApplication.focusWidget() or step, Qt.Key.Key_Tab)
+    missing = [
+        w.accessibleName() or w.objectName()
+        for w in widgets
+        if id(w) not in reached and w.focusPolicy() & Qt.FocusPolicy.TabFocus
+    ]
+    assert not missing, f"not reachable with Tab: {missing}"
+
+
+def test_a_reopened_wizard_continues_where_the_user_left(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, tiny_model: TinyModel
+) -> None:
+    window = open_window(qtbot, qloop)
+    window.show_page("model")
+    step = window.wizard.current
+    assert isinstance(step, ModelStep)
+    type_into(qtbot, step.model_edit, str(tiny_model.path))
+    window.show_page("target")  # leaving a step saves it
+    window.close()
+    draft: RunDraft = load_draft()
+    assert draft.base_model == str(tiny_model.path) and draft.step == "target"
+    again = open_window(qtbot, qloop)
+    assert again.wizard.current.step_name == "target"
+    again.show_page("model")
+    reopened = again.wizard.current
+    assert isinstance(reopened, ModelStep) and reopened.model_edit.text() == str(tiny_model.path)
