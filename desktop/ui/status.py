@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QLabel
 
+from desktop.core.runs.progress import cost_so_far
 from desktop.core.runs.states import RunState
 from desktop.services.run_manager import FOLLOWED
 from desktop.ui.context import AppContext
@@ -23,7 +26,12 @@ def running_summary(context: AppContext) -> str:
         parts.append(f"{len(live) - 2} more live")
     if paused:
         parts.append(f"{len(paused)} paused (open Runs to resume)")
-    return "Running: " + "; ".join(parts)
+    now = time.time()
+    spent = sum(
+        cost_so_far(record.spec.get("hourly_rate_usd"), context.store.transitions(record.id), now) for record in live
+    )
+    money = f" · ${spent:,.2f} so far at your hourly rates" if spent > 0 else ""
+    return "Running: " + "; ".join(parts) + money
 
 
 class RunningStatus(QObject):

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings, Theme
 from desktop.services.secrets import SecretName, SecretStore
 from desktop.services.settings_store import load_settings
 from desktop.ui.main_window import MainWindow, UnknownPageError
 from desktop.ui.pages.settings_page import SettingsPage
+from desktop.ui.status import IDLE_TEXT, running_summary
 from tests.fixtures.memory_keyring import MemoryKeyring
 
 KEY = "rk_live_" + "Q1w2E3r4T5y6U7i8"
@@ -94,3 +97,16 @@ def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callab
     assert isinstance(page, SettingsPage)
     page.on_store_key_clicked(SecretName.VAST)
     wait_for(lambda: "empty" in page.keys_message.text())
+
+
+def test_status_bar_says_what_is_running_and_what_it_costs(window: MainWindow) -> None:
+    assert running_summary(window.context) == IDLE_TEXT
+    store = window.context.store
+    record = store.create({"hourly_rate_usd": 3600.0}, "ssh://me@box:22")  # $1 per second: visible at once
+    store.transition(record.id, RunState.CONNECTING)
+    store.transition(record.id, RunState.TRAINING)
+    time.sleep(0.05)
+    line = running_summary(window.context)
+    assert line.startswith("Running: training on ssh://me@box:22") and "so far at your hourly rates" in line
+    window.running_status.on_tick()
+    assert window.status_label.text().startswith("Running: training on ssh://me@box:22")

@@ -72,7 +72,10 @@ def test_a_catalog_model_is_sized_from_the_manifest_like_the_cli(
     recommended = step.sizing.recommended
     assert recommended is not None and table.item(0, 0).text().endswith("(recommended)")
     assert table.item(0, 0).font().bold() and step.recommendation_label.text().startswith("Recommended:")
-    assert step.context.draft.gpu_name == option_label(recommended), "the recommendation is preselected"
+    selected = table.selectionModel().selectedRows()
+    assert [index.row() for index in selected] == [0], "the recommendation is preselected"
+    assert table.item(0, 0).data(Qt.ItemDataRole.UserRole) == option_label(recommended)
+    assert step.context.draft.gpu_name == "", "a preselection is not the user's pick (a re-plan recommends afresh)"
     table.selectRow(2)
     assert step.context.draft.gpu_name == table.item(2, 0).data(Qt.ItemDataRole.UserRole)
     assert step.validate() is None and not step.suggestions_label.isVisibleTo(step)

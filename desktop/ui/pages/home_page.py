@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QGroupBox,
@@ -19,6 +17,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from desktop.services.environment import EnvironmentCheck, check_environment
+from desktop.ui.background import off_ui_thread
 from desktop.ui.pages.base import BasePage
 
 FLOW_STEPS = [
@@ -85,7 +84,7 @@ class HomePage(BasePage):
         self.recheck_button.setEnabled(False)
         self.environment_summary.setText("Checking…")
         try:
-            checks = await asyncio.get_running_loop().run_in_executor(None, check_environment)
+            checks = await off_ui_thread(self, check_environment)
         finally:
             self.recheck_button.setEnabled(True)
         self._show_checks(checks)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
 from desktop.services.logs import get_logger
 from desktop.services.model_configs import load_catalog
+from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 
@@ -321,7 +321,7 @@ class ModelStep(WizardStep):
 
     async def load(self) -> None:
         """Reads the bundled catalog off the UI thread and lists it."""
-        self.catalog = await asyncio.get_running_loop().run_in_executor(None, load_catalog)
+        self.catalog = await off_ui_thread(self, load_catalog)
         self._fill_catalog(self.catalog)
         self._select_catalog_row(self.model_edit.text().strip())
 

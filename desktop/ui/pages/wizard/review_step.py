@@ -19,12 +19,14 @@ from desktop.services.draft_store import write_spec_toml
 from desktop.services.logs import get_logger
 from desktop.services.paths import app_paths
 from desktop.services.run_engine import RunError
+from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.sizing_step import (
     Sizing,
     SizingError,
     fit_text,
     format_hours,
+    option_label,
     read_manifest,
     size_draft,
 )
@@ -132,11 +134,14 @@ def sizing_text(draft: RunDraft, sizing: Sizing | None, problem: str | None) -> 
         return "Sizing…"
     lines = [f"Peak memory per GPU: {sizing.plan.memory.per_gpu_total:.1f} GB"]
     option = sizing.option(draft.gpu_name) if draft.gpu_name else None
+    kind = "Pick"
     if option is None:
-        lines.append("No GPU option picked (Edit to choose one).")
+        option, kind = sizing.recommended, "Recommended"
+    if option is None:
+        lines.append("No GPU option fits (Edit to change the method or settings).")
         return "\n".join(lines)
     lines.append(
-        f"Pick: {draft.gpu_name}, {fit_text(option)}; about {format_hours(option.hours)}, "
+        f"{kind}: {option_label(option)}, {fit_text(option)}; about {format_hours(option.hours)}, "
         f"${option.cost_usd:,.2f} at list price"
     )
     if draft.hourly_rate_usd > 0:
@@ -251,10 +256,9 @@ class ReviewStep(WizardStep):
         self._generation += 1
         generation, snapshot = self._generation, self.draft.model_copy(deep=True)
         self._shown = snapshot.model_dump_json()
-        loop = asyncio.get_running_loop()
-        manifest = await loop.run_in_executor(None, read_manifest, snapshot.train_file)
+        manifest = await off_ui_thread(self, read_manifest, snapshot.train_file)
         try:
-            sizing, problem = await loop.run_in_executor(None, size_draft, snapshot, self.context.secrets), None
+            sizing, problem = await off_ui_thread(self, size_draft, snapshot, self.context.secrets), None
         except SizingError as exc:
             sizing, problem = None, f"Cannot size the run: {exc}."
         if generation == self._generation:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QSignalBlocker, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QGroupBox,
@@ -35,6 +35,7 @@ from desktop.services.data_prepare import MANIFEST_NAME
 from desktop.services.logs import get_logger
 from desktop.services.model_configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
 from desktop.services.secrets import SecretStore
+from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 
@@ -393,10 +394,11 @@ class SizingStep(WizardStep):
         return self.problem
 
     def save_into(self, draft: RunDraft) -> None:
-        """Copies the selected option into ``draft.gpu_name``."""
-        label = self._selected_label()
-        if label is not None:
-            draft.gpu_name = label
+        """Nothing to copy: a row the user selects is written to ``draft.gpu_name`` at once (on_option_selected).
+
+        The pre-selected recommendation is not written, so a later re-plan (another model, more data) recommends
+        afresh instead of holding on to an old automatic choice.
+        """
 
     async def load(self) -> None:
         """Sizes the saved draft once when the window opens (a Hub model may need the network)."""
@@ -411,9 +413,8 @@ class SizingStep(WizardStep):
         generation, key = self._generation, _sizing_key(self.draft)
         snapshot = self.draft.model_copy(deep=True)
         self.status_label.setText(f"Sizing {snapshot.base_model or 'the job'}…")
-        loop = asyncio.get_running_loop()
         try:
-            sizing = await loop.run_in_executor(None, size_draft, snapshot, self.context.secrets)
+            sizing = await off_ui_thread(self, size_draft, snapshot, self.context.secrets)
         except SizingError as exc:
             if generation == self._generation:
                 self._key = key
@@ -477,7 +478,9 @@ class SizingStep(WizardStep):
         if wanted is None:
             self.draft.gpu_name = ""
             return
-        self.options_table.selectRow(labels.index(wanted))
+        # A pre-selection is not the user's pick: it reaches the draft only when they move on (save_into).
+        with QSignalBlocker(self.options_table.selectionModel()):
+            self.options_table.selectRow(labels.index(wanted))
 
     def _selected_label(self) -> str | None:
         rows = self.options_table.selectionModel().selectedRows()
