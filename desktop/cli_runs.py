@@ -146,6 +146,7 @@ class RunsCommands:
             target = self._target(args, base)
             assert target is not None
             self.engine.retarget(record.id, target)
+        self.engine.prepare_resume(record.id)
         return self._drive(self.engine.drive(record.id), record.id)
 
     def stop(self, args: argparse.Namespace) -> int:

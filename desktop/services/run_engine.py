@@ -165,6 +165,13 @@ class RunEngine:
             run_id, target=target.url, spec=spec, host_key=None, fingerprint=None, pid=None, remote_dir=None
         )
 
+    def prepare_resume(self, run_id: str) -> RunRecord:
+        """Lets a failed run start its trainer again (from its newest checkpoint) when the user resumes it."""
+        record = self.store.get(run_id)
+        if record.state is RunState.FAILED:
+            record = self.store.update(run_id, pid=None, relaunches=0, error=None)
+        return record
+
     def _set_spec(self, run_id: str, **values: Any) -> RunRecord:
         return self.store.update(run_id, spec={**self.store.get(run_id).spec, **values})
 
@@ -228,15 +235,28 @@ class RunEngine:
         record = self.store.get(run_id)
         if record.state in {RunState.PLANNED, RunState.PAUSED}:
             record = self.store.transition(run_id, RunState.CONNECTING)
-        machine = await RemoteMachine.connect(_endpoint(record), record.host_key)
+        machine = await RemoteMachine.connect(await asyncio.to_thread(_endpoint, record), record.host_key)
+        try:
+            return await self._settle_in(run_id, record, machine)
+        except BaseException:
+            await _quietly_close(machine)  # cancelled or failed half-way: never leave the connection open
+            raise
+
+    async def _settle_in(self, run_id: str, record: RunRecord, machine: RemoteMachine) -> RemoteMachine:
+        """Pins the host key, switches to the run's own key and finds the remote folder on a fresh connection."""
         if record.host_key is None:
             self.store.update(run_id, host_key=machine.host_key, fingerprint=fingerprint(machine.host_key))
             self.report(f"pinned host key of {record.target}: {fingerprint(machine.host_key)}")
         if await self._install_run_key(run_id, machine):
             await _quietly_close(machine)  # from now on the run logs in with its own key
-            machine = await RemoteMachine.connect(_endpoint(self.store.get(run_id)), machine.host_key)
+            endpoint = await asyncio.to_thread(_endpoint, self.store.get(run_id))
+            machine = await RemoteMachine.connect(endpoint, machine.host_key)
         if record.remote_dir is None:
-            home = (await machine.run('printf %s "$HOME"')).strip()
+            try:
+                home = (await machine.run('printf %s "$HOME"')).strip()
+            except BaseException:
+                await _quietly_close(machine)
+                raise
             base = record.spec.get("workdir") or f"{home}/.rentune/runs"
             self.store.update(run_id, remote_dir=f"{base}/{run_id}")
         return machine
@@ -265,7 +285,9 @@ class RunEngine:
         record = self.store.get(run_id)
         if record.pid is None:
             await self._upload(run_id, machine)
-            await self._bootstrap(run_id, machine)
+            problem = await self._bootstrap(run_id, machine)
+            if problem is not None:
+                return self._fail(run_id, problem)
             await self._launch(run_id, machine)
         elif not await self._workdir_exists(machine, record):
             return self._pause(
@@ -284,8 +306,10 @@ class RunEngine:
         files.append((Path(spec["train_file"]), "data/train.jsonl"))
         if spec.get("eval_file"):
             files.append((Path(spec["eval_file"]), "data/eval.jsonl"))
+        model_files = _local_model_files(spec["base_model"])
+        files += model_files
         job = {
-            "base_model": spec["base_model"],
+            "base_model": "model" if model_files else spec["base_model"],
             "train_file": "data/train.jsonl",
             "eval_file": "data/eval.jsonl" if spec.get("eval_file") else None,
             "output_dir": "out",
@@ -321,11 +345,25 @@ class RunEngine:
             token = ""
         return token + "\n"
 
-    async def _bootstrap(self, run_id: str, machine: RemoteMachine) -> None:
+    async def _bootstrap(self, run_id: str, machine: RemoteMachine) -> str | None:
+        """Prepares the machine; returns why it failed (the payload's error and hint), or None when ready.
+
+        A failed install is not a lost connection: retrying it would re-upload and re-install in a loop, billing.
+        """
         record = self.store.transition(run_id, RunState.BOOTSTRAPPING)
         command = _payload_command(record, f"bootstrap {JOB_FILE_NAME}")
-        await machine.run(command, stdin=self._token_stdin(), time_limit=3600)
+        try:
+            await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin), time_limit=3600)
+        except RemoteError as exc:
+            events = await self._read_events(run_id, machine) or []
+            error = next((e for e in reversed(events) if e["event"] == "error"), None)
+            if error is not None:
+                return (
+                    f"preparing the machine failed ({error.get('kind')}): {error.get('message')} — {error.get('hint')}"
+                )
+            return f"preparing the machine failed: {exc}; check [target] python and the machine's disk and network"
         await self._read_events(run_id, machine)
+        return None
 
     async def _launch(self, run_id: str, machine: RemoteMachine) -> None:
         record = self.store.get(run_id)
@@ -334,7 +372,7 @@ class RunEngine:
         command = _payload_command(
             record, f"run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & echo $!", detached=True
         )
-        pid = int((await machine.run(command, stdin=self._token_stdin())).strip())
+        pid = int((await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin))).strip())
         self.store.update(run_id, pid=pid)
         self.report(f"trainer started (pid {pid})")
 
@@ -413,6 +451,11 @@ class RunEngine:
         outcome = await self._handle_all(run_id, machine, events or [])
         if outcome is not None:
             return outcome
+        final = await asyncio.to_thread(_final_event, self.folder(run_id))
+        if final is not None:
+            # Read before the app was closed, but not acted on (a stop or the adapter download was cut short):
+            # finish that instead of training again.
+            return await self._handle(run_id, machine, final)
         record = self.store.get(run_id)
         if record.relaunches >= self.options.max_relaunches:
             return self._fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
@@ -451,7 +494,7 @@ class RunEngine:
         self.report(f"checkpoint {name} is safe on this computer")
 
     async def _pull_newest_checkpoint(self, run_id: str, machine: RemoteMachine) -> None:
-        events = mirrored_events(self.folder(run_id))
+        events = await asyncio.to_thread(mirrored_events, self.folder(run_id))
         newest = next((e for e in reversed(events) if e["event"] == "checkpoint"), None)
         if newest is not None:
             await self._pull_checkpoint(run_id, machine, newest)
@@ -483,9 +526,12 @@ class RunEngine:
         try:
             machine = await self._connect(run_id)
             try:
-                if not driven_here:
-                    await self._read_events(run_id, machine)
-                await self._pull_newest_checkpoint(run_id, machine)
+                if not driven_here:  # act on what is read (a done event finishes the run) so nothing is skipped
+                    events = await self._read_events(run_id, machine) or []
+                    if await self._handle_all(run_id, machine, _skip_superseded_checkpoints(events)) is None:
+                        await self._pull_newest_checkpoint(run_id, machine)
+                else:
+                    await self._pull_newest_checkpoint(run_id, machine)
             finally:
                 await _quietly_close(machine)
         finally:
@@ -510,7 +556,16 @@ class RunEngine:
             return record
         if record.pid is None:
             return self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
-        await self.request_stop(run_id)
+        try:
+            await self.request_stop(run_id)
+        except _CONNECTION_ERRORS as exc:
+            if record.state is not RunState.PAUSED:
+                raise
+            why = (
+                f"stopped while the machine was unreachable ({type(exc).__name__}); if it still exists, stop it at "
+                "your provider. The newest checkpoint on this computer is kept."
+            )
+            return self.store.transition(run_id, RunState.CANCELLED, why)
         try:
             return await self.drive(run_id)
         except RunBusyError:
@@ -572,6 +627,18 @@ def _payload_command(record: RunRecord, arguments: str, *, detached: bool = Fals
     )
 
 
+def _local_model_files(base_model: str) -> list[tuple[Path, str]]:
+    """A model folder on this computer travels with the run (to ``model/``); a Hub id is downloaded there."""
+    folder = Path(base_model).expanduser()
+    if not folder.is_dir():
+        return []
+    return [
+        (path, f"model/{path.relative_to(folder).as_posix()}")
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+    ]
+
+
 def _skip_superseded_checkpoints(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drops checkpoint events followed by a newer one in the same batch: only the newest is worth pulling."""
     last = max((i for i, e in enumerate(events) if e["event"] == "checkpoint"), default=-1)
@@ -601,6 +668,17 @@ def mirrored_events(folder: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _final_event(folder: Path) -> dict[str, Any] | None:
+    """The trainer's last word when it ended the job (``done``, or the ``failed`` state), else None."""
+    events = mirrored_events(folder)
+    last = events[-1] if events else None
+    if last is not None and last["event"] == "state" and last.get("state") == "done":
+        last = next((e for e in reversed(events) if e["event"] == "done"), None)
+    if last is not None and (last["event"] == "done" or (last["event"] == "state" and last.get("state") == "failed")):
+        return last
+    return None
 
 
 def describe_event(event: dict[str, Any]) -> str:

@@ -114,11 +114,22 @@ class RunManager:
         return self.store.get(run_id)
 
     async def stop(self, run_id: str) -> RunRecord:
-        """Stops the trainer keeping a checkpoint (pulled home), and ends the run as cancelled."""
+        """Stops the trainer keeping a checkpoint (pulled home), and ends the run as cancelled.
+
+        Before the trainer has started (uploading, installing) there is nothing to save: following stops at once.
+        """
+        if self.is_driving(run_id) and self.store.get(run_id).pid is None:
+            await self._cancel(run_id)
         if not self.is_driving(run_id):
             return await self.engine(run_id).stop(run_id)
         await self.engine(run_id).request_stop(run_id)
         return await self.wait(run_id)
+
+    async def _cancel(self, run_id: str) -> None:
+        task = self._tasks.get(run_id)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def pull(self, run_id: str) -> Path | None:
         """Pulls the newest checkpoint now; returns the local folder (None when there is none yet)."""
@@ -128,6 +139,7 @@ class RunManager:
         """Continues a paused or failed run, optionally on another machine."""
         if target is not None:
             self.engine(run_id).retarget(run_id, target)
+        self.engine(run_id).prepare_resume(run_id)
         self.follow(run_id)
 
     async def close(self) -> None:

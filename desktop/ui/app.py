@@ -16,6 +16,7 @@ from desktop.core.settings import Settings, SettingsError
 from desktop.services.logs import configure_logging, get_logger
 from desktop.services.secrets import SecretStore
 from desktop.services.settings_store import load_settings
+from desktop.ui.background import spawn
 from desktop.ui.errors import ErrorReporter
 from desktop.ui.main_window import MainWindow, UnknownPageError
 from desktop.ui.screenshot import save_screenshot
@@ -92,7 +93,7 @@ async def main(options: GuiOptions) -> int:
         await asyncio.sleep(0.2)  # let the loop lay out and paint what the page just scheduled
         save_screenshot(window, options.screenshot)
         return 0
-    load = asyncio.ensure_future(window.load_pages())
+    load = spawn(window.load_pages())
     await closed.wait()
     load.cancel()
     await window.context.manager.close()  # training goes on remotely; the next start reattaches

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TypeVar
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import shiboken6
 from PySide6.QtWidgets import QWidget
@@ -18,7 +19,23 @@ async def off_ui_thread(widget: QWidget, work: Callable[..., T], *args: object) 
     Raises:
         asyncio.CancelledError: The widget was deleted meanwhile (its window closed); the calling task just ends.
     """
-    result = await asyncio.get_running_loop().run_in_executor(None, work, *args)
+    # The app's (current) loop: qasync may step a task from a Qt callback, where get_running_loop() finds none.
+    result = await asyncio.get_event_loop().run_in_executor(None, work, *args)
     if not shiboken6.isValid(widget):
         raise asyncio.CancelledError
     return result
+
+
+def spawn(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """Starts background UI work whose failure must not vanish: errors go to the app's error reporter."""
+    task = asyncio.ensure_future(coroutine)
+    task.add_done_callback(_report_failure)
+    return task
+
+
+def _report_failure(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        sys.excepthook(type(error), error, error.__traceback__)

@@ -108,6 +108,9 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.stack, 1)
         self.setCentralWidget(central)
         self.sidebar.currentRowChanged.connect(self.on_sidebar_row_changed)
+        # Clicking the current row (Runs, while the monitor shows) must still go there.
+        self.sidebar.itemClicked.connect(lambda item: self.on_sidebar_row_changed(self.sidebar.row(item)))
+        self.sidebar.itemActivated.connect(lambda item: self.on_sidebar_row_changed(self.sidebar.row(item)))
 
     def add_page(self, page: BasePage, *, in_sidebar: bool = True) -> None:
         """Adds a page to the stack, and to the sidebar unless it is reached from another page (the monitor)."""

@@ -197,7 +197,7 @@ def test_a_recorded_finished_run_is_shown_from_its_files(
         ([RunState.CONNECTING, RunState.UPLOADING], True, False, False, True),
         (FLOW, True, True, False, False),
         ([*FLOW, RunState.SYNCING], False, False, False, True),
-        ([*FLOW, RunState.PAUSED], False, False, True, False),
+        ([*FLOW, RunState.PAUSED], True, False, True, False),
         ([*FLOW, RunState.FAILED], False, False, True, False),
         ([*FLOW, RunState.CANCELLED], False, False, False, False),
     ],

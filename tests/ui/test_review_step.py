@@ -101,7 +101,12 @@ def test_launch_writes_spec_toml_and_records_the_run_with_the_pinned_key(
     step.launch_button.click()
     assert not step.launch_button.isEnabled(), "disabled while launching"
     wait_for(lambda: bool(ids), timeout=30)
-    assert step.launch_button.isEnabled() and ids[0] in step.launch_status.text()
+    assert ids[0] in step.launch_status.text()
+    assert not step.launch_button.isEnabled(), "the same draft is not launched twice"
+    step.draft.hourly_rate_usd = 2.0
+    step.show_draft()
+    assert step.launch_button.isEnabled(), "a changed draft can be launched"
+    wait_for(lambda: step._task is None or step._task.done(), timeout=30)  # its refresh, inside the loop
     spec_path = step.launched_spec
     assert spec_path is not None and spec_path.parent.parent == app_paths().data_dir / "launches"
     spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)

@@ -114,3 +114,17 @@ def test_a_refused_login_is_shown_in_words(
     wait_for(lambda: step.status_label.text().startswith("Connection failed"), timeout=30)
     assert "refused the login" in step.status_label.text() and str(ssh_host.client_key) in step.status_label.text()
     assert step.host_key == "" and step.validate() is not None
+
+
+def test_a_server_without_that_python_cannot_be_chosen(
+    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+) -> None:
+    fill(step, qtbot, ssh_host)
+    step.python_edit.setText("/no/such/python3")
+    step.test_button.click()
+    wait_for(lambda: step.host_key != "", timeout=30)
+    problem = step.validate()
+    assert problem is not None and "no working Python" in problem
+    step.python_edit.setText("python3")
+    step.test_button.click()
+    wait_for(lambda: step.test_button.isEnabled() and step.validate() is None, timeout=30)

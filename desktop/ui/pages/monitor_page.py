@@ -67,6 +67,7 @@ STOPPABLE = frozenset(
         RunState.UPLOADING,
         RunState.BOOTSTRAPPING,
         RunState.TRAINING,
+        RunState.PAUSED,  # a lost machine: stop it if it answers, else end the run and say to check the provider
     }
 )
 PULLABLE = frozenset({RunState.TRAINING})
@@ -507,6 +508,9 @@ class MonitorPage(BasePage):
         except ACTION_ERRORS as exc:
             self._done_acting(run_id, f"That did not work: {exc}. Check the machine is reachable and try again.")
             return False, None
+        except Exception:
+            self._done_acting(run_id, "That did not work (details in the error message and the log).")
+            raise  # to the app's error reporter, with the buttons usable again
 
     def _done_acting(self, run_id: str, message: str) -> None:
         self._actions.pop(run_id, None)

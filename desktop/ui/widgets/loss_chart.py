@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSize
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
@@ -25,6 +25,7 @@ class LossChart(QWidget):
         self.setAccessibleName("Loss chart: training and eval loss by step")
         self.setMinimumHeight(220)
         self.plot_widget = pg.PlotWidget()
+        self.plot_widget.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # nothing to operate: Tab skips it
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot_widget)

@@ -19,7 +19,7 @@ from desktop.services.draft_store import write_spec_toml
 from desktop.services.logs import get_logger
 from desktop.services.paths import app_paths
 from desktop.services.run_engine import RunError
-from desktop.ui.background import off_ui_thread
+from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.sizing_step import (
     Sizing,
@@ -192,6 +192,7 @@ class ReviewStep(WizardStep):
         self.launched_spec: Path | None = None
         self._generation = 0
         self._shown = ""  # the draft (as JSON) the sections were last refreshed for
+        self._launched = ""  # the draft (as JSON) last launched: Launch stays off until something changes
         self._task: asyncio.Future[None] | None = None
         self._launch_task: asyncio.Future[None] | None = None
         self.section_labels: dict[str, QLabel] = {}
@@ -237,8 +238,10 @@ class ReviewStep(WizardStep):
     def show_draft(self) -> None:
         """Shows the draft; when it changed, reads the data manifest and sizes the pick again in the background."""
         self._show_sections()
+        launched = self.draft.model_dump_json() == self._launched
+        self.launch_button.setEnabled(not launched)
         if self.draft.model_dump_json() != self._shown:
-            self._task = asyncio.ensure_future(self.refresh())
+            self._task = spawn(self.refresh())
 
     async def load(self) -> None:
         """Reads the manifest and sizes the saved draft once when the window opens."""
@@ -289,10 +292,17 @@ class ReviewStep(WizardStep):
             run_id = await self._launch()
         except LaunchError as exc:
             self.launch_status.setText(f"Not launched: {exc}")
-            return None
-        finally:
             self.launch_button.setEnabled(True)
-        self.launch_status.setText(f"Run {run_id} launched. It trains in the background; follow it on the Runs page.")
+            return None
+        except Exception:
+            self.launch_button.setEnabled(True)
+            raise
+        # Launch stays off for this exact draft: a second click would rent the same run twice.
+        self._launched = self.draft.model_dump_json()
+        self.launch_status.setText(
+            f"Run {run_id} launched. It trains in the background; follow it on the Runs page. "
+            "Change something (Edit) to launch another run."
+        )
         self.sig_launched.emit(run_id)
         return run_id
 

@@ -35,7 +35,7 @@ from desktop.services.data_prepare import MANIFEST_NAME
 from desktop.services.logs import get_logger
 from desktop.services.model_configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
 from desktop.services.secrets import SecretStore
-from desktop.ui.background import off_ui_thread
+from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 
@@ -385,7 +385,7 @@ class SizingStep(WizardStep):
     def show_draft(self) -> None:
         """Sizes the job again when the model, method, settings or data changed since the last time."""
         if _sizing_key(self.draft) != self._key:
-            self._task = asyncio.ensure_future(self.refresh())
+            self._task = spawn(self.refresh())
         elif self.sizing is not None:
             self._show_server_fit(self.sizing)
 

@@ -43,6 +43,7 @@ class TargetStep(WizardStep):
         super().__init__(context, parent)
         self.host_key, self.fingerprint, self.gpu = "", "", ""
         self._pinned_for: tuple[str, int] | None = None
+        self._python_ok = True  # until a test finds no working interpreter
         self._test_task: asyncio.Future[None] | None = None
         self.body.addWidget(self._build_form())
         self.body.addWidget(self._build_test())
@@ -167,6 +168,11 @@ class TargetStep(WizardStep):
             return "Enter the user name to log in with."
         if not self.host_key:
             return "Press Test connection: the server's host key must be pinned before a run can use it."
+        if not self._python_ok:
+            return (
+                "The server has no working Python at that path: fix the Python interpreter (e.g. python3 or the "
+                "full path of the image's Python) and press Test connection again."
+            )
         return None
 
     def save_into(self, draft: RunDraft) -> None:
@@ -237,16 +243,22 @@ class TargetStep(WizardStep):
     @asyncSlot()
     async def _run_test(self) -> None:
         """Logs in (pinning the host key on first use) and shows the key's fingerprint, the GPU, Python and torch."""
+        endpoint = self._endpoint()
         try:
             python = self.python_edit.text().strip() or "python3"
-            result = await probe_host(self._endpoint(), self.host_key or None, python)
+            result = await probe_host(endpoint, self.host_key or None, python)
         except (HostKeyChangedError, ProbeError) as exc:
             self.status_label.setText(f"Connection failed: {exc}.")
             return
         finally:
             self.test_button.setEnabled(True)
             self.progress.setVisible(False)
+        now = self._endpoint()
+        if (now.host, now.port, now.user) != (endpoint.host, endpoint.port, endpoint.user):
+            self.status_label.setText("The address changed during the test; press Test connection again.")
+            return  # never pin one server's key for another address
         self._show_result(result)
+        self._python_ok = bool(result.python_version)
 
     def _show_result(self, result: ProbeResult) -> None:
         self._set_pin(result.host_key, result.fingerprint, result.gpu_summary, result.python_summary)
