@@ -172,8 +172,8 @@ class ModelStep(WizardStep):
         self.catalog: ModelCatalog | None = None
         self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
         row = QHBoxLayout()
-        row.addWidget(self._build_catalog(), 3)
-        row.addWidget(self._build_options(), 2)
+        row.addWidget(self._build_catalog(), 2)
+        row.addWidget(self._build_options(), 1)
         self.body.addLayout(row, 1)
         self.show_draft()
 
@@ -195,8 +195,11 @@ class ModelStep(WizardStep):
         self.catalog_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.catalog_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.catalog_table.setTabKeyNavigation(False)
-        self.catalog_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.catalog_table.horizontalHeader().setStretchLastSection(True)
+        header = self.catalog_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # long Hub ids shorten in the middle
+        self.catalog_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.catalog_table.setWordWrap(False)
         self.catalog_table.itemSelectionChanged.connect(self.on_catalog_selected)
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("e.g. Qwen/Qwen2.5-7B-Instruct or /path/to/model-folder")
