@@ -102,7 +102,7 @@ def bookkeeping_ms_per_step() -> float:
     with tempfile.TemporaryDirectory() as tmp:
         spec = JobSpec.from_dict({"base_model": "m", "train_file": "t", "output_dir": tmp})
         callback = _events_callback(spec, EventWriter(Path(tmp) / "events.jsonl"), Stop())
-        state = SimpleNamespace(global_step=1, epoch=0.1)
+        state = SimpleNamespace(global_step=1, epoch=0.1, max_steps=1000)
         start = time.perf_counter()
         for step in range(500):
             callback.on_log(None, state, None, logs={"loss": 1.0, "learning_rate": 1e-4, "num_tokens": step * 100.0})
