@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from pytestqt.qtbot import QtBot
 
+from desktop.core.runs.spec import SshTarget
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
 from desktop.services.run_engine import EngineOptions
@@ -300,6 +301,23 @@ def test_resume_reconnects_and_pauses_again_while_the_machine_is_unreachable(
     assert [t["to_state"] for t in context.store.transitions(run_id)][-2:] == ["connecting", "paused"]
     wait_for(lambda: page.state_label.text() == "Paused" and page.resume_button.isEnabled())
     assert "machine unreachable" in page.problems_label.text()
+
+
+def test_resume_elsewhere_moves_the_run_to_the_server_entered(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = make_run(context.store, [*FLOW, RunState.PAUSED])
+    other = SshTarget("trainer", "127.0.0.1", closed_port(), None, "python3")
+    asked: list[SshTarget | None] = []
+    monkeypatch.setattr(monitor_page, "ask_new_target", lambda _parent, current: asked.append(current) or other)
+    page.show_run(run_id)
+    wait_for(page.move_button.isEnabled)
+    page.move_button.click()
+    assert asked and asked[0] is not None and asked[0].user == "me", "the dialog starts from the present server"
+    assert context.store.get(run_id).target == other.url
+    assert page.action_label.text().startswith(f"Moving to {other.url}")
+    wait_for(lambda: not context.manager.is_driving(run_id))  # nothing listens there: it pauses again
+    assert context.store.get(run_id).state is RunState.PAUSED
 
 
 class UrlCatcher(QObject):

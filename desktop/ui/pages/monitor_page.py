@@ -37,13 +37,14 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from desktop.core.runs.progress import RunProgress, cost_so_far, format_duration, phase_durations
+from desktop.core.runs.spec import SshTarget, parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.services.run_engine import RunError
 from desktop.services.run_store import RunRecord, UnknownRunError
 from desktop.services.ssh_remote import RemoteError
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
-from desktop.ui.widgets.dialogs import confirm
+from desktop.ui.widgets.dialogs import ask_new_target, confirm
 from desktop.ui.widgets.loss_chart import LossChart
 from desktop.ui.widgets.phase_timeline import PhaseTimeline
 from trainer_payload.protocol import EVENTS_FILE_NAME
@@ -256,11 +257,14 @@ class MonitorPage(BasePage):
         )
         self.pull_button = _button("&Pull now", "Bring the newest checkpoint home now", self.on_pull_clicked)
         self.resume_button = _button("&Resume", "Resume the run", self.on_resume_clicked)
+        self.move_button = _button(
+            "Resume &elsewhere…", "Continue the run on another server", self.on_resume_elsewhere_clicked
+        )
         self.folder_button = _button("Open &folder", "Open the run's folder", self.on_open_folder_clicked)
         self.action_label = QLabel()
         self.action_label.setWordWrap(True)
         self.action_label.setAccessibleName("Action status")
-        for button in (self.stop_button, self.pull_button, self.resume_button, self.folder_button):
+        for button in (self.stop_button, self.pull_button, self.resume_button, self.move_button, self.folder_button):
             row.addWidget(button)
         row.addWidget(self.action_label, 1)
         return row
@@ -444,6 +448,7 @@ class MonitorPage(BasePage):
         self.stop_button.setEnabled(idle and state in STOPPABLE)
         self.pull_button.setEnabled(idle and state in PULLABLE)
         self.resume_button.setEnabled(idle and state in RESUMABLE)
+        self.move_button.setEnabled(idle and state in RESUMABLE)
         self.folder_button.setEnabled(self.run_id is not None)
 
     # -- actions -------------------------------------------------------------------------------------------------
@@ -487,6 +492,18 @@ class MonitorPage(BasePage):
             return
         self.context.manager.resume(self.run_id)
         self.action_label.setText("Resuming: reconnecting to the machine…")
+        self.on_tick()
+
+    def on_resume_elsewhere_clicked(self) -> None:
+        """Continues a paused or failed run on another server (a lost spot machine, a broken box)."""
+        if self.run_id is None or self.record is None:
+            return
+        target = ask_new_target(self, _current_target(self.record))
+        if target is None:
+            self.action_label.setText("Not moved: enter the new server's host and user.")
+            return
+        self.context.manager.resume(self.run_id, target)
+        self.action_label.setText(f"Moving to {target.url}: the newest checkpoint on this computer goes along…")
         self.on_tick()
 
     def on_open_folder_clicked(self) -> None:
@@ -614,3 +631,12 @@ def _adapter_text(progress: RunProgress, record: RunRecord) -> str:
     if progress.done is not None:
         return "Saved on the machine; coming home…"
     return "—"
+
+
+def _current_target(record: RunRecord) -> SshTarget | None:
+    """The run's present server, to prefill the move dialog (user, port, key, interpreter)."""
+    if not record.target:
+        return None
+    user, host, port = parse_ssh_url(record.target)
+    identity = record.spec.get("identity")
+    return SshTarget(user, host, port, Path(identity) if identity else None, record.spec.get("python", "python3"))
