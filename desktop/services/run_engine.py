@@ -165,6 +165,20 @@ class RunEngine:
             run_id, target=target.url, spec=spec, host_key=None, fingerprint=None, pid=None, remote_dir=None
         )
 
+    def delete(self, run_id: str) -> None:
+        """Deletes an ended run's files, record and key, unless some process follows it right now.
+
+        Raises:
+            RunBusyError: The app or a ``rentune resume`` follows the run (it may just have been resumed).
+            RunLiveError: The run is live or paused.
+        """
+        lock = self._driver_lock(run_id)
+        try:
+            self.store.delete(run_id)
+        finally:
+            lock.release()
+        delete_run_key(run_id)
+
     def prepare_resume(self, run_id: str) -> RunRecord:
         """Lets a failed run start its trainer again (from its newest checkpoint) when the user resumes it."""
         record = self.store.get(run_id)

@@ -6,12 +6,14 @@ import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import filelock
 import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
+from desktop.services.run_engine import DRIVER_LOCK_NAME
 from desktop.services.run_keys import create_run_key, load_run_key
 from desktop.services.run_store import RunStore, UnknownRunError
 from desktop.services.secrets import SecretStore
@@ -161,3 +163,27 @@ def test_live_runs_cannot_be_deleted(
     page.table.selectRow(1)
     assert not page.delete_button.isEnabled()
     assert f"Run {paused} is paused and can still be resumed" in page.hint_label.text()
+
+
+def test_a_failed_run_another_process_just_resumed_is_not_deleted(
+    page: RunsPage,
+    context: AppContext,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = context.store
+    run_id = make_run(store, [*FLOW, RunState.FAILED])
+    folder = with_checkpoint(store, run_id)
+    other_process = filelock.FileLock(store.folder(run_id) / DRIVER_LOCK_NAME)  # `rentune resume` follows it
+    other_process.acquire()
+    try:
+        reload(page, qloop)
+        page.table.selectRow(0)
+        monkeypatch.setattr(runs_page, "confirm", lambda *_args: True)
+        page.delete_button.click()
+        wait_for(lambda: page.status_label.text().startswith("Not deleted:"))
+        assert "already being followed" in page.status_label.text()
+        assert (folder / "checkpoints" / "checkpoint-20").is_dir() and store.get(run_id)
+    finally:
+        other_process.release()

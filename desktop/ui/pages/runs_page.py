@@ -24,7 +24,7 @@ from qasync import asyncSlot
 
 from desktop.core.runs.progress import cost_so_far, format_duration, run_duration
 from desktop.core.runs.states import RunState
-from desktop.services.run_keys import delete_run_key
+from desktop.services.run_engine import RunBusyError
 from desktop.services.run_store import DELETABLE, RunLiveError, RunRecord, UnknownRunError
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
@@ -240,14 +240,9 @@ class RunsPage(BasePage):
     @asyncSlot()
     async def delete_run(self, run_id: str) -> None:
         """Deletes an ended run's files and record without asking (off the UI thread), then refreshes."""
-
-        def delete() -> None:
-            self.context.store.delete(run_id)
-            delete_run_key(run_id)
-
         try:
-            await asyncio.get_running_loop().run_in_executor(None, delete)
-        except (RunLiveError, UnknownRunError, OSError) as exc:
+            await asyncio.get_running_loop().run_in_executor(None, self.context.manager.engine(run_id).delete, run_id)
+        except (RunLiveError, UnknownRunError, RunBusyError, OSError) as exc:
             self.status_label.setText(f"Not deleted: {exc}")
             return
         self.status_label.setText(f"Deleted run {run_id} and its files.")
