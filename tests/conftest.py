@@ -109,15 +109,28 @@ def chat_dataset(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
-    """A qasync event loop over the test's QApplication, as the app runs; drive it with ``run_until_complete``."""
+    """A qasync event loop over the test's QApplication, as the app runs; drive it with ``run_until_complete``.
+
+    In the app the loop runs all the time. In a test it runs only inside ``run_until_complete``, yet Qt may step
+    background tasks (a run being followed) between those calls: after each one qasync processes events once more,
+    and so does every ``qtbot`` click. The loop therefore stays registered as running for the whole test, as in the
+    app, so those steps can find it.
+    """
     import gc
 
     from qasync import QEventLoop
 
+    class AlwaysRunningLoop(QEventLoop):  # type: ignore[misc]
+        def _after_run_forever(self) -> None:
+            super()._after_run_forever()
+            asyncio.events._set_running_loop(self)
+
     gc.collect()  # collect earlier tests' Qt objects here, not later from a worker thread ("Timers cannot be stopped")
-    loop = QEventLoop(qapp)
+    loop = AlwaysRunningLoop(qapp)
     asyncio.set_event_loop(loop)
+    asyncio.events._set_running_loop(loop)
     yield loop
+    asyncio.events._set_running_loop(None)
     loop.close()
     asyncio.set_event_loop(None)
 

@@ -27,7 +27,7 @@ async def test_a_second_driver_of_the_same_run_is_refused(ssh_host: SshHost, mak
     runs = manager()
     lines: list[tuple[str, str]] = []
     runs.add_listener(lambda run_id, line: lines.append((run_id, line)))
-    record = runs.launch(load(make_spec(ssh_host, max_steps=200, checkpoint_steps=5)))
+    record = runs.launch(load(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=20)))  # stopped long before
     assert runs.is_driving(record.id)
     folder = runs.store.folder(record.id)
     await wait_local_event(folder, lambda e: e["event"] == "step")
