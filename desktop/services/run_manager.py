@@ -72,6 +72,22 @@ class RunManager:
         self.follow(record.id)
         return record
 
+    async def launch_in_background(self, spec: RunSpec) -> RunRecord:
+        """:meth:`launch` for the UI: the run's key goes to the keyring off the event loop (it may prompt).
+
+        Raises:
+            RunError: The spec cannot be run; the message says what to fix.
+        """
+        loop = asyncio.get_running_loop()
+
+        def report(line: str) -> None:  # listeners (widgets) hear it on the loop's thread, never from the worker
+            loop.call_soon_threadsafe(self._emit, "", line)
+
+        creator = RunEngine(self.store, self.secrets, self.options, report=report)
+        record = await asyncio.to_thread(creator.create, spec)
+        self.follow(record.id)
+        return record
+
     def is_driving(self, run_id: str) -> bool:
         """Whether this app is following the run right now."""
         task = self._tasks.get(run_id)

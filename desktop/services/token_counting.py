@@ -101,7 +101,17 @@ def load_token_counter(model: str | None) -> TokenCounter:
         tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
     except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
         _log.info("tokenizer of %s unavailable: %s", model, exc)
-        return EstimatedTokenCounter(f"the tokenizer of {model} could not be loaded: {type(exc).__name__}")
+        return EstimatedTokenCounter(f"the tokenizer of {model} could not be loaded: {_why_not_loaded(exc)}")
     if not getattr(tokenizer, "chat_template", None):
         return EstimatedTokenCounter(f"{model} has no chat template")
     return ChatTemplateTokenCounter(tokenizer, model)
+
+
+def _why_not_loaded(exc: Exception) -> str:
+    """A tokenizer failure in words a user can act on (not an exception class name)."""
+    name = type(exc).__name__
+    if name in {"LocalEntryNotFoundError", "ConnectError", "ConnectionError", "OfflineModeIsEnabled"}:
+        return "it is not downloaded yet and the Hugging Face Hub cannot be reached (check the network)"
+    if name in {"GatedRepoError", "RepositoryNotFoundError"}:
+        return "the model is gated or private: accept its licence on huggingface.co and add an HF token in Settings"
+    return f"{name}: {str(exc)[:200]}"

@@ -316,7 +316,7 @@ class ReviewStep(WizardStep):
         loop = asyncio.get_running_loop()
         path, spec = await loop.run_in_executor(None, write_launch_spec, self.draft.model_copy(deep=True))
         try:
-            record = manager.launch(spec)
+            record = await manager.launch_in_background(spec)
         except RunError as exc:
             raise LaunchError(f"{exc}. Fix it with the matching Edit button and launch again") from exc
         self.launched_spec = path
