@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, SshTarget
-from desktop.core.runs.states import RunState
+from desktop.core.runs.states import LIVE
 from desktop.services.logs import get_logger
 from desktop.services.run_engine import EngineOptions, RunBusyError, RunEngine, RunError
 from desktop.services.run_store import RunRecord, RunStore
@@ -21,19 +21,6 @@ from desktop.services.secrets import SecretStore
 #: Called with (run id, line) for every progress line of a driven run.
 Listener = Callable[[str, str], None]
 _log = get_logger("runs")
-
-#: States in which the trainer may be working (or about to) and the app should follow the run.
-FOLLOWED = frozenset(
-    {
-        RunState.PLANNED,
-        RunState.CONNECTING,
-        RunState.UPLOADING,
-        RunState.BOOTSTRAPPING,
-        RunState.TRAINING,
-        RunState.SYNCING,
-        RunState.PULLING,
-    }
-)
 
 
 class RunManager:
@@ -117,7 +104,7 @@ class RunManager:
 
     def reattach_all(self) -> list[str]:
         """Follows every run that was live when the app last closed; returns their ids."""
-        live = [record.id for record in self.store.all() if record.state in FOLLOWED]
+        live = [record.id for record in self.store.all() if record.state in LIVE]
         for run_id in live:
             self.follow(run_id)
         return live

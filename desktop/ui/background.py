@@ -19,8 +19,7 @@ async def off_ui_thread(widget: QWidget, work: Callable[..., T], *args: object) 
     Raises:
         asyncio.CancelledError: The widget was deleted meanwhile (its window closed); the calling task just ends.
     """
-    # The app's (current) loop: qasync may step a task from a Qt callback, where get_running_loop() finds none.
-    result = await asyncio.get_event_loop().run_in_executor(None, work, *args)
+    result = await asyncio.get_running_loop().run_in_executor(None, work, *args)
     if not shiboken6.isValid(widget):
         raise asyncio.CancelledError
     return result

@@ -8,8 +8,7 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QLabel
 
 from desktop.core.runs.progress import cost_so_far
-from desktop.core.runs.states import RunState
-from desktop.services.run_manager import FOLLOWED
+from desktop.core.runs.states import LIVE, RunState
 from desktop.ui.context import AppContext
 
 IDLE_TEXT = "Ready. No machine is rented."
@@ -17,8 +16,9 @@ IDLE_TEXT = "Ready. No machine is rented."
 
 def running_summary(context: AppContext) -> str:
     """One line about the live runs: how many, in which state, and on which machines."""
-    live = [record for record in context.store.all() if record.state in FOLLOWED]
-    paused = [record for record in context.store.all() if record.state is RunState.PAUSED]
+    runs = context.store.all()
+    live = [record for record in runs if record.state in LIVE]
+    paused = [record for record in runs if record.state is RunState.PAUSED]
     if not live and not paused:
         return IDLE_TEXT
     parts = [f"{record.state.value} on {record.target or 'no machine yet'}" for record in live[:2]]

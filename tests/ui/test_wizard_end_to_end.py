@@ -60,21 +60,11 @@ def type_into(qtbot: QtBot, field: QLineEdit, text: str) -> None:
     qtbot.keyClicks(field, text)
 
 
-def in_loop(action: Callable[[], object]) -> None:
-    """Runs a UI action inside the running event loop, as in the app (tasks it starts then run normally)."""
-
-    async def act() -> None:
-        action()
-        await asyncio.sleep(0.05)
-
-    asyncio.get_event_loop().run_until_complete(act())
-
-
 def activate_by_keyboard(qtbot: QtBot, window: MainWindow, button: QAbstractButton) -> None:
     """Tabs to a button as a keyboard user would (failing if Tab never gets there), then presses Space."""
     for _ in range(80):
         if QApplication.focusWidget() is button:
-            in_loop(lambda: qtbot.keyClick(button, Qt.Key.Key_Space))
+            qtbot.keyClick(button, Qt.Key.Key_Space)
             return
         qtbot.keyClick(QApplication.focusWidget() or window, Qt.Key.Key_Tab)
     raise AssertionError(f"Tab never reached {button.text()!r}")
@@ -132,7 +122,7 @@ def test_the_wizard_launches_a_run_the_monitor_follows_and_a_new_window_reattach
     tmp_path: Path,
 ) -> None:
     window = open_window(qtbot, qloop)
-    in_loop(lambda: window.show_page("new"))
+    window.show_page("new")
     fill_data(qtbot, window, wait_for, chat_dataset)
     press_next(qtbot, window)
     fill_model(qtbot, window, tiny_model)
@@ -188,7 +178,7 @@ def test_every_wizard_step_is_reachable_by_tab_and_named_for_screen_readers(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, step_name: str
 ) -> None:
     window = open_window(qtbot, qloop)
-    in_loop(lambda: window.show_page(step_name))
+    window.show_page(step_name)
     step = window.wizard.current
     assert step.step_name == step_name
     widgets = focusable(step)
@@ -211,16 +201,16 @@ def test_a_reopened_wizard_continues_where_the_user_left(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, tiny_model: TinyModel
 ) -> None:
     window = open_window(qtbot, qloop)
-    in_loop(lambda: window.show_page("model"))
+    window.show_page("model")
     step = window.wizard.current
     assert isinstance(step, ModelStep)
     type_into(qtbot, step.model_edit, str(tiny_model.path))
-    in_loop(lambda: window.show_page("target"))  # leaving a step saves it
+    window.show_page("target")  # leaving a step saves it
     window.close()
     draft: RunDraft = load_draft()
     assert draft.base_model == str(tiny_model.path) and draft.step == "target"
     again = open_window(qtbot, qloop)
     assert again.wizard.current.step_name == "target"
-    in_loop(lambda: again.show_page("model"))
+    again.show_page("model")
     reopened = again.wizard.current
     assert isinstance(reopened, ModelStep) and reopened.model_edit.text() == str(tiny_model.path)

@@ -26,7 +26,7 @@ TERMINAL = frozenset({RunState.FINISHED, RunState.CANCELLED})
 # Runs in these states can be continued with `rentune resume`.
 RESUMABLE = frozenset(set(RunState) - TERMINAL)
 
-_FLOW = [
+FLOW = [
     RunState.PLANNED,
     RunState.PROVISIONING,
     RunState.CONNECTING,
@@ -37,6 +37,13 @@ _FLOW = [
     RunState.PULLING,
     RunState.FINISHED,
 ]
+#: States in which the trainer may be working (or about to): the app follows these runs, reattaching at start.
+LIVE = frozenset(FLOW) - TERMINAL
+
+
+def flow_through(last: RunState) -> frozenset[RunState]:
+    """The states of the normal flow up to and including ``last``."""
+    return frozenset(FLOW[: FLOW.index(last) + 1])
 
 
 class TransitionError(ValueError):

@@ -38,7 +38,7 @@ from qasync import asyncSlot
 
 from desktop.core.runs.progress import RunProgress, cost_so_far, format_duration, phase_durations
 from desktop.core.runs.spec import SshTarget, parse_ssh_url
-from desktop.core.runs.states import RunState
+from desktop.core.runs.states import RunState, flow_through
 from desktop.services.run_engine import RunError
 from desktop.services.run_store import RunRecord, UnknownRunError
 from desktop.services.ssh_remote import RemoteError
@@ -60,17 +60,8 @@ LOG_LINES = 500
 #: Errors an action on a run can meet: the machine unreachable, a refused login, a failed command.
 ACTION_ERRORS = (RunError, RemoteError, OSError, asyncssh.Error, asyncio.TimeoutError)
 
-STOPPABLE = frozenset(
-    {
-        RunState.PLANNED,
-        RunState.PROVISIONING,
-        RunState.CONNECTING,
-        RunState.UPLOADING,
-        RunState.BOOTSTRAPPING,
-        RunState.TRAINING,
-        RunState.PAUSED,  # a lost machine: stop it if it answers, else end the run and say to check the provider
-    }
-)
+#: Before the trainer's final work (syncing, pulling) a run can be stopped; a paused one too: its machine may answer.
+STOPPABLE = flow_through(RunState.TRAINING) | {RunState.PAUSED}
 PULLABLE = frozenset({RunState.TRAINING})
 RESUMABLE = frozenset({RunState.PAUSED, RunState.FAILED})
 BUSY_TEXT = {

@@ -9,13 +9,10 @@ from dataclasses import dataclass
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QStackedWidget,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -29,6 +26,7 @@ from desktop.services.run_store import DELETABLE, RunLiveError, RunRecord, Unkno
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.dialogs import confirm
+from desktop.ui.widgets.tables import pick_one_table
 
 REFRESH_MS = 2000
 COLUMNS = ("Run", "State", "Model", "Method", "Started", "Duration", "Cost")
@@ -105,17 +103,7 @@ class RunsPage(BasePage):
         box = QWidget()
         layout = QVBoxLayout(box)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setAccessibleName("Runs")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setTabKeyNavigation(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table = pick_one_table(COLUMNS, "Runs", stretch_column=2)
         self.table.activated.connect(self.on_row_activated)  # Enter, or a double-click
         self.table.itemSelectionChanged.connect(self.on_selection_changed)
         layout.addWidget(self.table, 1)

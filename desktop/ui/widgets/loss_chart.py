@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtCore import QEvent, QSize
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QWidget
+
+from desktop.ui.widgets.charts import plot_filling
 
 TRAIN_COLOUR = "#3b82f6"
 EVAL_COLOUR = "#f97316"
@@ -24,16 +26,11 @@ class LossChart(QWidget):
         super().__init__(parent)
         self.setAccessibleName("Loss chart: training and eval loss by step")
         self.setMinimumHeight(220)
-        self.plot_widget = pg.PlotWidget()
-        self.plot_widget.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # nothing to operate: Tab skips it
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot_widget)
+        self.plot_widget = plot_filling(self)
         plot = self.plot_widget.getPlotItem()
         plot.showGrid(x=True, y=True, alpha=0.2)
         plot.setLabel("bottom", "Step")
         plot.setLabel("left", "Loss")
-        plot.setMenuEnabled(False)
         plot.setClipToView(True)
         plot.setDownsampling(auto=True, mode="peak")
         plot.addLegend(offset=(-10, 10))

@@ -16,14 +16,12 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
     QRadioButton,
     QScrollArea,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QToolButton,
     QVBoxLayout,
@@ -37,6 +35,7 @@ from desktop.services.model_configs import load_catalog
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.widgets.tables import pick_one_table
 
 _log = get_logger("ui.model_step")
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
@@ -187,17 +186,8 @@ class ModelStep(WizardStep):
         self.filter_edit.setAccessibleName("Filter the model catalog")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.on_filter_changed)
-        self.catalog_table = QTableWidget(0, len(_CATALOG_COLUMNS))
-        self.catalog_table.setAccessibleName("Model catalog")
-        self.catalog_table.setHorizontalHeaderLabels(_CATALOG_COLUMNS)
-        self.catalog_table.verticalHeader().setVisible(False)
-        self.catalog_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.catalog_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-        self.catalog_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
-        self.catalog_table.setTabKeyNavigation(False)
-        header = self.catalog_table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # long Hub ids shorten in the middle
+        # The Hub id column takes the spare width; long ids shorten in the middle.
+        self.catalog_table = pick_one_table(_CATALOG_COLUMNS, "Model catalog", stretch_column=0)
         self.catalog_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.catalog_table.setWordWrap(False)
         self.catalog_table.itemSelectionChanged.connect(self.on_catalog_selected)

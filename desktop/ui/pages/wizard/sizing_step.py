@@ -18,9 +18,7 @@ from PySide6.QtCore import QEvent, QSignalBlocker, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QGroupBox,
-    QHeaderView,
     QLabel,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -38,6 +36,8 @@ from desktop.services.secrets import SecretStore
 from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.widgets.charts import plot_filling
+from desktop.ui.widgets.tables import pick_one_table
 
 #: Common card sizes drawn as lines across the memory bar (GB).
 CARD_SIZES_GB = (24, 48, 80, 141)
@@ -251,13 +251,8 @@ class MemoryChart(QWidget):
         self.setAccessibleName("Memory per GPU chart: one bar stacked by item, lines at 24, 48, 80 and 141 GB")
         self.setMinimumHeight(120)
         self.setMaximumHeight(180)
-        self.plot_widget = pg.PlotWidget()
-        self.plot_widget.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # nothing to operate: Tab skips it
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot_widget)
+        self.plot_widget = plot_filling(self)
         plot = self.plot_widget.getPlotItem()
-        plot.setMenuEnabled(False)
         plot.setMouseEnabled(x=False, y=False)
         plot.hideButtons()
         plot.hideAxis("left")
@@ -357,17 +352,11 @@ class SizingStep(WizardStep):
         self.recommendation_label = QLabel()
         self.recommendation_label.setWordWrap(True)
         self.recommendation_label.setAccessibleName("Recommended GPU")
-        self.options_table = QTableWidget(0, 5)
-        self.options_table.setAccessibleName("GPU options: select the one you plan to use")
-        self.options_table.setHorizontalHeaderLabels(["GPU", "Count", "Fits", "Hours", "Dollars"])
-        self.options_table.verticalHeader().setVisible(False)
-        self.options_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.options_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-        self.options_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
-        self.options_table.setTabKeyNavigation(False)
-        header = self.options_table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.options_table = pick_one_table(
+            ["GPU", "Count", "Fits", "Hours", "Dollars"],
+            "GPU options: select the one you plan to use",
+            stretch_column=2,
+        )
         self.options_table.itemSelectionChanged.connect(self.on_option_selected)
         self.suggestions_label = QLabel()
         self.suggestions_label.setWordWrap(True)

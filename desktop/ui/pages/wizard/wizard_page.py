@@ -32,7 +32,7 @@ class WizardPage(BasePage):
         self.steps = steps
         self._build(steps)
         start = next((i for i, s in enumerate(steps) if s.step_name == context.draft.step), 0)
-        self._enter(start)
+        self._enter(start, save=False)  # opening the window changes nothing worth writing
 
     def _build(self, steps: list[WizardStep]) -> None:
         self.step_list = QListWidget()
@@ -83,10 +83,10 @@ class WizardPage(BasePage):
 
     def show_step(self, name: str) -> None:
         """Jumps to a step (used by ``--page`` and the review page's Edit links); no validation."""
-        self._save_current()
+        self._collect_current()
         self._enter(self.steps.index(self.step(name)))
 
-    def _enter(self, index: int) -> None:
+    def _enter(self, index: int, *, save: bool = True) -> None:
         self.stack.setCurrentIndex(index)
         for row in range(self.step_list.count()):
             item = self.step_list.item(row)
@@ -99,11 +99,12 @@ class WizardPage(BasePage):
         self.back_button.setEnabled(index > 0)
         self.next_button.setVisible(index < len(self.steps) - 1)
         self.problem_label.clear()
-        self._persist()  # a reopened app continues on this step
+        if save:
+            self._persist()  # a reopened app continues on this step
 
-    def _save_current(self) -> None:
+    def _collect_current(self) -> None:
+        """Copies the step on screen into the draft; :meth:`_enter` then saves it with the new step, once."""
         self.current.save_into(self.context.draft)
-        self._persist()
 
     def _persist(self) -> None:
         try:
@@ -122,14 +123,14 @@ class WizardPage(BasePage):
         if problem:
             self.problem_label.setText(problem)
             return
-        self._save_current()
+        self._collect_current()
         self._enter(min(self.stack.currentIndex() + 1, len(self.steps) - 1))
         self.current.setFocus(Qt.FocusReason.TabFocusReason)
         self.current.focusNextChild()
 
     def on_back(self) -> None:
         """Goes one step back, keeping what was entered."""
-        self._save_current()
+        self._collect_current()
         self._enter(max(self.stack.currentIndex() - 1, 0))
 
     async def load(self) -> None:
