@@ -14,7 +14,7 @@ help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
-	@echo "make install-local  add the local model tools (torch, transformers, peft, llama.cpp) to the app's venv"
+	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet)"
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Rentune needs Python 3.11 or newer: install it and run make again, or set PYTHON=python3.12")'

@@ -32,7 +32,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_doctor_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--json"]) == 0
     checks = json.loads(capsys.readouterr().out)
-    assert {"Python", "Keyring", "Data folder", "torch"} <= {c["name"] for c in checks}
+    assert {"Python", "Keyring", "Data folder", "transformers", "pyarrow"} <= {c["name"] for c in checks}
 
 
 @pytest.mark.parametrize("bad", [["--size", "big"], ["--scale", "9"], ["nonsense"]])

@@ -1,4 +1,4 @@
-"""What this computer offers Rentune: Python, the keyring, and the optional local model tools.
+"""What this computer offers Rentune: Python, the keyring, the data folder and the optional tools.
 
 Nothing here imports the heavy libraries it reports on; versions are read from package metadata, so the check is
 instant even on a machine with torch installed.
@@ -38,13 +38,15 @@ class EnvironmentCheck:
     is_tool: bool = False
 
 
-# Optional local tools: (distribution name, what it unlocks, how to get it).
+# Optional tools: (distribution name, what it unlocks today, how to get it). Only what the app uses now is listed;
+# the local merge, GGUF and chat tools join this list when those features land.
 _OPTIONAL_TOOLS = [
-    ("torch", "local merge and validation", "make install-local (or pip install 'rentune[local]')"),
-    ("transformers", "tokenizers and chat templates", "make install-local (or pip install 'rentune[local]')"),
-    ("peft", "merging adapters", "make install-local (or pip install 'rentune[local]')"),
-    ("llama-cpp-python", "GGUF export and chat", "make install-local (or pip install 'rentune[local]')"),
-    ("mlx-lm", "MLX validation on Apple Silicon", "pip install 'rentune[mlx]'"),
+    (
+        "transformers",
+        "exact token counts with the model's own tokenizer and chat template",
+        "make install-local (or pip install 'rentune[local]')",
+    ),
+    ("pyarrow", "Parquet datasets", "make install-local (or pip install 'rentune[local]')"),
 ]
 
 
@@ -65,8 +67,8 @@ def _keyring_check() -> EnvironmentCheck:
     backend = keyring.get_keyring()
     name = f"{type(backend).__module__}.{type(backend).__name__}"
     ok = not isinstance(backend, keyring.backends.fail.Keyring)
-    fix = "" if ok else "install a Secret Service (gnome-keyring, KWallet) or set the API key environment variables"
-    # Not required: headless users can pass API keys through environment variables instead.
+    # Without one, runs log in with the user's own SSH key instead of a fresh per-run key.
+    fix = "" if ok else "install gnome-keyring or KWallet (until then: your own SSH key, HF_TOKEN)"
     return EnvironmentCheck("Keyring", ok, name, fix)
 
 

@@ -52,6 +52,10 @@ _LABELS = {
     SecretName.HUGGINGFACE: "Hugging Face token",
 }
 
+# The secrets a feature uses today, as the Settings page offers them. The cloud API keys join when renting lands:
+# until then a field for them would store a key that nothing reads.
+SECRETS_IN_USE: tuple[SecretName, ...] = (SecretName.HUGGINGFACE,)
+
 
 class SecretSource(StrEnum):
     """Where a secret's value comes from."""

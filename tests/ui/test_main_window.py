@@ -15,6 +15,7 @@ from desktop.core.settings import Settings, Theme
 from desktop.services.secrets import SecretName, SecretStore
 from desktop.services.settings_store import load_settings
 from desktop.ui.main_window import MainWindow, UnknownPageError
+from desktop.ui.pages.home_page import FLOW_STEPS
 from desktop.ui.pages.settings_page import SettingsPage
 from desktop.ui.status import IDLE_TEXT, running_summary
 from tests.fixtures.memory_keyring import MemoryKeyring
@@ -51,6 +52,13 @@ def test_window_opens_on_home_with_the_environment_report(window: MainWindow) ->
     ]
 
 
+def test_home_describes_only_what_the_app_does_today() -> None:
+    text = " ".join(f"{step} {detail}" for step, detail in FLOW_STEPS)
+    assert "SSH" in text
+    for later in ("RunPod", "Vast", "Lambda", "GGUF", "MLX", "chat", "Merge"):
+        assert later not in text, f"the home page promises {later}, which is not built yet"
+
+
 def test_sidebar_switches_pages_with_the_keyboard(window: MainWindow, qtbot: QtBot) -> None:
     window.sidebar.setFocus()
     with qtbot.waitSignal(window.sig_page_changed) as changed:
@@ -64,20 +72,26 @@ def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
         window.show_page("offers")
 
 
+def test_settings_offer_only_the_keys_a_feature_reads_today(window: MainWindow) -> None:
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    assert set(page.key_inputs) == {SecretName.HUGGINGFACE}, "cloud keys appear when renting lands, not before"
+
+
 def test_api_key_saved_from_the_settings_page_lands_in_the_keyring(
     window: MainWindow, qtbot: QtBot, wait_for: Callable[..., None], memory_keyring: MemoryKeyring
 ) -> None:
     page = window.page("settings")
     assert isinstance(page, SettingsPage)
     window.show_page("settings")
-    assert page.key_status[SecretName.RUNPOD].text() == "Not set"
-    qtbot.keyClicks(page.key_inputs[SecretName.RUNPOD], KEY)
-    page.on_store_key_clicked(SecretName.RUNPOD)
-    wait_for(lambda: page.key_status[SecretName.RUNPOD].text() == "Stored in the keyring")
-    assert memory_keyring.passwords[("rentune", "runpod")] == KEY
-    assert page.key_inputs[SecretName.RUNPOD].text() == "", "the field is cleared once the key is stored"
-    page.on_remove_key_clicked(SecretName.RUNPOD)
-    wait_for(lambda: page.key_status[SecretName.RUNPOD].text() == "Not set")
+    assert page.key_status[SecretName.HUGGINGFACE].text() == "Not set"
+    qtbot.keyClicks(page.key_inputs[SecretName.HUGGINGFACE], KEY)
+    page.on_store_key_clicked(SecretName.HUGGINGFACE)
+    wait_for(lambda: page.key_status[SecretName.HUGGINGFACE].text() == "Stored in the keyring")
+    assert memory_keyring.passwords[("rentune", "huggingface")] == KEY
+    assert page.key_inputs[SecretName.HUGGINGFACE].text() == "", "the field is cleared once the key is stored"
+    page.on_remove_key_clicked(SecretName.HUGGINGFACE)
+    wait_for(lambda: page.key_status[SecretName.HUGGINGFACE].text() == "Not set")
     assert memory_keyring.passwords == {}
 
 
@@ -95,7 +109,7 @@ def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_fo
 def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callable[..., None]) -> None:
     page = window.page("settings")
     assert isinstance(page, SettingsPage)
-    page.on_store_key_clicked(SecretName.VAST)
+    page.on_store_key_clicked(SecretName.HUGGINGFACE)
     wait_for(lambda: "empty" in page.keys_message.text())
 
 

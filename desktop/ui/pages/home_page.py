@@ -22,11 +22,10 @@ from desktop.ui.pages.base import BasePage
 
 FLOW_STEPS = [
     ("Check the data", "on this computer, before any GPU is billing"),
-    ("Size the job", "memory, GPU count, hours and dollars for QLoRA, LoRA or full"),
-    ("Pick and rent a GPU", "a live offer from RunPod, Vast.ai, Lambda, or your own SSH host"),
+    ("Size the job", "memory per GPU, GPU count, hours and dollars for QLoRA, LoRA or a full fine-tune"),
+    ("Connect your GPU server", "any machine you reach over SSH; its host key is pinned on the first test"),
     ("Train", "detached on the machine; progress streams here, checkpoints come home as they are written"),
-    ("Stop the machine", "the moment the adapter is safe on your disk"),
-    ("Merge, quantise, chat", "locally: merged weights, GGUF with llama.cpp, MLX on a Mac"),
+    ("Bring the adapter home", "verified on your disk; then stop or release the machine at your provider"),
 ]
 
 
@@ -36,8 +35,8 @@ class HomePage(BasePage):
     page_name = "home"
     title = "Welcome to Rentune"
     purpose = (
-        "Fine-tune open LLMs on rented GPUs and pay only for training: data is checked before a card is rented, "
-        "checkpoints come home while it trains, and the machine stops as soon as your adapter is safe."
+        "Fine-tune open LLMs on a GPU server you rent and pay only for training: data is checked and the job is "
+        "sized before the card bills, and checkpoints come home while it trains."
     )
     sig_environment_checked = Signal(list)
 
@@ -109,4 +108,4 @@ class HomePage(BasePage):
         else:
             optional = sum(1 for c in checks if c.is_tool and c.ok)
             total = sum(1 for c in checks if c.is_tool)
-            self.environment_summary.setText(f"Ready. Local model tools installed: {optional} of {total}.")
+            self.environment_summary.setText(f"Ready. Optional tools installed: {optional} of {total}.")

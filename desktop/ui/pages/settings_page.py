@@ -26,7 +26,7 @@ from qasync import asyncSlot
 from desktop.core.settings import Settings, SettingsError, Theme
 from desktop.services.logs import LOG_FILE_NAME
 from desktop.services.paths import app_paths
-from desktop.services.secrets import SecretName, SecretSource, SecretStore, SecretStoreError
+from desktop.services.secrets import SECRETS_IN_USE, SecretName, SecretSource, SecretStore, SecretStoreError
 from desktop.services.settings_store import save_settings
 from desktop.ui.pages.base import BasePage
 
@@ -49,7 +49,7 @@ class SettingsPage(BasePage):
 
     page_name = "settings"
     title = "Settings"
-    purpose = "Preferences are saved in your config folder. API keys are kept in your system's keyring only."
+    purpose = "Preferences are saved in your config folder. Tokens are kept in your system's keyring only."
     sig_settings_changed = Signal(object)
 
     def __init__(self, settings: Settings, secrets: SecretStore, parent: QWidget | None = None) -> None:
@@ -129,11 +129,11 @@ class SettingsPage(BasePage):
     # -- API keys -------------------------------------------------------------------------------------------------
 
     def _build_keys(self) -> QGroupBox:
-        box = QGroupBox("API keys and tokens")
+        box = QGroupBox("Tokens")
         grid = QGridLayout(box)
         self.key_status: dict[SecretName, QLabel] = {}
         self.key_inputs: dict[SecretName, QLineEdit] = {}
-        for row, name in enumerate(SecretName):
+        for row, name in enumerate(SECRETS_IN_USE):
             status = QLabel("…")
             entry = QLineEdit()
             entry.setEchoMode(QLineEdit.EchoMode.Password)
@@ -154,13 +154,13 @@ class SettingsPage(BasePage):
         self.keys_message = QLabel("")
         self.keys_message.setWordWrap(True)
         self.keys_message.setAccessibleName("API key messages")
-        grid.addWidget(self.keys_message, len(SecretName), 0, 1, 5)
+        grid.addWidget(self.keys_message, len(SECRETS_IN_USE), 0, 1, 5)
         grid.setColumnStretch(1, 1)
         return box
 
     async def load(self) -> None:
         """Reads which keys are set (asking the keyring may block, so it runs off the UI thread)."""
-        statuses = await _off_ui_thread(lambda: [self.secrets.status(name) for name in SecretName])
+        statuses = await _off_ui_thread(lambda: [self.secrets.status(name) for name in SECRETS_IN_USE])
         for status in statuses:
             text = _SOURCE_TEXT.get(status.source, f"From {status.name.env_var}")
             self.key_status[status.name].setText(text)
