@@ -12,8 +12,12 @@ The model follows what PyTorch actually allocates during a training step:
 - logits: ``tokens x vocab`` in bf16 plus the fp32 upcast the loss makes, and its gradient;
 - the CUDA context (not in PyTorch's counters, but on the card) and the caching allocator's fragmentation.
 
-Multi-GPU: DDP keeps a full copy on each GPU (plus gradient buckets for full fine-tunes); FSDP/ZeRO-3 shards
-weights, gradients and optimizer states and gathers two blocks at a time.
+Multi-GPU: DDP keeps a full copy on each GPU (plus gradient buckets for full fine-tunes). FSDP/ZeRO-3 shards
+weights, gradients and optimizer states; on top of its shard each GPU holds what is unsharded at the peak: the root
+unit (embeddings, LM head) gathered for the whole step, two decoder layers in flight (the one computing and the one
+prefetched) and, for full fine-tunes, their unsharded gradients until the reduce-scatter. Accumulating gradients
+over micro-batches under ``no_sync`` (what HF Trainer and accelerate do) keeps every trainable gradient whole and
+unsharded on every GPU until the last micro-batch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ NF4_CONSTANTS_BYTES = 4 / 64
 NF4_DQ_CONSTANTS_BYTES = 1 / 64 + 4 / (64 * 256)
 # Per adapter parameter: fp32 weight + fp32 grad + two fp32 AdamW states.
 ADAPTER_BYTES = 16
+ADAPTER_GRAD_BYTES = 4
 # Bytes per element the loss keeps for the logits: bf16 logits, the fp32 upcast / log-softmax, and the gradient.
 LOGITS_BYTES = 10.0
 LOGITS_BYTES_CHUNKED = 2.0
@@ -42,12 +47,25 @@ NORM_BYTES_PER_H = 8
 EAGER_SCORE_BYTES = 16
 # Gemma 2's logit soft-capping keeps fp32 copies of the scaled logits and their tanh.
 SOFTCAP_BYTES = 8.0
-CUDA_CONTEXT_GB = 0.4
-# Full fine-tunes under FSDP/ZeRO-3 hold far more than their shard in published runs (unsharded gradients in flight,
-# all-gather and reduce-scatter buffers, optimizer-step temporaries): a quarter of the unsharded states, per GPU.
-FSDP_FULL_OVERHEAD = 0.25
-# The caching allocator reserves more than it hands out: fragmentation of the step's transient tensors.
-ALLOCATOR_OVERHEAD = 0.08
+# FSDP wraps each decoder layer as a unit and, with prefetch (and limit_all_gathers), has two gathered at a time.
+FSDP_UNITS_IN_FLIGHT = 2
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The two constants no tensor shape gives; chosen by hand against published measurements.
+
+    Attributes:
+        cuda_context_gb: The CUDA context and kernels on the card (not in PyTorch's counters).
+        allocator_fraction: What the caching allocator reserves beyond what it hands out, as a share of the step's
+            transient tensors (activations and logits).
+    """
+
+    cuda_context_gb: float = 0.4
+    allocator_fraction: float = 0.08
+
+
+DEFAULT_OVERHEADS = Overheads()
 
 
 @dataclass(frozen=True)
@@ -102,18 +120,37 @@ def _shards(setup: TrainingSetup) -> int:
     return setup.num_gpus if setup.strategy is Strategy.FSDP else 1
 
 
+def _sharded(setup: TrainingSetup) -> bool:
+    return setup.strategy is Strategy.FSDP and setup.num_gpus > 1
+
+
+def _accumulates_unsharded(setup: TrainingSetup) -> bool:
+    """FSDP under ``no_sync``: micro-batches before the last add into whole, unsharded gradients on every GPU."""
+    return _sharded(setup) and setup.grad_accum > 1
+
+
 def adapter_gb(arch: Architecture, setup: TrainingSetup) -> float:
     """LoRA weights, gradients and optimizer states."""
     if not setup.method.is_peft:
         return 0.0
-    return trainable_params(arch, setup) * ADAPTER_BYTES / _shards(setup) / GB
+    trainable = trainable_params(arch, setup)
+    sharded = trainable * ADAPTER_BYTES / _shards(setup)
+    if _accumulates_unsharded(setup):
+        sharded += trainable * ADAPTER_GRAD_BYTES * (1 - 1 / setup.num_gpus)  # the fp32 gradient, whole
+    return sharded / GB
 
 
 def gradients_gb(arch: Architecture, setup: TrainingSetup) -> float:
-    """Full fine-tune gradients (with DDP, plus the all-reduce buckets that copy them)."""
+    """Full fine-tune gradients.
+
+    Sharded under FSDP, except while accumulating under ``no_sync``, which keeps them whole on every GPU; DDP adds
+    the all-reduce buckets that copy them.
+    """
     if setup.method.is_peft:
         return 0.0
-    grads = arch.total_params * _param_bytes(setup) / _shards(setup)
+    grads = arch.total_params * _param_bytes(setup)
+    if _sharded(setup) and not _accumulates_unsharded(setup):
+        grads /= setup.num_gpus
     if setup.num_gpus > 1 and setup.strategy is Strategy.DDP:
         grads *= 2
     return grads / GB
@@ -174,28 +211,52 @@ def logits_gb(arch: Architecture, setup: TrainingSetup) -> float:
     return setup.tokens_per_micro_batch * arch.vocab_size * per_element / GB
 
 
+def _unit_params(arch: Architecture) -> int:
+    """One FSDP unit: a decoder layer's linear layers (every expert, the router) and its norms."""
+    return arch.linear_params // arch.num_layers + arch.norms_per_block * arch.hidden_size
+
+
+def _root_params(arch: Architecture) -> int:
+    """FSDP's root unit: what lies outside the decoder layers (embeddings, LM head, final norm)."""
+    return arch.embedding_params + arch.hidden_size
+
+
+def _gathered_unit_bytes(arch: Architecture, setup: TrainingSetup) -> float:
+    """One decoder layer as all-gathered: NF4 storage for QLoRA, else the bf16 compute copy."""
+    if setup.method is not Method.QLORA:
+        return _unit_params(arch) * 2.0
+    constants = NF4_DQ_CONSTANTS_BYTES if setup.double_quant else NF4_CONSTANTS_BYTES
+    linear = arch.linear_params // arch.num_layers
+    return linear * (NF4_BYTES + constants) + (_unit_params(arch) - linear) * 2.0
+
+
 def fsdp_buffers_gb(arch: Architecture, setup: TrainingSetup) -> float:
-    """FSDP gathers the current and the prefetched block in full on every GPU.
+    """What FSDP holds unsharded on each GPU beyond its shard, at the peak of backward.
 
-    Full fine-tunes add the unsharded gradient and optimizer-step buffers seen in published runs
-    (:data:`FSDP_FULL_OVERHEAD`).
+    The root unit (embeddings, LM head) is not resharded after forward, so it stays gathered for the whole step;
+    two decoder layers are gathered at a time (the one computing and the one prefetched). A full fine-tune also
+    holds the unsharded gradients of those units until their reduce-scatter (the root's until the end of
+    backward), unless accumulation under ``no_sync`` already keeps every gradient whole (see :func:`gradients_gb`).
     """
-    if setup.strategy is not Strategy.FSDP or setup.num_gpus == 1:
+    if not _sharded(setup):
         return 0.0
-    block = arch.block_linear_params() * (weights_gb(arch, setup) * GB * _shards(setup) / arch.total_params)
-    gathered = 2 * block / GB
-    if setup.method.is_peft:
-        return gathered
-    unsharded_states = (gradients_gb(arch, setup) + optimizer_gb(arch, setup)) * setup.num_gpus
-    return gathered + FSDP_FULL_OVERHEAD * unsharded_states
+    unit, root = _unit_params(arch), _root_params(arch)
+    gathered = FSDP_UNITS_IN_FLIGHT * _gathered_unit_bytes(arch, setup) + root * 2.0
+    grads = 0.0
+    if not setup.method.is_peft and not _accumulates_unsharded(setup):
+        grads = (FSDP_UNITS_IN_FLIGHT * unit + root) * _param_bytes(setup)
+    return (gathered + grads) / GB
 
 
-def estimate_memory(arch: Architecture, setup: TrainingSetup) -> MemoryEstimate:
+def estimate_memory(
+    arch: Architecture, setup: TrainingSetup, overheads: Overheads = DEFAULT_OVERHEADS
+) -> MemoryEstimate:
     """Estimates the peak memory one GPU needs for a training step.
 
     Args:
         arch: The model.
         setup: Method, shapes, precision and multi-GPU strategy.
+        overheads: The hand-chosen constants (other values only to test how much the accuracy owes to them).
 
     Returns:
         The itemised estimate; ``per_gpu_total`` is what must fit on the card.
@@ -209,7 +270,7 @@ def estimate_memory(arch: Architecture, setup: TrainingSetup) -> MemoryEstimate:
         "logits": logits_gb(arch, setup),
         "fsdp_buffers": fsdp_buffers_gb(arch, setup),
     }
-    items["allocator_overhead"] = ALLOCATOR_OVERHEAD * (items["activations"] + items["logits"])
-    items["cuda_context"] = CUDA_CONTEXT_GB
+    items["allocator_overhead"] = overheads.allocator_fraction * (items["activations"] + items["logits"])
+    items["cuda_context"] = overheads.cuda_context_gb
     rounded = {name: round(value, 3) for name, value in items.items()}
     return MemoryEstimate(rounded, round(sum(items.values()), 3))

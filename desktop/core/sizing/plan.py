@@ -205,7 +205,20 @@ def _changes(setup: TrainingSetup) -> list[Change]:
     if not setup.grad_ckpt:
         changes.append(("turn gradient checkpointing on (drop --no-grad-ckpt)", lambda s: replace(s, grad_ckpt=True)))
     if setup.micro_batch > 1:
-        changes.append(("use --micro-batch 1 and raise --grad-accum", lambda s: replace(s, micro_batch=1)))
+        same_batch = min(4096, setup.grad_accum * setup.micro_batch)
+        changes.append(
+            (
+                f"use --micro-batch 1 and --grad-accum {same_batch}",
+                lambda s: replace(s, micro_batch=1, grad_accum=same_batch),
+            )
+        )
+    if setup.grad_accum > 1 and not setup.method.is_peft:
+        changes.append(
+            (
+                "use --grad-accum 1 (accumulating under FSDP keeps whole gradients on every GPU)",
+                lambda s: replace(s, grad_accum=1),
+            )
+        )
     if setup.seq_len > 512:
         changes.append(
             (
@@ -241,6 +254,8 @@ def suggest_fixes(
     for size in range(1, len(changes) + 1):
         suggestions = []
         for combo in itertools.combinations(changes, size):
+            if sum("--grad-accum" in label for label, _ in combo) > 1:
+                continue  # two different --grad-accum values
             changed = setup
             for _label, change in combo:
                 changed = change(changed)

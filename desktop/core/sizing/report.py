@@ -13,7 +13,7 @@ _ITEM_LABELS = {
     "optimizer": "optimizer states",
     "activations": "activations",
     "logits": "logits + loss",
-    "fsdp_buffers": "FSDP gather/reduce buffers",
+    "fsdp_buffers": "FSDP gathered layers (+ grads)",
     "allocator_overhead": "allocator fragmentation",
     "cuda_context": "CUDA context",
 }
@@ -72,9 +72,20 @@ def plan_dict(plan: Plan, tokens_source: str) -> dict[str, Any]:
     }
 
 
-def _hours(hours: float) -> str:
-    whole = int(hours)
-    return f"{whole} h {round((hours - whole) * 60):02d} min" if whole else f"{round(hours * 60)} min"
+def format_hours(hours: float) -> str:
+    """A duration for the plan: ``40 min``, ``2 h 05 min``, ``3 d 04 h`` (a day or more: minutes are noise).
+
+    The total is rounded before it is split, so 59.6 min reads ``1 h 00 min`` and 359.7 min ``6 h 00 min``, never
+    ``60 min``; under half a minute reads ``< 1 min``.
+    """
+    minutes = round(hours * 60)
+    if minutes >= 24 * 60:
+        days, rest = divmod(round(hours), 24)
+        return f"{days} d {rest:02d} h"
+    if minutes >= 60:
+        whole, rest = divmod(minutes, 60)
+        return f"{whole} h {rest:02d} min"
+    return "< 1 min" if minutes == 0 and hours > 0 else f"{minutes} min"
 
 
 def plan_text(plan: Plan, tokens_source: str, limit: int = 10) -> str:
@@ -97,7 +108,7 @@ def plan_text(plan: Plan, tokens_source: str, limit: int = 10) -> str:
         lines += ["", "Nothing fits as configured. Changes that make it fit:"]
         lines += [
             f"  - {s.change}: {s.option.count} x {s.option.gpu.name}, {s.option.memory.per_gpu_total:.1f} GB per "
-            f"GPU, {_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
+            f"GPU, {format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
             for s in plan.suggestions
         ]
     return "\n".join(lines)
@@ -114,7 +125,6 @@ def _options_table(options: list[GpuOption]) -> str:
             fit = f"tight, {o.headroom_gb:.1f} GB left"
         else:
             fit = f"does not fit ({-o.headroom_gb:.1f} GB over)"
-        rows.append(
-            f"{name:<22}{fit:<28}{o.tokens_per_s:>9,.0f}{_hours(o.hours):>14}{'$' + format(o.cost_usd, ',.2f'):>11}"
-        )
+        cost = "$" + format(o.cost_usd, ",.2f")
+        rows.append(f"{name:<22}{fit:<28}{o.tokens_per_s:>9,.0f}{format_hours(o.hours):>14}{cost:>11}")
     return "\n".join(rows)

@@ -165,3 +165,37 @@ def test_model_state_grows_from_qlora_to_lora_to_full(llama8b: Architecture, set
         return items["weights"] + items["lora_adapter"] + items["gradients"] + items["optimizer"]
 
     assert state(Method.QLORA) < state(Method.LORA) < state(Method.FULL_8BIT) < state(Method.FULL)
+
+
+def test_llama2_70b_full_fsdp_on_8_gpus_lands_near_torchtune(catalog: ModelCatalog) -> None:
+    # torchtune's README (0217d44c2): Llama-2-70B full fine-tune, 8 x A100, batch 4 x 4096 tokens, 70.4 GB per GPU.
+    # Its optimizer is bitsandbytes' PagedAdamW, whose states live in CUDA unified memory that PyTorch's counters
+    # never see, so the comparison leaves them out. Tolerance: torchtune's own reruns of one config differ by up to
+    # 19 % (its PR #961: 24.1 GB in the README, 20.2 and 22.3 GB reproduced), so ±25 % is what one figure supports.
+    arch = catalog.find("llama-2-70b")
+    assert arch is not None
+    setup = TrainingSetup(method=Method.FULL, seq_len=4096, micro_batch=4, grad_accum=1, num_gpus=8)
+    estimate = estimate_memory(arch, setup.with_gpus(8, Strategy.FSDP))
+    seen_by_torch = estimate.per_gpu_total - estimate.items["optimizer"]
+    assert seen_by_torch == pytest.approx(70.4, rel=0.25)
+    assert estimate.items["fsdp_buffers"] < 10, "two layers and the root in flight, not a share of all states"
+
+
+def test_fsdp_holds_the_root_and_two_layers_unsharded(llama8b: Architecture) -> None:
+    setup = TrainingSetup(method=Method.LORA, grad_accum=1).with_gpus(4, Strategy.FSDP)
+    layer = llama8b.linear_params // llama8b.num_layers + 2 * llama8b.hidden_size
+    root = llama8b.embedding_params + llama8b.hidden_size
+    assert estimate_memory(llama8b, setup).items["fsdp_buffers"] * GB == pytest.approx((2 * layer + root) * 2, rel=1e-3)
+    full = estimate_memory(llama8b, dataclasses.replace(setup, method=Method.FULL)).items["fsdp_buffers"] * GB
+    assert full == pytest.approx((2 * layer + root) * 4, rel=1e-3), "a full fine-tune adds their unsharded gradients"
+
+
+def test_accumulating_under_fsdp_keeps_whole_gradients(llama8b: Architecture) -> None:
+    # HF Trainer and accelerate accumulate under no_sync: until the last micro-batch every GPU adds into whole,
+    # unsharded gradients; without accumulation each layer's gradient is reduce-scattered to a shard.
+    synced = TrainingSetup(method=Method.FULL, grad_accum=1).with_gpus(4, Strategy.FSDP)
+    accumulating = dataclasses.replace(synced, grad_accum=4)
+    sharded = estimate_memory(llama8b, synced).items["gradients"] * GB
+    whole = estimate_memory(llama8b, accumulating).items["gradients"] * GB
+    assert sharded == pytest.approx(llama8b.total_params * 2 / 4, rel=1e-3)
+    assert whole == pytest.approx(llama8b.total_params * 2, rel=1e-3)
