@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from desktop import __version__
 from desktop.core.sizing.architecture import ArchitectureError
@@ -28,7 +28,24 @@ EXIT_USAGE = 2
 
 
 class CliError(Exception):
-    """A problem the user can fix; printed as one line, exit code 2."""
+    """A problem the user can fix; printed as one line.
+
+    Attributes:
+        exit_code: 2 for bad input (the default), 1 when the command ran but could not do its job (an unreachable
+            machine, a run that could not be stopped).
+    """
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: the problem, and where the options are listed."""
+
+    def error(self, message: str) -> NoReturn:
+        """Prints ``PROG: error: MESSAGE; see PROG --help`` and exits with 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -50,7 +67,7 @@ def _scale(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """Returns the parser of the ``rentune`` command line."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="rentune",
         description="Fine-tune LLMs on rented GPUs. Without a command, opens the desktop app.",
     )
@@ -211,6 +228,11 @@ def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
         raise CliError(str(exc)) from exc
 
 
+def _about(path: Path, problem: str) -> str:
+    """``problem``, led by the file's path unless the sentence already names the file."""
+    return problem if path.name in problem else f"{path}: {problem}"
+
+
 def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
     if not 0 < args.epochs <= 100:
         raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
@@ -221,7 +243,7 @@ def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, st
         outcome = check_dataset(args.dataset, seq_len=seq_len, counter=load_token_counter(args.model))
         report = outcome.report
         if report.fatal or report.tokens is None:
-            raise CliError(f"{args.dataset}: {report.fatal}; run rentune data check {args.dataset}")
+            raise CliError(f"{_about(args.dataset, report.fatal)}; run rentune data check {args.dataset}")
         kept = outcome.kept_lengths()
         trained = sum(min(n, seq_len) for n in kept.values())
         source = f"{len(kept):,} usable examples in {args.dataset.name} (duplicates and rows with errors left out), "
@@ -310,11 +332,14 @@ def _run_data(args: argparse.Namespace) -> int:
         raise CliError(f"--seq-len {args.seq_len} is out of range: use a whole number from 16 to 1,048,576")
     counter = load_token_counter(args.model)
     if args.data_command == "check":
-        outcome = check_dataset(
+        report = check_dataset(
             args.file, seq_len=args.seq_len, counter=counter, columns=args.columns, progress=_data_progress()
-        )
-        print(json.dumps(outcome.report.to_dict(), indent=2) if args.json else report_text(outcome.report))
-        return int(outcome.report.verdict)
+        ).report
+        if args.json or report.summaries or not report.fatal:  # a file unusable as a whole has nothing to list
+            print(json.dumps(report.to_dict(), indent=2) if args.json else report_text(report))
+        if report.fatal:
+            raise CliError(_about(args.file, report.fatal))
+        return int(report.verdict)
     try:
         prepared = prepare_dataset(
             args.file,
@@ -367,7 +392,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except CliError as exc:
         print(f"rentune: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
     except KeyboardInterrupt:
         print("rentune: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - the last guard: one line here, the traceback goes to the log
+        return _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> int:
+    """Prints one line for an error no command foresaw and logs its traceback for a bug report."""
+    from desktop.services.logs import configure_logging, get_logger
+
+    try:
+        where = f" (details in {configure_logging()})"
+    except OSError:  # no writable log folder: the one line is all there is
+        where = ""
+    else:
+        get_logger("cli").error("unexpected error", exc_info=exc)
+    print(f"rentune: error: unexpected {type(exc).__name__}: {exc}; please report it{where}", file=sys.stderr)
+    return EXIT_FAILED

@@ -4,22 +4,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import asyncssh
+
+from desktop.cli import EXIT_FAILED, CliError
 from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
-from desktop.core.runs.states import TERMINAL, RunState
+from desktop.core.runs.states import LIVE, TERMINAL, RunState
+from desktop.services.files import read_text
 from desktop.services.run_engine import RunEngine, RunError, describe_event, mirrored_events
 from desktop.services.run_store import RunRecord, UnknownRunError
-from desktop.services.ssh_remote import HostKeyChangedError
+from desktop.services.ssh_remote import HostKeyChangedError, RemoteError
 from trainer_payload.protocol import EVENTS_FILE_NAME
+
+_T = TypeVar("_T")
+#: How long ``rentune stop`` waits for another process following the run to save the checkpoint and end it.
+STOP_WAIT_SECONDS = 900
 
 
 def _stamp(ts: float | None) -> str:
@@ -43,6 +54,26 @@ def _spawn_detached(command: list[str], log: Path) -> None:
         )
 
 
+_MACHINE_PROBLEMS: tuple[tuple[type[BaseException], str], ...] = (
+    (ConnectionRefusedError, "refuses SSH connections (nothing listens on its SSH port)"),
+    (TimeoutError, "did not answer in time"),
+    (socket.gaierror, "has a host name that could not be found"),
+    (asyncssh.PermissionDenied, "refused the login"),
+)
+
+
+def _machine_problem(exc: BaseException) -> str:
+    """Why the machine could not be used, as the end of a sentence (no exception class names where words exist)."""
+    words = next((text for kind, text in _MACHINE_PROBLEMS if isinstance(exc, kind)), None)
+    if words is not None:
+        return words
+    if isinstance(exc, asyncssh.Error):
+        return f"closed the SSH connection ({exc.reason})"
+    if isinstance(exc, OSError):
+        return f"cannot be reached ({exc.strerror or exc or type(exc).__name__})"
+    return f"failed a command ({exc})"
+
+
 def _print(line: str) -> None:
     print(line, flush=True)
 
@@ -50,7 +81,7 @@ def _print(line: str) -> None:
 class RunsCommands:
     """Implements the run subcommands; ``error`` is the CLI's one-line error type."""
 
-    def __init__(self, error: type[Exception]) -> None:
+    def __init__(self, error: type[CliError]) -> None:
         self.error = error
         self.engine = RunEngine(report=_print)
 
@@ -61,16 +92,30 @@ class RunsCommands:
             raise self.error(str(exc)) from exc
 
     def _load_spec(self, path: Path) -> RunSpec:
+        if path.is_dir():
+            raise self.error(f"{path} is a folder; pass the SPEC.toml file itself")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(read_text(path))
         except FileNotFoundError as exc:
             raise self.error(f"{path} does not exist; see resources/examples/SPEC.toml") from exc
+        except OSError as exc:
+            raise self.error(
+                f"{path} cannot be read ({exc.strerror or exc}); check the path and its permissions"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise self.error(
+                f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 in your editor"
+            ) from exc
         except tomllib.TOMLDecodeError as exc:
             raise self.error(f"{path} is not valid TOML: {exc}") from exc
         try:
-            return run_spec_from_dict(data, path.resolve().parent, path.resolve())
+            spec = run_spec_from_dict(data, path.resolve().parent, path.resolve())
         except RunSpecError as exc:
             raise self.error(f"{path}: {exc}") from exc
+        identity = spec.target.identity if spec.target else None
+        if identity is not None and not identity.is_file():
+            raise self.error(f"{path}: [target] identity {identity} is not a file; give your private key file")
+        return spec
 
     def _target(self, args: argparse.Namespace, base: SshTarget | None) -> SshTarget | None:
         if not (args.target or args.identity or args.python):
@@ -83,6 +128,8 @@ class RunsCommands:
         except RunSpecError as exc:
             raise self.error(str(exc)) from exc
         identity = args.identity.expanduser().resolve() if args.identity else (base.identity if base else None)
+        if args.identity and not args.identity.expanduser().is_file():
+            raise self.error(f"--identity {args.identity} is not a file; pass your private key file (not the .pub)")
         python = args.python or (base.python if base else "python3")
         same_machine = base is not None and not args.target
         return SshTarget(
@@ -96,14 +143,31 @@ class RunsCommands:
             base.host_key if base and same_machine else None,  # the pin holds while the machine stays the same
         )
 
-    def _drive(self, coroutine: Any, run_id: str) -> int:
+    def _on_machine(self, coroutine: Coroutine[Any, Any, _T], record: RunRecord, doing: str) -> _T:
+        """Runs an engine coroutine that talks to the run's machine; a failure becomes one line and exit code 1.
+
+        Args:
+            coroutine: The engine call.
+            record: The run (for its id and machine in the message).
+            doing: What the command does, for the message ("stop", "pull a checkpoint of").
+        """
         try:
-            record: RunRecord = asyncio.run(coroutine)
+            return asyncio.run(coroutine)
+        except (RunError, HostKeyChangedError) as exc:
+            raise self.error(f"cannot {doing} run {record.id}: {exc}", EXIT_FAILED) from exc
+        except (OSError, asyncssh.Error, RemoteError) as exc:
+            raise self.error(
+                f"cannot {doing} run {record.id}: its machine {record.target} {_machine_problem(exc)}; check that "
+                "the machine is running and reachable, then try again",
+                EXIT_FAILED,
+            ) from exc
+
+    def _drive(self, coroutine: Coroutine[Any, Any, RunRecord], run_id: str) -> int:
+        try:
+            record = self._on_machine(coroutine, self.engine.store.get(run_id), "follow")
         except KeyboardInterrupt:
             print(f"\ndetached: training goes on on the machine; rentune resume {run_id} reattaches", flush=True)
             return 130
-        except (RunError, HostKeyChangedError) as exc:
-            raise self.error(str(exc)) from exc
         print(f"run {record.id}: {record.state.value}" + (f" ({record.error})" if record.error else ""))
         return 0 if record.state is RunState.FINISHED else 1
 
@@ -150,18 +214,37 @@ class RunsCommands:
         return self._drive(self.engine.drive(record.id), record.id)
 
     def stop(self, args: argparse.Namespace) -> int:
-        """``rentune stop RUN``."""
+        """``rentune stop RUN``: exit code 0 only when the run has ended (cancelled, or finished meanwhile)."""
         record = self._record(args.run_id)
-        self._drive(self.engine.stop(record.id), record.id)
+        if record.state in TERMINAL:
+            print(f"run {record.id} is already {record.state.value}; nothing to stop")
+            return 0
+        final = self._on_machine(self.engine.stop(record.id), record, "stop")
+        if final.state in LIVE:  # another process follows the run: it pulls the checkpoint and ends it
+            final = self._wait_for_end(final)
+        print(f"run {final.id}: {final.state.value}" + (f" ({final.error})" if final.error else ""))
+        if final.state not in TERMINAL:
+            raise self.error(
+                f"run {final.id} is {final.state.value}, not stopped; the trainer may still run: try rentune stop "
+                f"{final.id} again, and if the machine is gone, stop it at your provider",
+                EXIT_FAILED,
+            )
         return 0
+
+    def _wait_for_end(self, record: RunRecord) -> RunRecord:
+        """Waits while the process following the run saves the checkpoint and ends it (Ctrl-C stops waiting)."""
+        print(f"waiting for the process following run {record.id} to end it (Ctrl-C stops waiting)", flush=True)
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        with contextlib.suppress(KeyboardInterrupt):  # the stop was sent; the state printed next says where it is
+            while record.state in LIVE and time.monotonic() < deadline:
+                time.sleep(0.5)
+                record = self.engine.store.get(record.id)
+        return record
 
     def pull(self, args: argparse.Namespace) -> int:
         """``rentune pull RUN``."""
         record = self._record(args.run_id)
-        try:
-            folder = asyncio.run(self.engine.pull(record.id))
-        except RunError as exc:
-            raise self.error(str(exc)) from exc
+        folder = self._on_machine(self.engine.pull(record.id), record, "pull a checkpoint of")
         print(f"newest checkpoint on this computer: {folder}" if folder else "no checkpoint written yet")
         return 0
 
@@ -220,10 +303,7 @@ class RunsCommands:
         """``rentune logs RUN [-f]``: the mirrored event stream."""
         record = self._record(args.run_id)
         if args.payload:
-            try:
-                print(asyncio.run(self.engine.payload_log(record.id)), end="")
-            except (RunError, HostKeyChangedError, OSError) as exc:
-                raise self.error(f"cannot read the trainer's log: {exc}") from exc
+            print(self._on_machine(self.engine.payload_log(record.id), record, "read the trainer's log of"), end="")
             return 0
         path = self.engine.folder(record.id) / EVENTS_FILE_NAME
         shown = 0

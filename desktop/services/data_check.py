@@ -146,6 +146,9 @@ def check_dataset(
     except DatasetFileError as exc:
         outcome.report.fatal = str(exc)
         return outcome
+    except OSError as exc:
+        outcome.report.fatal = f"{path} cannot be read ({exc.strerror or exc}); check the file and its permissions"
+        return outcome
     if batch:
         _count_batch(batch, counter, outcome, seq_len)
     if outcome.report.rows == 0:

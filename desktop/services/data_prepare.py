@@ -7,6 +7,7 @@ run uploads exactly what was checked.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,10 +19,12 @@ import msgspec
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.split import eval_indices
 from desktop.services.data_check import CheckOutcome, Progress, check_dataset, iter_conversations
-from desktop.services.files import sha256_file
+from desktop.services.files import atomic_write_text, atomic_writer, commit_file_set, sha256_file
 from desktop.services.token_counting import EstimatedTokenCounter, TokenCounter
 
 MANIFEST_NAME = "manifest.json"
+TRAIN_NAME = "train.jsonl"
+EVAL_NAME = "eval.jsonl"
 MANIFEST_VERSION = 1
 
 
@@ -49,12 +52,12 @@ class Prepared:
 
 
 def _write_splits(
-    path: Path, out_dir: Path, outcome: CheckOutcome, evals: set[int], columns: Mapping[str, str] | None
+    path: Path, staging: Path, outcome: CheckOutcome, evals: set[int], columns: Mapping[str, str] | None
 ) -> tuple[int, int]:
     encoder = msgspec.json.Encoder()
     counts = [0, 0]
     replay = CheckOutcome(DataReport(str(path)))
-    with (out_dir / "train.jsonl.part").open("wb") as train, (out_dir / "eval.jsonl.part").open("wb") as evaluation:
+    with atomic_writer(staging / TRAIN_NAME) as train, atomic_writer(staging / EVAL_NAME) as evaluation:
         for line, messages in iter_conversations(path, replay, columns, None):
             if line in outcome.duplicates or line not in outcome.lengths:
                 continue
@@ -106,6 +109,24 @@ def _manifest(
     }
 
 
+def _make_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PrepareError(f"{out_dir} is a file; choose a folder for the prepared files (a new one is created)")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PrepareError(f"the folder {out_dir} cannot be created ({exc.strerror or exc}); choose another") from exc
+
+
+def _commit(out_dir: Path, staging: Path, manifest: dict[str, Any]) -> None:
+    """Records the staged files' hashes in the manifest, then moves the set into ``out_dir``, the manifest last."""
+    names = [TRAIN_NAME, EVAL_NAME] if manifest["counts"]["eval"] else [TRAIN_NAME]
+    manifest["files"] = {name: sha256_file(staging / name) for name in names}
+    atomic_write_text(staging / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+    files = {name: staging / name if name in names else None for name in (TRAIN_NAME, EVAL_NAME)}
+    commit_file_set(out_dir, files, marker=staging / MANIFEST_NAME)
+
+
 def prepare_dataset(
     path: Path,
     out_dir: Path,
@@ -119,11 +140,12 @@ def prepare_dataset(
 ) -> Prepared:
     """Checks ``path``, then writes ``train.jsonl``, ``eval.jsonl`` and ``manifest.json`` into ``out_dir``.
 
-    Rows with errors and repeated rows are left out; the split is seeded and stratified by length. Files appear
-    complete or not at all (written under a temporary name, then renamed).
+    Rows with errors and repeated rows are left out; the split is seeded and stratified by length. The files are
+    written into a hidden folder inside ``out_dir`` first and moved in as a set, the manifest last: a folder with a
+    manifest always holds the set it describes, and a prepare that fails leaves the previous set as it was.
 
     Raises:
-        PrepareError: The source is unusable or the eval fraction is out of range.
+        PrepareError: The source is unusable, the eval fraction is out of range, or ``out_dir`` cannot be written.
     """
     if not 0 <= eval_fraction < 0.5:
         raise PrepareError(f"--eval-fraction {eval_fraction:g} must be at least 0 and below 0.5")
@@ -131,27 +153,26 @@ def prepare_dataset(
     outcome = check_dataset(path, seq_len=seq_len, counter=counter, columns=columns, progress=progress)
     if outcome.report.fatal:
         raise PrepareError(f"{path}: {outcome.report.fatal}")
+    _make_out_dir(out_dir)
     kept = outcome.kept_lengths()
-    out_dir.mkdir(parents=True, exist_ok=True)
     evals = eval_indices(kept, eval_fraction, seed)
-    counts = _write_splits(path, out_dir, outcome, evals, outcome.mapping or columns)
-    options = {"seed": seed, "eval_fraction": eval_fraction}
-    manifest = _manifest(
-        path,
-        outcome=outcome,
-        counts=counts,
-        options=options,
-        kept_lengths=list(kept.values()),
-        counter=counter,
-        seq_len=seq_len,
-    )
-    (out_dir / "train.jsonl.part").replace(out_dir / "train.jsonl")
-    eval_path: Path | None = out_dir / "eval.jsonl"
-    if counts[1]:
-        (out_dir / "eval.jsonl.part").replace(out_dir / "eval.jsonl")
-    else:
-        (out_dir / "eval.jsonl.part").unlink()
-        eval_path = None
-    manifest["files"] = {p.name: sha256_file(p) for p in (out_dir / "train.jsonl", eval_path) if p is not None}
-    (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return Prepared(out_dir / "train.jsonl", eval_path, out_dir / MANIFEST_NAME, outcome.report, manifest)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".prepare-", dir=out_dir, ignore_cleanup_errors=True) as folder:
+            counts = _write_splits(path, Path(folder), outcome, evals, outcome.mapping or columns)
+            manifest = _manifest(
+                path,
+                outcome=outcome,
+                counts=counts,
+                options={"seed": seed, "eval_fraction": eval_fraction},
+                kept_lengths=list(kept.values()),
+                counter=counter,
+                seq_len=seq_len,
+            )
+            _commit(out_dir, Path(folder), manifest)
+    except OSError as exc:
+        raise PrepareError(
+            f"the prepared files could not be written to {out_dir} ({exc.strerror or exc}); check the folder's "
+            "permissions and the free disk space"
+        ) from exc
+    eval_path = out_dir / EVAL_NAME if counts[1] else None
+    return Prepared(out_dir / TRAIN_NAME, eval_path, out_dir / MANIFEST_NAME, outcome.report, manifest)

@@ -5,7 +5,9 @@ Nothing is read whole into memory: JSONL line by line, CSV row by row, Parquet b
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ import msgspec
 
 from desktop.core.data.findings import Code, Finding
 from desktop.core.data.formats import DataFormat, detect_format, guess_column_mapping
+from desktop.services.files import file_encoding
 
 _DECODER = msgspec.json.Decoder()
 
@@ -55,10 +58,13 @@ def _jsonl_row(number: int, raw: bytes, done: int) -> RawRow:
     return RawRow(number, data, None, done)
 
 
-def iter_json_array(path: Path) -> Iterator[RawRow]:
+def iter_json_array(path: Path, encoding: str = "utf-8") -> Iterator[RawRow]:
     """Yields the elements of a file holding one JSON array (decoded at once: such files are rarely large)."""
+    raw = path.read_bytes()
     try:
-        items = _DECODER.decode(path.read_bytes())
+        items = _DECODER.decode(raw if encoding == "utf-8" else raw.decode(encoding).encode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DatasetFileError(_not_text(path, encoding, exc)) from exc
     except msgspec.DecodeError as exc:
         raise DatasetFileError(f"{path} is not valid JSON ({exc}); fix it or export it as JSON Lines") from exc
     done = path.stat().st_size
@@ -69,24 +75,53 @@ def iter_json_array(path: Path) -> Iterator[RawRow]:
             yield RawRow(number, None, Finding(Code.WRONG_TYPE, number, "the element must be a JSON object"), done)
 
 
-def iter_jsonl(path: Path) -> Iterator[RawRow]:
-    """Yields every non-blank line of a JSONL file (or the elements of a JSON array file)."""
-    with path.open("rb") as probe:
-        first = probe.read(4096).lstrip()
-    if first.startswith(b"["):
-        yield from iter_json_array(path)
+def _not_text(path: Path, encoding: str, exc: UnicodeDecodeError) -> str:
+    name = "UTF-16" if encoding == "utf-16" else "UTF-8"
+    return f"{path} starts like {name} text but is not valid {name} ({exc.reason}); save it again as UTF-8"
+
+
+def _utf8_lines(path: Path, encoding: str) -> Iterator[tuple[bytes, int]]:
+    """Yields each line of a text file as UTF-8 bytes, with the bytes of the file read so far.
+
+    UTF-8 files are read as bytes (rows with bad bytes are reported one by one); a UTF-8 byte-order mark is dropped;
+    UTF-16 files (PowerShell's ``>`` writes them) are decoded and re-encoded line by line.
+    """
+    if encoding != "utf-16":
+        with path.open("rb", buffering=1 << 20) as handle:
+            first = handle.readline()
+            done = len(first)
+            yield first.removeprefix(codecs.BOM_UTF8), done
+            for raw in handle:
+                done += len(raw)
+                yield raw, done
         return
-    done = 0
-    with path.open("rb", buffering=1 << 20) as handle:
-        for number, raw in enumerate(handle, start=1):
-            done += len(raw)
-            if number == 1 and raw.strip() == b"{":
-                raise DatasetFileError(
-                    f"{path.name} is one pretty-printed JSON document, not JSON Lines (one object per line); "
-                    "export one object per line (for example: jq -c '.' FILE > FILE.jsonl)"
-                )
-            if raw.strip():
-                yield _jsonl_row(number, raw, done)
+    with path.open("rb") as binary, io.TextIOWrapper(binary, encoding="utf-16", newline="") as text:
+        try:
+            for line in text:
+                yield line.encode("utf-8"), binary.tell()
+        except UnicodeDecodeError as exc:
+            raise DatasetFileError(_not_text(path, encoding, exc)) from exc
+
+
+def iter_jsonl(path: Path) -> Iterator[RawRow]:
+    """Yields every non-blank line of a JSONL file (or the elements of a JSON array file).
+
+    UTF-8 with or without a byte-order mark and UTF-16 with one (what Windows tools write) are read alike.
+    """
+    encoding = file_encoding(path)
+    with path.open("rb") as probe:
+        first = probe.read(4096).decode(encoding, "ignore").lstrip()
+    if first.startswith("["):
+        yield from iter_json_array(path, encoding)
+        return
+    for number, (raw, done) in enumerate(_utf8_lines(path, encoding), start=1):
+        if number == 1 and raw.strip() == b"{":
+            raise DatasetFileError(
+                f"{path.name} is one pretty-printed JSON document, not JSON Lines (one object per line); "
+                "export one object per line (for example: jq -c '.' FILE > FILE.jsonl)"
+            )
+        if raw.strip():
+            yield _jsonl_row(number, raw, done)
 
 
 def _csv_value(value: str) -> Any:
@@ -100,12 +135,15 @@ def _csv_value(value: str) -> Any:
 
 
 def iter_csv(path: Path) -> Iterator[RawRow]:
-    """Yields every data row of a CSV file with a header row."""
+    """Yields every data row of a CSV file with a header row (UTF-8, with or without a byte-order mark, or UTF-16)."""
+    encoding = file_encoding(path)
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding=encoding) as handle:
             for number, row in enumerate(csv.DictReader(handle), start=1):
                 yield RawRow(number, {k: _csv_value(v or "") for k, v in row.items() if k}, None, handle.buffer.tell())  # type: ignore[attr-defined]
     except UnicodeDecodeError as exc:
+        if encoding == "utf-16":
+            raise DatasetFileError(_not_text(path, encoding, exc)) from exc
         raise DatasetFileError(f"{path} is not UTF-8 ({exc.reason}); re-save it as UTF-8") from exc
     except csv.Error as exc:
         raise DatasetFileError(f"{path} is not a readable CSV file ({exc})") from exc
@@ -134,6 +172,8 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
     Raises:
         DatasetFileError: The file is missing, of an unknown type, or unreadable as a whole.
     """
+    if path.is_dir():
+        raise DatasetFileError(f"{path} is a folder; pass the path of a JSONL, CSV or Parquet file inside it")
     if not path.is_file():
         raise DatasetFileError(f"{path} does not exist; pass the path of a JSONL, CSV or Parquet file")
     suffix = path.suffix.lower()

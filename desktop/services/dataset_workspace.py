@@ -20,7 +20,7 @@ from desktop.core.data.histogram import LengthBar, length_histogram
 from desktop.core.data.report import DataReport
 from desktop.services.data_check import CheckOutcome, Progress, check_dataset, iter_conversations
 from desktop.services.data_prepare import prepare_dataset
-from desktop.services.files import sha256_file
+from desktop.services.files import atomic_write_text, sha256_file
 from desktop.services.logs import get_logger
 from desktop.services.paths import app_paths
 from desktop.services.token_counting import Conversation, TokenCounter, load_token_counter
@@ -154,9 +154,7 @@ def _files_exist(check: DatasetCheck) -> bool:
 
 
 def _write_check(folder: Path, check: DatasetCheck) -> None:
-    part = folder / (CHECK_FILE + ".part")
-    part.write_text(json.dumps(check.to_json(), indent=1) + "\n", encoding="utf-8")
-    part.replace(folder / CHECK_FILE)
+    atomic_write_text(folder / CHECK_FILE, json.dumps(check.to_json(), indent=1) + "\n")
 
 
 def load_saved_check(source: Path, train_file: str, seq_len: int, model: str = "") -> DatasetCheck | None:

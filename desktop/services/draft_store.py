@@ -9,6 +9,7 @@ import tomli_w
 from pydantic import ValidationError
 
 from desktop.core.runs.draft import RunDraft
+from desktop.services.files import atomic_write_text
 from desktop.services.logs import get_logger
 from desktop.services.paths import app_paths
 
@@ -37,15 +38,11 @@ def save_draft(draft: RunDraft, path: Path | None = None) -> Path:
     """Writes the draft atomically (a crash never leaves half a file)."""
     path = path or draft_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".part")
-    partial.write_text(draft.model_dump_json(indent=2), encoding="utf-8")
-    partial.replace(path)
-    return path
+    return atomic_write_text(path, draft.model_dump_json(indent=2))
 
 
 def write_spec_toml(draft: RunDraft, path: Path) -> Path:
-    """Writes the draft as ``SPEC.toml`` (what ``rentune run`` reads); returns the path."""
+    """Writes the draft as ``SPEC.toml`` (what ``rentune run`` reads) atomically; returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Written by the Rentune wizard. Run it again headless with: rentune run SPEC.toml\n\n"
-    path.write_text(header + tomli_w.dumps(draft.spec_dict()), encoding="utf-8")
-    return path
+    return atomic_write_text(path, header + tomli_w.dumps(draft.spec_dict()))

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from desktop.core.settings import Settings, SettingsError, settings_from_dict
+from desktop.services.files import atomic_write_text
 from desktop.services.paths import app_paths
 
 
@@ -49,15 +48,4 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     """
     path = path or app_paths().settings_file
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = settings.model_dump_json(indent=2) + "\n"
-    fd, tmp_name = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        Path(tmp_name).replace(path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, settings.model_dump_json(indent=2) + "\n")

@@ -166,12 +166,9 @@ def test_machine_lost_then_resume_on_another_machine(
         return (await drive).state
 
     assert asyncio.run(lose_machine()) is RunState.PAUSED
-    print(
-        sorted(
-            (p.name, (p / "rentune_checkpoint.json").exists()) for p in (folder / "checkpoints").glob("checkpoint-*")
-        )
-    )
-    safe = [p for p in (folder / "checkpoints").glob("checkpoint-*") if (p / "rentune_checkpoint.json").exists()]
+    pulled = sorted(folder.glob("checkpoints/checkpoint-*"))
+    safe = [p for p in pulled if (p / "rentune_checkpoint.json").exists()]
+    assert safe, f"a complete checkpoint is on this computer (pulled: {[p.name for p in pulled]})"
     last_local = max(int(p.name.split("-")[1]) for p in safe)
     second = SshServer(tmp_path / "second-sshd")
     second.start()
@@ -273,7 +270,8 @@ def test_stop_saves_a_checkpoint_brings_it_home_and_cancels(
         if line.startswith("step 5:"):
             break
     run_id = RunStore().all()[0].id
-    assert main(["stop", run_id]) == 0
+    assert main(["stop", run_id]) == 0, "0 only once the run is cancelled"
+    assert f"run {run_id}: cancelled" in capsys.readouterr().out
     driver.wait(timeout=120)
     driver.stdout.close()
     record = RunStore().get(run_id)

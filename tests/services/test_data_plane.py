@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
+import errno
 import json
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.data.formats import to_alpaca, to_prompt_completion, to_sharegpt
+from desktop.services import data_prepare
 from desktop.services.data_check import check_dataset
 from desktop.services.data_prepare import PrepareError, prepare_dataset
 from desktop.services.files import sha256_file
@@ -155,7 +158,7 @@ def test_data_check_exit_codes(args: list[str], code: int, text: str, capsys: py
 
 def test_unknown_layout_and_json_arrays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "check", str(write_jsonl(tmp_path / "x.jsonl", [{"foo": 1}]))]) == 2
-    assert "unknown row layout (fields: foo)" in capsys.readouterr().out
+    assert "unknown row layout (fields: foo)" in capsys.readouterr().err
     array = tmp_path / "array.json"
     array.write_text(json.dumps([{"messages": m} for m in distinct_rows(5)], indent=2))
     assert main(["data", "check", str(array)]) == 0
@@ -166,3 +169,126 @@ def test_data_prepare_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["data", "prepare", str(source), "--out", str(tmp_path / "out"), "--eval-fraction", "0.1"]) == 0
     assert "Wrote 54 training and 6 eval examples" in capsys.readouterr().out
     assert main(["data", "prepare", str(source), "--out", str(tmp_path / "o2"), "--eval-fraction", "2"]) == 2
+
+
+# -- files saved by Windows tools: a UTF-8 byte-order mark, UTF-16 from PowerShell's `>` -----------------------------
+
+WINDOWS_ENCODINGS = {
+    "utf-8-bom": lambda text: codecs.BOM_UTF8 + text.encode("utf-8"),
+    "utf-16-le": lambda text: codecs.BOM_UTF16_LE + text.encode("utf-16-le"),
+    "utf-16-be": lambda text: codecs.BOM_UTF16_BE + text.encode("utf-16-be"),
+}
+
+
+def accented_rows(count: int) -> list[list[dict[str, str]]]:
+    return [
+        [{"role": "user", "content": f"Où est la gare n°{i}?"}, {"role": "assistant", "content": f"Là-bas, {i} €."}]
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("encoding", sorted(WINDOWS_ENCODINGS))
+def test_jsonl_saved_by_windows_tools_is_read_and_prepared(encoding: str, tmp_path: Path) -> None:
+    conversations = accented_rows(30)
+    text = "".join(json.dumps({"messages": m}, ensure_ascii=False) + "\r\n" for m in conversations)
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(WINDOWS_ENCODINGS[encoding](text))
+    report = check_dataset(path).report
+    assert (report.rows, report.valid, report.errors, report.fatal) == (30, 30, 0, "")
+    assert report.summaries == {}
+    prepared = prepare_dataset(path, tmp_path / "out", eval_fraction=0)
+    written = [json.loads(line)["messages"] for line in prepared.train.read_text(encoding="utf-8").splitlines()]
+    assert written == conversations
+
+
+@pytest.mark.parametrize("encoding", sorted(WINDOWS_ENCODINGS))
+def test_json_array_saved_by_windows_tools_is_read(encoding: str, tmp_path: Path) -> None:
+    path = tmp_path / "chat.json"
+    text = json.dumps([{"messages": m} for m in accented_rows(5)], ensure_ascii=False, indent=2)
+    path.write_bytes(WINDOWS_ENCODINGS[encoding](text))
+    assert check_dataset(path).report.valid == 5
+
+
+@pytest.mark.parametrize("encoding", sorted(WINDOWS_ENCODINGS))
+def test_csv_saved_by_windows_tools_is_read_with_its_header(
+    encoding: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "qa.csv"
+    lines = ["question,answer"] + [f"Où est {i}?,Là-bas {i} €." for i in range(20)]
+    path.write_bytes(WINDOWS_ENCODINGS[encoding]("\r\n".join(lines) + "\r\n"))
+    outcome = check_dataset(path)
+    assert (outcome.report.rows, outcome.report.valid, outcome.report.errors) == (20, 20, 0)
+    assert outcome.mapping == {"user": "question", "assistant": "answer"}, "the header has no byte-order mark"
+    assert main(["data", "prepare", str(path), "--out", str(tmp_path / "out"), "--eval-fraction", "0"]) == 0
+    first = json.loads((tmp_path / "out" / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert first["messages"] == [
+        {"role": "user", "content": "Où est 0?"},
+        {"role": "assistant", "content": "Là-bas 0 €."},
+    ]
+    assert "Wrote 20 training" in capsys.readouterr().out
+
+
+def test_broken_utf16_is_one_finding_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    good = json.dumps({"messages": accented_rows(1)[0]}, ensure_ascii=False) + "\r\n"
+    path.write_bytes(codecs.BOM_UTF16_LE + good.encode("utf-16-le") + b"\x00\xd8" + b"x\x00")  # a lone surrogate
+    report = check_dataset(path).report
+    assert "starts like UTF-16 text but is not valid UTF-16" in report.fatal
+    assert report.fatal.endswith("save it again as UTF-8")
+
+
+# -- prepare writes its set atomically, the manifest last ----------------------------------------------------------
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def test_a_prepare_that_fails_midway_keeps_the_previous_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    prepare_dataset(write_jsonl(tmp_path / "old.jsonl", [{"messages": m} for m in distinct_rows(60)]), out)
+    before = folder_bytes(out)
+    assert sorted(before) == ["eval.jsonl", "manifest.json", "train.jsonl"]
+    real_sha256, hashed = data_prepare.sha256_file, []
+
+    def fail_after_the_new_train_file(path: Path) -> str:
+        hashed.append(path)
+        if len(hashed) == 2:  # 1: the source; 2: the new train.jsonl, written in full
+            raise OSError(errno.EIO, "Input/output error")
+        return real_sha256(path)
+
+    monkeypatch.setattr(data_prepare, "sha256_file", fail_after_the_new_train_file)
+    newer = write_jsonl(tmp_path / "new.jsonl", [{"messages": m} for m in distinct_rows(90)])
+    with pytest.raises(PrepareError, match=r"could not be written to .*Input/output error"):
+        prepare_dataset(newer, out)
+    assert hashed[1].name == "train.jsonl" and hashed[1].parent != out
+    assert folder_bytes(out) == before, "the previous set is intact, and nothing new (not even a hidden folder) is left"
+
+
+def test_a_prepare_interrupted_while_moving_the_set_in_leaves_no_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    source = write_jsonl(tmp_path / "in.jsonl", [{"messages": m} for m in distinct_rows(60)])
+    prepare_dataset(source, out)
+    real_replace = Path.replace
+
+    def crash_on_the_eval_move(self: Path, target: Path) -> Path:
+        if Path(target) == out / "eval.jsonl":
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", crash_on_the_eval_move)
+    with pytest.raises(PrepareError):
+        prepare_dataset(source, out, seed=7)
+    assert not (out / "manifest.json").exists(), "no manifest vouches for a half-moved set"
+
+
+def test_a_prepare_without_eval_removes_the_old_eval_split(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    source = write_jsonl(tmp_path / "in.jsonl", [{"messages": m} for m in distinct_rows(60)])
+    assert prepare_dataset(source, out, eval_fraction=0.1).eval is not None
+    again = prepare_dataset(source, out, eval_fraction=0)
+    assert again.eval is None
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "train.jsonl"]
+    assert set(json.loads(again.manifest.read_text())["files"]) == {"train.jsonl"}

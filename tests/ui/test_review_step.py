@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -150,4 +152,19 @@ def test_launch_problems_are_shown_in_words_and_nothing_is_recorded(
     assert qloop.run_until_complete(step.launch()) is None
     assert step.launch_status.text().startswith("Not launched:") and expected in step.launch_status.text()
     assert step.launch_button.isEnabled()
+    assert step.context.store.all() == []
+
+
+def test_a_spec_toml_that_cannot_be_written_launches_nothing_and_leaves_no_spec(
+    step: ReviewStep, qloop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    assert qloop.run_until_complete(step.launch()) is None
+    assert "SPEC.toml could not be written" in step.launch_status.text()
+    assert "No space left on device" in step.launch_status.text()
+    launches = app_paths().data_dir / "launches"
+    assert [p for p in launches.rglob("*") if p.is_file()] == [], "no SPEC.toml that looks complete, no part file"
     assert step.context.store.all() == []

@@ -11,8 +11,8 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.draft import RunDraft
 from desktop.core.settings import Settings
 from desktop.services.secrets import SecretStore
-from desktop.services.ssh_probe import NO_GPU
-from desktop.services.ssh_remote import fingerprint
+from desktop.services.ssh_probe import probe_host
+from desktop.services.ssh_remote import Endpoint, fingerprint
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.target_step import TargetStep
 from tests.fixtures.sshd import SshHost
@@ -37,8 +37,16 @@ def fill(step: TargetStep, qtbot: QtBot, host: SshHost) -> None:
     step.python_edit.setText("python3")
 
 
+def endpoint(host: SshHost) -> Endpoint:
+    return Endpoint(host.host, host.port, host.user, (host.client_key,))
+
+
 def test_test_connection_pins_the_key_and_reports_the_gpu(
-    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+    step: TargetStep,
+    qtbot: QtBot,
+    ssh_host: SshHost,
+    wait_for: Callable[..., None],
+    qloop: asyncio.AbstractEventLoop,
 ) -> None:
     assert step.validate() == "Enter the server's host name or address."
     fill(step, qtbot, ssh_host)
@@ -51,7 +59,8 @@ def test_test_connection_pins_the_key_and_reports_the_gpu(
     assert step.test_button.isEnabled() and not step.progress.isVisibleTo(step)
     expected = fingerprint(ssh_host.host_public_key)
     assert step.fingerprint_label.text() == f"{expected} (pinned)"
-    assert step.gpu_label.text() == NO_GPU  # this box has no NVIDIA GPU
+    reported = qloop.run_until_complete(probe_host(endpoint(ssh_host), step.host_key, "python3"))
+    assert step.gpu_label.text() == reported.gpu_summary != "", "what the probe found, on any host"
     assert step.python_label.text().startswith("Python 3.")
     assert step.validate() is None
     draft = RunDraft()
@@ -59,7 +68,7 @@ def test_test_connection_pins_the_key_and_reports_the_gpu(
     assert draft.target.host == ssh_host.host and draft.target.port == ssh_host.port
     assert draft.target.user == ssh_host.user and draft.target.identity == str(ssh_host.client_key)
     assert draft.target.host_key.split()[:2] == ssh_host.host_public_key.split()[:2]
-    assert draft.target.fingerprint == expected and draft.target.gpu == NO_GPU
+    assert draft.target.fingerprint == expected and draft.target.gpu == reported.gpu_summary
     assert draft.hourly_rate_usd == 1.25
 
 

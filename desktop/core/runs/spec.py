@@ -8,9 +8,11 @@ relative to the spec file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
 from trainer_payload.protocol import JobSpec, JobSpecError
@@ -144,6 +146,34 @@ def _target(section: dict[str, Any], base: Path) -> SshTarget | None:
     return SshTarget(user, host, port, identity, python, workdir, authorized, _host_key(section.get("host_key")))
 
 
+def _dollars(section: dict[str, Any], key: str) -> float:
+    """``[budget] key`` as a number of dollars (0 when absent)."""
+    value = section.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise RunSpecError(f"[budget] {key} = {value!r} must be a number of dollars, like 10 or 2.5 (0: none)")
+    return float(value)
+
+
+_KIND_WORDS: dict[Any, str] = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+
+
+def _is_kind(value: Any, kind: Any) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _check_training_types(training: dict[str, Any]) -> None:
+    """Refuses a ``[training]`` value of the wrong type, naming the key, the type it needs and its default."""
+    hints = get_type_hints(JobSpec)
+    defaults = {f.name: f.default for f in fields(JobSpec)}
+    for key, value in training.items():
+        kind = hints.get(key)
+        if kind in _KIND_WORDS and not _is_kind(value, kind):
+            example = json.dumps(defaults[key])  # TOML writes these simple values as JSON does
+            raise RunSpecError(f"[training] {key} = {value!r} must be {_KIND_WORDS[kind]}, like {key} = {example}")
+
+
 def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None = None) -> RunSpec:
     """Validates a decoded ``SPEC.toml``.
 
@@ -163,6 +193,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     local_model = Path(model).expanduser()
     if not local_model.is_absolute() and (base_dir / local_model).exists():
         model = str((base_dir / local_model).resolve())
+    _check_training_types(training)
     try:
         JobSpec.from_dict({"base_model": model, "train_file": "t", "output_dir": "o", **training})
     except (JobSpecError, TypeError) as exc:
@@ -174,7 +205,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         evaluation,
         training,
         _target(_section(data, "target"), base_dir),
-        float(budget.get("max_usd", 0.0)),
-        float(budget.get("hourly_rate_usd", 0.0)),
+        _dollars(budget, "max_usd"),
+        _dollars(budget, "hourly_rate_usd"),
         source,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from qasync import asyncSlot
 from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.services.draft_store import write_spec_toml
+from desktop.services.files import atomic_copy
 from desktop.services.logs import get_logger
 from desktop.services.paths import app_paths
 from desktop.services.run_engine import RunError
@@ -322,7 +322,7 @@ class ReviewStep(WizardStep):
         self.launched_spec = path
         folder = manager.engine(record.id).folder(record.id)
         try:
-            await loop.run_in_executor(None, shutil.copy2, path, folder / SPEC_NAME)
+            await loop.run_in_executor(None, atomic_copy, path, folder / SPEC_NAME)
         except OSError as exc:  # the run is launched; only the copy beside it is missing
             _log.warning("could not copy %s into the run folder %s: %s", path, folder, exc)
         _log.info("launched run %s from %s", record.id, path)
