@@ -22,9 +22,11 @@ import asyncssh
 from desktop.cli import EXIT_FAILED, CliError
 from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
 from desktop.core.runs.states import LIVE, TERMINAL, RunState
+from desktop.core.settings import Settings, SettingsError
 from desktop.services.files import read_text
-from desktop.services.run_engine import RunEngine, RunError, describe_event, mirrored_events
+from desktop.services.run_engine import EngineOptions, RunEngine, RunError, describe_event, mirrored_events
 from desktop.services.run_store import RunRecord, UnknownRunError
+from desktop.services.settings_store import load_settings
 from desktop.services.ssh_remote import HostKeyChangedError, RemoteError
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
@@ -78,12 +80,22 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
+def _engine_options() -> EngineOptions:
+    """The engine's options with the user's settings (as the app uses them); defaults when the file is unusable."""
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"warning: {exc}; using the default settings", file=sys.stderr, flush=True)
+        settings = Settings()
+    return EngineOptions().with_settings(settings)
+
+
 class RunsCommands:
     """Implements the run subcommands; ``error`` is the CLI's one-line error type."""
 
     def __init__(self, error: type[CliError]) -> None:
         self.error = error
-        self.engine = RunEngine(report=_print)
+        self.engine = RunEngine(options=_engine_options(), report=_print)
 
     def _record(self, run_id: str) -> RunRecord:
         try:

@@ -32,16 +32,15 @@ class Settings(BaseModel):
         schema_version: Version of this layout; older files are migrated on load.
         theme: Follow the OS, or force light or dark.
         keep_local_checkpoints: How many pulled checkpoints of a run to keep on this computer.
-        allow_api_keys_on_remote: Opt-in to ever place a cloud API key on a rented machine (off by default).
         log_level: Level of the log file in the app's data directory.
     """
 
+    # Keys this version does not know (one an older Rentune wrote, like allow_api_keys_on_remote) are dropped on load.
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
 
     schema_version: int = SCHEMA_VERSION
     theme: Theme = Theme.SYSTEM
     keep_local_checkpoints: int = Field(default=3, ge=1, le=100)
-    allow_api_keys_on_remote: bool = False
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
 
 

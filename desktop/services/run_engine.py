@@ -13,7 +13,7 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,10 @@ from typing import Any
 import asyncssh
 import filelock
 
+from desktop.core.runs.progress import cost_so_far
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
+from desktop.core.settings import Settings
 from desktop.services.logs import get_logger
 from desktop.services.run_keys import (
     DEFAULT_AUTHORIZED_KEYS,
@@ -59,6 +61,10 @@ class EngineOptions:
     max_relaunches: int = 3
     keep_local_checkpoints: int = 3
 
+    def with_settings(self, settings: Settings) -> EngineOptions:
+        """These options with the user's preferences applied (how many pulled checkpoints a run keeps)."""
+        return replace(self, keep_local_checkpoints=settings.keep_local_checkpoints)
+
 
 class RunError(RuntimeError):
     """A run cannot go on; the message says why and what to do."""
@@ -80,6 +86,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "workdir": spec.target.workdir if spec.target else None,
         "authorized_keys": spec.target.authorized_keys if spec.target else None,
         "hourly_rate_usd": spec.hourly_rate_usd,
+        "budget_usd": spec.budget_usd,
         "source": str(spec.source) if spec.source else None,
     }
 
@@ -352,7 +359,10 @@ class RunEngine:
             files.append((local / EVENTS_FILE_NAME, f"out/{EVENTS_FILE_NAME}"))
         return files
 
-    def _token_stdin(self) -> str:
+    def _token_stdin(self, run_id: str) -> str:
+        """The stdin line the payload reads HF_TOKEN from: the token only when the model comes from the Hub."""
+        if not _model_from_hub(self.folder(run_id), self.store.get(run_id).spec["base_model"]):
+            return "\n"  # the model folder travelled with the run: the machine never needs the token
         try:
             token = self.secrets.get(SecretName.HUGGINGFACE) or ""
         except SecretStoreError:
@@ -367,7 +377,7 @@ class RunEngine:
         record = self.store.transition(run_id, RunState.BOOTSTRAPPING)
         command = _payload_command(record, f"bootstrap {JOB_FILE_NAME}")
         try:
-            await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin), time_limit=3600)
+            await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id), time_limit=3600)
         except RemoteError as exc:
             events = await self._read_events(run_id, machine) or []
             error = next((e for e in reversed(events) if e["event"] == "error"), None)
@@ -386,7 +396,7 @@ class RunEngine:
         command = _payload_command(
             record, f"run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & echo $!", detached=True
         )
-        pid = int((await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin))).strip())
+        pid = int((await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id))).strip())
         self.store.update(run_id, pid=pid)
         self.report(f"trainer started (pid {pid})")
 
@@ -425,6 +435,7 @@ class RunEngine:
                 relaunched = await self._relaunch(run_id, machine)
                 if relaunched is not None:
                     return relaunched
+            await self._stop_if_over_budget(run_id, machine)
             await asyncio.sleep(self.options.poll_seconds)
 
     async def _handle_all(self, run_id: str, machine: RemoteMachine, events: list[dict[str, Any]]) -> RunRecord | None:
@@ -452,9 +463,40 @@ class RunEngine:
         if "SIGTERM" in reason:
             await self._pull_newest_checkpoint(run_id, machine)
             await self._remove_run_key(run_id, machine)
-            return self.store.transition(run_id, RunState.CANCELLED, reason)
+            return self._cancel_stopped(run_id, reason)
         record = self.store.get(run_id)
         return self._fail(run_id, record.error or reason)
+
+    def _cancel_stopped(self, run_id: str, reason: str) -> RunRecord:
+        """Ends a run whose trainer stopped on SIGTERM; a budget stop says so and where its checkpoint is."""
+        budget = self.store.get(run_id).spec.get("budget_stop")
+        if not budget:
+            return self.store.transition(run_id, RunState.CANCELLED, reason)
+        newest = _newest_local_checkpoint(self.folder(run_id) / "checkpoints")
+        where = f"the newest checkpoint is at {newest}" if newest else "no checkpoint had been written"
+        why = f"{budget}; training was stopped and {where}"
+        self.report(f"cancelled: {why}")
+        self.store.update(run_id, error=why)
+        return self.store.transition(run_id, RunState.CANCELLED, why)
+
+    def _over_budget(self, run_id: str) -> str | None:
+        """Why the run must stop for its budget (the cost so far as the monitor counts it), or None."""
+        spec = self.store.get(run_id).spec
+        budget, rate = float(spec.get("budget_usd") or 0.0), float(spec.get("hourly_rate_usd") or 0.0)
+        if budget <= 0 or rate <= 0 or spec.get("budget_stop"):
+            return None
+        spent = cost_so_far(rate, self.store.transitions(run_id), time.time())
+        return f"budget of ${budget:,.2f} reached (${spent:,.2f} at ${rate:,.2f}/h)" if spent >= budget else None
+
+    async def _stop_if_over_budget(self, run_id: str, machine: RemoteMachine) -> None:
+        """Asks the trainer to save and stop once the budget is spent; its failed event then ends the run."""
+        why = self._over_budget(run_id)
+        if why is None:
+            return
+        self.report(f"{why}: asking the trainer to save a checkpoint and stop")
+        record = self._set_spec(run_id, budget_stop=why)  # remembered, so a reattached app ends it the same way
+        if record.pid:
+            await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
 
     async def _alive(self, machine: RemoteMachine, record: RunRecord) -> bool:
         status = await machine.run(f"cat /proc/{int(record.pid or 0)}/status 2>/dev/null || true")
@@ -471,6 +513,9 @@ class RunEngine:
             # finish that instead of training again.
             return await self._handle(run_id, machine, final)
         record = self.store.get(run_id)
+        if record.spec.get("budget_stop"):  # stopped for its budget and died before saying so: never train on
+            await self._remove_run_key(run_id, machine)
+            return self._cancel_stopped(run_id, "")
         if record.relaunches >= self.options.max_relaunches:
             return self._fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
         self.store.update(run_id, relaunches=record.relaunches + 1)
@@ -651,6 +696,18 @@ def _local_model_files(base_model: str) -> list[tuple[Path, str]]:
         for path in sorted(folder.rglob("*"))
         if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
     ]
+
+
+def _model_from_hub(folder: Path, base_model: str) -> bool:
+    """Whether the run's job downloads its model from the Hub (a local model folder is uploaded to ``model/``).
+
+    The job file written at upload decides (the local folder may have moved since); without it, the spec does.
+    """
+    try:
+        job = json.loads((folder / JOB_FILE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return not Path(base_model).expanduser().is_dir()
+    return not isinstance(job, dict) or job.get("base_model") != "model"  # what _upload names a local folder
 
 
 def _skip_superseded_checkpoints(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -32,6 +32,12 @@ class RunManager:
         self._listeners: list[Listener] = []
         self._engines: dict[str, RunEngine] = {}
 
+    def use_options(self, options: EngineOptions) -> None:
+        """Applies new engine options (changed preferences) to the runs followed now and to later ones."""
+        self.options = options
+        for engine in self._engines.values():
+            engine.options = options
+
     def add_listener(self, listener: Listener) -> None:
         """Registers a callback for the progress lines of every driven run."""
         self._listeners.append(listener)

@@ -22,7 +22,8 @@ class AppContext:
         secrets: API keys and tokens (keyring or environment).
         store: Every run recorded on this computer.
         draft: The new-run wizard's state (saved with :func:`desktop.services.draft_store.save_draft`).
-        engine_options: Timing of the run engine (tests shorten the polling).
+        engine_options: Timing of the run engine (tests shorten the polling); the user's settings are applied on
+            top (checkpoints kept per run).
         manager: Follows live runs in the background (launch, stop, pull, resume, reattach).
     """
 
@@ -35,4 +36,12 @@ class AppContext:
 
     def __post_init__(self) -> None:
         """Builds the run manager on the shared store."""
-        self.manager = RunManager(self.store, self.secrets, self.engine_options)
+        self.manager = RunManager(self.store, self.secrets, self._options())
+
+    def _options(self) -> EngineOptions:
+        return (self.engine_options or EngineOptions()).with_settings(self.settings)
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Takes saved preferences: runs followed from now on (and those followed now) keep that many checkpoints."""
+        self.settings = settings
+        self.manager.use_options(self._options())

@@ -186,6 +186,7 @@ class MainWindow(QMainWindow):
     def on_settings_changed(self, settings: Settings) -> None:
         """Applies saved preferences that take effect at once."""
         apply_theme(settings.theme)
+        self.context.apply_settings(settings)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Announces the close so the app's main coroutine can finish."""

@@ -5,11 +5,11 @@ import pytest
 from desktop.core.settings import SCHEMA_VERSION, Settings, SettingsError, Theme, settings_from_dict
 
 
-def test_defaults_are_safe() -> None:
+def test_defaults() -> None:
     settings = Settings()
     assert settings.schema_version == SCHEMA_VERSION
     assert settings.theme is Theme.SYSTEM
-    assert settings.allow_api_keys_on_remote is False
+    assert settings.keep_local_checkpoints == 3
 
 
 def test_a_file_without_version_is_read_as_version_one_and_unknown_keys_are_dropped() -> None:

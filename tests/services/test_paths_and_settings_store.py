@@ -47,3 +47,12 @@ def test_a_json_list_is_refused() -> None:
     path.write_text("[]")
     with pytest.raises(SettingsError, match="JSON object"):
         load_settings()
+
+
+def test_a_file_from_an_older_rentune_with_a_removed_key_still_loads_and_the_key_is_dropped() -> None:
+    path = app_paths().settings_file
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema_version": 1, "keep_local_checkpoints": 5, "allow_api_keys_on_remote": True}))
+    assert load_settings() == Settings(keep_local_checkpoints=5)
+    save_settings(load_settings())
+    assert "allow_api_keys_on_remote" not in json.loads(path.read_text())

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
@@ -99,11 +100,14 @@ def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_fo
     page = window.page("settings")
     assert isinstance(page, SettingsPage)
     page.theme_combo.setCurrentIndex(page.theme_combo.findData(Theme.DARK))
+    followed = window.context.manager.engine("a-run-followed-now")
     page.keep_spin.setValue(7)
     page.save_button.click()
     wait_for(lambda: page.preferences_status.text().startswith("Saved"))
     assert load_settings().theme is Theme.DARK
     assert load_settings().keep_local_checkpoints == 7
+    assert followed.options.keep_local_checkpoints == 7, "runs followed now keep that many checkpoints"
+    assert window.context.manager.engine("a-later-run").options.keep_local_checkpoints == 7
 
 
 def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callable[..., None]) -> None:
@@ -124,3 +128,15 @@ def test_status_bar_says_what_is_running_and_what_it_costs(window: MainWindow) -
     assert line.startswith("Running: training on ssh://me@box:22") and "so far at your hourly rates" in line
     window.running_status.on_tick()
     assert window.status_label.text().startswith("Running: training on ssh://me@box:22")
+
+
+def test_the_app_follows_runs_with_the_checkpoints_kept_setting(qtbot: QtBot) -> None:
+    win = MainWindow(Settings(keep_local_checkpoints=2), SecretStore())
+    qtbot.addWidget(win)
+    assert win.context.manager.engine("a-run").options.keep_local_checkpoints == 2
+
+
+def test_the_settings_page_offers_no_option_that_nothing_uses(window: MainWindow) -> None:
+    page = window.page("settings")
+    names = [widget.accessibleName() for widget in page.findChildren(QWidget)]
+    assert not [name for name in names if "rented machines" in name], "cloud API keys never go to a machine yet"

@@ -87,6 +87,7 @@ def test_review_shows_the_whole_run_and_edit_links(
     assert draft.base_model in model and "Method: lora" in model and "LoRA r 8" in model and "40 steps" in model
     assert "RTX 4090" in step.section_labels["sizing"].text()
     assert "At your server's $1.50 per hour" in step.section_labels["sizing"].text()
+    assert "Trains on 1 GPU" in step.section_labels["sizing"].text()
     target = step.section_labels["target"].text()
     assert draft.target.url in target and f"{draft.target.fingerprint} (pinned)" in target and "no GPU" in target
     edits: list[str] = []
@@ -115,6 +116,7 @@ def test_launch_writes_spec_toml_and_records_the_run_with_the_pinned_key(
     assert spec.base_model == draft.base_model and str(spec.train_file) == draft.train_file
     assert spec.target is not None and spec.target.url == draft.target.url
     assert spec.hourly_rate_usd == 1.5 and spec.training["max_steps"] == 40
+    assert spec.training["num_gpus"] == 1, "the GPU count picked on the Sizing step"
     record = step.context.store.get(ids[0])
     assert record.target == draft.target.url
     assert record.host_key is not None and record.host_key.split()[:2] == draft.target.host_key.split()[:2]

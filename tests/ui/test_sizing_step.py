@@ -12,11 +12,12 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from desktop.cli import main
-from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.draft import RunDraft, TargetDraft
 from desktop.core.settings import Settings
 from desktop.services.data_prepare import prepare_dataset
 from desktop.services.secrets import SecretStore
 from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.review_step import write_launch_spec
 from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, SizingStep, option_label
 from tests.fixtures.tiny_models import TinyModel
 
@@ -137,3 +138,22 @@ def test_an_own_server_too_small_is_a_warning_not_a_block(
     draft.target.gpu = "1 x NVIDIA H200 (143771 MiB)"
     step.show_draft()
     assert not step.server_label.isVisibleTo(step)
+
+
+def test_the_picked_gpu_count_and_strategy_reach_the_launched_spec(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], prepared: Path
+) -> None:
+    # 70 B parameters in LoRA need more than one card: the options include several GPUs.
+    target = TargetDraft(host="box", user="me")
+    draft = RunDraft(base_model="llama-3.3-70b", method="lora", train_file=str(prepared), target=target)
+    step = sized(make_step(qtbot, draft), wait_for)
+    assert step.sizing is not None
+    table, options = step.options_table, step.sizing.plan.options
+    row = next(r for r, o in enumerate(options) if o.count > 1)
+    table.selectRow(row)
+    _path, spec = write_launch_spec(step.context.draft)
+    picked = options[row]
+    assert (spec.training["num_gpus"], spec.training["strategy"]) == (picked.count, picked.strategy.value)
+    table.selectRow(next(r for r, o in enumerate(options) if o.count == 1))
+    _path, spec = write_launch_spec(step.context.draft)
+    assert spec.training["num_gpus"] == 1

@@ -6,6 +6,7 @@ and the CLI launch runs the same way.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +25,27 @@ DEFAULT_TRAINING: dict[str, Any] = {
     "checkpoint_minutes": 30,
     "keep_checkpoints": 3,
 }
+
+
+_MULTI_GPU_PICK = re.compile(r"^(?P<count>\d+) x .+?(?: \((?P<strategy>\w+)\))?$")
+
+
+def gpu_pick_label(gpu: str, count: int, strategy: str) -> str:
+    """What the sizing step stores in ``gpu_name``: ``H100 SXM``, or ``2 x H100 SXM (fsdp)`` for several GPUs."""
+    return gpu if count == 1 else f"{count} x {gpu} ({strategy})"
+
+
+def gpu_pick_training(label: str) -> dict[str, Any]:
+    """The training keys a sizing pick sets: ``num_gpus``, and ``strategy`` for several GPUs ({} for no pick)."""
+    if not label:
+        return {}
+    found = _MULTI_GPU_PICK.match(label)
+    if found is None:
+        return {"num_gpus": 1}
+    keys: dict[str, Any] = {"num_gpus": int(found["count"])}
+    if found["strategy"]:  # drafts saved before the strategy was part of the label name only the count
+        keys["strategy"] = found["strategy"]
+    return keys
 
 
 class TargetDraft(BaseModel):
@@ -72,7 +94,8 @@ class RunDraft(BaseModel):
         base_model: Hub id or local model folder.
         method: ``qlora``, ``lora``, ``full`` or ``full-8bit``.
         training: The payload's job keys (see :data:`DEFAULT_TRAINING`).
-        gpu_name: The card picked on the sizing page ("" for none yet).
+        gpu_name: The option picked on the sizing page (see :func:`gpu_pick_label`; "" for none yet); its GPU count
+            (and strategy) go into the spec's training keys.
         target: Where to train.
         hourly_rate_usd: What the target costs per hour, as the user states it.
         budget_usd: Stop spending past this (0: no limit).
@@ -110,7 +133,7 @@ class RunDraft(BaseModel):
         return {
             "model": {"base": self.base_model},
             "data": data,
-            "training": {"method": self.method, **self.training},
+            "training": {"method": self.method, **self.training, **gpu_pick_training(self.gpu_name)},
             "target": target,
             "budget": {"hourly_rate_usd": self.hourly_rate_usd, "max_usd": self.budget_usd},
         }

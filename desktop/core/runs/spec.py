@@ -2,7 +2,8 @@
 
 Sections: ``[model] base``; ``[data] train`` (and ``eval``); ``[training]`` with the payload's job keys under the
 same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``, ``host_key`` (optional: the host key
-pinned in advance, e.g. by the wizard's Test connection); ``[budget]``. Relative paths are
+pinned in advance, e.g. by the wizard's Test connection); ``[budget] hourly_rate_usd`` (what the machine costs per
+hour) and ``max_usd`` (the run is stopped, its checkpoint kept, once the cost so far reaches it). Relative paths are
 relative to the spec file.
 """
 
@@ -82,7 +83,7 @@ class RunSpec:
         eval_file: Optional eval data.
         training: The payload job keys (method, lora_r, seq_len...).
         target: Where to train.
-        budget_usd: Stop spending past this (0: no limit).
+        budget_usd: Stop the run once its cost so far reaches this (0: no limit; needs ``hourly_rate_usd``).
         hourly_rate_usd: What the target costs per hour (own servers: as the user states it).
         source: The spec file.
     """
@@ -198,14 +199,17 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         JobSpec.from_dict({"base_model": model, "train_file": "t", "output_dir": "o", **training})
     except (JobSpecError, TypeError) as exc:
         raise RunSpecError(f"[training]: {exc}") from exc
-    budget = _section(data, "budget")
-    return RunSpec(
-        model,
-        train,
-        evaluation,
-        training,
-        _target(_section(data, "target"), base_dir),
-        _dollars(budget, "max_usd"),
-        _dollars(budget, "hourly_rate_usd"),
-        source,
-    )
+    budget, rate = _budget(_section(data, "budget"))
+    target = _target(_section(data, "target"), base_dir)
+    return RunSpec(model, train, evaluation, training, target, budget, rate, source)
+
+
+def _budget(section: dict[str, Any]) -> tuple[float, float]:
+    """``[budget] max_usd`` and ``hourly_rate_usd``; a budget needs a rate, or the cost so far is unknown."""
+    budget, rate = _dollars(section, "max_usd"), _dollars(section, "hourly_rate_usd")
+    if budget > 0 and rate <= 0:
+        raise RunSpecError(
+            f"[budget] max_usd = {budget:g} needs [budget] hourly_rate_usd (what the machine costs per hour) to "
+            "know when it is reached; set the rate, or remove max_usd"
+        )
+    return budget, rate

@@ -9,7 +9,6 @@ from typing import TypeVar
 from pydantic import ValidationError
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QFormLayout,
     QGridLayout,
@@ -76,14 +75,11 @@ class SettingsPage(BasePage):
         self.keep_spin = QSpinBox()
         self.keep_spin.setRange(1, 100)
         self.keep_spin.setAccessibleName("Checkpoints kept on this computer per run")
-        self.remote_keys_check = QCheckBox("Allow cloud API keys on rented machines (off is safer)")
-        self.remote_keys_check.setAccessibleName("Allow cloud API keys on rented machines")
         self.log_combo = QComboBox()
         self.log_combo.addItems(["DEBUG", "INFO", "WARNING", "ERROR"])
         self.log_combo.setAccessibleName("Log level")
         form.addRow("Theme", self.theme_combo)
         form.addRow("Checkpoints kept per run", self.keep_spin)
-        form.addRow("", self.remote_keys_check)
         form.addRow("Log level", self.log_combo)
         row = QHBoxLayout()
         self.preferences_status = QLabel("")
@@ -98,7 +94,6 @@ class SettingsPage(BasePage):
     def _show_settings(self, settings: Settings) -> None:
         self.theme_combo.setCurrentIndex(self.theme_combo.findData(settings.theme))
         self.keep_spin.setValue(settings.keep_local_checkpoints)
-        self.remote_keys_check.setChecked(settings.allow_api_keys_on_remote)
         self.log_combo.setCurrentText(settings.log_level)
 
     def _edited_settings(self) -> Settings:
@@ -108,7 +103,6 @@ class SettingsPage(BasePage):
             | {
                 "theme": self.theme_combo.currentData(),
                 "keep_local_checkpoints": self.keep_spin.value(),
-                "allow_api_keys_on_remote": self.remote_keys_check.isChecked(),
                 "log_level": self.log_combo.currentText(),
             }
         )

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
-from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.draft import RunDraft, gpu_pick_training
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.services.draft_store import write_spec_toml
 from desktop.services.files import atomic_copy
@@ -147,7 +147,15 @@ def sizing_text(draft: RunDraft, sizing: Sizing | None, problem: str | None) -> 
     if draft.hourly_rate_usd > 0:
         own = option.hours * draft.hourly_rate_usd
         lines.append(f"At your server's ${draft.hourly_rate_usd:,.2f} per hour: about ${own:,.2f}")
+    lines.append(gpus_text(draft))
     return "\n".join(lines)
+
+
+def gpus_text(draft: RunDraft) -> str:
+    """How many GPUs the launched run trains on (the Sizing pick; one when nothing was picked)."""
+    keys = {"num_gpus": 1, **draft.training, **gpu_pick_training(draft.gpu_name)}
+    count = int(keys["num_gpus"])
+    return "Trains on 1 GPU" if count == 1 else f"Trains on {count} GPUs ({keys.get('strategy', 'ddp')})"
 
 
 def target_text(draft: RunDraft) -> str:

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, Workload, make_plan
@@ -87,8 +87,8 @@ class Sizing:
 
 
 def option_label(option: GpuOption) -> str:
-    """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM``."""
-    return option.gpu.name if option.count == 1 else f"{option.count} x {option.gpu.name}"
+    """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM (fsdp)``."""
+    return gpu_pick_label(option.gpu.name, option.count, option.strategy.value)
 
 
 def format_hours(hours: float) -> str:

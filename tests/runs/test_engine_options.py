@@ -1,0 +1,137 @@
+"""Options the user sets are what the engine does: the budget stops a run, the checkpoints kept are kept, and the
+Hugging Face token reaches the machine only when the model comes from the Hub."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.core.runs.progress import cost_so_far
+from desktop.core.runs.states import RunState
+from desktop.core.settings import Settings
+from desktop.services.run_engine import mirrored_events
+from desktop.services.run_store import RunStore
+from desktop.services.secrets import SecretName, SecretStore
+from desktop.services.settings_store import save_settings
+from tests.fixtures.sshd import SshHost
+from tests.fixtures.tiny_models import TinyModel
+from tests.runs.conftest import SpecFactory
+from tests.runs.test_engine_end_to_end import engine, load, wait_local_event
+from trainer_payload.protocol import CHECKPOINT_MARKER
+
+pytestmark = pytest.mark.slow
+
+#: $1 per second of billing.
+RATE = 3600.0
+
+
+def with_budget(path: Path, max_usd: float, rate: float) -> Path:
+    path.write_text(path.read_text() + f"\n[budget]\nmax_usd = {max_usd}\nhourly_rate_usd = {rate}\n")
+    return path
+
+
+def local_checkpoints(run_id: str) -> list[Path]:
+    root = RunStore().folder(run_id) / "checkpoints"
+    return sorted(root.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
+def assert_ended_for_its_budget(run_id: str, budget: float) -> list[Path]:
+    """The run is cancelled saying the budget was reached, at the cost the monitor shows; returns its checkpoints."""
+    final, history = RunStore().get(run_id), RunStore().transitions(run_id)
+    assert final.state is RunState.CANCELLED
+    assert final.error is not None and history[-1]["note"] == final.error
+    said = re.search(rf"budget of \${budget:,.2f} reached \(\$([\d.,]+) at \$3,600\.00/h\)", final.error)
+    assert said is not None, final.error
+    billed = cost_so_far(RATE, history, now=history[-1]["ts"])  # what the monitor and the status bar show
+    assert budget <= float(said.group(1).replace(",", "")) <= billed
+    events = mirrored_events(RunStore().folder(run_id))
+    assert any(e["event"] == "state" and "SIGTERM" in str(e.get("reason")) for e in events), "asked to stop"
+    assert not any(e["event"] == "done" for e in events)
+    kept = [p for p in local_checkpoints(run_id) if (p / CHECKPOINT_MARKER).is_file()]
+    where = f"the newest checkpoint is at {kept[-1]}" if kept else "no checkpoint had been written"
+    assert where in final.error
+    return kept
+
+
+async def test_a_run_is_stopped_as_soon_as_the_budget_of_its_spec_is_spent(
+    ssh_host: SshHost, make_spec: SpecFactory
+) -> None:
+    # One cent at $1 per second: spent while uploading, so the trainer is stopped as soon as it is launched.
+    spec = load(with_budget(make_spec(ssh_host, max_steps=100_000), 0.01, RATE))
+    runner = engine()
+    record = runner.create(spec)
+    assert record.spec["budget_usd"] == 0.01
+    await asyncio.wait_for(runner.drive(record.id), 600)
+    assert_ended_for_its_budget(record.id, 0.01)
+
+
+async def test_a_budget_reached_mid_training_brings_the_checkpoint_saved_on_stop_home(
+    ssh_host: SshHost, make_spec: SpecFactory
+) -> None:
+    # No periodic checkpoints: one on this computer can only be the one the trainer saved when told to stop.
+    spec = load(with_budget(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0), 1_000_000.0, RATE))
+    runner = engine()
+    record = runner.create(spec)
+    drive = asyncio.ensure_future(runner.drive(record.id))
+    await wait_local_event(runner.folder(record.id), lambda e: e["event"] == "step" and e["step"] >= 3, 600)
+    # How long setting up takes varies too much to size a budget in advance: it is lowered once training runs.
+    store = RunStore()
+    store.update(record.id, spec={**store.get(record.id).spec, "budget_usd": 5.0})
+    await asyncio.wait_for(drive, 300)
+    kept = assert_ended_for_its_budget(record.id, 5.0)
+    assert kept, "the checkpoint written on SIGTERM is on this computer"
+
+
+def test_the_checkpoints_kept_setting_is_what_rentune_run_keeps(
+    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_settings(Settings(keep_local_checkpoints=1))
+    assert main(["run", str(make_spec(ssh_host, max_steps=12, checkpoint_steps=4))]) == 0
+    run_id = RunStore().all()[0].id
+    written = [e for e in mirrored_events(RunStore().folder(run_id)) if e["event"] == "checkpoint"]
+    assert len(written) >= 3
+    assert [p.name for p in local_checkpoints(run_id)] == [Path(written[-1]["path"]).name]
+
+
+@pytest.fixture
+def token_probe(tmp_path: Path) -> tuple[Path, Path]:
+    """An interpreter for [target] python that notes whether HF_TOKEN is in its environment (never its value)."""
+    seen, wrapper = tmp_path / "token-seen", tmp_path / "python-probe"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -n "${{HF_TOKEN:-}}" ]; then echo sent >> "{seen}"; else echo absent >> "{seen}"; fi\n'
+        f'HF_HUB_OFFLINE=1 exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, seen
+
+
+@pytest.mark.parametrize("from_hub", [False, True], ids=["local-model-folder", "hub-id"])
+async def test_the_hf_token_reaches_the_machine_only_for_a_hub_model(
+    ssh_host: SshHost,
+    make_spec: SpecFactory,
+    tiny_model: TinyModel,
+    token_probe: tuple[Path, Path],
+    from_hub: bool,
+) -> None:
+    SecretStore().set(SecretName.HUGGINGFACE, "hf_" + "TokenOnlyForTheHub1234567890")
+    wrapper, seen = token_probe
+    path = make_spec(ssh_host, max_steps=3, checkpoint_steps=0)
+    text = path.read_text().replace(f'python = "{sys.executable}"', f'python = "{wrapper}"')
+    if from_hub:  # not on the Hub nor in any cache: the machine fails to download it, after receiving the token
+        text = text.replace(f'base = "{tiny_model.path}"', 'base = "rentune-tests/not-a-real-model"')
+    path.write_text(text)
+    runner = engine()
+    final = await asyncio.wait_for(runner.drive(runner.create(load(path)).id), 300)
+
+    if from_hub:
+        assert final.state is RunState.FAILED and "preparing the machine failed" in str(final.error)
+        assert seen.read_text().split() == ["sent"]
+    else:
+        assert final.state is RunState.FINISHED
+        assert seen.read_text().split() == ["absent", "absent"], "neither the install nor the trainer got it"
