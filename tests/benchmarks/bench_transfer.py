@@ -1,7 +1,10 @@
-"""Run engine: 1 GiB upload and download over loopback against OpenSSH scp, and the engine's own overhead.
+"""Run engine: 512 MiB upload and download over loopback against OpenSSH scp, and the engine's own overhead.
 
-- transfer: the engine's SFTP path (1 MiB blocks, 128 requests in flight) vs ``scp`` of the same file, same sshd;
-  "verified" adds the SHA-256 checks the engine always does (both ends hash the file).
+- transfer: the engine's SFTP copy loops (server-sized requests, many in flight, a worker thread reading or writing
+  the file) against ``scp`` of the same file to the same sshd, interleaved, best of three rounds each (on a shared
+  machine interference only ever slows a run down, so the fastest is the fairest estimate). "verified" is what the
+  engine does: the upload is hashed as it is sent and checked segment by segment on the remote side; the download
+  is hashed as it is written and checked against the remote's SHA-256.
 - overhead: wall time of a whole run of the tiny model on the loopback sshd minus the payload's training time.
 """
 
@@ -19,7 +22,8 @@ from desktop.services.ssh_remote import Endpoint, RemoteMachine
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.sshd import SshHost, SshServer
 
-SIZE = 1 << 30
+SIZE = 512 << 20
+ROUNDS = 3
 
 
 def scp(host: SshHost, known_hosts: Path, source: str, target: str) -> float:
@@ -50,7 +54,7 @@ async def ours(host: SshHost, local: Path, remote: Path, back: Path) -> dict[str
     machine = await RemoteMachine.connect(Endpoint(host.host, host.port, host.user, (host.client_key,)), None)
     timings = {}
     try:
-        async with machine.conn.start_sftp_client() as sftp:  # the engine's copy loops, without the hashing
+        async with machine.conn.start_sftp_client() as sftp:  # the engine's copy loops, without the remote checks
             start = time.perf_counter()
             await machine._upload_with(sftp, local, str(remote), None)
             timings["upload"] = time.perf_counter() - start
@@ -68,6 +72,29 @@ async def ours(host: SshHost, local: Path, remote: Path, back: Path) -> dict[str
     finally:
         await machine.close()
     return timings
+
+
+def transfer_rounds(folder: Path, host: SshHost) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Times scp and the engine ROUNDS times, interleaved so machine noise hits both alike."""
+    known = folder / "known_hosts"
+    known.write_text(host.known_hosts_line + "\n")
+    local = folder / "big.bin"
+    with local.open("wb") as handle:
+        for _ in range(SIZE // (64 << 20)):
+            handle.write(os.urandom(64 << 20))
+    theirs: dict[str, list[float]] = {"upload": [], "download": []}
+    mine: dict[str, list[float]] = {}
+    for _ in range(ROUNDS):
+        theirs["upload"].append(scp(host, known, str(local), f"{host.user}@127.0.0.1:{folder / 'scp.bin'}"))
+        theirs["download"].append(scp(host, known, f"{host.user}@127.0.0.1:{folder / 'scp.bin'}", str(folder / "d")))
+        (folder / "scp.bin").unlink()
+        (folder / "d").unlink()
+        for key, seconds in asyncio.run(ours(host, local, folder / "up.bin", folder / "down.bin")).items():
+            mine.setdefault(key, []).append(seconds)
+        (folder / "up.bin").unlink()
+        (folder / "down.bin").unlink()
+    local.unlink()
+    return theirs, mine
 
 
 def engine_overhead(folder: Path, server: SshServer) -> tuple[float, float]:
@@ -99,64 +126,32 @@ def engine_overhead(folder: Path, server: SshServer) -> tuple[float, float]:
 
 
 def run() -> bool:
-    import statistics
-
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         server = SshServer(folder / "sshd")
         server.start()
         try:
-            host = server.host()
-            known = folder / "known_hosts"
-            known.write_text(host.known_hosts_line + "\n")
-            local = folder / "big.bin"
-            with local.open("wb") as handle:
-                for _ in range(SIZE // (64 << 20)):
-                    handle.write(os.urandom(64 << 20))
-            theirs: dict[str, list[float]] = {"upload": [], "download": []}
-            mine_runs: list[dict[str, float]] = []
-            for _ in range(2):  # interleaved: machine noise hits both alike
-                theirs["upload"].append(scp(host, known, str(local), f"{host.user}@127.0.0.1:{folder / 'scp.bin'}"))
-                theirs["download"].append(
-                    scp(host, known, f"{host.user}@127.0.0.1:{folder / 'scp.bin'}", str(folder / "scp-down"))
-                )
-                (folder / "scp.bin").unlink()
-                (folder / "scp-down").unlink()
-                mine_runs.append(asyncio.run(ours(host, local, folder / "up.bin", folder / "down.bin")))
-                (folder / "up.bin").unlink()
-                (folder / "down.bin").unlink()
-            local.unlink()
+            theirs, mine = transfer_rounds(folder, server.host())
             wall, overhead = engine_overhead(folder, server)
         finally:
             server.stop()
-    mine = {key: statistics.median(run[key] for run in mine_runs) for key in mine_runs[0]}
-    theirs_up, theirs_down = statistics.median(theirs["upload"]), statistics.median(theirs["download"])
-    gib = SIZE / 1e6
-    print(
-        f"1 GiB (medians of 2): scp up {theirs_up:.1f} s, down {theirs_down:.1f} s; engine up {mine['upload']:.1f} s,"
-        f" down {mine['download']:.1f} s; with SHA-256 verification up {mine['upload_verified']:.1f} s, down "
-        f"{mine['download_verified']:.1f} s. Tiny-model run: {wall:.1f} s wall, {overhead:.1f} s outside training"
-    )
-    up, down = theirs_up / mine["upload"], theirs_down / mine["download"]
+    for name, runs in [*(("scp " + k, v) for k, v in theirs.items()), *mine.items()]:
+        print(f"{name:<20} runs (s): " + ", ".join(f"{r:.2f}" for r in runs))
+    mb = SIZE / 1e6
+    best = {key: mb / min(runs) for key, runs in mine.items()}
+    scp_up, scp_down = mb / min(theirs["upload"]), mb / min(theirs["download"])
+    print(f"Tiny-model run: {wall:.1f} s wall, {overhead:.1f} s outside training")
+
+    def row(name: str, ours: float, baseline: float, least: float | None) -> Row:
+        target = f"ratio >= {least}" if least else "reported"
+        return Row(name, ours, baseline, "MB/s", target, least is None or ours / baseline >= least)
+
     return print_table(
         [
-            Row("upload speed vs scp (MB/s)", gib / mine["upload"], gib / theirs_up, "MB/s", "ratio >= 0.8", up >= 0.8),
-            Row(
-                "download speed vs scp (MB/s)",
-                gib / mine["download"],
-                gib / theirs_down,
-                "MB/s",
-                "ratio >= 0.8",
-                down >= 0.8,
-            ),
-            Row(
-                "verified upload vs scp (MB/s)",
-                gib / mine["upload_verified"],
-                gib / theirs_up,
-                "MB/s",
-                "reported",
-                True,
-            ),
+            row("upload speed vs scp (MB/s)", best["upload"], scp_up, 0.8),
+            row("download speed vs scp (MB/s)", best["download"], scp_down, 0.8),
+            row("verified upload vs scp (MB/s)", best["upload_verified"], scp_up, 0.9),
+            row("verified download vs scp (MB/s)", best["download_verified"], scp_down, None),
             Row("engine overhead of a tiny run (s)", overhead, wall, "s", "reported", True),
         ]
     )

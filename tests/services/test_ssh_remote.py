@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteMachine, fingerprint
+from desktop.services import ssh_remote
+from desktop.services.files import Segment
+from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
 from tests.fixtures.sshd import SshHost
 
 
@@ -27,6 +30,12 @@ async def test_first_contact_pins_and_later_contacts_verify(ssh_host: SshHost) -
         await RemoteMachine.connect(endpoint(ssh_host), other)
 
 
+@pytest.fixture(autouse=True)
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 MiB segments, so a few MB make an upload of several remotely checked segments."""
+    monkeypatch.setattr(ssh_remote, "SEGMENT", 1 << 20)
+
+
 async def test_broken_upload_and_download_continue_and_verify(ssh_host: SshHost, tmp_path: Path) -> None:
     data = os.urandom(3_000_000)
     local = tmp_path / "blob.bin"
@@ -36,8 +45,10 @@ async def test_broken_upload_and_download_continue_and_verify(ssh_host: SshHost,
     remote.write_bytes(data[:1_234_567])  # an upload cut short
     machine = await RemoteMachine.connect(endpoint(ssh_host), None)
     try:
-        await machine.upload(local, str(remote))
+        sent: list[int] = []
+        await machine.upload(local, str(remote), progress=lambda _n, done, _t: sent.append(done))
         assert remote.read_bytes() == data
+        assert sent[0] >= 1_234_567 and sent[-1] == len(data)  # it continued where the copy stopped
         back = tmp_path / "home" / "blob.bin"
         back.parent.mkdir()
         (back.parent / "blob.bin.part").write_bytes(data[:777_777])  # a download cut short
@@ -50,8 +61,6 @@ async def test_broken_upload_and_download_continue_and_verify(ssh_host: SshHost,
 
 
 async def test_a_corrupt_partial_download_is_refused_then_fetched_again(ssh_host: SshHost, tmp_path: Path) -> None:
-    from desktop.services.ssh_remote import RemoteError
-
     data = os.urandom(500_000)
     remote = tmp_path / "r.bin"
     remote.write_bytes(data)
@@ -61,7 +70,90 @@ async def test_a_corrupt_partial_download_is_refused_then_fetched_again(ssh_host
     try:
         with pytest.raises(RemoteError, match="did not verify"):
             await machine.download(str(remote), back)
+        assert not back.exists() and not (tmp_path / "b.bin.part").exists()  # checked before it takes its name
         await machine.download(str(remote), back)
         assert back.read_bytes() == data
     finally:
         await machine.close()
+
+
+def bytes_read() -> int:
+    """Bytes this process has read through read(2) and kin so far (Linux /proc)."""
+    line = next(line for line in Path("/proc/self/io").read_text().splitlines() if line.startswith("rchar:"))
+    return int(line.split()[1])
+
+
+async def test_a_fresh_upload_reads_the_file_once(ssh_host: SshHost, tmp_path: Path) -> None:
+    local = tmp_path / "big.bin"
+    local.write_bytes(os.urandom(24_000_000))
+    remote = tmp_path / "remote" / "deep" / "big.bin"  # folders made on the way
+    machine = await RemoteMachine.connect(endpoint(ssh_host), None)
+    try:
+        before = bytes_read()
+        await machine.upload(local, str(remote))
+        read = bytes_read() - before
+    finally:
+        await machine.close()
+    assert remote.read_bytes() == local.read_bytes()
+    assert read < 1.2 * 24_000_000  # hashed while sent: not read once to hash and again to send
+
+
+async def test_a_complete_remote_file_is_not_sent_again(ssh_host: SshHost, tmp_path: Path) -> None:
+    local = tmp_path / "blob.bin"
+    local.write_bytes(os.urandom(2_500_000))
+    remote = tmp_path / "remote.bin"
+    machine = await RemoteMachine.connect(endpoint(ssh_host), None)
+    try:
+        await machine.upload(local, str(remote))
+        os.utime(remote, (1_000_000_000, 1_000_000_000))
+        sent: list[int] = []
+        await machine.upload(local, str(remote), progress=lambda _n, done, _t: sent.append(done))
+        assert sent == [] and remote.stat().st_mtime == 1_000_000_000  # only hashed, never written
+        remote.write_bytes(os.urandom(2_500_000))  # same size, other bytes: sent again, whole
+        await machine.upload(local, str(remote))
+        assert remote.read_bytes() == local.read_bytes()
+    finally:
+        await machine.close()
+
+
+async def test_a_partial_remote_file_of_other_bytes_is_replaced(ssh_host: SshHost, tmp_path: Path) -> None:
+    data = os.urandom(3_000_000)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(data)
+    remote = tmp_path / "remote.bin"
+    remote.write_bytes(os.urandom(1_500_000))  # a partial copy of another version of the file
+    machine = await RemoteMachine.connect(endpoint(ssh_host), None)
+    try:
+        await machine.upload(local, str(remote))
+    finally:
+        await machine.close()
+    assert remote.read_bytes() == data
+
+
+async def test_an_upload_that_lands_wrong_is_deleted_and_refused(
+    ssh_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(3_000_000)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(data)
+    remote = tmp_path / "remote.bin"
+    check = ssh_remote._SegmentChecks.start
+
+    def land_wrong(self: ssh_remote._SegmentChecks, segment: Segment) -> None:  # the remote disk garbles one byte
+        if segment.offset == 1 << 20:
+            with remote.open("r+b") as handle:
+                handle.seek(segment.offset + 10)
+                handle.write(bytes([data[segment.offset + 10] ^ 0xFF]))
+        check(self, segment)
+
+    machine = await RemoteMachine.connect(endpoint(ssh_host), None)
+    try:
+        monkeypatch.setattr(ssh_remote._SegmentChecks, "start", land_wrong)
+        with pytest.raises(RemoteError, match="did not verify"):
+            await machine.upload(local, str(remote))
+        assert not remote.exists()
+        monkeypatch.setattr(ssh_remote._SegmentChecks, "start", check)
+        await machine.upload(local, str(remote))
+    finally:
+        await machine.close()
+    assert hashlib.sha256(remote.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
