@@ -8,13 +8,18 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 # Build llama.cpp portably (no -march=native), so the cached wheel runs on any x86-64 machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=off
 
-.PHONY: run test lint typecheck imports pytest bench install-local clean help
+.PHONY: run test lint typecheck imports pytest bench install-local gpu-wheels gpu-install gpu-check clean help
 
 help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
 	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet)"
+	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
+	@echo "make gpu-install    on the GPU machine: install the carried .whl/N the image lacks into .gpu-site"
+	@echo "make gpu-check      on the GPU machine: install, then train real-shape models with the payload beside"
+	@echo "                    rentune plan's prediction, force an OOM; writes \$$OUT/gpu_check.md (needs a GPU;"
+	@echo "                    GPU_CHECK_ARGS='--smoke' or '--models qwen2.5-0.5b' for a shorter run)"
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Rentune needs Python 3.11 or newer: install it and run make again, or set PYTHON=python3.12")'
@@ -60,6 +65,20 @@ test: lint typecheck imports pytest
 bench: $(VENV)/.test-installed
 	@bash installers/system-deps.sh test
 	$(PY) -m tests.benchmarks
+
+# The GPU check (tests/gpu/): wheels are fetched here, carried to a GPU machine without network, installed there
+# next to the image's own torch, transformers and peft (never replaced), then the check runs with the image's Python.
+GPU_PYTHON ?= python3
+GPU_CHECK_ARGS ?=
+
+gpu-wheels: $(VENV)/.test-installed
+	$(PY) -m tests.gpu.wheels download
+
+gpu-install:
+	$(GPU_PYTHON) -m tests.gpu.wheels install
+
+gpu-check: gpu-install
+	$(GPU_PYTHON) -m tests.gpu.gpu_check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,738 @@
+"""``make gpu-check``: the real payload on a real GPU, beside what ``rentune plan`` predicts for the same job.
+
+Builds random-weight models of real shapes (Qwen2.5 0.5B, 1.5B and 7B from the bundled catalog) with a tiny
+tokenizer, trains each with ``python -m trainer_payload run job.json`` for a few dozen steps per method (QLoRA, LoRA,
+full where the plan says it fits), reads peak memory and tokens/s from the payload's events and prints them beside
+the sizing core's prediction. It also forces a CUDA out-of-memory error (the payload must report ``error`` kind
+``oom`` with a hint) and shows that the image's torch, transformers and peft are the ones in use after the carried
+wheels were installed.
+
+``--smoke`` runs the same logic on a tiny model for a few steps, so it can be tested on a CPU: QLoRA and the OOM
+check are then reported as skipped. The report is Markdown, on stdout and in ``$OUT/gpu_check.md`` when ``OUT`` is
+set. Exit code: 0 when everything that ran behaved, 1 when a run failed or torch was replaced, 2 when the payload's
+packages are missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from desktop.core.sizing.architecture import Architecture, architecture_from_config
+from desktop.core.sizing.catalog import ModelCatalog
+from desktop.core.sizing.gpus import GpuSpec, find_gpu, gpus_from_json
+from desktop.core.sizing.plan import Workload, evaluate
+from desktop.core.sizing.setup import Method, TrainingSetup
+from tests.fixtures.chat_data import corpus_texts
+from tests.gpu.wheels import SITE_DIR
+from trainer_payload.protocol import EVENTS_FILE_NAME, read_events
+
+REPO = Path(__file__).resolve().parents[2]
+# The smallest first (a broken setup fails cheaply, and it carries the OOM check), then the 7B, the most telling.
+MODELS = ("qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-1.5b")
+METHODS = ("qlora", "lora", "full")
+SMOKE_MODEL = "tiny-llama"
+LORA_R = 16
+# Packages whose origin the report shows; the payload cannot start without the NEEDED ones.
+PROBED = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "bitsandbytes", "pyarrow", "pandas")
+NEEDED = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "pyarrow", "pandas")
+IMAGE_OWNED = ("torch", "transformers", "peft")
+NO_CUDA = "skipped (no CUDA)"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Sequence length, micro-batch and steps of a training job."""
+
+    seq_len: int
+    micro_batch: int
+    steps: int
+
+    def describe(self) -> str:
+        """``seq 2048 x batch 2, 24 steps``."""
+        return f"seq {self.seq_len} x batch {self.micro_batch}, {self.steps} steps"
+
+
+FULL_SHAPE = Shape(seq_len=2048, micro_batch=2, steps=20)
+SMOKE_SHAPE = Shape(seq_len=64, micro_batch=2, steps=3)
+# About a million tokens in one micro-batch: the logits alone of the 0.5B model need ~300 GB.
+OOM_SHAPE = Shape(seq_len=8192, micro_batch=128, steps=2)
+
+
+@dataclass
+class Outcome:
+    """What one payload run did, read from its events.
+
+    Attributes:
+        status: ``ok``, ``failed: ...`` or ``skipped...``.
+        peak_allocated_gb: Peak ``torch.cuda.max_memory_allocated`` over the training steps.
+        peak_reserved_gb: Peak ``torch.cuda.max_memory_reserved`` over the training steps.
+        tokens_per_s: Median training tokens/s after the first third of the steps.
+        final_loss: Loss of the last step.
+        steps: Steps reported.
+        seconds: Wall time of the payload process.
+        error_kind: ``kind`` of the error event, if any.
+        hint: ``hint`` of the error event, if any.
+        message: Message of the error event, or the log's tail when the payload died without one.
+    """
+
+    status: str
+    peak_allocated_gb: float | None = None
+    peak_reserved_gb: float | None = None
+    tokens_per_s: float | None = None
+    final_loss: float | None = None
+    steps: int = 0
+    seconds: float = 0.0
+    error_kind: str | None = None
+    hint: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the sizing core says about a job on the plan's GPU."""
+
+    total_gb: float
+    context_gb: float
+    fit: str
+    tokens_per_s: float
+
+
+@dataclass
+class Row:
+    """One line of the training table."""
+
+    model: str
+    method: str
+    shape: Shape
+    prediction: Prediction | None
+    outcome: Outcome
+
+
+@dataclass
+class Report:
+    """Everything the Markdown report shows."""
+
+    mode: str
+    facts: dict[str, Any]
+    plan_gpu: str
+    before: dict[str, Any] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    oom: Row | None = None
+    oom_note: str = ""
+    problems: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+# --- the machine and its packages ------------------------------------------------------------------------------------
+
+_PROBE = """
+import importlib.metadata, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        dist = importlib.metadata.distribution(name)
+        found[name] = {"version": dist.version, "where": str(dist.locate_file(""))}
+    except importlib.metadata.PackageNotFoundError:
+        found[name] = None
+import torch
+found["torch"] = {"version": torch.__version__, "where": torch.__file__}
+print(json.dumps(found))
+"""
+
+
+def python_env(site: Path | None) -> dict[str, str]:
+    """The environment of the payload: the carried site folder first (when given and present), then the repo."""
+    paths = [str(site)] if site is not None and site.is_dir() else []
+    paths.append(str(REPO))
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1"
+    )
+    return env
+
+
+def probe_packages(site: Path | None) -> dict[str, Any]:
+    """Version and location of each probed package (torch by import: its module file), with or without ``site``."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, *PROBED],
+        env=python_env(site),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def machine_facts() -> dict[str, Any]:
+    """Python, torch, CUDA and the GPU, as this process sees them."""
+    import torch
+
+    facts: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": False}
+    if not torch.cuda.is_available():
+        return facts
+    props = torch.cuda.get_device_properties(0)
+    facts.update(
+        cuda=True, cuda_version=torch.version.cuda, gpu=props.name, gpu_gib=round(props.total_memory / 2**30, 1)
+    )
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False).stdout
+        facts["driver"] = out.strip().splitlines()[0] if out.strip() else None
+    return facts
+
+
+def missing_packages(after: dict[str, Any]) -> list[str]:
+    """The packages the payload needs that the environment lacks."""
+    return [name for name in NEEDED if not after.get(name)]
+
+
+# --- the sizing core's side ------------------------------------------------------------------------------------------
+
+
+def load_resource(name: str) -> dict[str, Any]:
+    """A bundled JSON resource, read from the repository the check runs in."""
+    return dict(json.loads((REPO / "resources" / name).read_text(encoding="utf-8")))
+
+
+def plan_gpu(facts: dict[str, Any], wanted: str | None) -> tuple[GpuSpec, str]:
+    """The GPU the predictions are for: ``--gpu``, else the card found, else the H200; with a note on the choice."""
+    gpus = gpus_from_json(load_resource("gpus.json"))
+    for name, note in ((wanted, "asked with --gpu"), (facts.get("gpu"), "the card found")):
+        if name:
+            spec = find_gpu(gpus, str(name))
+            if spec is not None:
+                return spec, f"{spec.name} ({note})"
+    fallback = find_gpu(gpus, "h200")
+    assert fallback is not None, "resources/gpus.json lost its H200 entry"
+    return fallback, f"{fallback.name} (no card in resources/gpus.json matched {facts.get('gpu') or 'a CPU'})"
+
+
+def predict(arch: Architecture, method: str, shape: Shape, gpu: GpuSpec) -> Prediction:
+    """``rentune plan``'s memory, fit and speed for the payload's settings on one GPU."""
+    setup = TrainingSetup(
+        method=Method(method), lora_r=LORA_R, seq_len=shape.seq_len, micro_batch=shape.micro_batch, grad_accum=1
+    )
+    option = evaluate(arch, setup, gpu, Workload())
+    memory = option.memory
+    return Prediction(memory.per_gpu_total, memory.items["cuda_context"], option.fit.value, option.tokens_per_s)
+
+
+# --- models and data -------------------------------------------------------------------------------------------------
+
+
+def catalog_config(alias: str) -> dict[str, Any]:
+    """The stored ``config.json`` fields of a catalog model."""
+    data = load_resource("models.json")
+    entry = ModelCatalog.from_json(data).entry(alias)
+    if entry is None:
+        raise SystemExit(f"{alias} is not in resources/models.json; pick a catalog alias")
+    return dict(next(raw["config"] for raw in data["models"] if raw["id"] == entry.id))
+
+
+def build_real_shape_model(alias: str, folder: Path) -> Architecture:
+    """Saves a random-weight bf16 model of the catalog entry's shape, with the tiny tokenizer; returns its shape.
+
+    The weights are created on the GPU (seconds even for 7B), then written as safetensors.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.fixtures.tiny_models import save_tokenizer
+
+    raw = catalog_config(alias)
+    model_type = raw.pop("model_type")
+    ids = save_tokenizer(folder, "qwen2" if model_type == "qwen2" else "llama")
+    config = AutoConfig.for_model(model_type, **raw, eos_token_id=ids.eos, pad_token_id=ids.pad, bos_token_id=None)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(folder, safe_serialization=True)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return saved_architecture(folder, alias)
+
+
+def build_smoke_model(folder: Path) -> Architecture:
+    """The tests' tiny Llama (random weights, ~150k parameters)."""
+    from tests.fixtures.tiny_models import build_tiny_model
+
+    build_tiny_model(folder)
+    return saved_architecture(folder, SMOKE_MODEL)
+
+
+def saved_architecture(folder: Path, name: str) -> Architecture:
+    """The sizing core's view of a saved model, from its ``config.json``."""
+    return architecture_from_config(json.loads((folder / "config.json").read_text(encoding="utf-8")), name)
+
+
+def long_text(rng: random.Random, chars: int, words: list[str]) -> str:
+    """Random words from the tokenizer's corpus, about ``chars`` characters."""
+    picked: list[str] = []
+    length = 0
+    while length < chars:
+        word = rng.choice(words)
+        picked.append(word)
+        length += len(word) + 1
+    return " ".join(picked)
+
+
+def write_dataset(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:
+    """Chat rows whose assistant turn is longer than ``seq_len`` tokens, so every sequence is full after truncation.
+
+    The tiny tokenizer makes about one token of 2.5 characters: four characters per token leaves a margin.
+    """
+    rng = random.Random(seed)
+    words = sorted({word for text in corpus_texts() for word in text.split()})
+    with path.open("w", encoding="utf-8") as handle:
+        for _ in range(rows):
+            messages = [
+                {"role": "user", "content": long_text(rng, 24, words)},
+                {"role": "assistant", "content": long_text(rng, 4 * shape.seq_len, words)},
+            ]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    return path
+
+
+# --- running the payload ---------------------------------------------------------------------------------------------
+
+
+def write_job(folder: Path, model_dir: Path, method: str, shape: Shape, rows: int) -> Path:
+    """A job.json for the payload, with a dataset of ``rows`` examples beside it (the trainer cycles through it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_dataset(folder / "train.jsonl", shape, rows)
+    job = {
+        "base_model": str(model_dir),
+        "train_file": "train.jsonl",
+        "output_dir": "out",
+        "method": method,
+        "lora_r": LORA_R,
+        "seq_len": shape.seq_len,
+        "micro_batch": shape.micro_batch,
+        "grad_accum": 1,
+        "max_steps": shape.steps,
+        "learning_rate": 1e-5 if method == "full" else 1e-4,
+        "warmup_ratio": 0.0,
+        "checkpoint_steps": 0,
+        "checkpoint_minutes": 0,
+    }
+    (folder / "job.json").write_text(json.dumps(job, indent=1), encoding="utf-8")
+    return folder / "job.json"
+
+
+def run_payload(job: Path, env: dict[str, str], timeout: float) -> tuple[int | None, float, Path]:
+    """Runs ``python -m trainer_payload run job.json``; returns the exit code (None on timeout), seconds and log."""
+    log = job.parent / "payload.log"
+    started = time.monotonic()
+    with log.open("wb") as handle:
+        try:
+            code: int | None = subprocess.run(
+                [sys.executable, "-m", "trainer_payload", "run", str(job)],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=job.parent,
+                timeout=timeout,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    return code, round(time.monotonic() - started, 1), log
+
+
+def _peak(steps: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(e[key]) for e in steps if e.get(key) is not None]
+    return max(values) if values else None
+
+
+def _median_rate(steps: list[dict[str, Any]]) -> float | None:
+    rates = [float(e["tokens_per_s"]) for e in steps if e.get("tokens_per_s")]
+    settled = rates[len(rates) // 3 :]  # the first steps pay for allocation and kernel selection
+    return round(statistics.median(settled), 1) if settled else None
+
+
+def log_tail(log: Path, lines: int = 15) -> str:
+    """The last lines of a payload log."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def outcome_of(events: list[dict[str, Any]], code: int | None, seconds: float, log: Path) -> Outcome:
+    """Turns a run's events into an :class:`Outcome`."""
+    steps = [e for e in events if e["event"] == "step"]
+    error = next((e for e in events if e["event"] == "error"), None)
+    done = next((e for e in events if e["event"] == "done"), None)
+    outcome = Outcome(
+        status="ok",
+        peak_allocated_gb=_peak(steps, "gpu_mem_allocated_gb") or (error or {}).get("peak_gpu_gb"),
+        peak_reserved_gb=_peak(steps, "gpu_mem_reserved_gb"),
+        tokens_per_s=_median_rate(steps),
+        final_loss=steps[-1]["loss"] if steps else None,
+        steps=len(steps),
+        seconds=seconds,
+    )
+    if error is not None:
+        outcome.status = f"failed: {error.get('kind')}"
+        outcome.error_kind, outcome.hint, outcome.message = error.get("kind"), error.get("hint"), error.get("message")
+    elif done is None:
+        outcome.status = "failed: timed out" if code is None else f"failed: exit {code} without a done event"
+        outcome.message = log_tail(log)
+    return outcome
+
+
+def judge_oom(outcome: Outcome) -> str:
+    """The status of the forced-OOM run: it must end as an ``error`` event of kind ``oom`` with a hint."""
+    if outcome.error_kind == "oom":
+        return "ok: ended as error kind oom, with a hint" if outcome.hint else "failed: oom without a hint"
+    if outcome.status == "ok":
+        return "failed: trained without running out of memory"
+    return outcome.status
+
+
+def train(model_dir: Path, method: str, shape: Shape, folder: Path, env: dict[str, str], timeout: float) -> Outcome:
+    """Writes the job, runs the payload and reads its events; drops the trained output (disk), keeps the events."""
+    rows = shape.micro_batch * min(shape.steps, 4) if shape.micro_batch < 64 else shape.micro_batch
+    job = write_job(folder, model_dir, method, shape, rows)
+    code, seconds, log = run_payload(job, env, timeout)
+    events, _ = read_events(folder / "out" / EVENTS_FILE_NAME)
+    for heavy in ("model", "adapter", "checkpoints"):
+        shutil.rmtree(folder / "out" / heavy, ignore_errors=True)
+    return outcome_of(events, code, seconds, log)
+
+
+# --- the check -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    """One run of the GPU check: its options, the environment and the report it fills."""
+
+    smoke: bool
+    site: Path
+    workdir: Path
+    budget_s: float
+    run_timeout_s: float
+    gpu: GpuSpec
+    report: Report
+    out: Path | None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def cuda(self) -> bool:
+        """Whether the machine has a CUDA GPU."""
+        return bool(self.report.facts.get("cuda"))
+
+    def elapsed(self) -> float:
+        """Seconds since the check started."""
+        return time.monotonic() - self.started
+
+    def skip_reason(self, method: str, prediction: Prediction | None) -> str | None:
+        """Why a run is not attempted, or None."""
+        if method == "qlora" and not self.cuda:
+            return NO_CUDA
+        if method == "qlora" and not self.report.after.get("bitsandbytes"):
+            return "skipped: bitsandbytes is not installed (carry its wheel: make gpu-wheels)"
+        if prediction is not None and prediction.fit == "does not fit":
+            return f"skipped: plan predicts it does not fit ({prediction.total_gb:.1f} GB)"
+        if self.elapsed() > self.budget_s:
+            return f"skipped: time budget of {self.budget_s:.0f} s spent"
+        return None
+
+    def run_case(self, model_dir: Path, arch: Architecture, method: str, shape: Shape) -> Row:
+        """Predicts, then trains (or says why not) one model with one method."""
+        prediction = predict(arch, method, shape, self.gpu)
+        reason = self.skip_reason(method, prediction)
+        if reason is not None:
+            return Row(arch.name, method, shape, prediction, Outcome(status=reason))
+        folder = self.workdir / f"{arch.name}-{method}"
+        timeout = max(90.0, min(self.run_timeout_s, self.budget_s + 90 - self.elapsed()))
+        outcome = train(model_dir, method, shape, folder, python_env(self.site), timeout)
+        self.keep_log(folder / "payload.log", f"{arch.name}-{method}", outcome)
+        return Row(arch.name, method, shape, prediction, outcome)
+
+    def keep_log(self, log: Path, name: str, outcome: Outcome) -> None:
+        """Copies the payload log of a failed run next to the report."""
+        if self.out is not None and outcome.status.startswith("failed") and log.exists():
+            logs = self.out.parent / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / f"{name}.log").write_text(log_tail(log, 200), encoding="utf-8")
+
+    def run_oom(self, model_dir: Path, arch: Architecture) -> None:
+        """Forces a CUDA OOM with a full fine-tune far too big for the card; the payload must say ``oom``."""
+        prediction = predict(arch, "full", OOM_SHAPE, self.gpu)
+        folder = self.workdir / f"{arch.name}-oom"
+        outcome = train(model_dir, "full", OOM_SHAPE, folder, python_env(self.site), self.run_timeout_s)
+        outcome.status = judge_oom(outcome)
+        self.keep_log(folder / "payload.log", f"{arch.name}-oom", outcome)
+        self.report.oom = Row(arch.name, "full", OOM_SHAPE, prediction, outcome)
+
+    def save(self) -> None:
+        """Writes the report so far (a check cut short still leaves what it measured)."""
+        self.report.elapsed_s = round(self.elapsed(), 1)
+        if self.out is not None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.out.write_text(render(self.report), encoding="utf-8")
+            self.out.with_suffix(".json").write_text(json.dumps(asdict(self.report), indent=1, default=str))
+
+
+def run_model(check: Check, model: str, methods: tuple[str, ...], shape: Shape, oom: bool) -> None:
+    """Builds one model, runs its methods (and the OOM check when asked), then deletes it."""
+    folder = check.workdir / "models" / model
+    try:
+        arch = build_smoke_model(folder) if check.smoke else build_real_shape_model(model, folder)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row of the report, not a crash
+        check.report.problems.append(f"building {model} failed: {type(exc).__name__}: {exc}")
+        return
+    for method in methods:
+        check.report.rows.append(check.run_case(folder, arch, method, shape))
+        check.save()
+    if oom:
+        check.run_oom(folder, arch)
+        check.save()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], shape: Shape) -> None:
+    """Every model and method in order; the OOM check rides on the first model."""
+    oom_wanted = check.cuda and not check.smoke
+    if not check.cuda:
+        check.report.oom_note = NO_CUDA
+    elif check.smoke:
+        check.report.oom_note = "skipped (smoke mode: the tiny model cannot exhaust a GPU)"
+    for index, model in enumerate(models):
+        if check.elapsed() > check.budget_s:
+            skipped = Outcome(status=f"skipped: time budget of {check.budget_s:.0f} s spent")
+            check.report.rows += [Row(model, method, shape, None, skipped) for method in methods]
+            continue
+        run_model(check, model, methods, shape, oom=oom_wanted and index == 0)
+
+
+def exit_code(report: Report) -> int:
+    """1 when a run failed, the OOM check failed, a model could not be built or torch was replaced; else 0."""
+    rows = [*report.rows, *([report.oom] if report.oom else [])]
+    failed = any(row.outcome.status.startswith("failed") for row in rows)
+    return 1 if failed or report.problems or replaced(report) else 0
+
+
+def replaced(report: Report) -> list[str]:
+    """The image-owned packages whose version or location changed once the carried wheels are on the path."""
+    return [name for name in IMAGE_OWNED if report.before.get(name) != report.after.get(name)]
+
+
+# --- the report ------------------------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _gb(value: float | None) -> str:
+    """GB with two decimals, or three significant digits below 1 GB (the smoke model needs a few MB)."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.2f}" if value >= 1 else f"{value:.3g}"
+
+
+def _ratio(measured: float | None, predicted: float | None) -> str:
+    if not measured or predicted is None:
+        return "n/a"
+    return f"{(predicted - measured) / measured:+.0%}"
+
+
+def _package_cell(info: dict[str, Any] | None) -> str:
+    return "absent" if not info else f"{info['version']} (`{info['where']}`)"
+
+
+def render_packages(report: Report) -> list[str]:
+    """The packages before and after the carried wheels, and the torch verdict."""
+    lines = ["## Packages: the image's torch stays in place", ""]
+    lines += ["| package | image alone | with the carried wheels |", "|---|---|---|"]
+    for name in PROBED:
+        before, after = report.before.get(name), report.after.get(name)
+        same = "same" if before == after and before else _package_cell(after)
+        lines.append(f"| {name} | {_package_cell(before)} | {same} |")
+    changed = replaced(report)
+    torch = report.after.get("torch") or {}
+    verdict = (
+        f"REPLACED: {', '.join(changed)} changed once the carried wheels are on the path."
+        if changed
+        else f"torch unchanged: {torch.get('version')} from `{torch.get('where')}` before and after."
+    )
+    return [*lines, "", verdict, ""]
+
+
+def render_training(report: Report) -> list[str]:
+    """The training table: measured beside the plan."""
+    lines = [
+        f"## Training: measured beside `rentune plan` ({report.plan_gpu}, 1 GPU)",
+        "",
+        f"LoRA r {LORA_R} on all linear layers, dropout 0.05, gradient checkpointing, grad-accum 1, the payload's "
+        "precision (bf16 on the GPU). Memory: the peak `torch.cuda.max_memory_reserved` over the steps beside the "
+        "plan's total without its CUDA context term (not in torch's counters); error = (plan - measured) / measured. "
+        "tokens/s: median over the steps after the first third.",
+        "",
+        "| model | method | shape | status | reserved GB | allocated GB | plan GB | plan fit | memory error "
+        "| tokens/s | plan tokens/s | speed error | final loss | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    compare = bool(report.facts.get("cuda"))  # a CPU's memory and speed say nothing about a GPU's prediction
+    lines += [_training_line(row, compare) for row in report.rows]
+    failed = [row for row in report.rows if row.outcome.status.startswith("failed")]
+    if failed:
+        lines += ["", "Failures (payload logs in `logs/` beside this report):", ""]
+        lines += [f"- {row.model} {row.method}: {_one_line(row.outcome.message)}" for row in failed]
+    return [*lines, ""]
+
+
+def _one_line(message: str | None, limit: int = 300) -> str:
+    text = " ".join((message or "no message").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _training_line(row: Row, compare: bool) -> str:
+    o, p = row.outcome, row.prediction
+    plan_gb = None if p is None else p.total_gb - p.context_gb
+    cells = [
+        row.model,
+        row.method,
+        row.shape.describe(),
+        o.status,
+        _gb(o.peak_reserved_gb),
+        _gb(o.peak_allocated_gb),
+        _gb(plan_gb),
+        p.fit if p else "n/a",
+        _ratio(o.peak_reserved_gb, plan_gb) if compare else "n/a",
+        _num(o.tokens_per_s, 0),
+        _num(p.tokens_per_s if p else None, 0),
+        _ratio(o.tokens_per_s, p.tokens_per_s if p else None) if compare else "n/a",
+        _num(o.final_loss, 3),
+        _num(o.seconds, 0) if o.seconds else "",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_oom(report: Report) -> list[str]:
+    """The forced OOM: what the plan said and how the payload ended."""
+    lines = ["## Forced CUDA out-of-memory", ""]
+    if report.oom is None:
+        return [*lines, report.oom_note or "not run", ""]
+    row, o = report.oom, report.oom.outcome
+    plan = f"{row.prediction.fit} ({row.prediction.total_gb:,.0f} GB)" if row.prediction else "n/a"
+    lines += [
+        f"Job: {row.model} {row.method}, {row.shape.describe()}; plan: {plan}.",
+        "",
+        "| outcome | error kind | hint | peak allocated GB | message |",
+        "|---|---|---|---|---|",
+        f"| {o.status} | {o.error_kind or 'none'} | {o.hint or 'none'} | {_num(o.peak_allocated_gb, 2)} "
+        f"| {_one_line(o.message, 160) if o.message else ''} |",
+    ]
+    return [*lines, ""]
+
+
+def render(report: Report) -> str:
+    """The whole report as Markdown."""
+    facts = report.facts
+    device = (
+        f"{facts['gpu']} ({facts['gpu_gib']} GiB), driver {facts.get('driver')}, CUDA {facts.get('cuda_version')}"
+        if facts.get("cuda")
+        else "CPU (no CUDA)"
+    )
+    lines = [
+        "# Rentune GPU check",
+        "",
+        f"- mode: {report.mode}",
+        f"- device: {device}; Python {facts['python']}, torch {facts['torch']}",
+        f"- predictions for: {report.plan_gpu}",
+        f"- elapsed: {report.elapsed_s:.0f} s",
+        "",
+    ]
+    lines += [f"**Problem:** {problem}" for problem in report.problems]
+    lines += [""] if report.problems else []
+    return "\n".join([*lines, *render_packages(report), *render_training(report), *render_oom(report)])
+
+
+# --- command line ----------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The check's options."""
+    parser = argparse.ArgumentParser(prog="python -m tests.gpu.gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: tests the logic on a CPU")
+    parser.add_argument("--models", default=",".join(MODELS), help="catalog aliases; the first also runs the OOM check")
+    parser.add_argument("--methods", default=",".join(METHODS), help="qlora,lora,full")
+    parser.add_argument("--steps", type=int, help=f"training steps per run (default {FULL_SHAPE.steps})")
+    parser.add_argument("--seq-len", type=int, help=f"tokens per example (default {FULL_SHAPE.seq_len})")
+    parser.add_argument("--micro-batch", type=int, help=f"examples per step (default {FULL_SHAPE.micro_batch})")
+    parser.add_argument("--gpu", help="GPU of resources/gpus.json to predict for (default: the card found)")
+    parser.add_argument("--site", type=Path, default=SITE_DIR, help="where make gpu-install put the wheels")
+    parser.add_argument("--workdir", type=Path, help="scratch folder for models and runs (default: a temp folder)")
+    parser.add_argument("--out", type=Path, help="report file (default: $OUT/gpu_check.md when OUT is set)")
+    parser.add_argument("--budget-s", type=float, default=380.0, help="start no new run after this many seconds")
+    parser.add_argument("--run-timeout-s", type=float, default=240.0, help="limit of one payload run")
+    return parser.parse_args(argv)
+
+
+def training_shape(args: argparse.Namespace) -> Shape:
+    """The shape of the training runs: the mode's default with the options' overrides."""
+    base = SMOKE_SHAPE if args.smoke else FULL_SHAPE
+    return Shape(
+        seq_len=args.seq_len or base.seq_len,
+        micro_batch=args.micro_batch or base.micro_batch,
+        steps=args.steps or base.steps,
+    )
+
+
+def report_path(args: argparse.Namespace) -> Path | None:
+    """``--out``, else ``$OUT/gpu_check.md``, else nothing (stdout only)."""
+    if args.out:
+        return Path(args.out)
+    return Path(os.environ["OUT"]) / "gpu_check.md" if os.environ.get("OUT") else None
+
+
+def start(args: argparse.Namespace, workdir: Path) -> Check:
+    """Reads the machine and the packages, and sets up the check."""
+    facts = machine_facts()
+    gpu, gpu_note = plan_gpu(facts, args.gpu)
+    mode = "smoke (tiny model, logic check)" if args.smoke else "full (real shapes)"
+    report = Report(mode, facts, gpu_note, before=probe_packages(None), after=probe_packages(args.site))
+    return Check(args.smoke, args.site, workdir, args.budget_s, args.run_timeout_s, gpu, report, report_path(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the check; prints the report and returns the exit code."""
+    args = parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rentune-gpu-check-"))
+    try:
+        check = start(args, workdir)
+        missing = missing_packages(check.report.after)
+        if missing:
+            check.report.problems.append(
+                f"the payload cannot start: {', '.join(missing)} missing (see make gpu-wheels)"
+            )
+        else:
+            models = (SMOKE_MODEL,) if args.smoke else tuple(m for m in args.models.split(",") if m)
+            run_all(check, models, tuple(m for m in args.methods.split(",") if m), training_shape(args))
+        check.save()
+        print(render(check.report))
+        return 2 if missing else exit_code(check.report)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

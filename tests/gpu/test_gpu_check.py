@@ -1,0 +1,68 @@
+"""The GPU check's logic, run end to end on the CPU in ``--smoke`` mode (the real run needs a GPU machine)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gpu.gpu_check import REPO
+
+# Three payload processes and two probes: about a minute alone, several on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def table_rows(report: str, heading: str) -> list[list[str]]:
+    """The data rows of the first Markdown table after ``heading``, as lists of cells."""
+    section = report.split(heading, 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+
+
+@pytest.fixture(scope="module")
+def smoke_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("out")
+    env = os.environ | {"OUT": str(out), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.gpu.gpu_check", "--smoke", "--site", str(out / "no-site")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=False,
+    )
+    return result, out / "gpu_check.md"
+
+
+def test_smoke_mode_trains_lora_and_full_with_the_real_payload(smoke_report) -> None:
+    result, path = smoke_report
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = {row[1]: row for row in table_rows(path.read_text(), "## Training")}
+    assert set(rows) == {"qlora", "lora", "full"}
+    for method in ("lora", "full"):
+        model, _, shape, status, reserved, _, plan_gb, fit, _, tokens_per_s, plan_tokens_per_s = rows[method][:11]
+        assert (model, shape, status, fit) == ("tiny-llama", "seq 64 x batch 2, 3 steps", "ok", "fits")
+        assert reserved == "n/a"  # no GPU memory on a CPU
+        assert float(tokens_per_s.replace(",", "")) > 0
+        assert float(plan_gb) > 0 and float(plan_tokens_per_s.replace(",", "")) > 0
+    assert rows["qlora"][3] == "skipped (no CUDA)"
+
+
+def test_smoke_mode_skips_the_oom_check_without_cuda(smoke_report) -> None:
+    _, path = smoke_report
+    oom = path.read_text().split("## Forced CUDA out-of-memory", 1)[1]
+    assert oom.strip().splitlines()[0] == "skipped (no CUDA)"
+
+
+def test_smoke_mode_shows_torch_unchanged_and_writes_the_same_report_to_stdout(smoke_report) -> None:
+    result, path = smoke_report
+    report = path.read_text()
+    torch_row = next(row for row in table_rows(report, "## Packages") if row[0] == "torch")
+    assert torch_row[2] == "same"
+    assert "torch unchanged: " in report
+    assert report.strip() in result.stdout
+    assert path.with_suffix(".json").is_file()

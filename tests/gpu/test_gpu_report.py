@@ -1,0 +1,111 @@
+"""The GPU check's reading of payload events and its report, on the events a GPU run writes (no GPU needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.gpu.gpu_check import (
+    FULL_SHAPE,
+    OOM_SHAPE,
+    Check,
+    Outcome,
+    Prediction,
+    Report,
+    Row,
+    exit_code,
+    judge_oom,
+    outcome_of,
+    plan_gpu,
+    render,
+    run_all,
+)
+
+
+def step(number: int, allocated: float, reserved: float, rate: float | None) -> dict[str, object]:
+    return {
+        "event": "step",
+        "step": number,
+        "loss": 2.0 - number / 10,
+        "tokens_per_s": rate,
+        "gpu_mem_allocated_gb": allocated,
+        "gpu_mem_reserved_gb": reserved,
+    }
+
+
+GPU_FACTS = {"python": "3.12.3", "torch": "2.8.0+cu128", "cuda": True, "gpu": "NVIDIA H200", "gpu_gib": 139.8}
+TORCH = {"version": "2.8.0+cu128", "where": "/usr/lib/python3/site-packages/torch/__init__.py"}
+
+
+def test_outcome_of_a_finished_gpu_run_takes_the_peaks_and_the_settled_median_rate(tmp_path: Path) -> None:
+    rates = [None, 100.0, 900.0, 1000.0, 1100.0, 1000.0, 1200.0]
+    events = [step(i + 1, 10.0 + i, 12.0 + i, rate) for i, rate in enumerate(rates)]
+    events.append({"event": "done", "metrics": {}})
+    outcome = outcome_of(events, 0, 42.0, tmp_path / "payload.log")
+    assert outcome.status == "ok"
+    assert (outcome.peak_allocated_gb, outcome.peak_reserved_gb) == (16.0, 18.0)
+    assert outcome.tokens_per_s == 1050.0  # the first of the six rates is dropped as warm-up
+    assert outcome.steps == 7 and outcome.final_loss == 2.0 - 0.7
+
+
+def test_a_forced_oom_counts_only_when_the_payload_reports_kind_oom_with_a_hint(tmp_path: Path) -> None:
+    oom = {"event": "error", "kind": "oom", "message": "OutOfMemoryError: CUDA out of memory", "hint": "reduce it"}
+    outcome = outcome_of([oom], 1, 20.0, tmp_path / "payload.log")
+    assert (outcome.status, outcome.error_kind) == ("failed: oom", "oom")
+    assert judge_oom(outcome) == "ok: ended as error kind oom, with a hint"
+    assert judge_oom(Outcome(status="failed: oom", error_kind="oom")) == "failed: oom without a hint"
+    assert judge_oom(Outcome(status="ok")) == "failed: trained without running out of memory"
+    assert judge_oom(Outcome(status="failed: internal", error_kind="internal")) == "failed: internal"
+
+
+def test_a_payload_that_dies_without_events_is_a_failure_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "payload.log"
+    log.write_text("Traceback (most recent call last):\nImportError: libcudart.so.12: cannot open shared object\n")
+    outcome = outcome_of([], 1, 3.0, log)
+    assert outcome.status == "failed: exit 1 without a done event"
+    assert "libcudart" in (outcome.message or "")
+    assert outcome_of([], None, 240.0, log).status == "failed: timed out"
+
+
+def gpu_report() -> Report:
+    prediction = Prediction(total_gb=20.4, context_gb=0.4, fit="fits", tokens_per_s=2000.0)
+    measured = Outcome(status="ok", peak_allocated_gb=19.0, peak_reserved_gb=25.0, tokens_per_s=2500.0, seconds=61)
+    oom = Outcome(status="ok: ended as error kind oom, with a hint", error_kind="oom", hint="reduce it", message="x")
+    report = Report("full (real shapes)", GPU_FACTS, "H200 (the card found)", {"torch": TORCH}, {"torch": TORCH})
+    report.rows.append(Row("qwen2.5-7b", "lora", FULL_SHAPE, prediction, measured))
+    report.oom = Row("qwen2.5-0.5b", "full", OOM_SHAPE, Prediction(450.0, 0.4, "does not fit", 10.0), oom)
+    return report
+
+
+def test_the_gpu_report_sets_measurements_beside_the_plan() -> None:
+    text = render(gpu_report())
+    row = next(line for line in text.splitlines() if line.startswith("| qwen2.5-7b | lora"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[3:13] == ["ok", "25.00", "19.00", "20.00", "fits", "-20%", "2,500", "2,000", "-20%", "n/a"]
+    assert "torch unchanged: 2.8.0+cu128" in text
+    assert "plan: does not fit (450 GB)" in text
+    assert "| ok: ended as error kind oom, with a hint | oom | reduce it |" in text
+    assert exit_code(gpu_report()) == 0
+
+
+def test_a_replaced_torch_or_a_failed_run_fails_the_check() -> None:
+    replaced = gpu_report()
+    replaced.after = {"torch": {"version": "2.13.0", "where": "/repo/.gpu-site/site-packages/torch/__init__.py"}}
+    assert "REPLACED: torch changed once" in render(replaced)
+    assert exit_code(replaced) == 1
+    failed = gpu_report()
+    failed.rows[0].outcome = Outcome(status="failed: oom", message="OutOfMemoryError: CUDA out of memory")
+    assert "- qwen2.5-7b lora: OutOfMemoryError: CUDA out of memory" in render(failed)
+    assert exit_code(failed) == 1
+
+
+def test_models_past_the_time_budget_are_listed_as_skipped_not_failed(tmp_path: Path) -> None:
+    gpu, _ = plan_gpu(GPU_FACTS, None)
+    report = Report("full (real shapes)", GPU_FACTS, gpu.name, {"torch": TORCH}, {"torch": TORCH})
+    check = Check(False, tmp_path / "site", tmp_path, -1.0, 240.0, gpu, report, None)
+    run_all(check, ("qwen2.5-7b",), ("qlora", "lora"), FULL_SHAPE)
+    assert [(row.model, row.method, row.outcome.status) for row in report.rows] == [
+        ("qwen2.5-7b", "qlora", "skipped: time budget of -1 s spent"),
+        ("qwen2.5-7b", "lora", "skipped: time budget of -1 s spent"),
+    ]
+    assert "| qwen2.5-7b | lora | seq 2048 x batch 2, 20 steps | skipped: time budget" in render(report)
+    assert exit_code(report) == 0
