@@ -17,6 +17,7 @@ from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.services.draft_store import write_spec_toml
 from desktop.services.files import atomic_copy
 from desktop.services.logs import get_logger
+from desktop.core.sizing.report import format_hours
 from desktop.services.paths import app_paths
 from desktop.services.run_engine import RunError
 from desktop.ui.background import off_ui_thread, spawn
@@ -25,7 +26,6 @@ from desktop.ui.pages.wizard.sizing_step import (
     Sizing,
     SizingError,
     fit_text,
-    format_hours,
     option_label,
     read_manifest,
     size_draft,

@@ -28,6 +28,7 @@ from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, Workload, make_plan
+from desktop.core.sizing.report import format_hours
 from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.data_prepare import MANIFEST_NAME
 from desktop.services.logs import get_logger
@@ -89,12 +90,6 @@ class Sizing:
 def option_label(option: GpuOption) -> str:
     """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM (fsdp)``."""
     return gpu_pick_label(option.gpu.name, option.count, option.strategy.value)
-
-
-def format_hours(hours: float) -> str:
-    """``2 h 05 min`` or ``40 min``."""
-    whole = int(hours)
-    return f"{whole} h {round((hours - whole) * 60):02d} min" if whole else f"{max(1, round(hours * 60))} min"
 
 
 def fit_text(option: GpuOption) -> str:
