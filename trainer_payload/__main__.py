@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
+    boot.add_argument(
+        "--requirements", type=Path, help="pinned requirements to install (default: the payload's requirements.txt)"
+    )
     return parser
 
 
@@ -36,9 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.train import run_job
 
         return run_job(args.job)
-    from trainer_payload.bootstrap import bootstrap
+    from trainer_payload.bootstrap import REQUIREMENTS, bootstrap, enter_venv, in_venv_of
 
-    return bootstrap(args.job, dry_run=args.dry_run)
+    requirements = (args.requirements or REQUIREMENTS).resolve()
+    if args.dry_run or in_venv_of(args.job):
+        return bootstrap(args.job, dry_run=args.dry_run, requirements=requirements)
+    return enter_venv(args.job, requirements)
 
 
 if __name__ == "__main__":

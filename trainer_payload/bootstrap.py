@@ -1,15 +1,27 @@
 """``python -m trainer_payload bootstrap job.json``: make a stock PyTorch CUDA image ready to train, fast.
 
-Checks the driver and the torch already there (never replaces it), installs only the pinned packages that are
-missing (uv when available, pip otherwise), and downloads the model in parallel with the install. Each phase is a
-``state`` event with its duration.
+The app starts it detached and follows its ``state`` events (``installing`` step by step, ``downloading`` with bytes,
+then ``preparing`` with ``ready: true``) or its ``error`` event. It runs in two phases in one process:
+
+1. With the machine's Python, it creates the run's virtual environment (:data:`~trainer_payload.protocol.VENV_DIR`
+   next to ``job.json``) over that Python with its site-packages visible, so the image's torch is used as it is and
+   an externally managed system Python (PEP 668) is never installed into; then it re-runs itself with the venv's
+   Python.
+2. In the venv, it installs only the pinned packages that are missing, with pip under a constraints file that pins
+   the image's torch and CUDA libraries at their installed versions (nothing replaces them), and downloads the model
+   in parallel with the install.
 """
 
 from __future__ import annotations
 
+import collections
+import fnmatch
+import importlib
 import importlib.metadata
-import json
+import os
+import re
 import shutil
+import site
 import subprocess
 import sys
 import threading
@@ -17,12 +29,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer_payload.failures import hint
-from trainer_payload.protocol import EVENTS_FILE_NAME, ErrorKind, EventKind, EventWriter, JobState
+from trainer_payload.failures import classify, config_error, hint
+from trainer_payload.protocol import (
+    EVENTS_FILE_NAME,
+    VENV_DIR,
+    ErrorKind,
+    EventKind,
+    EventWriter,
+    JobSpec,
+    JobSpecError,
+    JobState,
+)
 
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 NEVER_INSTALL = {"torch", "torchvision", "torchaudio"}
+#: The image's own builds: pinned at their installed versions (with every ``nvidia-*`` library) for every install.
+KEPT_DISTRIBUTIONS = ("torch", "torchvision", "torchaudio", "triton")
+CONSTRAINTS_FILE_NAME = "pip-constraints.txt"
+LAYER_PTH_NAME = "rentune-base-site.pth"
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
+EXIT_READY, EXIT_FAILED = 0, 1
+#: Lines of pip's output an install error carries.
+PIP_TAIL_LINES = 12
+#: Seconds between two ``downloading`` progress events.
+PROGRESS_SECONDS = 5.0
 
 
 def pinned_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str]]:
@@ -64,79 +94,261 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
-def install_command(specs: list[str]) -> list[str]:
-    """Returns the install command: uv when the machine has it (much faster), pip otherwise."""
-    if shutil.which("uv"):
-        return ["uv", "pip", "install", "--python", sys.executable, *specs]
-    return [sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", *specs]
+def kept_distributions() -> list[str]:
+    """``name==version`` of the image's torch stack as installed: torch, torchvision, torchaudio, triton, nvidia-*."""
+    kept: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", str(dist.metadata["Name"] or "")).lower()
+        if name in KEPT_DISTRIBUTIONS or name.startswith("nvidia-"):
+            kept.setdefault(name, dist.version)  # the first one on the path is the one imported
+    return sorted(f"{name}=={version}" for name, version in kept.items())
 
 
-def _download(model: str, errors: list[BaseException]) -> None:
+def write_constraints(path: Path) -> Path:
+    """Writes the pip constraints file that keeps the image's torch stack as it is; returns its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{spec}\n" for spec in kept_distributions()), encoding="utf-8")
+    return path
+
+
+def install_command(specs: list[str], constraints: Path) -> list[str]:
+    """The pip command installing ``specs`` into this interpreter's environment, never changing the constraints.
+
+    pip, not uv: uv does not count the packages a ``--system-site-packages`` venv sees as installed
+    (astral-sh/uv#7358), so it would download a second torch into the venv instead of keeping the image's.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--constraint",
+        str(constraints),
+        *specs,
+    ]
+
+
+# -- phase 1: the run's venv over the machine's Python ---------------------------------------------------------
+
+
+def venv_of(job_path: Path) -> Path:
+    """The run's virtual environment: :data:`VENV_DIR` in the folder of ``job.json``."""
+    return job_path.resolve().parent / VENV_DIR
+
+
+def in_venv_of(job_path: Path) -> bool:
+    """Whether this interpreter is the run's venv (the bootstrap's second phase)."""
+    return Path(sys.prefix).resolve() == venv_of(job_path).resolve()
+
+
+def create_venv(venv: Path) -> Path:
+    """Creates (or keeps) a venv over this interpreter that sees its packages; returns the venv's Python.
+
+    ``--system-site-packages`` keeps the image's torch visible; the venv has no pip of its own, the interpreter's
+    is used (so a Python without ``ensurepip`` works too). ``venv`` bases a venv made from inside another venv on the
+    base Python, so in that case this venv's site-packages are added with a ``.pth`` file.
+
+    Raises:
+        subprocess.CalledProcessError: ``venv`` failed (its output is in ``stdout``).
+    """
+    command = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)]
+    subprocess.run(command, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
+    if sys.prefix != sys.base_prefix:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        layer = venv / "lib" / version / "site-packages" / LAYER_PTH_NAME
+        layer.write_text("".join(f"{path}\n" for path in site.getsitepackages()), encoding="utf-8")
+    return venv / "bin" / "python"
+
+
+def enter_venv(job_path: Path, requirements: Path = REQUIREMENTS) -> int:
+    """Creates the run's venv and continues the bootstrap in it, in this same process (the app follows its pid).
+
+    Returns:
+        The exit code, only when the venv could not be made (otherwise this process becomes the venv's Python).
+    """
+    spec = _load(job_path)
+    if isinstance(spec, int):
+        return spec
+    events = EventWriter(Path(spec.output_dir) / EVENTS_FILE_NAME)
+    venv = venv_of(job_path)
+    detail = f"creating the environment {VENV_DIR} over Python {sys.version.split()[0]} ({sys.executable})"
+    events.emit(EventKind.STATE, state=JobState.INSTALLING.value, step="environment", detail=detail)
     try:
-        from huggingface_hub import snapshot_download
+        python = create_venv(venv)
+    except subprocess.CalledProcessError as exc:
+        _install_failed(events, f"creating {venv}", str(exc.stdout) + str(exc.stderr))
+        return EXIT_FAILED
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    arguments = ["-m", "trainer_payload", "bootstrap", str(job_path.resolve()), "--requirements", str(requirements)]
+    sys.stdout.flush()
+    try:
+        os.execve(python, [str(python), *arguments], env)  # noqa: S606 - our own venv's Python, fixed arguments
+    except OSError as exc:
+        _install_failed(events, f"starting {python}", str(exc))
+    return EXIT_FAILED
 
-        snapshot_download(model, allow_patterns=MODEL_FILES)
-    except Exception as exc:  # noqa: BLE001 - reported as a download error event by the caller
-        errors.append(exc)
+
+# -- phase 2: install what is missing and download the model -----------------------------------------------------
 
 
-def _needs_download(model: str, job_dir: Path) -> bool:
-    return not (Path(model).exists() or (job_dir / model).exists())
+def bootstrap(job_path: Path, *, dry_run: bool = False, requirements: Path = REQUIREMENTS) -> int:
+    """Installs what this interpreter lacks and downloads the model; returns the exit code (0 when ready).
+
+    Every failure ends as an ``error`` event: ``config`` for a bad job file (exit 2), ``install`` when pip fails,
+    ``download`` when the model cannot be fetched.
+    """
+    spec = _load(job_path)
+    if isinstance(spec, int):
+        return spec
+    events = EventWriter(Path(spec.output_dir) / EVENTS_FILE_NAME)
+    try:
+        return _prepare(spec, events, requirements, dry_run=dry_run)
+    except Exception as exc:  # noqa: BLE001 - every failure must become an error event, never a silent crash
+        kind = classify(exc)
+        events.emit(EventKind.ERROR, kind=kind.value, message=f"{type(exc).__name__}: {exc}"[:2000], hint=hint(kind))
+        return EXIT_FAILED
 
 
-def bootstrap(job_path: Path, *, dry_run: bool = False) -> int:
-    """Prepares the machine for the job; returns 0 when ready."""
-    job = json.loads(job_path.read_text(encoding="utf-8"))
-    events = EventWriter((job_path.parent / job.get("output_dir", ".")).resolve() / EVENTS_FILE_NAME)
-    missing = missing_requirements(pinned_requirements())
-    events.emit(EventKind.STATE, state=JobState.INSTALLING.value, missing=missing, dry_run=dry_run, **machine_facts())
+def _load(job_path: Path) -> JobSpec | int:
+    """The job, or the exit code after its ``config`` error event."""
+    try:
+        return JobSpec.load(job_path)
+    except JobSpecError as exc:
+        return config_error(job_path, str(exc))
+
+
+def _prepare(spec: JobSpec, events: EventWriter, requirements: Path, *, dry_run: bool) -> int:
+    pins = pinned_requirements(requirements)
+    missing = missing_requirements(pins)
+    detail = f"{len(missing)} of {len(pins)} pinned packages to install" if missing else "every package is installed"
+    events.emit(
+        EventKind.STATE,
+        state=JobState.INSTALLING.value,
+        step="check",
+        detail=detail,
+        missing=missing,
+        dry_run=dry_run,
+        **machine_facts(),
+    )
     if dry_run:
-        return 0
+        return EXIT_READY
     started = time.monotonic()
-    hub_first = [spec for spec in missing if spec.lower().startswith("huggingface_hub")]
-    if hub_first and _run_install(hub_first, events):
-        return 1
-    errors: list[BaseException] = []
-    model = str(job.get("base_model", ""))
-    downloader = None
-    if model and _needs_download(model, job_path.parent):
-        downloader = threading.Thread(target=_download, args=(model, errors), daemon=True)
-        downloader.start()
-    rest = [spec for spec in missing if spec not in hub_first]
-    if rest and _run_install(rest, events):
-        return 1
+    constraints = write_constraints(Path(spec.output_dir) / CONSTRAINTS_FILE_NAME)
+    hub_first = [spec_ for spec_ in missing if spec_.lower().startswith("huggingface_hub")]
+    if hub_first and not _install(hub_first, constraints, events):
+        return EXIT_FAILED
+    download = _Download(spec.base_model) if not Path(spec.base_model).exists() else None
+    rest = [spec_ for spec_ in missing if spec_ not in hub_first]
+    if rest and not _install(rest, constraints, events):
+        return EXIT_FAILED
+    install_seconds = round(time.monotonic() - started, 2)
     events.emit(
-        EventKind.STATE,
-        state=JobState.DOWNLOADING.value,
-        model=model,
-        install_seconds=round(time.monotonic() - started, 2),
+        EventKind.STATE, state=JobState.DOWNLOADING.value, model=spec.base_model, install_seconds=install_seconds
     )
-    if downloader is not None:
-        downloader.join()
-    if errors:
-        events.emit(
-            EventKind.ERROR,
-            kind=ErrorKind.DOWNLOAD.value,
-            message=f"{type(errors[0]).__name__}: {errors[0]}"[:2000],
-            hint=hint(ErrorKind.DOWNLOAD),
-        )
-        return 1
+    error = download.wait(events) if download is not None else None
+    if error is not None:
+        message = f"{type(error).__name__}: {error}"[:2000]
+        events.emit(EventKind.ERROR, kind=ErrorKind.DOWNLOAD.value, message=message, hint=hint(ErrorKind.DOWNLOAD))
+        return EXIT_FAILED
+    ready_seconds = round(time.monotonic() - started, 2)
     events.emit(
-        EventKind.STATE,
-        state=JobState.PREPARING.value,
-        detail="machine ready",
-        ready_seconds=round(time.monotonic() - started, 2),
+        EventKind.STATE, state=JobState.PREPARING.value, detail="machine ready", ready=True, ready_seconds=ready_seconds
     )
-    return 0
+    return EXIT_READY
 
 
-def _run_install(specs: list[str], events: EventWriter) -> int:
-    result = subprocess.run(install_command(specs), capture_output=True, text=True, check=False)
-    if result.returncode:
-        events.emit(
-            EventKind.ERROR,
-            kind=ErrorKind.INTERNAL.value,
-            message=f"installing {' '.join(specs)} failed: {result.stderr[-1500:]}",
-            hint="check the machine's network and Python version; the image's torch was left as it was",
-        )
-    return result.returncode
+def _install(specs: list[str], constraints: Path, events: EventWriter) -> bool:
+    """Installs ``specs`` with pip, reporting each package it collects; False (after an error event) when it fails."""
+    detail = f"installing {', '.join(specs)}"
+    events.emit(EventKind.STATE, state=JobState.INSTALLING.value, step="packages", detail=detail)
+    tail: collections.deque[str] = collections.deque(maxlen=PIP_TAIL_LINES)
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        install_command(specs, constraints), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    ) as pip:
+        assert pip.stdout is not None  # set by stdout=PIPE
+        for line in pip.stdout:
+            sys.stdout.write(line)  # the whole output stays in the bootstrap's log
+            tail.append(line.rstrip())
+            if line.startswith("Collecting "):
+                events.emit(EventKind.STATE, state=JobState.INSTALLING.value, step="packages", detail=line.strip())
+    if pip.returncode:
+        return _install_failed(events, f"installing {' '.join(specs)}", "\n".join(tail))
+    return True
+
+
+def _install_failed(events: EventWriter, what: str, output: str) -> bool:
+    """Reports a failed install step with the last lines of its output."""
+    lines = [line for line in output.splitlines() if line.strip()][-PIP_TAIL_LINES:]
+    message = f"{what} failed:\n" + "\n".join(lines)[-1800:]
+    events.emit(EventKind.ERROR, kind=ErrorKind.INSTALL.value, message=message, hint=hint(ErrorKind.INSTALL))
+    return False
+
+
+class _Download:
+    """The model's download from the Hub, in a thread, its progress read from the Hub cache."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            importlib.invalidate_caches()  # huggingface_hub may have been installed a moment ago
+            from huggingface_hub import snapshot_download
+
+            snapshot_download(self.model, allow_patterns=MODEL_FILES)
+        except Exception as exc:  # noqa: BLE001 - reported as a download error event by wait()
+            self.error = exc
+
+    def wait(self, events: EventWriter) -> BaseException | None:
+        """Waits for the download, reporting bytes done (and the total when the Hub says); returns its error."""
+        total: int | None = None
+        self._thread.join(PROGRESS_SECONDS)
+        while self._thread.is_alive():
+            total = total or expected_bytes(self.model)
+            done = cached_bytes(self.model)
+            detail = f"downloading {self.model}: {done / 1e9:,.2f}" + (f" of {total / 1e9:,.2f} GB" if total else " GB")
+            events.emit(
+                EventKind.STATE,
+                state=JobState.DOWNLOADING.value,
+                model=self.model,
+                bytes_done=done,
+                bytes_total=total,
+                detail=detail,
+            )
+            self._thread.join(PROGRESS_SECONDS)
+        return self.error
+
+
+def expected_bytes(model: str) -> int | None:
+    """Size of the files the download fetches, from the Hub's file listing (None when the Hub does not say)."""
+    try:
+        from huggingface_hub import HfApi
+
+        siblings = HfApi().model_info(model, files_metadata=True).siblings or []
+    except Exception:  # noqa: BLE001 - progress is best effort; the download reports its own errors
+        return None
+    wanted = [s.size or 0 for s in siblings if any(fnmatch.fnmatch(s.rfilename, p) for p in MODEL_FILES)]
+    return sum(wanted) or None
+
+
+def cached_bytes(model: str, cache: Path | None = None) -> int:
+    """Bytes of the model in the Hub cache so far, files still being written (``.incomplete``) included."""
+    if cache is None:
+        from huggingface_hub import constants
+
+        cache = Path(constants.HF_HUB_CACHE)
+    blobs = cache / ("models--" + model.replace("/", "--")) / "blobs"
+    done = 0
+    for path in blobs.glob("*"):
+        try:
+            done += path.stat().st_size
+        except FileNotFoundError:  # renamed from .incomplete between the listing and now
+            continue
+    return done

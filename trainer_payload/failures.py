@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import errno
+import json
+from pathlib import Path
 
-from trainer_payload.protocol import ErrorKind, JobSpecError
+from trainer_payload.protocol import EVENTS_FILE_NAME, ErrorKind, EventKind, EventWriter, JobSpecError, JobState
+
+#: Exit code of a payload command whose job file is invalid.
+EXIT_CONFIG = 2
 
 
 class DataError(ValueError):
@@ -17,6 +22,10 @@ _HINTS = {
     ErrorKind.DOWNLOAD: "check the model id, the HF token for gated models, and the machine's network",
     ErrorKind.DISK: "the machine's disk is full: keep fewer checkpoints or rent more disk",
     ErrorKind.CONFIG: "fix the job settings named above",
+    ErrorKind.INSTALL: (
+        "the machine could not install the trainer's packages (pip's last lines above): check its network, disk "
+        "and Python version; the image's torch was left as it was"
+    ),
     ErrorKind.INTERNAL: "a bug or an environment problem: see the payload log; the run can be resumed",
 }
 
@@ -48,3 +57,20 @@ def classify(exc: BaseException) -> ErrorKind:
     } or (isinstance(exc, OSError) and "huggingface" in text):
         return ErrorKind.DOWNLOAD
     return ErrorKind.INTERNAL
+
+
+def output_dir_of(job_path: Path) -> Path:
+    """The output folder a job file names, read leniently (the job file's folder when it names none)."""
+    try:
+        raw = json.loads(job_path.read_text(encoding="utf-8"))
+        return (job_path.parent / str(raw["output_dir"])).resolve()
+    except (OSError, ValueError, KeyError, TypeError):
+        return job_path.resolve().parent
+
+
+def config_error(job_path: Path, message: str) -> int:
+    """Reports an invalid job file as a ``config`` error and a ``failed`` state; returns :data:`EXIT_CONFIG`."""
+    events = EventWriter(output_dir_of(job_path) / EVENTS_FILE_NAME)
+    events.emit(EventKind.ERROR, kind=ErrorKind.CONFIG.value, message=message, hint=hint(ErrorKind.CONFIG))
+    events.emit(EventKind.STATE, state=JobState.FAILED.value, reason=message)
+    return EXIT_CONFIG

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,10 @@ JOB_FILE_NAME = "job.json"
 CHECKPOINT_MARKER = "rentune_checkpoint.json"
 STOP_MARKER_NAME = "STOP_MACHINE"
 ADAPTER_DIR_NAME = "adapter"
+#: The payload's virtual environment, relative to the run folder (the folder of ``job.json``). The bootstrap
+#: creates it over the machine's Python; the trainer must run with :data:`VENV_PYTHON`.
+VENV_DIR = ".venv"
+VENV_PYTHON = f"{VENV_DIR}/bin/python"
 
 
 class JobState(StrEnum):
@@ -58,6 +64,7 @@ class ErrorKind(StrEnum):
     DOWNLOAD = "download"
     DISK = "disk"
     CONFIG = "config"
+    INSTALL = "install"
     INTERNAL = "internal"
 
 
@@ -112,17 +119,21 @@ class JobSpec:
     def from_dict(cls, data: dict[str, Any], base_dir: Path | None = None) -> JobSpec:
         """Validates a decoded ``job.json`` and resolves its relative paths against ``base_dir``.
 
+        A key whose value is ``null`` is not set: it takes its default.
+
         Raises:
-            JobSpecError: A key is unknown, missing or out of range; the message names it.
+            JobSpecError: A key is unknown, missing, of the wrong type or out of range; the message names it.
         """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise JobSpecError(f"unknown job keys: {', '.join(unknown)}")
-        missing = [k for k in ("base_model", "train_file", "output_dir") if not data.get(k)]
+        given = {key: value for key, value in data.items() if value is not None}
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [key for key in required if not given.get(key)]
         if missing:
             raise JobSpecError(f"missing job keys: {', '.join(missing)}")
-        spec = cls(**data)
+        spec = cls(**_checked_types(given))
         spec.validate()
         return spec.resolved(base_dir) if base_dir else spec
 
@@ -196,6 +207,49 @@ class JobSpec:
         return asdict(self)
 
 
+def _checked_types(values: dict[str, Any]) -> dict[str, Any]:
+    """The values with their types checked against the annotations of :class:`JobSpec` (ints become floats).
+
+    Raises:
+        JobSpecError: A value is not of its key's type; the message names the key.
+    """
+    declared = typing.get_type_hints(JobSpec)
+    checked = {}
+    for key, value in values.items():
+        if not _matches(value, declared[key]):
+            raise JobSpecError(f"{key} must be {_describe(declared[key])}, not {json.dumps(value)}")
+        checked[key] = float(value) if declared[key] is float else value
+    return checked
+
+
+def _matches(value: object, declared: Any) -> bool:
+    """Whether a decoded JSON value fits a type annotation (``bool`` is not a number here)."""
+    origin = typing.get_origin(declared)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in typing.get_args(declared))
+    if isinstance(value, bool) and declared is not bool:
+        return declared is Any
+    if origin in (list, dict):
+        items = typing.get_args(declared)[0]
+        return isinstance(value, origin) and (origin is dict or all(_matches(item, items) for item in value))
+    return declared is Any or isinstance(value, int | float if declared is float else declared)
+
+
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false", type(None): "null"}
+
+
+def _describe(declared: Any) -> str:
+    """A type annotation in words: ``str | list[str]`` is "text or a list of text"."""
+    origin = typing.get_origin(declared)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in typing.get_args(declared))
+    if origin is list:
+        return "a list of " + _describe(typing.get_args(declared)[0]).removeprefix("a ")
+    if origin is dict:
+        return "an object"
+    return _TYPE_WORDS.get(declared, str(declared))
+
+
 def _replace(spec: JobSpec, **changes: Any) -> JobSpec:
     return JobSpec(**{**asdict(spec), **changes})
 
@@ -214,29 +268,63 @@ class EventWriter:
     """Appends events to ``events.jsonl``, continuing the sequence numbers of an existing file.
 
     Each event is one ``write`` of a complete line followed by ``fsync``, so a reader never sees half an event
-    that stays half, and a crash loses at most the event being written.
+    that stays half, and a crash loses at most the event being written. A line torn by such a crash is ended
+    before the next event, so it costs only itself; readers skip it.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._seq = _last_seq(path)
+        self._torn = _ends_mid_line(path)
 
     def emit(self, kind: EventKind, /, **fields_: Any) -> dict[str, Any]:
         """Writes one event and returns it (``fields_`` may hold a ``kind`` of its own, as error events do)."""
         self._seq += 1
         event = {"ts": round(time.time(), 3), "seq": self._seq, "event": kind.value, **fields_}
         line = (json.dumps(event, default=str) + "\n").encode("utf-8")
+        if self._torn:
+            line = b"\n" + line
         with self.path.open("ab") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
+        self._torn = False
         return event
 
 
 def _last_seq(path: Path) -> int:
-    events, _ = read_events(path, 0)
-    return int(events[-1]["seq"]) if events else 0
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    return max((int(event["seq"]) for event in _parse_lines(data)), default=0)
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether the file's last line lacks its newline (a writer died mid-write)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    if size == 0:
+        return False
+    with path.open("rb") as handle:
+        handle.seek(size - 1)
+        return handle.read(1) != b"\n"
+
+
+def _parse_lines(data: bytes) -> list[dict[str, Any]]:
+    """The events in complete lines; a line that is not an event (torn by a crash, say) is skipped."""
+    events = []
+    for line in data.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("seq"), int) and isinstance(event.get("event"), str):
+            events.append(event)
+    return events
 
 
 def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -251,12 +339,14 @@ def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]
             data = handle.read()
     except FileNotFoundError:
         return [], offset
-    end = data.rfind(b"\n") + 1
-    events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
-    return events, offset + end
+    events, used = parse_event_lines(data)
+    return events, offset + used
 
 
 def parse_event_lines(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Parses complete event lines from a chunk of bytes; returns them and how many bytes they used."""
+    """Parses complete event lines from a chunk of bytes; returns them and how many bytes they used.
+
+    Lines that are not events (a line torn by a crash) are skipped.
+    """
     end = data.rfind(b"\n") + 1
-    return [json.loads(line) for line in data[:end].splitlines() if line.strip()], end
+    return _parse_lines(data[:end]), end

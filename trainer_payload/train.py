@@ -19,7 +19,7 @@ from typing import Any
 from trainer_payload.checkpoints import checkpoint_files, newest_complete, seal_checkpoint
 from trainer_payload.dataset import load_messages, to_prompt_completion
 from trainer_payload.engines import choose_engine, load_unsloth
-from trainer_payload.failures import classify, hint
+from trainer_payload.failures import classify, config_error, hint
 from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
@@ -33,7 +33,7 @@ from trainer_payload.protocol import (
     JobState,
 )
 
-EXIT_DONE, EXIT_FAILED, EXIT_CONFIG, EXIT_TERMINATED = 0, 1, 2, 143
+EXIT_DONE, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
 CHECKPOINT_DIR_NAME = "checkpoints"
 
 
@@ -300,16 +300,6 @@ class PayloadRun:
         return EXIT_DONE
 
 
-def _output_dir_of(job_path: Path) -> Path:
-    import json
-
-    try:
-        raw = json.loads(job_path.read_text(encoding="utf-8"))
-        return (job_path.parent / str(raw["output_dir"])).resolve()
-    except (OSError, ValueError, KeyError, TypeError):
-        return job_path.resolve().parent
-
-
 def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
     """Re-runs this job under ``accelerate launch`` on ``num_gpus`` processes (DDP, or FSDP when asked)."""
     command = [
@@ -348,13 +338,6 @@ def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
     return launcher.wait()
 
 
-def _config_error(job_path: Path, message: str) -> int:
-    events = EventWriter(_output_dir_of(job_path) / EVENTS_FILE_NAME)
-    events.emit(EventKind.ERROR, kind=ErrorKind.CONFIG.value, message=message, hint=hint(ErrorKind.CONFIG))
-    events.emit(EventKind.STATE, state=JobState.FAILED.value, reason=message)
-    return EXIT_CONFIG
-
-
 def run_job(job_path: Path) -> int:
     """Runs a job file to completion, reporting through ``events.jsonl``; returns the exit code."""
     stop = Stop()
@@ -362,12 +345,12 @@ def run_job(job_path: Path) -> int:
     try:
         spec = JobSpec.load(job_path)
     except JobSpecError as exc:
-        return _config_error(job_path, str(exc))
+        return config_error(job_path, str(exc))
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if spec.num_gpus > 1 and "LOCAL_RANK" not in os.environ:
         if spec.strategy == "fsdp" and not cuda_available():
-            return _config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")
+            return config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")
         return _launch_distributed(spec, job_path)
     writer: EventWriter = EventWriter(output_dir / EVENTS_FILE_NAME) if _is_main_process() else _SilentEvents()
     return _run_reporting(spec, writer, stop)

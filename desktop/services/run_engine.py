@@ -37,12 +37,23 @@ from desktop.services.run_keys import (
 from desktop.services.run_store import RunRecord, RunStore
 from desktop.services.secrets import SecretName, SecretStore, SecretStoreError
 from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
-from trainer_payload.protocol import CHECKPOINT_MARKER, EVENTS_FILE_NAME, JOB_FILE_NAME, parse_event_lines
+from trainer_payload.protocol import (
+    CHECKPOINT_MARKER,
+    EVENTS_FILE_NAME,
+    JOB_FILE_NAME,
+    VENV_PYTHON,
+    EventKind,
+    parse_event_lines,
+)
 
 Report = Callable[[str], None]
 _log = get_logger("engine")
 DRIVER_LOCK_NAME = ".driver.lock"
 _CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, RemoteError)
+#: On the machine, relative to the run's folder: the detached bootstrap's "pid seq" (seq: the last event before it
+#: began) and its output.
+BOOTSTRAP_MARKER = "out/bootstrap.pid"
+BOOTSTRAP_LOG = "out/bootstrap.log"
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,14 @@ class EngineOptions:
     def with_settings(self, settings: Settings) -> EngineOptions:
         """These options with the user's preferences applied (how many pulled checkpoints a run keeps)."""
         return replace(self, keep_local_checkpoints=settings.keep_local_checkpoints)
+
+
+@dataclass(frozen=True)
+class _Bootstrap:
+    """A bootstrap started on the machine: its process id and the sequence number of the last event before it."""
+
+    pid: int
+    after_seq: int
 
 
 class RunError(RuntimeError):
@@ -305,8 +324,10 @@ class RunEngine:
     async def _on_machine(self, run_id: str, machine: RemoteMachine) -> RunRecord:
         record = self.store.get(run_id)
         if record.pid is None:
-            await self._upload(run_id, machine)
-            problem = await self._bootstrap(run_id, machine)
+            started = await self._started_bootstrap(machine, record)
+            if started is None:  # a reconnect follows the bootstrap already started: no new upload, no second one
+                await self._upload(run_id, machine)
+            problem = await self._bootstrap(run_id, machine, started)
             if problem is not None:
                 return self._fail(run_id, problem)
             await self._launch(run_id, machine)
@@ -369,32 +390,86 @@ class RunEngine:
             token = ""
         return token + "\n"
 
-    async def _bootstrap(self, run_id: str, machine: RemoteMachine) -> str | None:
-        """Prepares the machine; returns why it failed (the payload's error and hint), or None when ready.
+    async def _bootstrap(self, run_id: str, machine: RemoteMachine, started: _Bootstrap | None) -> str | None:
+        """Prepares the machine detached and follows it; returns why it failed (the payload's error), None when ready.
 
-        A failed install is not a lost connection: retrying it would re-upload and re-install in a loop, billing.
+        The install and model download can take an hour: detached, they survive a sleeping laptop or a dropped
+        connection. A failed install is not a lost connection: retrying it would re-upload and re-install in a loop,
+        billing.
         """
+        if started is None:
+            started = await self._start_bootstrap(run_id, machine)
+        elif self.store.get(run_id).state is not RunState.BOOTSTRAPPING:
+            self.store.transition(run_id, RunState.BOOTSTRAPPING)
+        return await self._follow_bootstrap(run_id, machine, started)
+
+    async def _start_bootstrap(self, run_id: str, machine: RemoteMachine) -> _Bootstrap:
+        record = self.store.get(run_id)
+        # The old marker goes before the state says bootstrapping, so a reconnect never follows a finished one.
+        await machine.run(f"rm -f {shlex.quote(f'{record.remote_dir}/{BOOTSTRAP_MARKER}')}")
         record = self.store.transition(run_id, RunState.BOOTSTRAPPING)
-        command = _payload_command(record, f"bootstrap {JOB_FILE_NAME}")
-        try:
-            await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id), time_limit=3600)
-        except RemoteError as exc:
-            events = await self._read_events(run_id, machine) or []
-            error = next((e for e in reversed(events) if e["event"] == "error"), None)
-            if error is not None:
-                return (
-                    f"preparing the machine failed ({error.get('kind')}): {error.get('message')} — {error.get('hint')}"
-                )
-            return f"preparing the machine failed: {exc}; check [target] python and the machine's disk and network"
-        await self._read_events(run_id, machine)
+        launch = (
+            f"bootstrap {JOB_FILE_NAME} > {BOOTSTRAP_LOG} 2>&1 < /dev/null & "
+            f'echo "$! {record.last_seq}" > {BOOTSTRAP_MARKER}; echo $!'
+        )
+        command = _payload_command(record, launch, detached=True)
+        pid = int((await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id))).strip())
+        self.report(f"preparing the machine (pid {pid}): installing the trainer's packages, downloading the model")
+        return _Bootstrap(pid, record.last_seq)
+
+    async def _started_bootstrap(self, machine: RemoteMachine, record: RunRecord) -> _Bootstrap | None:
+        """The bootstrap to follow instead of starting one, if any.
+
+        That is one still running, or any while the run is bootstrapping (a finished one left its outcome in its
+        events).
+        """
+        marker = shlex.quote(f"{record.remote_dir}/{BOOTSTRAP_MARKER}")
+        started = _parse_bootstrap_marker(await machine.run(f"cat {marker} 2>/dev/null || true"))
+        if started is None:
+            return None
+        if record.state is RunState.BOOTSTRAPPING or await self._bootstrap_running(machine, started.pid):
+            return started
         return None
+
+    async def _bootstrap_running(self, machine: RemoteMachine, pid: int) -> bool:
+        cmdline = await machine.run(f"cat /proc/{int(pid)}/cmdline 2>/dev/null | tr '\\0' ' '; true")
+        return "trainer_payload bootstrap" in cmdline  # not another process that got the pid after a reboot
+
+    async def _follow_bootstrap(self, run_id: str, machine: RemoteMachine, started: _Bootstrap) -> str | None:
+        """Follows a bootstrap's events until it is ready (None) or failed (why); the UI's words come from them."""
+        mirrored = await asyncio.to_thread(mirrored_events, self.folder(run_id))
+        end = _bootstrap_end(mirrored, started.after_seq)  # read before the app was closed, not acted on
+        while end is None:
+            running = await self._bootstrap_running(machine, started.pid)  # asked first: its last words are read next
+            end = _bootstrap_end(await self._read_events(run_id, machine) or [], started.after_seq)
+            if end is not None:
+                break
+            if not running:
+                return await self._bootstrap_silent_end(run_id, machine)
+            await asyncio.sleep(self.options.poll_seconds)
+        if end["event"] == EventKind.ERROR:
+            return f"preparing the machine failed ({end.get('kind')}): {end.get('message')} — {end.get('hint')}"
+        return None
+
+    async def _bootstrap_silent_end(self, run_id: str, machine: RemoteMachine) -> str:
+        """Why a bootstrap that ended without a final event failed: the last lines of its log."""
+        log = shlex.quote(f"{self.store.get(run_id).remote_dir}/{BOOTSTRAP_LOG}")
+        output = await machine.run(f"tail -n 5 {log} 2>/dev/null; true")
+        tail = " | ".join(line.strip() for line in output.splitlines() if line.strip())[-800:] or "no output"
+        return (
+            f"preparing the machine failed: the bootstrap ended without a result ({tail}); "
+            "check [target] python and the machine's disk and network"
+        )
 
     async def _launch(self, run_id: str, machine: RemoteMachine) -> None:
         record = self.store.get(run_id)
         if record.state is not RunState.TRAINING:
             record = self.store.transition(run_id, RunState.TRAINING)
         command = _payload_command(
-            record, f"run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & echo $!", detached=True
+            record,
+            f"run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & echo $!",
+            detached=True,
+            python=VENV_PYTHON,
         )
         pid = int((await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id))).strip())
         self.store.update(run_id, pid=pid)
@@ -671,18 +746,40 @@ class RunEngine:
         return show
 
 
-def _payload_command(record: RunRecord, arguments: str, *, detached: bool = False) -> str:
+def _payload_command(record: RunRecord, arguments: str, *, detached: bool = False, python: str | None = None) -> str:
     """A shell command running the payload in the run's folder with the HF token read from stdin.
 
     The token arrives on stdin and lives only in the payload's environment: never in argv, never in a file.
+    ``python`` defaults to the target's (the bootstrap's); the trainer runs with the venv's, :data:`VENV_PYTHON`.
     """
-    python = shlex.quote(record.spec["python"])
+    python = shlex.quote(python or record.spec["python"])
     prefix = "mkdir -p out; " if detached else ""
     launcher = "setsid nohup " if detached else ""
     return (
         f"cd {shlex.quote(str(record.remote_dir))} || exit 1; {prefix}IFS= read -r HF_TOKEN; "
         '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
         f"PYTHONPATH=payload {launcher}{python} -m trainer_payload {arguments}"
+    )
+
+
+def _parse_bootstrap_marker(text: str) -> _Bootstrap | None:
+    """The bootstrap marker's "pid seq" (None when missing or not two numbers: the machine is untrusted)."""
+    parts = text.split()
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        return None
+    return _Bootstrap(int(parts[0]), int(parts[1]))
+
+
+def _bootstrap_end(events: list[dict[str, Any]], after_seq: int) -> dict[str, Any] | None:
+    """The event that ended the bootstrap begun after event ``after_seq``: its ``ready`` state or its error."""
+    return next(
+        (
+            e
+            for e in events
+            if int(e["seq"]) > after_seq
+            and (e["event"] == EventKind.ERROR or (e["event"] == EventKind.STATE and e.get("ready") is True))
+        ),
+        None,
     )
 
 

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from trainer_payload.protocol import EventKind, EventWriter, JobSpec, JobSpecError, read_events
+from trainer_payload.protocol import EventKind, EventWriter, JobSpec, JobSpecError, parse_event_lines, read_events
 
 BASE = {"base_model": "org/model", "train_file": "data/train.jsonl", "output_dir": "out"}
 
@@ -89,3 +92,88 @@ def test_events_continue_their_sequence_and_tail_from_an_offset(tmp_path: Path) 
 def test_error_events_carry_their_own_kind(tmp_path: Path) -> None:
     event = EventWriter(tmp_path / "e.jsonl").emit(EventKind.ERROR, kind="oom", message="m", hint="h")
     assert (event["event"], event["kind"]) == ("error", "oom")
+
+
+def test_null_optional_keys_take_their_defaults() -> None:
+    nulls = {"checkpoint_minutes": None, "epochs": None, "eval_file": None, "extra": None, "target_modules": None}
+    spec = JobSpec.from_dict(BASE | nulls)
+    defaults = JobSpec.from_dict(BASE)
+    assert spec == defaults and spec.checkpoint_minutes == 30.0 and spec.epochs == 3.0
+
+
+def test_a_null_required_key_is_missing() -> None:
+    with pytest.raises(JobSpecError, match="missing job keys: base_model"):
+        JobSpec.from_dict(BASE | {"base_model": None})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"lora_r": "16"}, 'lora_r must be a whole number, not "16"'),
+        ({"learning_rate": "fast"}, 'learning_rate must be a number, not "fast"'),
+        ({"checkpoint_minutes": "30"}, "checkpoint_minutes must be a number"),
+        ({"epochs": True}, "epochs must be a number, not true"),
+        ({"gradient_checkpointing": "yes"}, "gradient_checkpointing must be true or false"),
+        ({"target_modules": ["q_proj", 3]}, "target_modules must be text or a list of text"),
+        ({"eval_file": 7}, "eval_file must be text or null"),
+        ({"extra": []}, "extra must be an object"),
+        ({"base_model": 5}, "base_model must be text"),
+        ({"seed": 1.5}, "seed must be a whole number, not 1.5"),
+    ],
+)
+def test_a_wrong_type_names_the_key_and_the_type(change: dict[str, object], message: str) -> None:
+    with pytest.raises(JobSpecError) as caught:
+        JobSpec.from_dict(BASE | change)
+    assert str(caught.value).startswith(message)
+
+
+def test_whole_numbers_are_accepted_for_float_keys() -> None:
+    spec = JobSpec.from_dict(BASE | {"epochs": 2, "learning_rate": 1e-4, "checkpoint_minutes": 5})
+    assert (spec.epochs, spec.checkpoint_minutes) == (2.0, 5.0) and isinstance(spec.epochs, float)
+
+
+def test_payload_run_with_a_wrong_type_is_a_config_error_and_exit_2_without_traceback(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text(json.dumps(BASE | {"learning_rate": "fast"}))
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer_payload", "run", str(tmp_path / "job.json")],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    error = read_events(tmp_path / "out" / "events.jsonl")[0][0]
+    assert (error["event"], error["kind"]) == ("error", "config")
+    assert "learning_rate" in error["message"]
+
+
+TORN = b'{"ts": 1.0, "seq": 3, "event": "step", "st'
+
+
+def test_an_event_after_a_torn_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    writer = EventWriter(path)
+    writer.emit(EventKind.STATE, state="training")
+    writer.emit(EventKind.STEP, step=1, loss=2.0)
+    with path.open("ab") as handle:
+        handle.write(TORN)  # the payload died in the middle of this write
+    EventWriter(path).emit(EventKind.STEP, step=2, loss=1.5)
+    events, offset = read_events(path)
+    assert [(e["seq"], e.get("step")) for e in events] == [(1, None), (2, 1), (3, 2)], "contiguous, nothing glued"
+    assert offset == path.stat().st_size
+    EventWriter(path).emit(EventKind.STEP, step=3, loss=1.2)
+    assert path.read_bytes().count(b"\n\n") == 0, "a file that ends a line gets no extra newline"
+
+
+def test_malformed_lines_are_skipped_by_writers_and_readers(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    EventWriter(path).emit(EventKind.STATE, state="training")
+    with path.open("ab") as handle:
+        handle.write(TORN + b"\n" + b"not json\n" + b"[1, 2]\n" + b'{"seq": "x", "event": "step"}\n' + b"\xff\xfe\n")
+    event = EventWriter(path).emit(EventKind.STEP, step=1, loss=2.0)
+    assert event["seq"] == 2
+    data = path.read_bytes()
+    events, used = parse_event_lines(data)
+    assert [e["seq"] for e in events] == [1, 2] and used == len(data)
