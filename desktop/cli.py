@@ -198,9 +198,12 @@ def _run_gui(args: argparse.Namespace) -> int:
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
-    from desktop.services.environment import check_environment
+    import asyncio
 
-    checks = check_environment()
+    from desktop.services.environment import check_environment
+    from desktop.services.run_engine import run_key_checks
+
+    checks = check_environment() + asyncio.run(run_key_checks())  # run keys still on machines, after a cleanup
     if args.json:
         print(json.dumps([asdict(check) for check in checks], indent=2))
     else:

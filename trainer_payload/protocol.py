@@ -72,6 +72,148 @@ class JobSpecError(ValueError):
     """The job spec is invalid; the message names the key and what is allowed."""
 
 
+class EventError(ValueError):
+    """A line of ``events.jsonl`` is not a valid event (torn, not JSON, a field missing or of the wrong type)."""
+
+
+class UnsafePathError(EventError):
+    """An event names a file that is not a plain relative path inside its folder."""
+
+
+_NUMBER = (int, float)
+# The fields each kind of event must carry, and their JSON types; other fields are free.
+_REQUIRED_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
+    EventKind.STATE: {"state": (str,)},
+    EventKind.STEP: {"step": (int,), "loss": _NUMBER},
+    EventKind.EVAL: {"step": (int,), "eval_loss": _NUMBER},
+    EventKind.CHECKPOINT: {"step": (int,), "path": (str,), "bytes": (int,), "sha256": (dict,)},
+    EventKind.DONE: {"adapter_path": (str,), "files": (dict,)},
+    EventKind.ERROR: {"kind": (str,), "message": (str,)},
+}
+# Fields that may be missing or null, and their JSON types when present.
+_OPTIONAL_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
+    EventKind.STATE: {"reason": (str,)},
+    EventKind.STEP: {"total_steps": (int,), "epoch": _NUMBER, "lr": _NUMBER, "tokens_per_s": _NUMBER},
+    EventKind.EVAL: {},
+    EventKind.CHECKPOINT: {},
+    EventKind.DONE: {"bytes": (int,), "train_seconds": _NUMBER, "wall_seconds": _NUMBER, "metrics": (dict,)},
+    EventKind.ERROR: {"hint": (str,)},
+}
+_HEX = frozenset("0123456789abcdef")
+
+
+def validate_event(obj: object) -> dict[str, Any]:
+    """Checks a decoded event line against the protocol and returns it.
+
+    Every event has a number ``ts``, a positive whole ``seq`` and a known ``event``; each kind has its fields
+    (see ``_REQUIRED_FIELDS``). File names in ``checkpoint`` and ``done`` events must be plain relative paths.
+
+    Raises:
+        UnsafePathError: A file name could leave its folder.
+        EventError: The line is not a valid event; the message names the field.
+    """
+    if not isinstance(obj, dict):
+        raise EventError("an event must be a JSON object")
+    _check_field(obj, "ts", _NUMBER)
+    _check_field(obj, "seq", (int,))
+    _check_field(obj, "event", (str,))
+    if obj["seq"] < 1:
+        raise EventError(f"seq {obj['seq']} must be 1 or more")
+    try:
+        kind = EventKind(obj["event"])
+    except ValueError:
+        raise EventError(f"unknown event kind {obj['event']!r}") from None
+    for name, types in _REQUIRED_FIELDS[kind].items():
+        _check_field(obj, name, types)
+    for name, types in _OPTIONAL_FIELDS[kind].items():
+        if obj.get(name) is not None:
+            _check_field(obj, name, types)
+    if kind is EventKind.CHECKPOINT:
+        check_relative_path(obj["path"])
+        _check_digests(obj["sha256"])
+    elif kind is EventKind.DONE:
+        check_relative_path(obj["adapter_path"])
+        _check_digests(obj["files"])
+    return obj
+
+
+def _check_field(obj: dict[str, Any], name: str, types: tuple[type, ...]) -> None:
+    value = obj.get(name)
+    if isinstance(value, bool) or not isinstance(value, types):
+        wanted = " or ".join(t.__name__ for t in types)
+        raise EventError(f"{obj.get('event', 'event')} field {name!r} must be {wanted}, not {json.dumps(value)[:60]}")
+
+
+def _check_digests(files: dict[str, Any]) -> None:
+    for name, digest in files.items():
+        check_relative_path(name)
+        if not (isinstance(digest, str) and len(digest) == 64 and set(digest) <= _HEX):
+            raise EventError(f"the SHA-256 of {name!r} is not 64 hex digits")
+
+
+def check_relative_path(text: str) -> str:
+    """Returns ``text`` when it is a plain, normalised relative POSIX path that stays inside its folder.
+
+    Raises:
+        UnsafePathError: It is empty, absolute, has ``..``, ``.`` or empty parts, a backslash, a drive letter or a
+            control character.
+    """
+    problem = _path_problem(text)
+    if problem is not None:
+        raise UnsafePathError(f"{text!r} ({problem})")
+    return text
+
+
+def _path_problem(text: str) -> str | None:
+    parts = text.split("/")
+    checks = (
+        (not text, "it is empty"),
+        (text.startswith("/"), "it is absolute"),
+        ("\\" in text, "it has a backslash"),
+        (text[1:2] == ":", "it has a drive letter"),
+        (any(ord(char) < 32 for char in text), "it has a control character"),
+        (".." in parts, "it climbs out with '..'"),
+        (any(part in {"", "."} for part in parts), "it is not normalised"),
+    )
+    return next((why for bad, why in checks if bad), None)
+
+
+@dataclass(frozen=True)
+class EventChunk:
+    """Events parsed from a chunk of ``events.jsonl``.
+
+    Attributes:
+        events: The valid events of its complete lines, in order.
+        used: Bytes of the chunk those lines took (a trailing partial line is left for the next read).
+        skipped: Why each torn or malformed line was skipped, for the log.
+    """
+
+    events: list[dict[str, Any]]
+    used: int
+    skipped: list[str]
+
+
+def parse_event_chunk(data: bytes) -> EventChunk:
+    """Parses and validates the complete lines of a chunk; a torn or malformed line is skipped, not fatal.
+
+    Raises:
+        UnsafePathError: A line is a well-formed event naming an unsafe file (the sender is not to be trusted).
+    """
+    end = data.rfind(b"\n") + 1
+    events: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        try:
+            events.append(validate_event(json.loads(line)))
+        except UnsafePathError:
+            raise
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and protocol errors alike
+            skipped.append(f"{str(exc)[:200]} in {line[:80]!r}")
+    return EventChunk(events, end, skipped)
+
+
 METHODS = ("qlora", "lora", "full", "full-8bit")
 ENGINES = ("trl", "unsloth")
 STRATEGIES = ("ddp", "fsdp")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import shutil
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import asyncssh
 import filelock
@@ -25,7 +26,10 @@ from desktop.core.runs.progress import cost_so_far
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.core.settings import Settings
+from desktop.services.environment import EnvironmentCheck
 from desktop.services.logs import get_logger
+from desktop.services.paths import app_paths
+from desktop.services.run_failures import MACHINE_ERRORS, Backoff, PermanentError, classify
 from desktop.services.run_keys import (
     DEFAULT_AUTHORIZED_KEYS,
     create_run_key,
@@ -34,26 +38,34 @@ from desktop.services.run_keys import (
     load_run_key,
     remove_command,
 )
-from desktop.services.run_store import RunRecord, RunStore
+from desktop.services.run_store import InstalledKey, RunRecord, RunStore, UnknownRunError
 from desktop.services.secrets import SecretName, SecretStore, SecretStoreError
-from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
+from desktop.services.ssh_remote import READ_LIMIT, Endpoint, RemoteError, RemoteMachine, fingerprint
 from trainer_payload.protocol import (
     CHECKPOINT_MARKER,
     EVENTS_FILE_NAME,
     JOB_FILE_NAME,
     VENV_PYTHON,
+    EventError,
     EventKind,
-    parse_event_lines,
+    UnsafePathError,
+    check_relative_path,
+    parse_event_chunk,
+    validate_event,
 )
 
 Report = Callable[[str], None]
 _log = get_logger("engine")
 DRIVER_LOCK_NAME = ".driver.lock"
-_CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, RemoteError)
 #: On the machine, relative to the run's folder: the detached bootstrap's "pid seq" (seq: the last event before it
 #: began) and its output.
 BOOTSTRAP_MARKER = "out/bootstrap.pid"
 BOOTSTRAP_LOG = "out/bootstrap.log"
+#: Where the trainer's pid lives on the machine (relative to the run's folder): one trainer per folder.
+TRAINER_PID_FILE = "out/trainer.pid"
+_PID_MARKER = "RENTUNE_PID="
+#: States in which a run has ended for now: its key comes off the machine.
+ENDED = frozenset({*TERMINAL, RunState.FAILED})
 
 
 @dataclass(frozen=True)
@@ -137,8 +149,13 @@ def _endpoint(record: RunRecord) -> Endpoint:
     run_key = load_run_key(record.id) if record.spec.get("run_key_installed") else None
     if run_key is not None:
         keys.append(run_key)  # the run's own key first; the user's identity stays as the fallback
-    if identity:
+    if identity and Path(identity).is_file():
         keys.append(Path(identity))
+    elif identity and not keys:
+        raise PermanentError(
+            f"the key file {identity} does not exist; point [target] identity (or --identity) at your private key, "
+            "then resume the run"
+        )
     return Endpoint(host, port, user, tuple(keys))
 
 
@@ -157,6 +174,7 @@ class RunEngine:
         self.options = options or EngineOptions()
         self.report = report or (lambda _line: None)
         self._pull_lock = asyncio.Lock()
+        self._backoffs: dict[str, Backoff] = {}
 
     # -- creating and addressing runs ----------------------------------------------------------------------------
 
@@ -203,7 +221,8 @@ class RunEngine:
             self.store.delete(run_id)
         finally:
             lock.release()
-        delete_run_key(run_id)
+        if not self.store.installed_keys(run_id=run_id):
+            delete_run_key(run_id)  # a key still on a machine keeps its private half until it is removed there
 
     def prepare_resume(self, run_id: str) -> RunRecord:
         """Lets a failed run start its trainer again (from its newest checkpoint) when the user resumes it."""
@@ -249,45 +268,82 @@ class RunEngine:
         return lock
 
     async def _drive_locked(self, run_id: str) -> RunRecord:
-        started, delay = time.monotonic(), self.options.poll_seconds
-        while True:
-            try:
-                machine = await self._connect(run_id)
-            except HostKeyChangedError as exc:
-                return self._fail(run_id, str(exc))
-            except _CONNECTION_ERRORS as exc:
-                if time.monotonic() - started > self.options.grace_seconds:
-                    return self._pause(run_id, f"machine unreachable for {self.options.grace_seconds:.0f} s ({exc})")
-                self.report(f"cannot reach the machine ({type(exc).__name__}); retrying in {delay:.0f} s")
-                await asyncio.sleep(delay)
-                delay = min(30.0, delay * 2)  # exponential backoff
-                continue
-            delay = self.options.poll_seconds
-            try:
-                return await self._on_machine(run_id, machine)
-            except _CONNECTION_ERRORS as exc:
-                self.report(f"connection lost ({type(exc).__name__}: {exc}); reconnecting")
-                started = time.monotonic()
-            finally:
-                await _quietly_close(machine)
-
-    async def _connect(self, run_id: str) -> RemoteMachine:
-        record = self.store.get(run_id)
-        if record.state in {RunState.PLANNED, RunState.PAUSED}:
-            record = self.store.transition(run_id, RunState.CONNECTING)
-        machine = await RemoteMachine.connect(await asyncio.to_thread(_endpoint, record), record.host_key)
+        """Sessions on the machine until the run ends or pauses; passing failures are retried with backoff."""
+        backoff = self._backoffs[run_id] = Backoff(self.options.poll_seconds, self.options.grace_seconds)
         try:
-            return await self._settle_in(run_id, record, machine)
+            while True:
+                try:
+                    return await self._session(run_id)
+                except MACHINE_ERRORS as exc:
+                    verdict = classify(exc)
+                    if verdict.permanent:
+                        return self._fail(run_id, verdict.message)
+                    delay = backoff.next_delay()
+                    if delay is None:
+                        unreachable = f"machine unreachable for {backoff.failing_for():.0f} s ({verdict.message})"
+                        return self._pause(run_id, unreachable)
+                    self.report(f"cannot reach the machine ({verdict.message}); retrying in {delay:.1f} s")
+                    await asyncio.sleep(delay)
+        finally:
+            self._backoffs.pop(run_id, None)
+
+    def _made_progress(self, run_id: str) -> None:
+        """The machine works: a later failure starts a fresh grace period."""
+        backoff = self._backoffs.get(run_id)
+        if backoff is not None:
+            backoff.reset()
+
+    async def _session(self, run_id: str) -> RunRecord:
+        """One connection: works the run until it ends or pauses; its key comes off the machine when it ends.
+
+        Raises:
+            OSError, asyncssh.Error, RemoteError: The connection failed in a way reconnecting may fix.
+        """
+        if self.store.get(run_id).state in {RunState.PLANNED, RunState.PAUSED}:
+            self.store.transition(run_id, RunState.CONNECTING)  # only driving moves a run; pull and logs look
+        machine = await self._connect(run_id, install_key=True)
+        try:
+            try:
+                outcome = await self._on_machine(run_id, machine)
+            except MACHINE_ERRORS as exc:
+                verdict = classify(exc)
+                if not verdict.permanent:
+                    raise
+                outcome = self._fail(run_id, verdict.message)
+            if outcome.state in ENDED:
+                await self._release_key(run_id, machine)
+            return outcome
+        finally:
+            await _quietly_close(machine)
+
+    async def _connect(self, run_id: str, time_limit: float = 20, *, install_key: bool | None = None) -> RemoteMachine:
+        """Logs in (pinning or checking the host key) and settles in; never changes the run's state.
+
+        Args:
+            run_id: The run.
+            time_limit: Seconds the login may take.
+            install_key: Whether the run's own key is installed first; by default only while the run has not ended.
+        """
+        record = self.store.get(run_id)
+        endpoint = await asyncio.to_thread(_endpoint, record)
+        machine = await RemoteMachine.connect(endpoint, record.host_key, time_limit)
+        if install_key is None:
+            install_key = record.state not in ENDED
+        try:
+            return await self._settle_in(run_id, record, machine, install_key)
         except BaseException:
             await _quietly_close(machine)  # cancelled or failed half-way: never leave the connection open
             raise
 
-    async def _settle_in(self, run_id: str, record: RunRecord, machine: RemoteMachine) -> RemoteMachine:
+    async def _settle_in(
+        self, run_id: str, record: RunRecord, machine: RemoteMachine, install_key: bool = True
+    ) -> RemoteMachine:
         """Pins the host key, switches to the run's own key and finds the remote folder on a fresh connection."""
         if record.host_key is None:
             self.store.update(run_id, host_key=machine.host_key, fingerprint=fingerprint(machine.host_key))
             self.report(f"pinned host key of {record.target}: {fingerprint(machine.host_key)}")
-        if await self._install_run_key(run_id, machine):
+        await self._remove_stale_keys(run_id, machine)
+        if install_key and await self._install_run_key(run_id, machine):
             await _quietly_close(machine)  # from now on the run logs in with its own key
             endpoint = await asyncio.to_thread(_endpoint, self.store.get(run_id))
             machine = await RemoteMachine.connect(endpoint, machine.host_key)
@@ -301,28 +357,116 @@ class RunEngine:
             self.store.update(run_id, remote_dir=f"{base}/{run_id}")
         return machine
 
+    # -- the run's own SSH key ------------------------------------------------------------------------------------
+
     async def _install_run_key(self, run_id: str, machine: RemoteMachine) -> bool:
-        """Adds the run's public key to the machine once; True when it was just installed."""
+        """Adds the run's public key to the machine once; True when it was just installed.
+
+        The key is recorded as installed before the command runs, so an answer lost on the way still gets it
+        removed later.
+        """
         record = self.store.get(run_id)
-        public = record.spec.get("run_key_public")
-        if not public or record.spec.get("run_key_installed"):
+        target = record.target
+        if not target or self.store.installed_keys(target, run_id):
             return False
-        await machine.run(install_command(public, record.spec.get("authorized_keys") or DEFAULT_AUTHORIZED_KEYS))
+        public = record.spec.get("run_key_public")
+        if public and await asyncio.to_thread(load_run_key, run_id) is None:
+            public = await asyncio.to_thread(create_run_key, run_id)  # removed with an earlier ending: a new pair
+            record = self._set_spec(run_id, run_key_public=public)
+        if not public:
+            return False
+        authorized = record.spec.get("authorized_keys") or DEFAULT_AUTHORIZED_KEYS
+        identity = record.spec.get("identity")
+        self.store.remember_key(
+            InstalledKey(run_id, target, public, authorized, machine.host_key, identity, time.time())
+        )
+        await machine.run(install_command(public, authorized))
         self._set_spec(run_id, run_key_installed=True)
         self.report("installed this run's own SSH key on the machine (removed when the run ends)")
         return True
 
-    async def _remove_run_key(self, run_id: str, machine: RemoteMachine) -> None:
+    async def _release_key(self, run_id: str, machine: RemoteMachine) -> None:
+        """Removes the run's key from the machine; one that cannot be removed now is removed at the next contact."""
         record = self.store.get(run_id)
-        public = record.spec.get("run_key_public")
-        if public and record.spec.get("run_key_installed"):
-            authorized = record.spec.get("authorized_keys") or DEFAULT_AUTHORIZED_KEYS
-            await machine.run(remove_command(public, authorized), check=False)
-            self._set_spec(run_id, run_key_installed=False)
-        delete_run_key(run_id)
+        for key in self.store.installed_keys(record.target or "", run_id):
+            try:
+                await self._remove_key(machine, key)
+            except MACHINE_ERRORS as exc:
+                self.report(
+                    f"the run's SSH key could not be removed from the machine now ({classify(exc).message}); "
+                    "it is removed at the next contact (rentune doctor lists it)"
+                )
+                return
+        self._set_spec(run_id, run_key_installed=False)
+
+    async def _remove_key(self, machine: RemoteMachine, key: InstalledKey) -> None:
+        """Takes one recorded key off the machine and forgets it (and its private half once it is nowhere)."""
+        await machine.run(remove_command(key.public_key, key.authorized_keys), time_limit=60)
+        self.store.forget_key(key.run_id, key.target)
+        if not self.store.installed_keys(run_id=key.run_id):
+            await asyncio.to_thread(delete_run_key, key.run_id)
+
+    async def _remove_stale_keys(self, run_id: str, machine: RemoteMachine) -> None:
+        """Removes keys of ended runs that an earlier ending could not remove from this machine."""
+        record = self.store.get(run_id)
+        for key in self.store.installed_keys(record.target or ""):
+            if key.run_id == run_id or not self.is_stale_key(key):
+                continue
+            try:
+                await self._remove_key(machine, key)
+            except MACHINE_ERRORS as exc:
+                _log.warning("could not remove the key of run %s from %s: %s", key.run_id, key.target, exc)
+                return
+            self.report(f"removed the SSH key of ended run {key.run_id} from the machine")
+
+    def is_stale_key(self, key: InstalledKey) -> bool:
+        """Whether a recorded key belongs to a run that has ended (or was deleted) and that nobody follows."""
+        try:
+            state = self.store.get(key.run_id).state
+        except UnknownRunError:
+            return True
+        folder = self.store.runs_dir / key.run_id
+        if state not in ENDED or not folder.is_dir():
+            return state in ENDED
+        lock = filelock.FileLock(folder / DRIVER_LOCK_NAME, blocking=False)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            return False  # a resume of that run is under way: it uses the key
+        lock.release()
+        return True
+
+    async def remove_stale_keys(self, time_limit: float = 10) -> list[InstalledKey]:
+        """Removes the keys of ended runs from their machines where they can be reached; returns the keys left.
+
+        Each machine is logged in to as its run did (host key pinned, the run's key or the user's identity).
+        """
+        stale = [key for key in self.store.installed_keys() if self.is_stale_key(key)]
+        await asyncio.gather(*(self._remove_key_remotely(key, time_limit) for key in stale))
+        return self.store.installed_keys()
+
+    async def _remove_key_remotely(self, key: InstalledKey, time_limit: float) -> None:
+        from desktop.core.runs.spec import parse_ssh_url
+
+        user, host, port = parse_ssh_url(key.target)
+        run_key = await asyncio.to_thread(load_run_key, key.run_id)
+        keys = tuple(k for k in (run_key, Path(key.identity) if key.identity else None) if k is not None)
+        try:
+            machine = await RemoteMachine.connect(Endpoint(host, port, user, keys), key.host_key, time_limit)
+        except MACHINE_ERRORS as exc:
+            _log.info("cannot reach %s to remove the key of run %s: %s", key.target, key.run_id, exc)
+            return
+        try:
+            await self._remove_key(machine, key)
+        except MACHINE_ERRORS as exc:
+            _log.info("could not remove the key of run %s from %s: %s", key.run_id, key.target, exc)
+        finally:
+            await _quietly_close(machine)
 
     async def _on_machine(self, run_id: str, machine: RemoteMachine) -> RunRecord:
         record = self.store.get(run_id)
+        if record.pid is None:
+            record = await self._adopt_trainer(run_id, machine)
         if record.pid is None:
             started = await self._started_bootstrap(machine, record)
             if started is None:  # a reconnect follows the bootstrap already started: no new upload, no second one
@@ -360,9 +504,33 @@ class RunEngine:
         (local / JOB_FILE_NAME).write_text(json.dumps(job, indent=2), encoding="utf-8")
         files.append((local / JOB_FILE_NAME, JOB_FILE_NAME))
         files += self._resume_files(run_id)
+        await self._check_workdir(machine, remote, sum(path.stat().st_size for path, _ in files))
         for path, relative in files:
             await machine.upload(path, f"{remote}/{relative}", self._progress("upload"))
+            self._made_progress(run_id)
         self.report(f"uploaded {len(files)} files to {record.target}")
+
+    async def _check_workdir(self, machine: RemoteMachine, remote: str, needed: int) -> None:
+        """Fails early, in the machine's words, when the work folder cannot be made or written or is too small.
+
+        Raises:
+            RemoteError: The folder cannot be made or written (classified as permanent by its message).
+            PermanentError: Its disk has too little room for the upload.
+        """
+        folder, probe = shlex.quote(remote), shlex.quote(f"{remote}/.rentune-write-test")
+        out = await machine.run(
+            f"mkdir -p {folder} && : > {probe} && rm -f {probe} && df -Pk {folder} | tail -n 1 && du -sk {folder}"
+        )
+        lines = [line.split() for line in out.splitlines() if line.strip()]
+        try:
+            free, used = int(lines[0][3]) * 1024, int(lines[1][0]) * 1024
+        except (IndexError, ValueError):
+            return  # an unusual df: the copy itself will tell
+        if free + used < needed:
+            raise PermanentError(
+                f"the machine has {free / 1e9:,.2f} GB free in {remote} but the upload needs {needed / 1e9:,.2f} GB; "
+                "free space (or rent a machine with a larger disk), then resume the run"
+            )
 
     def _resume_files(self, run_id: str) -> list[tuple[Path, str]]:
         """On a new machine: the newest local checkpoint and the event history, so the payload resumes."""
@@ -462,18 +630,46 @@ class RunEngine:
         )
 
     async def _launch(self, run_id: str, machine: RemoteMachine) -> None:
+        """Starts the trainer detached, unless one already runs in the run's folder (then that one is followed).
+
+        Raises:
+            PermanentError: The machine would not start it; the message has its output.
+        """
         record = self.store.get(run_id)
         if record.state is not RunState.TRAINING:
             record = self.store.transition(run_id, RunState.TRAINING)
-        command = _payload_command(
-            record,
-            f"run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & echo $!",
-            detached=True,
-            python=VENV_PYTHON,
+        start = f'run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & pid=$!; echo "$pid" > {TRAINER_PID_FILE}'
+        command = (
+            f"cd {shlex.quote(str(record.remote_dir))} || exit 1; mkdir -p out || exit 1; {_LIVE_TRAINER} "
+            f'if live; then echo "{_PID_MARKER}$pid"; exit 0; fi; {_CLAIM_PID_FILE} '
+            + _payload_command(record, f'{start}; echo "{_PID_MARKER}$pid"', detached=True, python=VENV_PYTHON)
         )
-        pid = int((await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id))).strip())
+        try:
+            output = await machine.run(command, stdin=await asyncio.to_thread(self._token_stdin, run_id))
+        except RemoteError as exc:
+            raise PermanentError(f"the trainer could not be started on the machine: {exc}") from exc
+        pid = _marked_pid(output)
+        if pid is None:
+            raise PermanentError(f"the trainer could not be started on the machine; it answered: {output[-500:]!r}")
         self.store.update(run_id, pid=pid)
         self.report(f"trainer started (pid {pid})")
+
+    async def _adopt_trainer(self, run_id: str, machine: RemoteMachine) -> RunRecord:
+        """Follows a trainer already running in the run's folder (its pid was lost) instead of starting another."""
+        record = self.store.get(run_id)
+        if record.remote_dir is None:
+            return record
+        command = (
+            f"cd {shlex.quote(record.remote_dir)} 2>/dev/null || exit 0; {_LIVE_TRAINER} "
+            f'if live; then echo "{_PID_MARKER}$pid"; fi'
+        )
+        pid = _marked_pid(await machine.run(command))
+        if pid is None:
+            return record
+        if record.state is not RunState.TRAINING:
+            self.store.transition(run_id, RunState.TRAINING, f"following the trainer already running (pid {pid})")
+        self.report(f"a trainer is already running in the run's folder (pid {pid}); following it")
+        return self.store.update(run_id, pid=pid)
 
     async def _workdir_exists(self, machine: RemoteMachine, record: RunRecord) -> bool:
         out = await machine.run(f"[ -f {shlex.quote(str(record.remote_dir))}/{JOB_FILE_NAME} ] && echo yes || true")
@@ -487,13 +683,20 @@ class RunEngine:
         data = await machine.read_from(f"{record.remote_dir}/out/{EVENTS_FILE_NAME}", record.events_offset)
         if data is None:
             return None
-        events, used = parse_event_lines(data)
-        fresh = [e for e in events if int(e["seq"]) > record.last_seq]
-        if fresh:
-            with (self.folder(run_id) / EVENTS_FILE_NAME).open("a", encoding="utf-8") as mirror:
-                mirror.writelines(json.dumps(e) + "\n" for e in fresh)
-        last = int(fresh[-1]["seq"]) if fresh else record.last_seq
-        self.store.update(run_id, events_offset=record.events_offset + used, last_seq=last)
+        try:
+            chunk = parse_event_chunk(data)
+        except UnsafePathError as exc:
+            raise PermanentError(f"the machine sent an unsafe path: {exc}") from None
+        used, skipped = chunk.used, chunk.skipped
+        if not used and len(data) >= READ_LIMIT:  # one line longer than a whole read: not an event
+            used, skipped = len(data), [f"a line of more than {READ_LIMIT:,} bytes"]
+        if skipped:
+            _log.warning("run %s: skipped event lines from the machine: %s", run_id, "; ".join(skipped))
+            self.report(f"skipped {len(skipped)} malformed event line(s) from the machine: {skipped[0]}")
+        fresh = _ascending(chunk.events, record.last_seq)
+        # The mirror dedupes by seq and is fsynced before the offset moves: a crash in between repeats nothing.
+        last = await asyncio.to_thread(append_mirror, self.folder(run_id), fresh) if fresh else record.last_seq
+        self.store.update(run_id, events_offset=record.events_offset + used, last_seq=max(last, record.last_seq))
         for event in fresh:
             self.report(describe_event(event))
         return fresh
@@ -503,6 +706,7 @@ class RunEngine:
             events = await self._read_events(run_id, machine)
             if events is None and not await self._workdir_exists(machine, self.store.get(run_id)):
                 return self._pause(run_id, "machine lost: the remote work folder is gone")
+            self._made_progress(run_id)
             outcome = await self._handle_all(run_id, machine, _skip_superseded_checkpoints(events or []))
             if outcome is not None:
                 return outcome
@@ -537,7 +741,6 @@ class RunEngine:
         reason = str(event.get("reason", ""))
         if "SIGTERM" in reason:
             await self._pull_newest_checkpoint(run_id, machine)
-            await self._remove_run_key(run_id, machine)
             return self._cancel_stopped(run_id, reason)
         record = self.store.get(run_id)
         return self._fail(run_id, record.error or reason)
@@ -589,7 +792,6 @@ class RunEngine:
             return await self._handle(run_id, machine, final)
         record = self.store.get(run_id)
         if record.spec.get("budget_stop"):  # stopped for its budget and died before saying so: never train on
-            await self._remove_run_key(run_id, machine)
             return self._cancel_stopped(run_id, "")
         if record.relaunches >= self.options.max_relaunches:
             return self._fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
@@ -601,7 +803,8 @@ class RunEngine:
     # -- bringing work home -----------------------------------------------------------------------------------
 
     async def _pull_folder(self, machine: RemoteMachine, remote: str, local: Path, files: dict[str, str]) -> None:
-        items = [(f"{remote}/{name}", local / name, digest) for name, digest in files.items()]
+        """Downloads a sealed folder; every file name must stay inside ``local`` (the machine is not trusted)."""
+        items = [(f"{remote}/{name}", _inside(local, name), digest) for name, digest in files.items()]
         await machine.download_many(items, self._progress("download"))
         # The marker goes last: a folder without it is an unfinished pull and is never resumed from.
         await machine.download(f"{remote}/{CHECKPOINT_MARKER}", local / CHECKPOINT_MARKER)
@@ -612,8 +815,9 @@ class RunEngine:
 
     async def _pull_checkpoint_locked(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> None:
         record = self.store.get(run_id)
-        local_root = self.folder(run_id) / "checkpoints"
+        local_root = _inside(self.folder(run_id), "checkpoints")
         name = Path(event["path"]).name
+        _inside(local_root, name)
         if (local_root / name / CHECKPOINT_MARKER).exists():
             return
         try:
@@ -637,10 +841,9 @@ class RunEngine:
         record = self.store.transition(run_id, RunState.SYNCING)
         await self._pull_newest_checkpoint(run_id, machine)
         record = self.store.transition(run_id, RunState.PULLING)
-        local = self.folder(run_id) / "adapter"
+        local = _inside(self.folder(run_id), "adapter")
         await self._pull_folder(machine, f"{record.remote_dir}/out/{event['adapter_path']}", local, event["files"])
         await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
-        await self._remove_run_key(run_id, machine)
         self.store.update(run_id, adapter=str(local), error=None)
         self.report(f"adapter verified and saved to {local}")
         return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")
@@ -655,17 +858,13 @@ class RunEngine:
 
         Raises:
             RunBusyError: Another process follows the run (it pulls every checkpoint as it is written).
+            RunError: The machine refused (the login, an unsafe file name); the message says what to do.
         """
         lock = None if driven_here else self._driver_lock(run_id)
         try:
-            machine = await self._connect(run_id)
+            machine = await self._connect_or_explain(run_id)
             try:
-                if not driven_here:  # act on what is read (a done event finishes the run) so nothing is skipped
-                    events = await self._read_events(run_id, machine) or []
-                    if await self._handle_all(run_id, machine, _skip_superseded_checkpoints(events)) is None:
-                        await self._pull_newest_checkpoint(run_id, machine)
-                else:
-                    await self._pull_newest_checkpoint(run_id, machine)
+                await self._pull_now(run_id, machine, driven_here)
             finally:
                 await _quietly_close(machine)
         finally:
@@ -673,10 +872,38 @@ class RunEngine:
                 lock.release()
         return _newest_local_checkpoint(self.folder(run_id) / "checkpoints")
 
+    async def _pull_now(self, run_id: str, machine: RemoteMachine, driven_here: bool) -> None:
+        try:
+            if driven_here:
+                await self._pull_newest_checkpoint(run_id, machine)
+                return
+            # Act on what is read (a done event finishes the run) so nothing is skipped.
+            events = await self._read_events(run_id, machine) or []
+            outcome = await self._handle_all(run_id, machine, _skip_superseded_checkpoints(events))
+            if outcome is None:
+                await self._pull_newest_checkpoint(run_id, machine)
+        except PermanentError as exc:
+            if not driven_here:
+                self._fail(run_id, str(exc))
+                await self._release_key(run_id, machine)
+            raise RunError(str(exc)) from exc
+        if outcome is not None and outcome.state in ENDED:
+            await self._release_key(run_id, machine)
+
+    async def _connect_or_explain(self, run_id: str) -> RemoteMachine:
+        """:meth:`_connect` for a look at the machine: a permanent failure becomes a :class:`RunError`."""
+        try:
+            return await self._connect(run_id)
+        except MACHINE_ERRORS as exc:
+            verdict = classify(exc)
+            if verdict.permanent:
+                raise RunError(verdict.message) from exc
+            raise
+
     async def payload_log(self, run_id: str, lines: int = 200) -> str:
         """The last lines of the trainer's own log on the machine (stdout and stderr of the payload)."""
         record = self.store.get(run_id)
-        machine = await self._connect(run_id)
+        machine = await self._connect_or_explain(run_id)
         try:
             path = shlex.quote(f"{record.remote_dir}/out/payload.log")
             return await machine.run(f"tail -n {int(lines)} {path} 2>/dev/null || true")
@@ -689,10 +916,12 @@ class RunEngine:
         if record.state in TERMINAL:
             return record
         if record.pid is None:
-            return self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
+            record = self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
+            await self._release_key_now(run_id)
+            return record
         try:
             await self.request_stop(run_id)
-        except _CONNECTION_ERRORS as exc:
+        except MACHINE_ERRORS as exc:
             if record.state is not RunState.PAUSED:
                 raise
             why = (
@@ -705,6 +934,22 @@ class RunEngine:
         except RunBusyError:
             self.report("stop requested; the process following this run pulls the checkpoint and ends it")
             return self.store.get(run_id)
+
+    async def _release_key_now(self, run_id: str) -> None:
+        """Connects only to take an ended run's key off the machine; a failure leaves it for the next contact."""
+        if not self.store.installed_keys(run_id=run_id):
+            await asyncio.to_thread(delete_run_key, run_id)
+            return
+        try:
+            machine = await self._connect(run_id, 10, install_key=False)
+        except MACHINE_ERRORS as exc:
+            why = classify(exc).message
+            self.report(f"the run's SSH key stays on the machine for now ({why}); rentune doctor lists it")
+            return
+        try:
+            await self._release_key(run_id, machine)
+        finally:
+            await _quietly_close(machine)
 
     async def request_stop(self, run_id: str) -> None:
         """Sends SIGTERM to the trainer: it saves a checkpoint and exits; whoever drives the run then ends it."""
@@ -783,6 +1028,28 @@ def _bootstrap_end(events: list[dict[str, Any]], after_seq: int) -> dict[str, An
     )
 
 
+# Shell: `live` is true when out/trainer.pid names a process that is running (not a zombie) in this very folder.
+_LIVE_TRAINER = (
+    f"pid=$(cat {TRAINER_PID_FILE} 2>/dev/null); case $pid in ''|*[!0-9]*) pid= ;; esac; "
+    'live() { [ -n "$pid" ] && [ -d "/proc/$pid" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status" '
+    '2>/dev/null && [ "$(readlink "/proc/$pid/cwd")" = "$(pwd -P)" ]; };'
+)
+# Shell: a stale pid file goes, then the file is created anew with noclobber: two launches never both proceed.
+_CLAIM_PID_FILE = (
+    f"rm -f {TRAINER_PID_FILE}; ( set -C; : > {TRAINER_PID_FILE} ) 2>/dev/null || "
+    f"{{ echo 'another launch is starting a trainer in this folder ({TRAINER_PID_FILE} exists)' >&2; exit 1; }};"
+)
+
+
+def _marked_pid(output: str) -> int | None:
+    """The pid on the marker line of a command's output; other lines (a chatty login shell) are ignored."""
+    for line in output.splitlines():
+        value = line.strip().removeprefix(_PID_MARKER)
+        if line.strip().startswith(_PID_MARKER) and value.isdigit():
+            return int(value)
+    return None
+
+
 def _local_model_files(base_model: str) -> list[tuple[Path, str]]:
     """A model folder on this computer travels with the run (to ``model/``); a Hub id is downloaded there."""
     folder = Path(base_model).expanduser()
@@ -831,11 +1098,80 @@ def _newest_local_checkpoint(root: Path) -> Path | None:
 
 
 def mirrored_events(folder: Path) -> list[dict[str, Any]]:
-    """The run's events as mirrored on this computer."""
-    path = folder / EVENTS_FILE_NAME
-    if not path.exists():
+    """The run's events as mirrored on this computer: valid lines only, each seq once, in order."""
+    try:
+        data = (folder / EVENTS_FILE_NAME).read_bytes()
+    except FileNotFoundError:
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return _ascending(_valid_events(data.splitlines()), 0)
+
+
+def _valid_events(lines: list[bytes]) -> list[dict[str, Any]]:
+    """The lines that are valid events; a torn or malformed line is skipped."""
+    events = []
+    for line in lines:
+        try:
+            events.append(validate_event(json.loads(line)))
+        except (EventError, ValueError, RecursionError):
+            continue
+    return events
+
+
+def _ascending(events: list[dict[str, Any]], after: int) -> list[dict[str, Any]]:
+    """The events whose seq is above ``after`` and above every seq before them (repeats and strays dropped)."""
+    kept, last = [], after
+    for event in events:
+        if event["seq"] > last:
+            kept.append(event)
+            last = event["seq"]
+    return kept
+
+
+def append_mirror(folder: Path, events: list[dict[str, Any]]) -> int:
+    """Appends to the local mirror the events it lacks (by seq), fsynced; returns the mirror's last seq.
+
+    A torn last line (this computer died mid-write) is cut off first, so the new lines start clean.
+    """
+    with (folder / EVENTS_FILE_NAME).open("a+b") as mirror:
+        last = _repaired_last_seq(mirror)
+        fresh = _ascending(events, last)
+        if fresh:
+            mirror.write(b"".join(json.dumps(e).encode("utf-8") + b"\n" for e in fresh))
+            mirror.flush()
+            os.fsync(mirror.fileno())
+    return fresh[-1]["seq"] if fresh else last
+
+
+def _repaired_last_seq(mirror: IO[bytes], window: int = 1 << 16) -> int:
+    """The seq of the mirror's last valid event, after cutting off a torn last line."""
+    size = mirror.seek(0, os.SEEK_END)
+    start = max(0, size - window)
+    mirror.seek(start)
+    tail = mirror.read()
+    end = tail.rfind(b"\n") + 1
+    if end < len(tail) and (end or not start):
+        mirror.truncate(start + end)
+    elif end < len(tail):
+        mirror.write(b"\n")  # a last line longer than the window: end it, readers skip it
+    lines = tail[:end].splitlines()[1 if start else 0 :]  # the first line of a window may be cut
+    events = _valid_events(lines)
+    return max((event["seq"] for event in events), default=0)
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """``folder / name`` when it stays inside ``folder`` (links on this computer followed).
+
+    Raises:
+        PermanentError: ``name`` is not a plain relative path, or leads out of the folder.
+    """
+    try:
+        check_relative_path(name)
+    except UnsafePathError as exc:
+        raise PermanentError(f"the machine sent an unsafe path: {exc}") from None
+    target = folder / name
+    if not target.resolve().is_relative_to(folder.resolve()):
+        raise PermanentError(f"the machine sent an unsafe path: {name!r} leads out of {folder} through a link")
+    return target
 
 
 def _final_event(folder: Path) -> dict[str, Any] | None:
@@ -850,7 +1186,12 @@ def _final_event(folder: Path) -> dict[str, Any] | None:
 
 
 def describe_event(event: dict[str, Any]) -> str:
-    """One event as a line for people."""
+    """One event as a line for people (what the machine sent is shown, never obeyed: escapes stay visible)."""
+    text = _event_text(event)
+    return "".join(char if char == "\n" or char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def _event_text(event: dict[str, Any]) -> str:
     kind = event["event"]
     if kind == "step":
         rate = event.get("tokens_per_s")
@@ -868,8 +1209,33 @@ def describe_event(event: dict[str, Any]) -> str:
     return json.dumps(event)
 
 
+async def run_key_checks() -> list[EnvironmentCheck]:
+    """For ``rentune doctor``: removes keys of ended runs where their machines answer, then lists those left.
+
+    Each key still installed is one line: run, machine and since when; keys of live runs are fine, others are
+    removed at the next contact with their machine.
+    """
+    if not (app_paths().data_dir / "runs.db").is_file():
+        return []
+    engine = RunEngine(options=EngineOptions())
+    left = await engine.remove_stale_keys()
+    return [_key_check(engine, key) for key in left]
+
+
+def _key_check(engine: RunEngine, key: InstalledKey) -> EnvironmentCheck:
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.since))
+    detail = f"run {key.run_id} on {key.target} since {since}"
+    if not engine.is_stale_key(key):
+        return EnvironmentCheck("Run SSH key", True, detail + " (the run is live)")
+    fix = (
+        f"removed at the next contact with that machine (any run there, rentune resume, rentune doctor); or delete "
+        f"the line ending in rentune-run-{key.run_id} from {key.authorized_keys} there"
+    )
+    return EnvironmentCheck("Run SSH key", False, detail + " (the run has ended)", fix=fix)
+
+
 async def _quietly_close(machine: RemoteMachine) -> None:
     try:
         await asyncio.wait_for(machine.close(), 5)
-    except (*_CONNECTION_ERRORS,):
+    except MACHINE_ERRORS:
         return

@@ -63,21 +63,38 @@ def shell_path(path: str) -> str:
     return shlex.quote(path)
 
 
+# Prologue of every authorized_keys edit: resolve a symlinked file, create its folder, and take a lock so two runs
+# on the same machine never edit it at once (flock on the folder; without flock, a lock folder, waited for 30 s).
+_EDIT_PROLOGUE = (
+    'umask 077; if [ -L "$f" ]; then f=$(readlink -f "$f") || exit 1; fi; d=$(dirname "$f"); '
+    'mkdir -p "$d" || exit 1; '
+    'if command -v flock >/dev/null 2>&1; then exec 9<"$d" && flock -w 60 9 || exit 1; '
+    'else i=0; until mkdir "$f.rentune-lock" 2>/dev/null || [ "$i" -ge 30 ]; do i=$((i + 1)); sleep 1; done; '
+    "trap 'rmdir \"$f.rentune-lock\" 2>/dev/null' EXIT; fi; "
+)
+# Writes the new content (the commands in {}) to a temp file beside the original, with its mode and owner, then
+# renames it over the original: a reader (sshd) sees the old file or the new one, never a truncated one.
+_REPLACE = 't=$(mktemp "$f.XXXXXX") || exit 1; if cp -p "$f" "$t" && {{ {content}; }} > "$t" && mv -f "$t" "$f"; ' + (
+    'then exit 0; fi; rm -f "$t"; exit 1'
+)
+
+
 def install_command(public_key: str, authorized_keys: str) -> str:
-    """Shell command appending the key to the authorized keys file once (public data only)."""
-    target = shell_path(authorized_keys)
+    """Shell command adding the key to the authorized keys file once (public data only), atomically."""
     line = shlex.quote(public_key)
+    # A file whose last line lacks its newline gets one first, so the key never joins that line.
+    content = f'cat "$f"; if [ -n "$(tail -c 1 "$f")" ]; then echo; fi; printf "%s\\n" {line}'
     return (
-        f'umask 077; f={target}; mkdir -p "$(dirname "$f")"; touch "$f"; '
-        f'grep -qxF {line} "$f" || printf "%s\\n" {line} >> "$f"'
+        f"f={shell_path(authorized_keys)}; {_EDIT_PROLOGUE}"
+        f'[ -e "$f" ] || : > "$f" || exit 1; grep -qxF {line} "$f" && exit 0; {_REPLACE.format(content=content)}'
     )
 
 
 def remove_command(public_key: str, authorized_keys: str) -> str:
-    """Shell command removing the key from the authorized keys file, keeping the file's permissions."""
-    target = shell_path(authorized_keys)
+    """Shell command removing the key from the authorized keys file, atomically, keeping its mode and other lines."""
     line = shlex.quote(public_key)
+    content = f'grep -vxF {line} "$f"; [ "$?" -le 1 ]'
     return (
-        f'f={target}; [ -f "$f" ] || exit 0; grep -vxF {line} "$f" > "$f.rentune"; cat "$f.rentune" > "$f"; '
-        'rm -f "$f.rentune"'
+        f"f={shell_path(authorized_keys)}; {_EDIT_PROLOGUE}"
+        f'[ -f "$f" ] || exit 0; grep -qxF {line} "$f" || exit 0; {_REPLACE.format(content=content)}'
     )

@@ -38,6 +38,16 @@ CREATE TABLE IF NOT EXISTS runs (
     adapter TEXT,
     error TEXT
 );
+CREATE TABLE IF NOT EXISTS run_keys (
+    run_id TEXT NOT NULL,
+    target TEXT NOT NULL,
+    public_key TEXT NOT NULL,
+    authorized_keys TEXT NOT NULL,
+    host_key TEXT,
+    identity TEXT,
+    since REAL NOT NULL,
+    PRIMARY KEY (run_id, target)
+);
 CREATE TABLE IF NOT EXISTS transitions (
     run_id TEXT NOT NULL,
     ts REAL NOT NULL,
@@ -79,6 +89,29 @@ class RunRecord:
     updated: float
     adapter: str | None
     error: str | None
+
+
+@dataclass(frozen=True)
+class InstalledKey:
+    """A run's public key that is (or may be) in a machine's authorized keys: remembered until it is removed.
+
+    Attributes:
+        run_id: The run the key belongs to (its record may be deleted since).
+        target: The machine, ``ssh://user@host:port``.
+        public_key: The key line.
+        authorized_keys: The file it was added to, as the spec gave it.
+        host_key: The machine's pinned host key when the key was installed (a later cleanup checks it).
+        identity: The user's own key file for that machine, to log in when the run's key is gone.
+        since: When it was installed (epoch seconds).
+    """
+
+    run_id: str
+    target: str
+    public_key: str
+    authorized_keys: str
+    host_key: str | None
+    identity: str | None
+    since: float
 
 
 class RunStore:
@@ -181,6 +214,30 @@ class RunStore:
         with self._db() as db:
             db.execute("DELETE FROM transitions WHERE run_id = ?", (run_id,))
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    def remember_key(self, key: InstalledKey) -> None:
+        """Records a run key about to be installed on a machine (before the install, so a lost answer is covered)."""
+        with self._db() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO run_keys VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key.run_id, key.target, key.public_key, key.authorized_keys, key.host_key, key.identity, key.since),
+            )
+
+    def forget_key(self, run_id: str, target: str) -> None:
+        """Drops a run key from the record once it was removed from the machine."""
+        with self._db() as db:
+            db.execute("DELETE FROM run_keys WHERE run_id = ? AND target = ?", (run_id, target))
+
+    def installed_keys(self, target: str | None = None, run_id: str | None = None) -> list[InstalledKey]:
+        """Run keys still installed on machines (all, or on one target, or of one run), oldest first."""
+        query, values = "SELECT * FROM run_keys WHERE 1 = 1", []
+        for column, value in (("target", target), ("run_id", run_id)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                values.append(value)
+        with self._db() as db:
+            rows = db.execute(query + " ORDER BY since", values).fetchall()
+        return [InstalledKey(**dict(row)) for row in rows]
 
     def transitions(self, run_id: str) -> list[dict[str, Any]]:
         """The run's history: every transition with time and note."""

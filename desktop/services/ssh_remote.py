@@ -39,6 +39,10 @@ CIPHERS = (
     "aes128-ctr",
     "aes256-ctr",
 )
+# Printed before each command's own output: whatever a login shell prints first (an rc file that echoes) is cut off.
+OUTPUT_MARKER = "__RENTUNE_OUTPUT__"
+#: The most bytes :meth:`RemoteMachine.read_from` returns at once (a hostile machine may offer endless data).
+READ_LIMIT = 8 << 20
 _log = get_logger("ssh")
 
 
@@ -48,6 +52,10 @@ class HostKeyChangedError(ConnectionError):
 
 class RemoteError(RuntimeError):
     """A remote command failed; the message has its output."""
+
+
+class LoginRefusedError(asyncssh.PermissionDenied):
+    """The machine refused every key offered; the message names the login and the keys."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,32 @@ class _PinningClient(asyncssh.SSHClient):
         return self.pinned is None or offered.split()[:2] == self.pinned.split()[:2]
 
 
+def describe_keys(keys: tuple[Path | asyncssh.SSHKey, ...]) -> str:
+    """The keys offered for a login, for people: ``the run key (ed25519 SHA256:...) and ~/.ssh/id_x``."""
+    names = [_key_name(key) for key in keys]
+    if not names:
+        return "no key (set [target] identity or --identity)"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _key_name(key: Path | asyncssh.SSHKey) -> str:
+    if isinstance(key, Path):
+        home = Path.home()
+        return f"~/{key.relative_to(home)}" if key.is_relative_to(home) else str(key)
+    kind = key.get_algorithm().removeprefix("ssh-")
+    comment = key.get_comment() or ""
+    owner = "the run key" if comment.startswith("rentune-run-") else f"key {comment}".strip()
+    return f"{owner} ({kind} {key.get_fingerprint('sha256')})"
+
+
+def _login_refused(endpoint: Endpoint) -> LoginRefusedError:
+    return LoginRefusedError(
+        f"login as {endpoint.user}@{endpoint.host}:{endpoint.port} refused for {describe_keys(endpoint.client_keys)}; "
+        "check the user name, and add your public key to that login's ~/.ssh/authorized_keys on the machine (or "
+        "choose the key it accepts with [target] identity / --identity), then resume the run"
+    )
+
+
 def fingerprint(public_key: str) -> str:
     """The SHA256 fingerprint OpenSSH shows for a public key line."""
     return str(asyncssh.import_public_key(public_key).get_fingerprint("sha256"))
@@ -91,7 +125,8 @@ class RemoteMachine:
 
         Raises:
             HostKeyChangedError: The host presents another key than the pinned one.
-            OSError, asyncssh.Error: The host cannot be reached or refuses the login.
+            LoginRefusedError: The host refused every key offered.
+            OSError, asyncssh.Error: The host cannot be reached or closed the connection.
         """
         client = _PinningClient(pinned)
         try:
@@ -116,6 +151,8 @@ class RemoteMachine:
                 f"offered {fingerprint(offered) if client.seen else 'unknown'}). This may be an attack or a "
                 "reinstalled machine; if you trust it, resume the run with --target to pin the new key"
             ) from exc
+        except asyncssh.PermissionDenied as exc:
+            raise _login_refused(endpoint) from exc
         assert client.seen is not None
         return cls(conn, client.seen.export_public_key().decode().strip())
 
@@ -125,15 +162,16 @@ class RemoteMachine:
         await self.conn.wait_closed()
 
     async def run(self, command: str, *, stdin: str | None = None, check: bool = True, time_limit: float = 300) -> str:
-        """Runs a shell command and returns its stdout.
+        """Runs a shell command and returns its stdout (without what the login shell printed before it).
 
         Raises:
             RemoteError: It exited non-zero (with ``check``).
         """
-        result = await asyncio.wait_for(self.conn.run(command, input=stdin, check=False), time_limit)
+        marked = f"printf '%s\\n' {OUTPUT_MARKER}; {command}"
+        result = await asyncio.wait_for(self.conn.run(marked, input=stdin, check=False), time_limit)
         if check and result.exit_status != 0:
             raise RemoteError(f"`{command[:200]}` failed ({result.exit_status}): {str(result.stderr)[-1500:]}")
-        return str(result.stdout)
+        return command_output(str(result.stdout))
 
     async def sha256(self, remote: str) -> str | None:
         """SHA-256 of a remote file, or None when it does not exist."""
@@ -337,14 +375,14 @@ class RemoteMachine:
                     pending.cancel()
                 await _settled(writing)
 
-    async def read_from(self, remote: str, offset: int) -> bytes | None:
-        """Bytes of a remote file after ``offset``; None when the file does not exist."""
+    async def read_from(self, remote: str, offset: int, limit: int = READ_LIMIT) -> bytes | None:
+        """At most ``limit`` bytes of a remote file after ``offset``; None when the file does not exist."""
         async with self.conn.start_sftp_client() as sftp:
             if not await sftp.exists(remote):
                 return None
             async with sftp.open(remote, "rb") as handle:
                 await handle.seek(offset)
-                return cast(bytes, await handle.read())
+                return cast(bytes, await handle.read(limit))
 
 
 def _keep_if_verified(partial: Path, local: Path, digest: str, expected: str | None) -> None:
@@ -460,3 +498,9 @@ async def _settled(future: asyncio.Future[Any]) -> None:
     await asyncio.wait([future])
     if not future.cancelled():
         future.exception()
+
+
+def command_output(stdout: str) -> str:
+    """A command's own output: what follows the first output marker (all of it when there is none)."""
+    _noise, marker, after = stdout.partition(OUTPUT_MARKER + "\n")
+    return after if marker else stdout

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -33,3 +34,64 @@ def test_install_is_idempotent_and_remove_keeps_other_keys(
     assert target.read_text().splitlines() == ["ssh-ed25519 AAAAother user@laptop", key]
     subprocess.run(["sh", "-c", remove_command(key, spelled)], check=True)
     assert target.read_text() == "ssh-ed25519 AAAAother user@laptop\n"
+
+
+OTHER = "ssh-ed25519 AAAAother user@laptop"
+
+
+def key_line(name: str) -> str:
+    return f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{name} rentune-run-{name}"
+
+
+def test_edits_replace_the_file_atomically_keeping_its_mode_and_other_lines(tmp_path: Path) -> None:
+    target = tmp_path / "authorized_keys"
+    target.write_text(OTHER)  # no final newline: the key must not join that line
+    target.chmod(0o640)
+    before = target.stat().st_ino
+    subprocess.run(["sh", "-c", install_command(key_line("a"), str(target))], check=True)
+    installed = target.stat()
+    assert target.read_text().splitlines() == [OTHER, key_line("a")]
+    assert installed.st_ino != before, "a new file renamed over the old one, never the old one truncated"
+    assert installed.st_mode & 0o777 == 0o640
+    subprocess.run(["sh", "-c", remove_command(key_line("a"), str(target))], check=True)
+    assert target.read_text() == OTHER + "\n"
+    assert target.stat().st_mode & 0o777 == 0o640 and target.stat().st_ino != installed.st_ino
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["authorized_keys"], "no temp file left behind"
+
+
+def test_a_new_file_is_private_and_a_symlinked_file_stays_a_symlink(tmp_path: Path) -> None:
+    fresh = tmp_path / "new" / "authorized_keys"
+    subprocess.run(["sh", "-c", install_command(key_line("a"), str(fresh))], check=True)
+    assert fresh.stat().st_mode & 0o777 == 0o600
+    real = tmp_path / "real_keys"
+    real.write_text(OTHER + "\n")
+    link = tmp_path / "link_keys"
+    link.symlink_to(real)
+    subprocess.run(["sh", "-c", install_command(key_line("b"), str(link))], check=True)
+    assert link.is_symlink() and real.read_text().splitlines() == [OTHER, key_line("b")]
+
+
+def _parallel(commands: list[str], env: dict[str, str] | None = None) -> None:
+    running = [subprocess.Popen(["sh", "-c", command], env=env) for command in commands]
+    assert [process.wait(timeout=120) for process in running] == [0] * len(commands)
+
+
+@pytest.mark.parametrize("locking", ["flock", "lock folder"])
+def test_runs_editing_at_once_lose_no_key(tmp_path: Path, locking: str) -> None:
+    env = None
+    if locking == "lock folder":  # a machine without flock(1): the same tools, flock left out
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        for tool in ("sh", "cat", "cp", "mv", "rm", "grep", "mkdir", "rmdir", "mktemp", "tail", "dirname", "sleep"):
+            found = shutil.which(tool)
+            assert found, tool
+            (tools / tool).symlink_to(found)
+        env = {"PATH": str(tools)}
+    target = tmp_path / "authorized_keys"
+    target.write_text(OTHER + "\n")
+    names = [f"k{i}" for i in range(12)]
+    _parallel([install_command(key_line(name), str(target)) for name in names], env)
+    assert sorted(target.read_text().splitlines()) == sorted([OTHER] + [key_line(name) for name in names])
+    _parallel([remove_command(key_line(name), str(target)) for name in names[:8]], env)
+    assert sorted(target.read_text().splitlines()) == sorted([OTHER] + [key_line(name) for name in names[8:]])
+    assert not list(tmp_path.glob("authorized_keys.*")), "no temp file or lock folder left behind"
