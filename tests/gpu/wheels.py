@@ -395,7 +395,9 @@ def install(root: Path = WHEELS_DIR, site: Path = SITE_DIR) -> list[str]:
     chosen = [d.wheel for d in decisions if d.install]
     if chosen:
         install_wheels(chosen, site)
-    lines = [
+    own = ", ".join(f"{name} {image.get(name, 'absent')}" for name in IMAGE_ROOTS)
+    lines = [f"image (Python {sys.version.split()[0]}): {own}; never replaced"]
+    lines += [
         f"{d.wheel.name} {d.wheel.version}: {'installed' if d.install else 'skipped'} ({d.reason})" for d in decisions
     ]
     effective = {**image, **installed_versions([str(site)])} if site.is_dir() else image
