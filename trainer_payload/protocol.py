@@ -123,11 +123,11 @@ def validate_event(obj: object) -> dict[str, Any]:
         kind = EventKind(obj["event"])
     except ValueError:
         raise EventError(f"unknown event kind {obj['event']!r}") from None
-    for name, types in _REQUIRED_FIELDS[kind].items():
-        _check_field(obj, name, types)
-    for name, types in _OPTIONAL_FIELDS[kind].items():
+    for name, allowed in _REQUIRED_FIELDS[kind].items():
+        _check_field(obj, name, allowed)
+    for name, allowed in _OPTIONAL_FIELDS[kind].items():
         if obj.get(name) is not None:
-            _check_field(obj, name, types)
+            _check_field(obj, name, allowed)
     if kind is EventKind.CHECKPOINT:
         check_relative_path(obj["path"])
         _check_digests(obj["sha256"])

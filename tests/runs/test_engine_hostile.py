@@ -17,10 +17,11 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
-from desktop.services.run_engine import EngineOptions, RunEngine
+from desktop.services.run_engine import EngineOptions, RunEngine, RunError
 from desktop.services.run_manager import RunManager
 from desktop.services.run_store import InstalledKey, RunStore
 from desktop.services.secrets import SecretStore
+from desktop.services.ssh_remote import fingerprint
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.sshd import SshHost, SshServer
 from tests.runs.conftest import SpecFactory
@@ -98,6 +99,24 @@ async def test_a_refused_login_fails_at_once_naming_the_login_and_the_keys(
     assert [t["to_state"] for t in RunStore().transitions(record.id)] == ["planned", "connecting", "failed"]
 
 
+def test_a_run_whose_keys_were_all_revoked_names_its_own_key_and_the_identity(
+    ssh_host: SshHost, make_spec: SpecFactory
+) -> None:
+    runner = engine()
+    record = runner.create(load(make_spec(ssh_host)))
+    store = RunStore()
+    store.transition(record.id, RunState.CONNECTING)
+    store.transition(record.id, RunState.PAUSED, "machine unreachable for 120 s")
+    asyncio.run(runner.pull(record.id))  # the first contact installs the run's own key
+    (ssh_host.server.directory / "authorized_keys").write_text("")  # the machine's owner revoked every key
+    with pytest.raises(RunError) as refused:
+        asyncio.run(runner.pull(record.id))
+    run_key = f"the run key (ed25519 {fingerprint(record.spec['run_key_public'])})"
+    where = f"{ssh_host.user}@{ssh_host.host}:{ssh_host.port}"
+    assert str(refused.value).startswith(f"login as {where} refused for {run_key} and {ssh_host.client_key}; ")
+    assert store.get(record.id).state is RunState.PAUSED
+
+
 # -- what the machine sends is checked before it is used ----------------------------------------------------------
 
 
@@ -122,7 +141,7 @@ async def test_a_checkpoint_naming_files_outside_the_run_folder_fails_the_run_an
         "sha256": {"../../../../machine-secret": hashlib.sha256(secret.read_bytes()).hexdigest()},
     }
     (out / EVENTS_FILE_NAME).write_text(json.dumps(hostile) + "\n")
-    final = await asyncio.wait_for(runner.drive(record.id), 120)
+    final = await asyncio.wait_for(runner.drive(record.id), 240)
     kill(final.pid)
     assert final.state is RunState.FAILED
     assert final.error == "the machine sent an unsafe path: '../../../../machine-secret' (it climbs out with '..')"
@@ -139,7 +158,7 @@ async def test_a_link_on_this_computer_leading_out_of_the_run_folder_is_not_foll
     outside = tmp_path / "outside"
     outside.mkdir()
     (runner.folder(record.id) / "checkpoints").symlink_to(outside)
-    final = await asyncio.wait_for(runner.drive(record.id), 120)
+    final = await asyncio.wait_for(runner.drive(record.id), 240)
     kill(final.pid)
     assert final.state is RunState.FAILED
     assert final.error is not None and final.error.startswith("the machine sent an unsafe path: 'checkpoints'")
@@ -155,10 +174,10 @@ async def test_a_garbage_line_in_the_event_stream_is_skipped_and_the_run_goes_on
     record = runner.create(load(make_spec(ssh_host, max_steps=20)))
     folder = runner.folder(record.id)
     drive = asyncio.ensure_future(runner.drive(record.id))
-    await wait_local_event(folder, lambda e: e["event"] == "step")
+    await wait_local_event(folder, lambda e: e["event"] == "step", limit_s=200)
     with machine_events(tmp_path, record.id).open("a") as stream:
         stream.write('this is not an event\n{"seq": 99999999, "event": "step"}\n')
-    final = await asyncio.wait_for(drive, 120)
+    final = await asyncio.wait_for(drive, 240)
     assert final.state is RunState.FINISHED
     events = assert_contiguous(folder)
     assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 21))
@@ -171,16 +190,17 @@ async def test_a_garbage_line_in_the_event_stream_is_skipped_and_the_run_goes_on
 async def test_a_login_shell_that_prints_noise_still_launches(
     ssh_server: SshServer, make_spec: SpecFactory, tmp_path: Path
 ) -> None:
-    noise = tmp_path / "chatty-rc.sh"
-    noise.write_text('echo "Welcome to GPU Cloud! Your balance: 4242"\necho 4242\n')
-    ssh_server.extra_config = [f"SetEnv BASH_ENV={noise}"]  # bash reads it before every command, like a .bashrc
+    home = tmp_path / "chatty-home"
+    home.mkdir()
+    (home / ".bashrc").write_text('echo "Welcome to GPU Cloud! Your balance: 4242"\necho 4242\n')
+    ssh_server.extra_config = [f"SetEnv HOME={home}"]  # bash started by sshd reads ~/.bashrc before every command
     ssh_server.restart()
     host = ssh_server.host()
     async with asyncssh.connect(**host.connect_kwargs()) as conn:  # type: ignore[arg-type]
         assert "Welcome to GPU Cloud" in str((await conn.run("true")).stdout), "the machine is chatty"
     runner = engine()
     record = runner.create(load(make_spec(host, max_steps=10)))
-    final = await asyncio.wait_for(runner.drive(record.id), 120)
+    final = await asyncio.wait_for(runner.drive(record.id), 240)
     assert final.state is RunState.FINISHED, final.error
     pid_file = tmp_path / "remote" / record.id / "out" / "trainer.pid"
     assert pid_file.read_text().strip() == str(final.pid)
@@ -191,7 +211,7 @@ async def test_a_lost_pid_does_not_start_a_second_trainer(ssh_host: SshHost, mak
     record = runner.create(load(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0)))
     folder = runner.folder(record.id)
     drive = asyncio.ensure_future(runner.drive(record.id))
-    await wait_local_event(folder, lambda e: e["event"] == "step")
+    await wait_local_event(folder, lambda e: e["event"] == "step", limit_s=200)
     drive.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await drive
@@ -209,7 +229,7 @@ async def test_a_lost_pid_does_not_start_a_second_trainer(ssh_host: SshHost, mak
         assert adopted in lines
         assert RunStore().get(record.id).pid == first
         await again.request_stop(record.id)
-        final = await asyncio.wait_for(follow, 180)
+        final = await asyncio.wait_for(follow, 240)
     finally:
         kill(first)
     assert final.state is RunState.CANCELLED and final.relaunches == 0
@@ -226,7 +246,7 @@ def test_a_crash_between_mirroring_events_and_saving_the_offset_repeats_no_event
     ssh_host: SshHost, make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner = engine()
-    record = runner.create(load(make_spec(ssh_host, max_steps=20)))
+    record = runner.create(load(make_spec(ssh_host, max_steps=8, checkpoint_steps=4)))
     save = RunStore.update
 
     def crash_before_saving_the_offset(self: RunStore, run_id: str, **fields: object) -> object:
@@ -241,7 +261,7 @@ def test_a_crash_between_mirroring_events_and_saving_the_offset_repeats_no_event
     assert RunStore().get(record.id).last_seq < 5, "the offset was not saved"
     assert asyncio.run(engine().drive(record.id)).state is RunState.FINISHED
     events = assert_contiguous(runner.folder(record.id))
-    assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 21))
+    assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 9))
 
 
 # -- looking at a paused run leaves it paused --------------------------------------------------------------------
@@ -292,7 +312,7 @@ def test_a_key_that_could_not_be_removed_is_listed_and_removed_at_the_next_conta
 
     async def lose_the_machine() -> RunState:
         drive = asyncio.ensure_future(runner.drive(record.id))
-        await wait_local_event(folder, lambda e: e["event"] == "step")
+        await wait_local_event(folder, lambda e: e["event"] == "step", limit_s=200)
         ssh_host.server.stop()
         return (await drive).state
 

@@ -17,7 +17,7 @@ def test_plain_names_stay_inside(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["../x", "a/../../x", "/etc/passwd", "a\\..\\x", "C:x"])
 def test_names_that_climb_out_are_refused_in_words(tmp_path: Path, name: str) -> None:
-    with pytest.raises(PermanentError, match="^the machine sent an unsafe path: "):
+    with pytest.raises(PermanentError, match=r"^the machine sent an unsafe path: "):
         _inside(tmp_path, name)
 
 
@@ -26,7 +26,7 @@ def test_a_link_on_this_computer_that_leads_out_is_not_followed(tmp_path: Path) 
     (run / "checkpoints").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
     (run / "checkpoints" / "checkpoint-10").symlink_to(tmp_path / "outside")
-    with pytest.raises(PermanentError, match="leads out of .* through a link"):
+    with pytest.raises(PermanentError, match=r"leads out of .* through a link"):
         _inside(run, "checkpoints/checkpoint-10/adapter_model.safetensors")
     (run / "inner").mkdir()
     (run / "checkpoints" / "here").symlink_to(run / "inner")
