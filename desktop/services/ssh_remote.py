@@ -41,6 +41,7 @@ CIPHERS = (
 )
 # Printed before each command's own output: whatever a login shell prints first (an rc file that echoes) is cut off.
 OUTPUT_MARKER = "__RENTUNE_OUTPUT__"
+_SEGMENT_MARKER = "__RENTUNE_SEGMENT__"
 #: The most bytes :meth:`RemoteMachine.read_from` returns at once (a hostile machine may offer endless data).
 READ_LIMIT = 8 << 20
 _log = get_logger("ssh")
@@ -461,9 +462,10 @@ class _SegmentChecks:
 
     def __init__(self, machine: RemoteMachine, remote: str) -> None:
         quoted = shlex.quote(remote)
+        # Each answer starts with a marker: a login shell's greeting (a chatty .bashrc) is not an answer.
         script = (
-            f'while read -r offset length; do tail -c +$((offset + 1)) {quoted} | head -c "$length" '
-            f"| {_REMOTE_SHA256} || echo failed; done"
+            f"while read -r offset length; do printf '%s ' {_SEGMENT_MARKER}; "
+            f'tail -c +$((offset + 1)) {quoted} | head -c "$length" | {_REMOTE_SHA256} || echo failed; done'
         )
         self._shell = asyncio.ensure_future(machine.conn.create_process(f"exec sh -c {shlex.quote(script)}"))
         self._gate = asyncio.Lock()  # one segment at a time: each answer is the next line
@@ -490,7 +492,10 @@ class _SegmentChecks:
         shell = await asyncio.shield(self._shell)
         async with self._gate:
             shell.stdin.write(f"{segment.offset} {segment.length}\n")
-            return _digest_in(await shell.stdout.readline()) == segment.sha256
+            while line := await shell.stdout.readline():
+                if line.startswith(f"{_SEGMENT_MARKER} "):
+                    return _digest_in(line.removeprefix(f"{_SEGMENT_MARKER} ")) == segment.sha256
+            return False
 
 
 async def _settled(future: asyncio.Future[Any]) -> None:
