@@ -134,4 +134,6 @@ async def test_the_hf_token_reaches_the_machine_only_for_a_hub_model(
         assert seen.read_text().split() == ["sent"]
     else:
         assert final.state is RunState.FINISHED
-        assert seen.read_text().split() == ["absent", "absent"], "neither the install nor the trainer got it"
+        # The wrapper sees the bootstrap; the trainer then runs on the run's venv interpreter (not the wrapper) and
+        # gets its stdin from the same _token_stdin, so one "absent" covers both.
+        assert seen.read_text().split() == ["absent"], "the machine got the token for a local model"
