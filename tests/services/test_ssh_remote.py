@@ -130,9 +130,12 @@ async def test_a_partial_remote_file_of_other_bytes_is_replaced(ssh_host: SshHos
     assert remote.read_bytes() == data
 
 
+@pytest.mark.parametrize("hasher", ["python3", "no-such-python"], ids=["python-hasher", "shell-hasher"])
 async def test_an_upload_that_lands_wrong_is_deleted_and_refused(
-    ssh_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ssh_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hasher: str
 ) -> None:
+    """Both remote hashers (Python reading in place, and the tail | head | sha256 loop without it) catch a bad byte."""
+    monkeypatch.setattr(ssh_remote, "SEGMENT_PYTHON", hasher)
     data = os.urandom(3_000_000)
     local = tmp_path / "blob.bin"
     local.write_bytes(data)
