@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import keyring
 import keyring.backends.fail
 
+from desktop.services.openssh_sftp import builtin_requested, find_openssh
 from desktop.services.paths import app_paths
 
 
@@ -81,13 +82,24 @@ def _data_dir_check() -> EnvironmentCheck:
     return EnvironmentCheck("Data folder", True, str(paths.data_dir), required=True)
 
 
+def _uploads_check() -> EnvironmentCheck:
+    tools = find_openssh()
+    if tools is not None:
+        return EnvironmentCheck("Large uploads", True, f"OpenSSH's sftp ({tools.sftp})")
+    if builtin_requested() or sys.platform == "win32":
+        return EnvironmentCheck("Large uploads", True, "the built-in SSH client")
+    return EnvironmentCheck(
+        "Large uploads", False, "the built-in SSH client", "install the OpenSSH client (sftp, ssh-agent, ssh-add)"
+    )
+
+
 def check_environment() -> list[EnvironmentCheck]:
     """Checks what Rentune needs and what optional tools are installed.
 
     Returns:
         The required checks first, then one line per optional tool.
     """
-    checks = [_python_check(), _keyring_check(), _data_dir_check()]
+    checks = [_python_check(), _keyring_check(), _data_dir_check(), _uploads_check()]
     for distribution, unlocks, how in _OPTIONAL_TOOLS:
         version = _package_version(distribution)
         detail = f"{version} ({unlocks})" if version else f"not installed ({unlocks})"

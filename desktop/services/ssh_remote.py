@@ -7,10 +7,11 @@ changed key is refused. Secrets go over a channel's stdin, never on a command li
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -20,8 +21,18 @@ import asyncssh
 
 from desktop.services.files import BLOCK, HashingWriter, Segment, SegmentReader, sha256_file, sha256_prefix
 from desktop.services.logs import get_logger
+from desktop.services.openssh_sftp import (
+    OpenSshTools,
+    OpenSshUnusableError,
+    SftpLogin,
+    copy_with_sftp,
+    find_openssh,
+    suits_openssh,
+)
 
 Progress = Callable[[str, int, int], None]
+# Sends a file from ``start``: (sftp session, local, remote, progress, start=, on_segment=).
+Sender = Callable[..., Awaitable[None]]
 # SFTP writes in flight per upload: 16 of the server's 255 KiB requests are twice OpenSSH's 2 MiB channel window
 # (and as many bytes as OpenSSH's sftp keeps in flight), so the link is never idle. More only queue in asyncssh's
 # send buffer, and a window update then encrypts all of it in one callback: 128 in flight stalled the app 60 ms.
@@ -141,9 +152,11 @@ def fingerprint(public_key: str) -> str:
 class RemoteMachine:
     """One SSH connection to a training machine."""
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, host_key: str) -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, host_key: str, endpoint: Endpoint | None = None) -> None:
         self.conn = conn
         self.host_key = host_key
+        self.endpoint = endpoint
+        self._openssh: OpenSshTools | None = find_openssh() if endpoint is not None else None
 
     @classmethod
     async def connect(cls, endpoint: Endpoint, pinned: str | None, time_limit: float = 20) -> RemoteMachine:
@@ -180,7 +193,7 @@ class RemoteMachine:
         except asyncssh.PermissionDenied as exc:
             raise _login_refused(endpoint) from exc
         assert client.seen is not None
-        return cls(conn, client.seen.export_public_key().decode().strip())
+        return cls(conn, client.seen.export_public_key().decode().strip(), endpoint)
 
     async def close(self) -> None:
         """Closes the connection."""
@@ -212,26 +225,67 @@ class RemoteMachine:
     async def upload(self, local: Path, remote: str, progress: Progress | None = None) -> None:
         """Copies a file, continuing a partial copy, verified by SHA-256 on the remote side.
 
-        The file is read once: each segment is hashed as it is sent, and the remote hashes a segment as soon as it
-        has landed, while the next one is sent. A remote file of the same size is only hashed, never sent again.
+        The file is hashed as it is sent, and the remote hashes each segment as soon as it has landed, while the next
+        one is sent. A remote file of the same size is only hashed, never sent again. Large files go through OpenSSH's
+        own ``sftp`` where it is installed (see :mod:`desktop.services.openssh_sftp`); asyncssh copies the rest, and
+        whatever ``sftp`` cannot log in for.
 
         Raises:
             RemoteError: The remote copy does not verify (it is deleted, so the next attempt sends it anew).
         """
         size = local.stat().st_size
+        tools = self._openssh if suits_openssh(local, remote, size) else None
+        if tools is not None:
+            try:
+                await self._upload_once(local, remote, size, progress, partial(self._send_with_openssh, tools))
+                return
+            except OpenSshUnusableError as exc:
+                _log.warning("sftp cannot log in (%s); %s goes through the built-in client", exc, local.name)
+                self._openssh = None
+        await self._upload_once(local, remote, size, progress, self._upload_with)
+
+    async def _upload_once(self, local: Path, remote: str, size: int, progress: Progress | None, send: Sender) -> None:
+        """One verified upload with ``send`` doing the copying (see :meth:`upload`)."""
         async with self.conn.start_sftp_client() as sftp:
             start = await self._upload_start(sftp, local, remote, size)
             if start is None:
                 return
             checks = _SegmentChecks(self, remote)
             try:
-                await self._upload_with(sftp, local, remote, progress, start=start, on_segment=checks.start)
+                await send(sftp, local, remote, progress, start=start, on_segment=checks.start)
                 verified = await checks.all_match() and (await sftp.stat(remote)).size == size
             finally:
                 await checks.close()
         if not verified:
             await self.run(f"rm -f {shlex.quote(remote)}")
             raise RemoteError(f"upload of {local.name} did not verify (SHA-256 differs); it will be sent again")
+
+    async def _send_with_openssh(
+        self,
+        tools: OpenSshTools,
+        sftp: asyncssh.SFTPClient,
+        local: Path,
+        remote: str,
+        progress: Progress | None,
+        *,
+        start: int,
+        on_segment: Callable[[Segment], None],
+    ) -> None:
+        """The copy of :meth:`upload` by OpenSSH's ``sftp``, logged in with this connection's keys and host key."""
+        assert self.endpoint is not None  # tools are only found for a machine that knows its endpoint
+        size = await asyncio.to_thread(os.path.getsize, local)
+        async with SftpLogin(tools, self.endpoint, self.host_key) as login:
+            await copy_with_sftp(
+                login,
+                sftp,
+                local,
+                remote,
+                start=start,
+                size=size,
+                segment=SEGMENT,
+                progress=progress,
+                on_segment=on_segment,
+            )
 
     async def _upload_start(self, sftp: asyncssh.SFTPClient, local: Path, remote: str, size: int) -> int | None:
         """Where the upload starts: None when the remote copy is complete, its size when it is a true prefix, else 0.

@@ -20,6 +20,17 @@ def test_environment_report_lists_required_and_optional_parts() -> None:
     assert checks["transformers"].ok, "the test environment installs the optional tools"
     assert "torch" not in checks, "doctor lists only tools a feature uses today"
     assert all(check.fix for check in checks.values() if not check.ok)
+    assert checks["Large uploads"].ok and "sftp" in checks["Large uploads"].detail
+
+
+def test_environment_report_says_when_uploads_use_the_built_in_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RENTUNE_TRANSFER", "builtin")
+    uploads = next(check for check in check_environment() if check.name == "Large uploads")
+    assert uploads.ok and uploads.detail == "the built-in SSH client", "asked for: not a problem to fix"
+    monkeypatch.delenv("RENTUNE_TRANSFER")
+    monkeypatch.setenv("PATH", "")
+    uploads = next(check for check in check_environment() if check.name == "Large uploads")
+    assert not uploads.ok and "install the OpenSSH client" in uploads.fix
 
 
 def test_resources_are_found_in_the_source_tree() -> None:

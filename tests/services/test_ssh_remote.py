@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from desktop.services import ssh_remote
+from desktop.services import openssh_sftp, ssh_remote
 from desktop.services.files import Segment
 from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
 from tests.fixtures.sshd import SshHost
@@ -30,13 +32,37 @@ async def test_first_contact_pins_and_later_contacts_verify(ssh_host: SshHost) -
         await RemoteMachine.connect(endpoint(ssh_host), other)
 
 
+@pytest.fixture(params=["builtin", "openssh"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Runs an upload test with asyncssh copying, then with OpenSSH's sftp copying (every size goes to it)."""
+    if request.param == "builtin":
+        monkeypatch.setenv("RENTUNE_TRANSFER", "builtin")
+        yield request.param
+        return
+    if openssh_sftp.find_openssh() is None:
+        pytest.fail("OpenSSH's sftp, ssh-agent and ssh-add are needed (apt install openssh-client)", pytrace=False)
+    monkeypatch.setattr(openssh_sftp, "OPENSSH_MIN_BYTES", 0)
+    copies: list[str] = []
+    copy = ssh_remote.copy_with_sftp
+
+    async def counted(*args: Any, **kwargs: Any) -> None:
+        copies.append(str(args[3]))
+        await copy(*args, **kwargs)
+
+    monkeypatch.setattr(ssh_remote, "copy_with_sftp", counted)
+    yield request.param
+    assert copies, "sftp was meant to copy"
+
+
 @pytest.fixture(autouse=True)
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """1 MiB segments, so a few MB make an upload of several remotely checked segments."""
     monkeypatch.setattr(ssh_remote, "SEGMENT", 1 << 20)
 
 
-async def test_broken_upload_and_download_continue_and_verify(ssh_host: SshHost, tmp_path: Path) -> None:
+async def test_broken_upload_and_download_continue_and_verify(
+    ssh_host: SshHost, tmp_path: Path, transport: str
+) -> None:
     data = os.urandom(3_000_000)
     local = tmp_path / "blob.bin"
     local.write_bytes(data)
@@ -83,7 +109,11 @@ def bytes_read() -> int:
     return int(line.split()[1])
 
 
-async def test_a_fresh_upload_reads_the_file_once(ssh_host: SshHost, tmp_path: Path) -> None:
+async def test_a_fresh_upload_reads_the_file_once(
+    ssh_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With asyncssh copying (sftp reads the file in its own process: see test_openssh_sftp's pace test)."""
+    monkeypatch.setenv("RENTUNE_TRANSFER", "builtin")
     local = tmp_path / "big.bin"
     local.write_bytes(os.urandom(24_000_000))
     remote = tmp_path / "remote" / "deep" / "big.bin"  # folders made on the way
@@ -98,7 +128,7 @@ async def test_a_fresh_upload_reads_the_file_once(ssh_host: SshHost, tmp_path: P
     assert read < 1.2 * 24_000_000  # hashed while sent: not read once to hash and again to send
 
 
-async def test_a_complete_remote_file_is_not_sent_again(ssh_host: SshHost, tmp_path: Path) -> None:
+async def test_a_complete_remote_file_is_not_sent_again(ssh_host: SshHost, tmp_path: Path, transport: str) -> None:
     local = tmp_path / "blob.bin"
     local.write_bytes(os.urandom(2_500_000))
     remote = tmp_path / "remote.bin"
@@ -116,7 +146,9 @@ async def test_a_complete_remote_file_is_not_sent_again(ssh_host: SshHost, tmp_p
         await machine.close()
 
 
-async def test_a_partial_remote_file_of_other_bytes_is_replaced(ssh_host: SshHost, tmp_path: Path) -> None:
+async def test_a_partial_remote_file_of_other_bytes_is_replaced(
+    ssh_host: SshHost, tmp_path: Path, transport: str
+) -> None:
     data = os.urandom(3_000_000)
     local = tmp_path / "blob.bin"
     local.write_bytes(data)
@@ -132,7 +164,7 @@ async def test_a_partial_remote_file_of_other_bytes_is_replaced(ssh_host: SshHos
 
 @pytest.mark.parametrize("hasher", ["python3", "no-such-python"], ids=["python-hasher", "shell-hasher"])
 async def test_an_upload_that_lands_wrong_is_deleted_and_refused(
-    ssh_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hasher: str
+    ssh_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hasher: str, transport: str
 ) -> None:
     """Both remote hashers (Python reading in place, and the tail | head | sha256 loop without it) catch a bad byte."""
     monkeypatch.setattr(ssh_remote, "SEGMENT_PYTHON", hasher)
