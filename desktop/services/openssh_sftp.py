@@ -47,6 +47,7 @@ _REQUESTS = 16
 #: Every byte below the remote file's size minus this has landed (twice what sftp can have in flight).
 LANDED_LAG = 2 * _REQUESTS * _REQUEST_BYTES
 _POLL_S = 0.2
+_KEY_LIFETIME_S = 120
 _HOST_ALIAS = "rentune-pinned-host"
 # sftp's batch parser treats these specially (quotes, escapes, globs, options): such paths go through asyncssh.
 _UNSAFE_CHARACTERS = frozenset('"\\*?[]\n\r')
@@ -205,6 +206,8 @@ class SftpLogin:
             adding = await asyncio.create_subprocess_exec(
                 self.tools.add,
                 "-q",
+                "-t",  # sftp needs the key only to log in: should this app die mid-copy, the agent forgets it
+                str(_KEY_LIFETIME_S),
                 "-",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,
