@@ -1,6 +1,6 @@
 """Run engine: 512 MiB upload and download over loopback against OpenSSH scp, and the engine's own overhead.
 
-- transfer: the engine's copies against ``scp`` of the same file to the same sshd, interleaved, best of three rounds
+- transfer: the engine's copies against ``scp`` of the same file to the same sshd, interleaved, best of five rounds
   each (on a shared machine interference only ever slows a run down, so the fastest is the fairest estimate).
   "verified upload" is what the engine does with a large file: OpenSSH's sftp copies it while the app hashes it and
   the remote checks it segment by segment. "built-in client" rows are asyncssh's copy loop (server-sized requests
@@ -25,7 +25,7 @@ from tests.benchmarks.common import Row, print_table
 from tests.fixtures.sshd import SshHost, SshServer
 
 SIZE = 512 << 20
-ROUNDS = 3
+ROUNDS = 5
 
 
 def scp(host: SshHost, known_hosts: Path, source: str, target: str) -> float:

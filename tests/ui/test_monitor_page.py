@@ -25,6 +25,7 @@ from desktop.services.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages import monitor_page
 from desktop.ui.pages.monitor_page import MonitorPage, read_event_chunk
+from desktop.ui.widgets.loss_chart import loss_axis_range, step_axis_end
 from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory, make_spec  # noqa: F401 - the fixture, shared with the engine tests
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, EventWriter
@@ -402,3 +403,19 @@ def test_a_real_run_on_the_loopback_machine_is_followed_to_its_adapter(
     assert not (page.stop_button.isEnabled() or page.pull_button.isEnabled() or page.resume_button.isEnabled())
     chips = [chip.text().split("\n")[0] for chip in page.timeline.chips]
     assert chips[-1] == "Finished" and "Training" in chips
+
+
+def test_the_chart_axes_change_only_when_the_points_leave_them() -> None:
+    """Re-ranging rebuilds both axes: the step axis spans the run, the loss axis moves only when a loss leaves it."""
+    assert step_axis_end(40, 500, 0.0) == 500.0  # the run's length is known: the axis spans it from the start
+    assert step_axis_end(40, 0, 0.0) == 64.0  # unknown: room to grow, in steps that double
+    assert step_axis_end(60, 0, 64.0) == 64.0
+    assert step_axis_end(70, 0, 64.0) == 128.0
+    assert step_axis_end(600, 500, 500.0) == 1024.0  # resumed past its planned end: grows again
+    first = loss_axis_range(5.9, 6.3, (0.0, 0.0))
+    assert first == pytest.approx((5.7, 6.34))  # fitted, with room below for the loss to fall into
+    assert loss_axis_range(5.75, 6.3, first) == first  # still inside: unchanged
+    assert loss_axis_range(5.6, 6.3, first) == pytest.approx((5.25, 6.37))  # fell out below: re-fitted
+    assert loss_axis_range(0.2, 0.4, (0.0, 6.0)) == pytest.approx((0.1, 0.42))  # huddled in a corner: zoom in
+    assert loss_axis_range(0.5, 0.5, (0.0, 0.0)) == pytest.approx((0.475, 0.505))  # one point
+    assert loss_axis_range(float("nan"), 2.0, (1.0, 3.0)) == (1.0, 3.0)

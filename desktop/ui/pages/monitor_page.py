@@ -415,7 +415,9 @@ class MonitorPage(BasePage):
         if counts == self._shown_points:
             return
         progress = self.progress
-        self.chart.show_points(progress.loss_steps, progress.losses, progress.eval_steps, progress.eval_losses)
+        self.chart.show_points(
+            progress.loss_steps, progress.losses, progress.eval_steps, progress.eval_losses, progress.total_steps
+        )
         self._shown_points = counts
 
     def _show_stats(self, record: RunRecord, now: float) -> None:
