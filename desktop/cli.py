@@ -11,13 +11,14 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
 from desktop import __version__
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
-from desktop.core.sizing.plan import GPU_COUNTS, Workload, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, Workload, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
 from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
 from trainer_payload.protocol import PROTOCOL_VERSION
@@ -228,7 +229,34 @@ def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
             strategy=Strategy(args.strategy or "ddp"),
         )
     except SetupError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(f"{_FLAGS.get(exc.setting, exc.setting)} {exc.value!r} {exc.problem}") from exc
+
+
+# The flag of each training setting on `rentune plan` (a suggestion or an error names it so).
+_FLAGS = {
+    "method": "--method",
+    "lora_r": "--lora-r",
+    "lora_dropout": "--lora-dropout",
+    "seq_len": "--seq-len",
+    "micro_batch": "--micro-batch",
+    "grad_accum": "--grad-accum",
+    "num_gpus": "--gpus",
+    "strategy": "--strategy",
+}
+
+
+def suggestion_flags(suggestion: Suggestion) -> str:
+    """A suggestion as the flags to rerun ``rentune plan`` with, and why: ``use --seq-len 1024 (shorter ...)``."""
+    flags = [
+        f"{_FLAGS[c.setting]} {c.after.value if isinstance(c.after, Enum) else c.after}"
+        for c in suggestion.changes
+        if c.setting in _FLAGS
+    ]
+    words = ["use " + " ".join(flags)] if flags else []
+    if any(change.setting == "grad_ckpt" for change in suggestion.changes):
+        words.append("drop --no-grad-ckpt")
+    whys = "; ".join(dict.fromkeys(change.why for change in suggestion.changes))
+    return f"{' and '.join(words)} ({whys})"
 
 
 def _about(path: Path, problem: str) -> str:
@@ -300,7 +328,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     else:
         if arch.max_context and setup.seq_len > arch.max_context:
             print(f"warning: --seq-len {setup.seq_len} exceeds the model's context of {arch.max_context}")
-        print(plan_text(plan, source))
+        print(plan_text(plan, source, suggestion_flags))
     return EXIT_OK
 
 

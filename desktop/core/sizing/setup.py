@@ -54,7 +54,28 @@ class Attention(StrEnum):
 
 
 class SetupError(ValueError):
-    """A training setting is out of range; the message names it and the allowed range."""
+    """A training setting outside what can be trained; front ends name the setting their own way.
+
+    Attributes:
+        setting: The :class:`TrainingSetup` field (``seq_len``, ``num_gpus``, ...).
+        value: The value given.
+        problem: What is wrong with it, without the setting's name (``is out of range: use ...``).
+    """
+
+    def __init__(self, setting: str, value: object, problem: str) -> None:
+        super().__init__(f"{setting} {value!r} {problem}")
+        self.setting, self.value, self.problem = setting, value, problem
+
+
+#: The whole-number settings and their allowed range (lowest, highest): the core's checks, the CLI and the app's
+#: fields all take them from here.
+SETTING_RANGES: dict[str, tuple[int, int]] = {
+    "lora_r": (1, 4096),
+    "seq_len": (16, 1_048_576),
+    "micro_batch": (1, 1024),
+    "grad_accum": (1, 4096),
+    "num_gpus": (1, 64),
+}
 
 
 @dataclass(frozen=True)
@@ -94,13 +115,10 @@ class TrainingSetup:
     chunked_loss: bool = False
 
     def __post_init__(self) -> None:
-        _check_range("--lora-r", self.lora_r, 1, 4096)
-        _check_range("--seq-len", self.seq_len, 16, 1_048_576)
-        _check_range("--micro-batch", self.micro_batch, 1, 1024)
-        _check_range("--grad-accum", self.grad_accum, 1, 4096)
-        _check_range("--gpus", self.num_gpus, 1, 64)
+        for setting, (low, high) in SETTING_RANGES.items():
+            _check_range(setting, getattr(self, setting), low, high)
         if not 0 <= self.lora_dropout < 1:
-            raise SetupError(f"--lora-dropout {self.lora_dropout} must be at least 0 and below 1")
+            raise SetupError("lora_dropout", self.lora_dropout, "must be at least 0 and below 1")
 
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -117,6 +135,6 @@ class TrainingSetup:
         return replace(self, num_gpus=num_gpus, strategy=strategy)
 
 
-def _check_range(flag: str, value: int, low: int, high: int) -> None:
+def _check_range(setting: str, value: int, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SetupError(f"{flag} {value!r} is out of range: use a whole number from {low:,} to {high:,}")
+        raise SetupError(setting, value, f"is out of range: use a whole number from {low:,} to {high:,}")

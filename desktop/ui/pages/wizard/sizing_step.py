@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
-from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, Workload, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, SettingChange, Workload, make_plan
 from desktop.core.sizing.report import format_hours
 from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.data_prepare import MANIFEST_NAME
@@ -131,7 +131,10 @@ def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
             num_gpus=int(keys.get("num_gpus", 1)),
             strategy=Strategy(keys.get("strategy", "ddp")),
         )
-    except (SetupError, ValueError, TypeError) as exc:
+    except SetupError as exc:
+        label = _SETTING_LABELS.get(exc.setting, exc.setting)
+        raise SizingError(f"{label} {exc.value!r} {exc.problem}; fix it on the Model step") from exc
+    except (ValueError, TypeError) as exc:
         raise SizingError(f"the training settings cannot be sized ({exc}); fix them on the Model step") from exc
 
 
@@ -537,21 +540,34 @@ def _recommendation_text(option: GpuOption | None) -> str:
     )
 
 
-_FLAG_WORDS = (
-    (" (drop --no-grad-ckpt)", ""),
-    ("--micro-batch", "micro-batch"),
-    ("--grad-accum", "gradient accumulation"),
-    ("--seq-len ", ""),
-    ("--method qlora", "QLoRA"),
-    ("--method ", ""),
-    ("with --gpus 8 --strategy fsdp", "(FSDP)"),
-)
+# How the Model step names the training settings a suggestion or an error is about.
+_SETTING_LABELS = {
+    "lora_r": "LoRA rank",
+    "lora_dropout": "LoRA dropout",
+    "seq_len": "sequence length",
+    "micro_batch": "micro-batch",
+    "grad_accum": "gradient accumulation",
+    "num_gpus": "GPUs",
+}
+_METHOD_LABELS = {
+    Method.QLORA: "QLoRA",
+    Method.LORA: "LoRA",
+    Method.FULL: "full fine-tune",
+    Method.FULL_8BIT: "full fine-tune with 8-bit AdamW",
+}
 
 
-def _plain(change: str) -> str:
-    for flag, words in _FLAG_WORDS:
-        change = change.replace(flag, words)
-    return " ".join(change.split())
+def change_words(change: SettingChange) -> str:
+    """A suggested change as the Model step names it: ``gradient accumulation 16``, ``QLoRA``, ``8 GPUs``."""
+    if change.setting == "grad_ckpt":
+        return f"gradient checkpointing {'on' if change.after else 'off'}"
+    if isinstance(change.after, Method):
+        return _METHOD_LABELS[change.after]
+    if isinstance(change.after, Strategy):
+        return change.after.value.upper()
+    if change.setting == "num_gpus":
+        return f"{change.after} GPUs"
+    return f"{_SETTING_LABELS.get(change.setting, change.setting)} {change.after}"
 
 
 def _suggestions_text(sizing: Sizing) -> str:
@@ -560,9 +576,11 @@ def _suggestions_text(sizing: Sizing) -> str:
     if not sizing.plan.suggestions:
         return "Nothing fits any GPU even with smaller settings: choose a smaller model, or QLoRA, on the Model step."
     lines = ["Changes that make it fit (on the Model step):"]
-    lines += [
-        f"• {_plain(s.change)}: {option_label(s.option)}, {s.option.memory.per_gpu_total:.1f} GB per GPU, "
-        f"{format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
-        for s in sizing.plan.suggestions
-    ]
+    for suggestion in sizing.plan.suggestions:
+        option = suggestion.option
+        changes = ", ".join(change_words(change) for change in suggestion.changes)
+        lines.append(
+            f"• {changes}: {option_label(option)}, {option.memory.per_gpu_total:.1f} GB per GPU, "
+            f"{format_hours(option.hours)}, ${option.cost_usd:,.2f}"
+        )
     return "\n".join(lines)
