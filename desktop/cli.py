@@ -20,7 +20,7 @@ from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
 from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, Workload, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
-from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from trainer_payload.protocol import PROTOCOL_VERSION
 
 EXIT_OK = 0
@@ -146,7 +146,12 @@ def _add_data_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument("file", type=Path, help="JSONL, CSV or Parquet file")
         action.add_argument("--model", help="count tokens with this model's tokenizer and chat template")
-        action.add_argument("--seq-len", type=int, default=2048, help="training sequence length (default 2048)")
+        action.add_argument(
+            "--seq-len",
+            type=int,
+            default=DEFAULT_SETUP.seq_len,
+            help=f"training sequence length (default {DEFAULT_SETUP.seq_len})",
+        )
         action.add_argument("--columns", type=_columns, help="map table columns to roles: user=COL,assistant=COL")
         if name == "check":
             action.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -166,10 +171,10 @@ def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     plan.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
     plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog and exit")
     plan.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
-    plan.add_argument("--seq-len", type=int, default=2048)
-    plan.add_argument("--micro-batch", type=int, default=2)
-    plan.add_argument("--grad-accum", type=int, default=4)
-    plan.add_argument("--lora-r", type=int, default=16)
+    plan.add_argument("--seq-len", type=int, default=DEFAULT_SETUP.seq_len)
+    plan.add_argument("--micro-batch", type=int, default=DEFAULT_SETUP.micro_batch)
+    plan.add_argument("--grad-accum", type=int, default=DEFAULT_SETUP.grad_accum)
+    plan.add_argument("--lora-r", type=int, default=DEFAULT_SETUP.lora_r)
     plan.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
     plan.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
     source = plan.add_mutually_exclusive_group()

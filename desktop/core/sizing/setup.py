@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from trainer_payload.protocol import JOB_INT_RANGES, job_default
+
 
 class Method(StrEnum):
     """Fine-tuning methods."""
@@ -67,14 +69,10 @@ class SetupError(ValueError):
         self.setting, self.value, self.problem = setting, value, problem
 
 
-#: The whole-number settings and their allowed range (lowest, highest): the core's checks, the CLI and the app's
-#: fields all take them from here.
+#: The whole-number settings and their allowed range (lowest, highest): the payload's, so that nothing the app
+#: accepts is refused on the machine.
 SETTING_RANGES: dict[str, tuple[int, int]] = {
-    "lora_r": (1, 4096),
-    "seq_len": (16, 1_048_576),
-    "micro_batch": (1, 1024),
-    "grad_accum": (1, 4096),
-    "num_gpus": (1, 64),
+    key: JOB_INT_RANGES[key] for key in ("lora_r", "seq_len", "micro_batch", "grad_accum", "num_gpus")
 }
 
 
@@ -100,17 +98,17 @@ class TrainingSetup:
     """
 
     method: Method = Method.QLORA
-    lora_r: int = 16
+    lora_r: int = job_default("lora_r")
     targets: Targets = Targets.ALL_LINEAR
-    lora_dropout: float = 0.05
-    seq_len: int = 2048
-    micro_batch: int = 2
-    grad_accum: int = 4
-    grad_ckpt: bool = True
+    lora_dropout: float = job_default("lora_dropout")
+    seq_len: int = job_default("seq_len")
+    micro_batch: int = job_default("micro_batch")
+    grad_accum: int = job_default("grad_accum")
+    grad_ckpt: bool = job_default("gradient_checkpointing")
     precision: Precision = Precision.BF16
     attention: Attention = Attention.SDPA
     double_quant: bool = True
-    num_gpus: int = 1
+    num_gpus: int = job_default("num_gpus")
     strategy: Strategy = Strategy.DDP
     chunked_loss: bool = False
 
@@ -138,3 +136,7 @@ class TrainingSetup:
 def _check_range(setting: str, value: int, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SetupError(setting, value, f"is out of range: use a whole number from {low:,} to {high:,}")
+
+
+#: The default training setup: the one source of the sized settings' defaults (the CLI, the wizard, the draft).
+DEFAULT_SETUP = TrainingSetup()

@@ -29,7 +29,7 @@ from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, SettingChange, Workload, make_plan
 from desktop.core.sizing.report import format_hours
-from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.data_prepare import MANIFEST_NAME
 from desktop.services.logs import get_logger
 from desktop.services.model_configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
@@ -121,15 +121,15 @@ def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
     try:
         return TrainingSetup(
             method=Method(keys["method"]),
-            lora_r=int(keys.get("lora_r", 16)),
-            targets=_targets(keys.get("target_modules", "all-linear")),
-            lora_dropout=float(keys.get("lora_dropout", 0.05)),
-            seq_len=int(keys.get("seq_len", 2048)),
-            micro_batch=int(keys.get("micro_batch", 2)),
-            grad_accum=int(keys.get("grad_accum", 4)),
-            grad_ckpt=bool(keys.get("gradient_checkpointing", True)),
-            num_gpus=int(keys.get("num_gpus", 1)),
-            strategy=Strategy(keys.get("strategy", "ddp")),
+            lora_r=int(keys.get("lora_r", DEFAULT_SETUP.lora_r)),
+            targets=_targets(keys.get("target_modules", DEFAULT_SETUP.targets.value)),
+            lora_dropout=float(keys.get("lora_dropout", DEFAULT_SETUP.lora_dropout)),
+            seq_len=int(keys.get("seq_len", DEFAULT_SETUP.seq_len)),
+            micro_batch=int(keys.get("micro_batch", DEFAULT_SETUP.micro_batch)),
+            grad_accum=int(keys.get("grad_accum", DEFAULT_SETUP.grad_accum)),
+            grad_ckpt=bool(keys.get("gradient_checkpointing", DEFAULT_SETUP.grad_ckpt)),
+            num_gpus=int(keys.get("num_gpus", DEFAULT_SETUP.num_gpus)),
+            strategy=Strategy(keys.get("strategy", DEFAULT_SETUP.strategy.value)),
         )
     except SetupError as exc:
         label = _SETTING_LABELS.get(exc.setting, exc.setting)
