@@ -45,6 +45,12 @@ class JobState(StrEnum):
 TERMINAL_STATES = frozenset({JobState.DONE, JobState.FAILED})
 
 
+class StopCause(StrEnum):
+    """Why a ``failed`` state that is no failure ended the job (the ``stopped_by`` field)."""
+
+    SIGNAL = "signal"  # SIGTERM: asked to stop (a user's stop, a budget): a checkpoint was saved
+
+
 class EventKind(StrEnum):
     """The kinds of lines in ``events.jsonl``."""
 
@@ -92,7 +98,7 @@ _REQUIRED_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
 }
 # Fields that may be missing or null, and their JSON types when present.
 _OPTIONAL_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
-    EventKind.STATE: {"reason": (str,)},
+    EventKind.STATE: {"reason": (str,), "stopped_by": (str,)},
     EventKind.STEP: {"total_steps": (int,), "epoch": _NUMBER, "lr": _NUMBER, "tokens_per_s": _NUMBER},
     EventKind.EVAL: {},
     EventKind.CHECKPOINT: {},
