@@ -15,6 +15,8 @@ def test_sizing_and_the_wizard_start_from_the_payloads_defaults() -> None:
     for key in ("lora_r", "lora_dropout", "seq_len", "micro_batch", "grad_accum", "num_gpus"):
         assert getattr(DEFAULT_SETUP, key) == job_default(key)
     assert DEFAULT_SETUP.grad_ckpt == job_default("gradient_checkpointing")
+    assert DEFAULT_SETUP.method == job_default("method") and DEFAULT_SETUP.strategy == job_default("strategy")
+    assert DEFAULT_SETUP.targets == job_default("target_modules")
     assert all(value == job_default(key) for key, value in DEFAULT_TRAINING.items())
     with pytest.raises(KeyError):
         job_default("base_model")  # required: it has no default
