@@ -97,7 +97,7 @@ class TrainingSetup:
         chunked_loss: Cross-entropy computed in chunks (no full fp32 logits tensor).
     """
 
-    method: Method = Method.QLORA  # enums cannot be looked up here: a test holds them equal to the payload's
+    method: Method = Method.QLORA  # members, not lookups (RUF009): a test holds the enums equal to the payload's
     lora_r: int = job_default("lora_r")
     targets: Targets = Targets.ALL_LINEAR
     lora_dropout: float = job_default("lora_dropout")
