@@ -11,15 +11,16 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
 from desktop import __version__
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
-from desktop.core.sizing.plan import GPU_COUNTS, Workload, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, Workload, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
-from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from trainer_payload.protocol import PROTOCOL_VERSION
 
 EXIT_OK = 0
@@ -145,7 +146,12 @@ def _add_data_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument("file", type=Path, help="JSONL, CSV or Parquet file")
         action.add_argument("--model", help="count tokens with this model's tokenizer and chat template")
-        action.add_argument("--seq-len", type=int, default=2048, help="training sequence length (default 2048)")
+        action.add_argument(
+            "--seq-len",
+            type=int,
+            default=DEFAULT_SETUP.seq_len,
+            help=f"training sequence length (default {DEFAULT_SETUP.seq_len})",
+        )
         action.add_argument("--columns", type=_columns, help="map table columns to roles: user=COL,assistant=COL")
         if name == "check":
             action.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -165,10 +171,10 @@ def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     plan.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
     plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog and exit")
     plan.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
-    plan.add_argument("--seq-len", type=int, default=2048)
-    plan.add_argument("--micro-batch", type=int, default=2)
-    plan.add_argument("--grad-accum", type=int, default=4)
-    plan.add_argument("--lora-r", type=int, default=16)
+    plan.add_argument("--seq-len", type=int, default=DEFAULT_SETUP.seq_len)
+    plan.add_argument("--micro-batch", type=int, default=DEFAULT_SETUP.micro_batch)
+    plan.add_argument("--grad-accum", type=int, default=DEFAULT_SETUP.grad_accum)
+    plan.add_argument("--lora-r", type=int, default=DEFAULT_SETUP.lora_r)
     plan.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
     plan.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
     source = plan.add_mutually_exclusive_group()
@@ -228,7 +234,34 @@ def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
             strategy=Strategy(args.strategy or "ddp"),
         )
     except SetupError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(f"{_FLAGS.get(exc.setting, exc.setting)} {exc.value!r} {exc.problem}") from exc
+
+
+# The flag of each training setting on `rentune plan` (a suggestion or an error names it so).
+_FLAGS = {
+    "method": "--method",
+    "lora_r": "--lora-r",
+    "lora_dropout": "--lora-dropout",
+    "seq_len": "--seq-len",
+    "micro_batch": "--micro-batch",
+    "grad_accum": "--grad-accum",
+    "num_gpus": "--gpus",
+    "strategy": "--strategy",
+}
+
+
+def suggestion_flags(suggestion: Suggestion) -> str:
+    """A suggestion as the flags to rerun ``rentune plan`` with, and why: ``use --seq-len 1024 (shorter ...)``."""
+    flags = [
+        f"{_FLAGS[c.setting]} {c.after.value if isinstance(c.after, Enum) else c.after}"
+        for c in suggestion.changes
+        if c.setting in _FLAGS
+    ]
+    words = ["use " + " ".join(flags)] if flags else []
+    if any(change.setting == "grad_ckpt" for change in suggestion.changes):
+        words.append("drop --no-grad-ckpt")
+    whys = "; ".join(dict.fromkeys(change.why for change in suggestion.changes))
+    return f"{' and '.join(words)} ({whys})"
 
 
 def _about(path: Path, problem: str) -> str:
@@ -300,7 +333,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     else:
         if arch.max_context and setup.seq_len > arch.max_context:
             print(f"warning: --seq-len {setup.seq_len} exceeds the model's context of {arch.max_context}")
-        print(plan_text(plan, source))
+        print(plan_text(plan, source, suggestion_flags))
     return EXIT_OK
 
 

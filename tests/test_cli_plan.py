@@ -134,3 +134,22 @@ def test_plan_does_not_import_torch_or_qt() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stderr.strip() == "[]"
+
+
+def test_a_job_that_fits_nowhere_gets_flags_to_rerun_with_and_structured_changes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["--model", "llama-3.3-70b", "--method", "lora", "--gpu", "rtx4090", "--gpus", "1"]
+    assert main(["plan", *args]) == 0
+    text = capsys.readouterr().out
+    assert "Changes that make it fit:" in text
+    lines = [line for line in text.splitlines() if line.startswith("  - use ")]  # the CLI's words: its flags
+    assert lines and all("--method qlora" in line and "--gpus 8 --strategy fsdp (" in line for line in lines)
+    assert all("a 4-bit base model takes a quarter of the memory" in line for line in lines)
+    plan = plan_json(capsys, *args)
+    suggestions = plan["suggestions"]
+    assert isinstance(suggestions, list) and suggestions
+    changes = suggestions[0]["changes"]
+    method = next(change for change in changes if change["setting"] == "method")
+    assert (method["from"], method["to"]) == ("lora", "qlora")
+    assert all(set(change) == {"setting", "from", "to", "why"} for change in changes)

@@ -45,6 +45,12 @@ class JobState(StrEnum):
 TERMINAL_STATES = frozenset({JobState.DONE, JobState.FAILED})
 
 
+class StopCause(StrEnum):
+    """Why a ``failed`` state that is no failure ended the job (the ``stopped_by`` field)."""
+
+    SIGNAL = "signal"  # SIGTERM: asked to stop (a user's stop, a budget): a checkpoint was saved
+
+
 class EventKind(StrEnum):
     """The kinds of lines in ``events.jsonl``."""
 
@@ -92,7 +98,7 @@ _REQUIRED_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
 }
 # Fields that may be missing or null, and their JSON types when present.
 _OPTIONAL_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
-    EventKind.STATE: {"reason": (str,)},
+    EventKind.STATE: {"reason": (str,), "stopped_by": (str,)},
     EventKind.STEP: {"total_steps": (int,), "epoch": _NUMBER, "lr": _NUMBER, "tokens_per_s": _NUMBER},
     EventKind.EVAL: {},
     EventKind.CHECKPOINT: {},
@@ -317,18 +323,7 @@ class JobSpec:
         _choice("engine", self.engine, ENGINES)
         _choice("strategy", self.strategy, STRATEGIES)
         _choice("lr_scheduler", self.lr_scheduler, SCHEDULERS)
-        for key, low, high in (
-            ("lora_r", 1, 4096),
-            ("lora_alpha", 1, 65536),
-            ("seq_len", 16, 1_048_576),
-            ("micro_batch", 1, 1024),
-            ("grad_accum", 1, 4096),
-            ("num_gpus", 1, 64),
-            ("keep_checkpoints", 1, 1000),
-            ("checkpoint_steps", 0, 10**9),
-            ("seed", 0, 2**32 - 1),
-            ("eval_steps", 0, 10**9),
-        ):
+        for key, (low, high) in JOB_INT_RANGES.items():
             _int_range(key, getattr(self, key), low, high)
         if not (self.max_steps > 0 or 0 < self.epochs <= 1000):
             raise JobSpecError("set max_steps above 0, or epochs above 0 (at most 1000)")
@@ -399,6 +394,34 @@ def _replace(spec: JobSpec, **changes: Any) -> JobSpec:
 def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise JobSpecError(f"{key} {value!r} is not one of: {', '.join(allowed)}")
+
+
+#: The allowed range (lowest, highest) of each whole-number job key: the payload checks them, and the app's CLI,
+#: wizard and sizing take theirs from here (one source for both sides).
+JOB_INT_RANGES: dict[str, tuple[int, int]] = {
+    "lora_r": (1, 4096),
+    "lora_alpha": (1, 65536),
+    "seq_len": (16, 1_048_576),
+    "micro_batch": (1, 1024),
+    "grad_accum": (1, 4096),
+    "num_gpus": (1, 64),
+    "keep_checkpoints": (1, 1000),
+    "checkpoint_steps": (0, 10**9),
+    "seed": (0, 2**32 - 1),
+    "eval_steps": (0, 10**9),
+}
+
+
+def job_default(key: str) -> Any:
+    """The default of a job key (``seq_len`` -> 2048): the one source of training defaults for both sides.
+
+    Raises:
+        KeyError: The key is not a job key, or has no default (such as ``base_model``).
+    """
+    found = next((f for f in fields(JobSpec) if f.name == key), None)
+    if found is None or found.default is MISSING:
+        raise KeyError(key)
+    return found.default
 
 
 def _int_range(key: str, value: object, low: int, high: int) -> None:

@@ -32,6 +32,7 @@ from trainer_payload.protocol import (
     JobSpec,
     JobSpecError,
     JobState,
+    StopCause,
 )
 
 EXIT_DONE, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
@@ -278,7 +279,11 @@ class PayloadRun:
 
     def _terminated(self, step: int | None) -> int:
         where = f"checkpoint saved at step {step}" if step else "before training started"
-        self.state(JobState.FAILED, reason=f"stopped by SIGTERM ({where}); start the job again to resume")
+        self.state(
+            JobState.FAILED,
+            reason=f"stopped by SIGTERM ({where}); start the job again to resume",
+            stopped_by=StopCause.SIGNAL.value,
+        )
         return EXIT_TERMINATED
 
     def _finish(self, trainer: Any, metrics: dict[str, Any], train_seconds: float) -> int:

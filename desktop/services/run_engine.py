@@ -48,6 +48,8 @@ from trainer_payload.protocol import (
     VENV_PYTHON,
     EventError,
     EventKind,
+    JobState,
+    StopCause,
     UnsafePathError,
     check_relative_path,
     parse_event_chunk,
@@ -727,19 +729,19 @@ class RunEngine:
 
     async def _handle(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> RunRecord | None:
         kind = event["event"]
-        if kind == "checkpoint":
+        if kind == EventKind.CHECKPOINT:
             await self._pull_checkpoint(run_id, machine, event)
-        elif kind == "done":
+        elif kind == EventKind.DONE:
             return await self._finish(run_id, machine, event)
-        elif kind == "error":
+        elif kind == EventKind.ERROR:
             self.store.update(run_id, error=f"{event.get('kind')}: {event.get('message')} — {event.get('hint')}")
-        elif kind == "state" and event.get("state") == "failed":
+        elif kind == EventKind.STATE and event.get("state") == JobState.FAILED:
             return await self._on_failed(run_id, machine, event)
         return None
 
     async def _on_failed(self, run_id: str, machine: RemoteMachine, event: dict[str, Any]) -> RunRecord:
         reason = str(event.get("reason", ""))
-        if "SIGTERM" in reason:
+        if event.get("stopped_by") == StopCause.SIGNAL:
             await self._pull_newest_checkpoint(run_id, machine)
             return self._cancel_stopped(run_id, reason)
         record = self.store.get(run_id)
@@ -833,7 +835,7 @@ class RunEngine:
 
     async def _pull_newest_checkpoint(self, run_id: str, machine: RemoteMachine) -> None:
         events = await asyncio.to_thread(mirrored_events, self.folder(run_id))
-        newest = next((e for e in reversed(events) if e["event"] == "checkpoint"), None)
+        newest = next((e for e in reversed(events) if e["event"] == EventKind.CHECKPOINT), None)
         if newest is not None:
             await self._pull_checkpoint(run_id, machine, newest)
 
@@ -1076,7 +1078,7 @@ def _model_from_hub(folder: Path, base_model: str) -> bool:
 
 def _skip_superseded_checkpoints(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drops checkpoint events followed by a newer one in the same batch: only the newest is worth pulling."""
-    last = max((i for i, e in enumerate(events) if e["event"] == "checkpoint"), default=-1)
+    last = max((i for i, e in enumerate(events) if e["event"] == EventKind.CHECKPOINT), default=-1)
     return [e for i, e in enumerate(events) if e["event"] != "checkpoint" or i == last]
 
 
@@ -1178,9 +1180,10 @@ def _final_event(folder: Path) -> dict[str, Any] | None:
     """The trainer's last word when it ended the job (``done``, or the ``failed`` state), else None."""
     events = mirrored_events(folder)
     last = events[-1] if events else None
-    if last is not None and last["event"] == "state" and last.get("state") == "done":
-        last = next((e for e in reversed(events) if e["event"] == "done"), None)
-    if last is not None and (last["event"] == "done" or (last["event"] == "state" and last.get("state") == "failed")):
+    if last is not None and last["event"] == EventKind.STATE and last.get("state") == JobState.DONE:
+        last = next((e for e in reversed(events) if e["event"] == EventKind.DONE), None)
+    failed = last is not None and last["event"] == EventKind.STATE and last.get("state") == JobState.FAILED
+    if last is not None and (last["event"] == EventKind.DONE or failed):
         return last
     return None
 

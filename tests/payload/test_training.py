@@ -105,7 +105,11 @@ def test_sigterm_saves_a_checkpoint_and_says_why(make_job: JobFactory, tmp_path:
     assert is_complete(job.parent / "out" / checkpoint["path"])
     final = events[-1]
     assert final["event"] == "state" and final["state"] == JobState.FAILED
-    assert "SIGTERM" in final["reason"] and f"step {checkpoint['step']}" in final["reason"]
+    assert (
+        final["stopped_by"] == "signal"
+        and "SIGTERM" in final["reason"]
+        and f"step {checkpoint['step']}" in final["reason"]
+    )
 
 
 @pytest.mark.parametrize(("method", "folder"), [("qlora", "adapter"), ("full", "model"), ("full-8bit", "model")])
@@ -169,7 +173,7 @@ def test_sigterm_reaches_every_rank_of_a_distributed_run(make_job: JobFactory, t
     events = events_of(job)
     checkpoint = next(e for e in events if e["event"] == "checkpoint")
     assert is_complete(job.parent / "out" / checkpoint["path"])
-    assert events[-1]["event"] == "state" and "SIGTERM" in events[-1]["reason"]
+    assert events[-1]["event"] == "state" and events[-1]["stopped_by"] == "signal"
 
 
 def test_fsdp_without_gpus_is_a_config_error_with_a_hint(make_job: JobFactory) -> None:

@@ -18,6 +18,7 @@ from desktop.services.model_configs import load_catalog
 from desktop.services.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.model_step import METHODS, TRAINING_FIELDS, ModelStep
+from trainer_payload.protocol import JOB_INT_RANGES
 
 
 @pytest.fixture
@@ -168,3 +169,11 @@ def test_every_field_has_a_name_and_is_reachable_with_tab(step: ModelStep, qtbot
     assert all(button.accessibleName() for button in step.method_buttons.values())
     assert [value for value, _, _ in METHODS] == list(step.method_buttons)
     assert [f.key for f in TRAINING_FIELDS] == list(step.spins)
+
+
+def test_the_training_boxes_take_their_ranges_from_the_payload() -> None:
+    """A value the wizard's boxes allow is one the trainer on the machine accepts: one table of ranges."""
+    for field in TRAINING_FIELDS:
+        if field.key in JOB_INT_RANGES:
+            assert (field.low, field.high) == JOB_INT_RANGES[field.key], field.key
+    assert {"lora_r", "seq_len", "micro_batch", "grad_accum", "keep_checkpoints"} <= {f.key for f in TRAINING_FIELDS}

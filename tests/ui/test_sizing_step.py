@@ -123,6 +123,7 @@ def test_nothing_fits_shows_what_to_change_without_blocking(
     assert step.recommendation_label.text().startswith("Nothing fits")
     assert step.suggestions_label.isVisibleTo(step) and "QLoRA" in step.suggestions_label.text()
     assert "--" not in step.suggestions_label.text(), "no CLI flags in the app"
+    assert "gradient accumulation" in step.suggestions_label.text() or "8 GPUs, FSDP" in step.suggestions_label.text()
     assert draft.gpu_name == "H100 SXM", "the user's pick is kept and selected"
     assert step.validate() is None
 

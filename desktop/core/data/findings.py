@@ -62,17 +62,17 @@ CODE_INFO: dict[Code, CodeInfo] = {
         Severity.ERROR, "system message not first", "move the system message to the start of the conversation"
     ),
     Code.DUPLICATE: CodeInfo(
-        Severity.WARNING, "exact duplicates", "remove them (rentune data prepare does) so they are not over-weighted"
+        Severity.WARNING, "exact duplicates", "remove them (preparing the data does) so they are not over-weighted"
     ),
     Code.NEAR_DUPLICATE: CodeInfo(
         Severity.WARNING,
         "near-exact duplicates (same text up to case, spacing, punctuation)",
-        "remove them (rentune data prepare does)",
+        "remove them (preparing the data does)",
     ),
     Code.TOO_LONG: CodeInfo(
         Severity.WARNING,
         "longer than the sequence length",
-        "raise --seq-len (more memory) or shorten/split these examples; the excess is cut",
+        "raise the sequence length (more memory) or shorten or split these examples; the excess is cut",
     ),
     Code.SECRET: CodeInfo(
         Severity.WARNING,

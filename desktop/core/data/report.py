@@ -202,7 +202,7 @@ def report_text(report: DataReport) -> str:
         ]
     verdict = {
         0: "clean",
-        1: "errors found: fix them or let rentune data prepare drop those rows",
+        1: "errors found: fix them, or prepare the data to drop those rows",
         2: f"unusable: {report.fatal}",
     }[report.verdict]
     lines.append(f"Result: {verdict}")

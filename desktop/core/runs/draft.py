@@ -11,19 +11,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainer_payload.protocol import job_default
+
 DRAFT_SCHEMA_VERSION = 1
 
-#: Training keys the wizard starts from (the payload's job keys, same names).
+#: Training keys the wizard starts from: the payload's job keys and defaults (whole minutes and epochs for the
+#: wizard's boxes).
 DEFAULT_TRAINING: dict[str, Any] = {
-    "lora_r": 16,
-    "lora_alpha": 32,
-    "seq_len": 2048,
-    "micro_batch": 2,
-    "grad_accum": 4,
-    "epochs": 3,
-    "learning_rate": 2e-4,
-    "checkpoint_minutes": 30,
-    "keep_checkpoints": 3,
+    "lora_r": job_default("lora_r"),
+    "lora_alpha": job_default("lora_alpha"),
+    "seq_len": job_default("seq_len"),
+    "micro_batch": job_default("micro_batch"),
+    "grad_accum": job_default("grad_accum"),
+    "epochs": int(job_default("epochs")),
+    "learning_rate": job_default("learning_rate"),
+    "checkpoint_minutes": int(job_default("checkpoint_minutes")),
+    "keep_checkpoints": job_default("keep_checkpoints"),
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from desktop.core.sizing.architecture import Architecture
@@ -188,50 +188,78 @@ def _sort_key(option: GpuOption) -> tuple[int, float, float]:
 
 
 @dataclass(frozen=True)
-class Suggestion:
-    """A change that makes the job fit somewhere, and the cheapest option it gives."""
+class SettingChange:
+    """One setting changed so that a job fits: which (a :class:`TrainingSetup` field), from what, to what, and why.
 
-    change: str
+    Front ends word it: the CLI as its flags, the app as its labels.
+    """
+
+    setting: str
+    before: object
+    after: object
+    why: str
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """Changes that make the job fit somewhere, the setup they give, and the cheapest option it has."""
+
+    changes: tuple[SettingChange, ...]
     setup: TrainingSetup
     option: GpuOption
 
 
-Change = tuple[str, Callable[[TrainingSetup], TrainingSetup]]
+@dataclass(frozen=True)
+class _Fix:
+    """A remedy worth trying: why it helps and how it changes a setup."""
+
+    why: str
+    apply: Callable[[TrainingSetup], TrainingSetup]
 
 
-def _changes(setup: TrainingSetup) -> list[Change]:
+def _fixes(setup: TrainingSetup) -> list[_Fix]:
     """The fixes worth trying for this setup, cheapest in quality first."""
-    changes: list[Change] = []
+    fixes: list[_Fix] = []
     if not setup.grad_ckpt:
-        changes.append(("turn gradient checkpointing on (drop --no-grad-ckpt)", lambda s: replace(s, grad_ckpt=True)))
+        fixes.append(_Fix("recompute activations instead of keeping them", lambda s: replace(s, grad_ckpt=True)))
     if setup.micro_batch > 1:
         same_batch = min(4096, setup.grad_accum * setup.micro_batch)
-        changes.append(
-            (
-                f"use --micro-batch 1 and --grad-accum {same_batch}",
+        fixes.append(
+            _Fix(
+                "the same examples per step, one at a time in memory",
                 lambda s: replace(s, micro_batch=1, grad_accum=same_batch),
             )
         )
     if setup.grad_accum > 1 and not setup.method.is_peft:
-        changes.append(
-            (
-                "use --grad-accum 1 (accumulating under FSDP keeps whole gradients on every GPU)",
-                lambda s: replace(s, grad_accum=1),
-            )
+        fixes.append(
+            _Fix("accumulating under FSDP keeps whole gradients on every GPU", lambda s: replace(s, grad_accum=1))
         )
     if setup.seq_len > 512:
-        changes.append(
-            (
-                f"shorten sequences to --seq-len {setup.seq_len // 2}",
+        fixes.append(
+            _Fix(
+                "shorter sequences need less activation memory, but longer examples are cut",
                 lambda s: replace(s, seq_len=max(16, s.seq_len // 2)),
             )
         )
     if setup.method is Method.FULL:
-        changes.append(("use --method full-8bit (8-bit AdamW)", lambda s: replace(s, method=Method.FULL_8BIT)))
+        fixes.append(_Fix("8-bit AdamW keeps its states in a quarter of the memory", _method(Method.FULL_8BIT)))
     if setup.method is not Method.QLORA:
-        changes.append(("use --method qlora (4-bit base)", lambda s: replace(s, method=Method.QLORA)))
-    changes.append(("shard over 8 GPUs with --gpus 8 --strategy fsdp", lambda s: s.with_gpus(8, Strategy.FSDP)))
-    return changes
+        fixes.append(_Fix("a 4-bit base model takes a quarter of the memory", _method(Method.QLORA)))
+    fixes.append(_Fix("FSDP shards weights, gradients and optimizer states", lambda s: s.with_gpus(8, Strategy.FSDP)))
+    return fixes
+
+
+def _method(method: Method) -> Callable[[TrainingSetup], TrainingSetup]:
+    return lambda setup: replace(setup, method=method)
+
+
+def setting_changes(before: TrainingSetup, after: TrainingSetup, why: str) -> tuple[SettingChange, ...]:
+    """The settings that differ between two setups, each with ``why``."""
+    return tuple(
+        SettingChange(field.name, getattr(before, field.name), getattr(after, field.name), why)
+        for field in fields(TrainingSetup)
+        if getattr(before, field.name) != getattr(after, field.name)
+    )
 
 
 def _cheapest_fit(
@@ -250,21 +278,34 @@ def suggest_fixes(
     Returns:
         Up to ``limit`` suggestions, each with the cheapest option it yields; empty when nothing helps.
     """
-    changes = _changes(setup)
-    for size in range(1, len(changes) + 1):
+    fixes = _fixes(setup)
+    for size in range(1, len(fixes) + 1):
         suggestions = []
-        for combo in itertools.combinations(changes, size):
-            if sum("--grad-accum" in label for label, _ in combo) > 1:
-                continue  # two different --grad-accum values
-            changed = setup
-            for _label, change in combo:
-                changed = change(changed)
+        for combo in itertools.combinations(fixes, size):
+            changes, changed = _combined(setup, combo)
+            if changes is None:
+                continue  # two fixes set the same setting
             option = _cheapest_fit(arch, changed, gpus, workload)
             if option is not None:
-                suggestions.append(Suggestion(" and ".join(label for label, _ in combo), changed, option))
+                suggestions.append(Suggestion(changes, changed, option))
         if suggestions:
             return sorted(suggestions, key=lambda s: s.option.cost_usd)[:limit]
     return []
+
+
+def _combined(setup: TrainingSetup, combo: tuple[_Fix, ...]) -> tuple[tuple[SettingChange, ...] | None, TrainingSetup]:
+    """The changes of several fixes applied in turn, and the setup they give (None when two touch one setting)."""
+    changes: list[SettingChange] = []
+    changed = setup
+    for fix in combo:
+        after = fix.apply(changed)
+        made = setting_changes(changed, after, fix.why)
+        if not made:  # already so: the smaller combination covers it
+            return None, changed
+        changes += made
+        changed = after
+    settings = [change.setting for change in changes]
+    return (tuple(changes) if len(settings) == len(set(settings)) else None), changed
 
 
 @dataclass(frozen=True)

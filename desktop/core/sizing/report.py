@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
-from desktop.core.sizing.plan import GpuOption, Plan
+from desktop.core.sizing.plan import GpuOption, Plan, SettingChange, Suggestion
 
 _ITEM_LABELS = {
     "weights": "base weights",
@@ -68,7 +70,10 @@ def plan_dict(plan: Plan, tokens_source: str) -> dict[str, Any]:
         "tokens": {"per_epoch": plan.workload.tokens, "epochs": plan.workload.epochs, "source": tokens_source},
         "memory_gb": {**plan.memory.items, "per_gpu_total": plan.memory.per_gpu_total},
         "options": [option_dict(option) for option in plan.options],
-        "suggestions": [{"change": s.change, **option_dict(s.option)} for s in plan.suggestions],
+        "suggestions": [
+            {"changes": [change_dict(change) for change in s.changes], **option_dict(s.option)}
+            for s in plan.suggestions
+        ],
     }
 
 
@@ -88,8 +93,22 @@ def format_hours(hours: float) -> str:
     return "< 1 min" if minutes == 0 and hours > 0 else f"{minutes} min"
 
 
-def plan_text(plan: Plan, tokens_source: str, limit: int = 10) -> str:
-    """The plan as a report for the terminal."""
+def change_dict(change: SettingChange) -> dict[str, Any]:
+    """A suggested change as JSON: the setting, its value before and after (enums by value), and why."""
+    return {
+        "setting": change.setting,
+        "from": _plain_value(change.before),
+        "to": _plain_value(change.after),
+        "why": change.why,
+    }
+
+
+def _plain_value(value: object) -> object:
+    return value.value if isinstance(value, Enum) else value
+
+
+def plan_text(plan: Plan, tokens_source: str, describe: Callable[[Suggestion], str], limit: int = 10) -> str:
+    """The plan as a report for the terminal; ``describe`` words a suggestion (the CLI names its flags)."""
     arch, setup = plan.arch, plan.setup
     lines = [
         f"{arch.name}: {arch.total_params / 1e9:.2f} B parameters, {plan.trainable_params:,} trainable "
@@ -107,7 +126,7 @@ def plan_text(plan: Plan, tokens_source: str, limit: int = 10) -> str:
     if plan.suggestions:
         lines += ["", "Nothing fits as configured. Changes that make it fit:"]
         lines += [
-            f"  - {s.change}: {s.option.count} x {s.option.gpu.name}, {s.option.memory.per_gpu_total:.1f} GB per "
+            f"  - {describe(s)}: {s.option.count} x {s.option.gpu.name}, {s.option.memory.per_gpu_total:.1f} GB per "
             f"GPU, {format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
             for s in plan.suggestions
         ]

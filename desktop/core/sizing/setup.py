@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from trainer_payload.protocol import JOB_INT_RANGES, job_default
+
 
 class Method(StrEnum):
     """Fine-tuning methods."""
@@ -54,7 +56,24 @@ class Attention(StrEnum):
 
 
 class SetupError(ValueError):
-    """A training setting is out of range; the message names it and the allowed range."""
+    """A training setting outside what can be trained; front ends name the setting their own way.
+
+    Attributes:
+        setting: The :class:`TrainingSetup` field (``seq_len``, ``num_gpus``, ...).
+        value: The value given.
+        problem: What is wrong with it, without the setting's name (``is out of range: use ...``).
+    """
+
+    def __init__(self, setting: str, value: object, problem: str) -> None:
+        super().__init__(f"{setting} {value!r} {problem}")
+        self.setting, self.value, self.problem = setting, value, problem
+
+
+#: The whole-number settings and their allowed range (lowest, highest): the payload's, so that nothing the app
+#: accepts is refused on the machine.
+SETTING_RANGES: dict[str, tuple[int, int]] = {
+    key: JOB_INT_RANGES[key] for key in ("lora_r", "seq_len", "micro_batch", "grad_accum", "num_gpus")
+}
 
 
 @dataclass(frozen=True)
@@ -78,29 +97,26 @@ class TrainingSetup:
         chunked_loss: Cross-entropy computed in chunks (no full fp32 logits tensor).
     """
 
-    method: Method = Method.QLORA
-    lora_r: int = 16
+    method: Method = Method.QLORA  # members, not lookups (RUF009): a test holds the enums equal to the payload's
+    lora_r: int = job_default("lora_r")
     targets: Targets = Targets.ALL_LINEAR
-    lora_dropout: float = 0.05
-    seq_len: int = 2048
-    micro_batch: int = 2
-    grad_accum: int = 4
-    grad_ckpt: bool = True
+    lora_dropout: float = job_default("lora_dropout")
+    seq_len: int = job_default("seq_len")
+    micro_batch: int = job_default("micro_batch")
+    grad_accum: int = job_default("grad_accum")
+    grad_ckpt: bool = job_default("gradient_checkpointing")
     precision: Precision = Precision.BF16
     attention: Attention = Attention.SDPA
     double_quant: bool = True
-    num_gpus: int = 1
+    num_gpus: int = job_default("num_gpus")
     strategy: Strategy = Strategy.DDP
     chunked_loss: bool = False
 
     def __post_init__(self) -> None:
-        _check_range("--lora-r", self.lora_r, 1, 4096)
-        _check_range("--seq-len", self.seq_len, 16, 1_048_576)
-        _check_range("--micro-batch", self.micro_batch, 1, 1024)
-        _check_range("--grad-accum", self.grad_accum, 1, 4096)
-        _check_range("--gpus", self.num_gpus, 1, 64)
+        for setting, (low, high) in SETTING_RANGES.items():
+            _check_range(setting, getattr(self, setting), low, high)
         if not 0 <= self.lora_dropout < 1:
-            raise SetupError(f"--lora-dropout {self.lora_dropout} must be at least 0 and below 1")
+            raise SetupError("lora_dropout", self.lora_dropout, "must be at least 0 and below 1")
 
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -117,6 +133,10 @@ class TrainingSetup:
         return replace(self, num_gpus=num_gpus, strategy=strategy)
 
 
-def _check_range(flag: str, value: int, low: int, high: int) -> None:
+def _check_range(setting: str, value: int, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SetupError(f"{flag} {value!r} is out of range: use a whole number from {low:,} to {high:,}")
+        raise SetupError(setting, value, f"is out of range: use a whole number from {low:,} to {high:,}")
+
+
+#: The default training setup: the one source of the sized settings' defaults (the CLI, the wizard, the draft).
+DEFAULT_SETUP = TrainingSetup()

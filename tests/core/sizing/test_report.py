@@ -35,5 +35,5 @@ def test_plan_never_shows_sixty_minutes(catalog: ModelCatalog, gpus: list[GpuSpe
     arch = catalog.find("llama-3.1-8b")
     assert arch is not None
     for tokens in range(1_000_000, 30_000_000, 1_000_000):
-        text = plan_text(make_plan(arch, TrainingSetup(), gpus, Workload(tokens=tokens)), "given", limit=50)
+        text = plan_text(make_plan(arch, TrainingSetup(), gpus, Workload(tokens=tokens)), "given", str, limit=50)
         assert " 60 min" not in text

@@ -30,12 +30,14 @@ from PySide6.QtWidgets import (
 
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
+from desktop.core.sizing.setup import SETTING_RANGES
 from desktop.services.logs import get_logger
 from desktop.services.model_configs import load_catalog
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.tables import pick_one_table
+from trainer_payload.protocol import JOB_INT_RANGES
 
 _log = get_logger("ui.model_step")
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
@@ -87,15 +89,15 @@ class TrainingField:
 
 
 TRAINING_FIELDS: list[TrainingField] = [
-    TrainingField("lora_r", "LoRA rank (adapter size)", 1, 4096, 8, lora_only=True),
-    TrainingField("lora_alpha", "LoRA alpha (adapter strength)", 1, 65536, 8, lora_only=True),
-    TrainingField("seq_len", "Sequence length (tokens)", 16, 1_048_576, 256),
-    TrainingField("micro_batch", "Examples per GPU step (micro-batch)", 1, 1024, 1),
-    TrainingField("grad_accum", "Gradient accumulation steps", 1, 4096, 1),
+    TrainingField("lora_r", "LoRA rank (adapter size)", *SETTING_RANGES["lora_r"], 8, lora_only=True),
+    TrainingField("lora_alpha", "LoRA alpha (adapter strength)", *JOB_INT_RANGES["lora_alpha"], 8, lora_only=True),
+    TrainingField("seq_len", "Sequence length (tokens)", *SETTING_RANGES["seq_len"], 256),
+    TrainingField("micro_batch", "Examples per GPU step (micro-batch)", *SETTING_RANGES["micro_batch"], 1),
+    TrainingField("grad_accum", "Gradient accumulation steps", *SETTING_RANGES["grad_accum"], 1),
     TrainingField("epochs", "Epochs (passes over the data)", 0.1, 1000, 0.5, decimals=2),
     TrainingField("learning_rate", "Learning rate", 1e-7, 0.5, 1e-5, decimals=10),
     TrainingField("checkpoint_minutes", "Checkpoint every (minutes)", 1, 1440, 5),
-    TrainingField("keep_checkpoints", "Checkpoints kept on the GPU machine", 1, 1000, 1),
+    TrainingField("keep_checkpoints", "Checkpoints kept on the GPU machine", *JOB_INT_RANGES["keep_checkpoints"], 1),
 ]
 
 

@@ -27,9 +27,9 @@ from PySide6.QtWidgets import (
 from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
-from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, Workload, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, SettingChange, Workload, make_plan
 from desktop.core.sizing.report import format_hours
-from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.data_prepare import MANIFEST_NAME
 from desktop.services.logs import get_logger
 from desktop.services.model_configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
@@ -121,17 +121,20 @@ def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
     try:
         return TrainingSetup(
             method=Method(keys["method"]),
-            lora_r=int(keys.get("lora_r", 16)),
-            targets=_targets(keys.get("target_modules", "all-linear")),
-            lora_dropout=float(keys.get("lora_dropout", 0.05)),
-            seq_len=int(keys.get("seq_len", 2048)),
-            micro_batch=int(keys.get("micro_batch", 2)),
-            grad_accum=int(keys.get("grad_accum", 4)),
-            grad_ckpt=bool(keys.get("gradient_checkpointing", True)),
-            num_gpus=int(keys.get("num_gpus", 1)),
-            strategy=Strategy(keys.get("strategy", "ddp")),
+            lora_r=int(keys.get("lora_r", DEFAULT_SETUP.lora_r)),
+            targets=_targets(keys.get("target_modules", DEFAULT_SETUP.targets.value)),
+            lora_dropout=float(keys.get("lora_dropout", DEFAULT_SETUP.lora_dropout)),
+            seq_len=int(keys.get("seq_len", DEFAULT_SETUP.seq_len)),
+            micro_batch=int(keys.get("micro_batch", DEFAULT_SETUP.micro_batch)),
+            grad_accum=int(keys.get("grad_accum", DEFAULT_SETUP.grad_accum)),
+            grad_ckpt=bool(keys.get("gradient_checkpointing", DEFAULT_SETUP.grad_ckpt)),
+            num_gpus=int(keys.get("num_gpus", DEFAULT_SETUP.num_gpus)),
+            strategy=Strategy(keys.get("strategy", DEFAULT_SETUP.strategy.value)),
         )
-    except (SetupError, ValueError, TypeError) as exc:
+    except SetupError as exc:
+        label = _SETTING_LABELS.get(exc.setting, exc.setting)
+        raise SizingError(f"{label} {exc.value!r} {exc.problem}; fix it on the Model step") from exc
+    except (ValueError, TypeError) as exc:
         raise SizingError(f"the training settings cannot be sized ({exc}); fix them on the Model step") from exc
 
 
@@ -537,21 +540,34 @@ def _recommendation_text(option: GpuOption | None) -> str:
     )
 
 
-_FLAG_WORDS = (
-    (" (drop --no-grad-ckpt)", ""),
-    ("--micro-batch", "micro-batch"),
-    ("--grad-accum", "gradient accumulation"),
-    ("--seq-len ", ""),
-    ("--method qlora", "QLoRA"),
-    ("--method ", ""),
-    ("with --gpus 8 --strategy fsdp", "(FSDP)"),
-)
+# How the Model step names the training settings a suggestion or an error is about.
+_SETTING_LABELS = {
+    "lora_r": "LoRA rank",
+    "lora_dropout": "LoRA dropout",
+    "seq_len": "sequence length",
+    "micro_batch": "micro-batch",
+    "grad_accum": "gradient accumulation",
+    "num_gpus": "GPUs",
+}
+_METHOD_LABELS = {
+    Method.QLORA: "QLoRA",
+    Method.LORA: "LoRA",
+    Method.FULL: "full fine-tune",
+    Method.FULL_8BIT: "full fine-tune with 8-bit AdamW",
+}
 
 
-def _plain(change: str) -> str:
-    for flag, words in _FLAG_WORDS:
-        change = change.replace(flag, words)
-    return " ".join(change.split())
+def change_words(change: SettingChange) -> str:
+    """A suggested change as the Model step names it: ``gradient accumulation 16``, ``QLoRA``, ``8 GPUs``."""
+    if change.setting == "grad_ckpt":
+        return f"gradient checkpointing {'on' if change.after else 'off'}"
+    if isinstance(change.after, Method):
+        return _METHOD_LABELS[change.after]
+    if isinstance(change.after, Strategy):
+        return change.after.value.upper()
+    if change.setting == "num_gpus":
+        return f"{change.after} GPUs"
+    return f"{_SETTING_LABELS.get(change.setting, change.setting)} {change.after}"
 
 
 def _suggestions_text(sizing: Sizing) -> str:
@@ -560,9 +576,11 @@ def _suggestions_text(sizing: Sizing) -> str:
     if not sizing.plan.suggestions:
         return "Nothing fits any GPU even with smaller settings: choose a smaller model, or QLoRA, on the Model step."
     lines = ["Changes that make it fit (on the Model step):"]
-    lines += [
-        f"• {_plain(s.change)}: {option_label(s.option)}, {s.option.memory.per_gpu_total:.1f} GB per GPU, "
-        f"{format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
-        for s in sizing.plan.suggestions
-    ]
+    for suggestion in sizing.plan.suggestions:
+        option = suggestion.option
+        changes = ", ".join(change_words(change) for change in suggestion.changes)
+        lines.append(
+            f"• {changes}: {option_label(option)}, {option.memory.per_gpu_total:.1f} GB per GPU, "
+            f"{format_hours(option.hours)}, ${option.cost_usd:,.2f}"
+        )
     return "\n".join(lines)
