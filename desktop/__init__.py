@@ -2,7 +2,7 @@
 
 Packages:
     desktop.core: the pure domain (sizing, run specs, dataset rules, costs). No Qt, no I/O.
-    desktop.services: async I/O without Qt (providers, SSH, run engine, settings, secrets).
+    desktop.services: I/O without Qt, one sub-package per step: platform, data, models, machines, runs.
     desktop.ui: the PySide6 desktop app; the only package that imports Qt.
     desktop.cli: the headless command line, on the same services.
 """

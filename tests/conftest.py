@@ -57,7 +57,7 @@ def memory_keyring() -> Iterator[MemoryKeyring]:
 def _close_rentune_logging() -> Iterator[None]:
     """Closes log handlers a test opened, so no test writes into another test's ``RENTUNE_HOME``."""
     yield
-    from desktop.services.logs import close_logging
+    from desktop.services.platform.logs import close_logging
 
     close_logging()
 

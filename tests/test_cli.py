@@ -74,7 +74,7 @@ def test_screenshot_of_an_unknown_page_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_headless_commands_do_not_load_qt_or_torch() -> None:
     probe = (
-        "import sys, desktop.cli, desktop.services.environment; "
+        "import sys, desktop.cli.doctor, desktop.cli.plan, desktop.cli.data, desktop.cli.runs; "
         "print(sorted(m for m in ('PySide6', 'torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -14,7 +14,7 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
-from desktop.services.run_store import RunStore
+from desktop.services.runs.store import RunStore
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def test_an_unforeseen_error_is_one_line_with_the_log_path(
     def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr("desktop.services.data_check.check_dataset", broken)
+    monkeypatch.setattr("desktop.cli.data.check_dataset", broken)
     assert main(["data", "check", str(bad.good_data)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "RuntimeError: disk on fire" in err and "please report it" in err

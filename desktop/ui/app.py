@@ -13,9 +13,9 @@ from qasync import QEventLoop
 
 from desktop import __version__
 from desktop.core.settings import Settings, SettingsError
-from desktop.services.logs import configure_logging, get_logger
-from desktop.services.secrets import SecretStore
-from desktop.services.settings_store import load_settings
+from desktop.services.platform.logs import configure_logging, get_logger
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.platform.settings import load_settings
 from desktop.ui.background import spawn
 from desktop.ui.errors import ErrorReporter
 from desktop.ui.main_window import MainWindow, UnknownPageError

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 from desktop.core.runs.draft import RunDraft
 from desktop.core.settings import Settings
-from desktop.services.draft_store import load_draft
-from desktop.services.run_engine import EngineOptions
-from desktop.services.run_manager import RunManager
-from desktop.services.run_store import RunStore
-from desktop.services.secrets import SecretStore
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.drafts import load_draft
+from desktop.services.runs.engine import EngineOptions
+from desktop.services.runs.manager import RunManager
+from desktop.services.runs.store import RunStore
 
 
 @dataclass
@@ -21,7 +21,7 @@ class AppContext:
         settings: The user's preferences.
         secrets: API keys and tokens (keyring or environment).
         store: Every run recorded on this computer.
-        draft: The new-run wizard's state (saved with :func:`desktop.services.draft_store.save_draft`).
+        draft: The new-run wizard's state (saved with :func:`desktop.services.runs.drafts.save_draft`).
         engine_options: Timing of the run engine (tests shorten the polling); the user's settings are applied on
             top (checkpoints kept per run).
         manager: Follows live runs in the background (launch, stop, pull, resume, reattach).

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
-from desktop.services.logs import get_logger, redact_known
+from desktop.services.platform.logs import get_logger, redact_known
 
 _log = get_logger("ui")
 

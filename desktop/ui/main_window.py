@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem,
 
 from desktop import __version__
 from desktop.core.settings import Settings
-from desktop.services.resources import ResourceNotFoundError, resource_bytes
-from desktop.services.secrets import SecretStore
+from desktop.services.platform.resources import ResourceNotFoundError, resource_bytes
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage

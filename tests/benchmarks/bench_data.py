@@ -27,7 +27,7 @@ WORDS = PROSE.split()
 CHECK = """
 import resource, sys, time
 from pathlib import Path
-from desktop.services.data_check import check_dataset
+from desktop.services.data.check import check_dataset
 start = time.perf_counter()
 outcome = check_dataset(Path(sys.argv[1]))
 elapsed = time.perf_counter() - start
@@ -79,7 +79,7 @@ def run_child(script: str, path: Path) -> tuple[float, float]:
 def token_counting(rows: list[list[dict[str, str]]]) -> tuple[float, float]:
     from transformers import AutoTokenizer
 
-    from desktop.services.token_counting import ChatTemplateTokenCounter
+    from desktop.services.data.tokens import ChatTemplateTokenCounter
     from tests.fixtures.tiny_models import build_tiny_model
 
     with tempfile.TemporaryDirectory() as folder:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from desktop.core.sizing.memory import DEFAULT_OVERHEADS, Overheads, estimate_memory
 from desktop.core.sizing.setup import Method, Strategy
-from desktop.services.model_configs import load_catalog
+from desktop.services.models.configs import load_catalog
 from tests.benchmarks.common import PYTHON, Row, median_interleaved, print_table
 from tests.fixtures.vram_calibration import CalibrationRow, load_calibration
 

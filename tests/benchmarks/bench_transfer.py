@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from desktop.services.ssh_remote import Endpoint, RemoteMachine
+from desktop.services.machines.ssh import Endpoint, RemoteMachine
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.sshd import SshHost, SshServer
 
@@ -105,8 +105,9 @@ def transfer_rounds(folder: Path, host: SshHost) -> tuple[dict[str, list[float]]
 
 
 def engine_overhead(folder: Path, server: SshServer) -> tuple[float, float]:
-    from desktop.services.run_engine import EngineOptions, RunEngine, mirrored_events
-    from desktop.services.run_store import RunStore
+    from desktop.services.runs.engine import EngineOptions, RunEngine
+    from desktop.services.runs.events import mirrored_events
+    from desktop.services.runs.store import RunStore
     from tests.fixtures.chat_data import write_chat_dataset
     from tests.fixtures.tiny_models import build_tiny_model
     from tests.runs.test_engine_end_to_end import load

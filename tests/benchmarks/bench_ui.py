@@ -113,8 +113,8 @@ async def measure(folder: Path, work: Path) -> dict[str, float]:
     """The child's work: monitor alone, monitor and uploads together, monitor alone again; the measurements."""
     from desktop.core.runs.states import RunState
     from desktop.core.settings import Settings
-    from desktop.services.secrets import SecretStore
-    from desktop.services.ssh_remote import Endpoint, RemoteMachine
+    from desktop.services.machines.ssh import Endpoint, RemoteMachine
+    from desktop.services.platform.secrets import SecretStore
     from desktop.ui.context import AppContext
     from desktop.ui.pages.monitor_page import MonitorPage
     from tests.fixtures.sshd import SshServer

@@ -14,8 +14,9 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
-from desktop.services.run_engine import EngineOptions, RunEngine, mirrored_events
-from desktop.services.run_store import RunStore
+from desktop.services.runs.engine import EngineOptions, RunEngine
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.store import RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.sshd import SshHost, SshServer
 from tests.runs.conftest import SpecFactory
@@ -223,7 +224,7 @@ def test_no_secret_reaches_home_logs_remote_or_process_list(
         seen_in_ps.append(listing.stdout)
         return (await drive).state
 
-    from desktop.services.logs import configure_logging
+    from desktop.services.platform.logs import configure_logging
 
     configure_logging("DEBUG")
     assert asyncio.run(scenario()) is RunState.FINISHED

@@ -17,11 +17,11 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
-from desktop.services.run_engine import EngineOptions, RunEngine, RunError
-from desktop.services.run_manager import RunManager
-from desktop.services.run_store import InstalledKey, RunStore
-from desktop.services.secrets import SecretStore
-from desktop.services.ssh_remote import fingerprint
+from desktop.services.machines.ssh import fingerprint
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
+from desktop.services.runs.manager import RunManager
+from desktop.services.runs.store import InstalledKey, RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.sshd import SshHost, SshServer
 from tests.runs.conftest import SpecFactory

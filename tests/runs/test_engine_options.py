@@ -14,10 +14,10 @@ from desktop.cli import main
 from desktop.core.runs.progress import cost_so_far
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
-from desktop.services.run_engine import mirrored_events
-from desktop.services.run_store import RunStore
-from desktop.services.secrets import SecretName, SecretStore
-from desktop.services.settings_store import save_settings
+from desktop.services.platform.secrets import SecretName, SecretStore
+from desktop.services.platform.settings import save_settings
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.store import RunStore
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.tiny_models import TinyModel
 from tests.runs.conftest import SpecFactory

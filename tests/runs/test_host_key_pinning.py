@@ -9,9 +9,9 @@ import pytest
 
 from desktop.core.runs.spec import RunSpecError, run_spec_from_dict
 from desktop.core.runs.states import RunState
-from desktop.services.run_engine import EngineOptions, RunEngine, RunError
-from desktop.services.run_store import RunStore
-from desktop.services.ssh_remote import fingerprint
+from desktop.services.machines.ssh import fingerprint
+from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
+from desktop.services.runs.store import RunStore
 from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from desktop.core.runs.states import RunState
-from desktop.services.run_engine import EngineOptions, RunBusyError, RunEngine, mirrored_events
-from desktop.services.run_manager import RunManager
-from desktop.services.run_store import RunStore
-from desktop.services.secrets import SecretStore
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.manager import RunManager
+from desktop.services.runs.store import RunStore
 from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory
 from tests.runs.test_engine_end_to_end import load, wait_local_event

@@ -12,11 +12,11 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.data.formats import to_alpaca, to_prompt_completion, to_sharegpt
-from desktop.services import data_prepare
-from desktop.services.data_check import check_dataset
-from desktop.services.data_prepare import PrepareError, prepare_dataset
-from desktop.services.files import sha256_file
-from desktop.services.token_counting import ChatTemplateTokenCounter, load_token_counter
+from desktop.services.data import prepare as data_prepare
+from desktop.services.data.check import check_dataset
+from desktop.services.data.prepare import PrepareError, prepare_dataset
+from desktop.services.data.tokens import ChatTemplateTokenCounter, load_token_counter
+from desktop.services.platform.files import sha256_file
 from tests.fixtures.tiny_models import TinyModel
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"

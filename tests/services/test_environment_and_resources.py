@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop.services.environment import check_environment
-from desktop.services.resources import ResourceNotFoundError, resource, resource_bytes, resources_root
+from desktop.services.platform.environment import check_environment
+from desktop.services.platform.resources import ResourceNotFoundError, resource, resource_bytes, resources_root
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_the_wheel_ships_resources_and_both_packages(tmp_path: Path) -> None:
     assert "trainer_payload/requirements.txt" in names
     assert not any(name.startswith("tests/") for name in names)
     probe = (
-        "from desktop.services.resources import resources_root, resource_bytes; "
+        "from desktop.services.platform.resources import resources_root, resource_bytes; "
         "print(resources_root()); print(len(resource_bytes('icons', 'rentune.svg')))"
     )
     out = subprocess.run(

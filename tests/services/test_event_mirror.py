@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from desktop.cli import main
-from desktop.services.run_engine import append_mirror, mirrored_events
-from desktop.services.run_store import RunStore
+from desktop.services.runs.events import append_mirror, mirrored_events
+from desktop.services.runs.store import RunStore
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
 

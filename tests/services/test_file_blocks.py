@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop.services.files import BLOCK, HashingWriter, Segment, SegmentReader, sha256_file, sha256_prefix
+from desktop.services.platform.files import BLOCK, HashingWriter, Segment, SegmentReader, sha256_file, sha256_prefix
 
 
 def read_all(reader: SegmentReader) -> tuple[list[tuple[int, bytes]], list[Segment]]:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from desktop.core.runs.draft import RunDraft
-from desktop.services.draft_store import load_draft, save_draft, write_spec_toml
-from desktop.services.files import atomic_write_text, read_text
+from desktop.services.platform.files import atomic_write_text, read_text
+from desktop.services.runs.drafts import load_draft, save_draft, write_spec_toml
 
 
 def disk_full(_fd: int) -> None:

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from desktop.services.model_configs import ModelResolutionError, load_catalog, load_gpus, resolve_model
+from desktop.services.models.configs import ModelResolutionError, load_catalog, load_gpus, resolve_model
 
 QWEN3_CONFIG = {
     "model_type": "qwen3",

@@ -13,10 +13,16 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from desktop.services import openssh_sftp
-from desktop.services.files import Segment
-from desktop.services.openssh_sftp import OpenSshUnusableError, Pace, find_openssh, hash_segments, suits_openssh
-from desktop.services.ssh_remote import Endpoint, RemoteError, RemoteMachine
+from desktop.services.machines import openssh_sftp
+from desktop.services.machines.openssh_sftp import (
+    OpenSshUnusableError,
+    Pace,
+    hash_segments,
+    suits_openssh,
+)
+from desktop.services.machines.ssh import Endpoint, RemoteError, RemoteMachine
+from desktop.services.platform.files import Segment
+from desktop.services.platform.programs import find_openssh
 from tests.fixtures.sshd import SshServer
 
 OTHER_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdo31IKuF9gfdhGO1Luivwf5G46hIgUGTgUCO2euLxU"

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from desktop.core.settings import Settings, SettingsError, Theme
-from desktop.services.paths import app_paths
-from desktop.services.settings_store import load_settings, save_settings
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.settings import load_settings, save_settings
 
 
 def test_rentune_home_holds_everything(rentune_home: Path) -> None:

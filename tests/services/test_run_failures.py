@@ -8,8 +8,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from desktop.services.run_failures import Backoff, PermanentError, classify
-from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, LoginRefusedError, RemoteError, describe_keys
+from desktop.services.machines.failures import Backoff, PermanentError, classify
+from desktop.services.machines.ssh import Endpoint, HostKeyChangedError, LoginRefusedError, RemoteError, describe_keys
 
 PASSING = [
     ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop.services.run_keys import create_run_key, delete_run_key, install_command, load_run_key, remove_command
+from desktop.services.machines.keys import create_run_key, delete_run_key, install_command, load_run_key, remove_command
 from tests.fixtures.memory_keyring import MemoryKeyring
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop.services.run_engine import _inside
-from desktop.services.run_failures import PermanentError
+from desktop.services.machines.failures import PermanentError
+from desktop.services.runs.engine import _inside
 
 
 def test_plain_names_stay_inside(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from desktop.core.runs.states import RunState
-from desktop.services.run_store import RunLiveError, RunStore, UnknownRunError
+from desktop.services.runs.store import RunLiveError, RunStore, UnknownRunError
 
 SPEC = {"base_model": "tiny", "training": {"method": "lora"}, "hourly_rate_usd": 1.0}
 

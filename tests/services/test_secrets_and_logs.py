@@ -7,9 +7,9 @@ import keyring
 import keyring.backends.fail
 import pytest
 
-from desktop.services.logs import LOG_FILE_NAME, configure_logging, get_logger
-from desktop.services.paths import app_paths
-from desktop.services.secrets import SecretName, SecretSource, SecretStore, SecretStoreError
+from desktop.services.platform.logs import LOG_FILE_NAME, configure_logging, get_logger
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SecretName, SecretSource, SecretStore, SecretStoreError
 from tests.fixtures.memory_keyring import MemoryKeyring
 
 KEY = "rk_live_" + "Z9y8X7w6V5u4T3s2"

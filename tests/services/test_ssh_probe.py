@@ -12,8 +12,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from desktop.services.ssh_probe import NO_GPU, ProbeError, probe_host
-from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, fingerprint
+from desktop.services.machines.probe import NO_GPU, ProbeError, probe_host
+from desktop.services.machines.ssh import Endpoint, HostKeyChangedError, fingerprint
 from tests.fixtures.sshd import SshHost
 
 OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdo31IKuF9gfdhGO1Luivwf5G46hIgUGTgUCO2euLxU"

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from desktop.services import openssh_sftp, ssh_remote
-from desktop.services.files import Segment
-from desktop.services.ssh_remote import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
+from desktop.services.machines import openssh_sftp
+from desktop.services.machines import ssh as ssh_remote
+from desktop.services.machines.ssh import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
+from desktop.services.platform.files import Segment
+from desktop.services.platform.programs import find_openssh
 from tests.fixtures.sshd import SshHost
 
 
@@ -39,7 +41,7 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv("RENTUNE_TRANSFER", "builtin")
         yield request.param
         return
-    if openssh_sftp.find_openssh() is None:
+    if find_openssh() is None:
         pytest.fail("OpenSSH's sftp, ssh-agent and ssh-add are needed (apt install openssh-client)", pytrace=False)
     monkeypatch.setattr(openssh_sftp, "OPENSSH_MIN_BYTES", 0)
     copies: list[str] = []

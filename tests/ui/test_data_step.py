@@ -17,10 +17,10 @@ from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
-from desktop.services.dataset_workspace import CHECK_FILE, SHORT_SHA
-from desktop.services.files import sha256_file
-from desktop.services.paths import app_paths
-from desktop.services.secrets import SecretStore
+from desktop.services.data.workspace import CHECK_FILE, SHORT_SHA
+from desktop.services.platform.files import sha256_file
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.data_step import DataStep
 

@@ -7,7 +7,7 @@ import sys
 from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from desktop.services.logs import configure_logging, remember_secret
+from desktop.services.platform.logs import configure_logging, remember_secret
 from desktop.ui.errors import ErrorReporter
 
 

@@ -13,8 +13,8 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings, Theme
-from desktop.services.secrets import SecretName, SecretStore
-from desktop.services.settings_store import load_settings
+from desktop.services.platform.secrets import SecretName, SecretStore
+from desktop.services.platform.settings import load_settings
 from desktop.ui.main_window import MainWindow, UnknownPageError
 from desktop.ui.pages.home_page import FLOW_STEPS
 from desktop.ui.pages.settings_page import SettingsPage

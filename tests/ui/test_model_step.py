@@ -14,8 +14,8 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.settings import Settings
-from desktop.services.model_configs import load_catalog
-from desktop.services.secrets import SecretStore
+from desktop.services.models.configs import load_catalog
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.model_step import METHODS, TRAINING_FIELDS, ModelStep
 from trainer_payload.protocol import JOB_INT_RANGES

@@ -19,9 +19,9 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.spec import SshTarget
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
-from desktop.services.run_engine import EngineOptions
-from desktop.services.run_store import RunStore
-from desktop.services.secrets import SecretStore
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.engine import EngineOptions
+from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages import monitor_page
 from desktop.ui.pages.monitor_page import MonitorPage, read_event_chunk

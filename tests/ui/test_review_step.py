@@ -17,10 +17,10 @@ from desktop.core.runs.draft import RunDraft, TargetDraft
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
-from desktop.services.data_prepare import prepare_dataset
-from desktop.services.paths import app_paths
-from desktop.services.secrets import SecretStore
-from desktop.services.ssh_remote import fingerprint
+from desktop.services.data.prepare import prepare_dataset
+from desktop.services.machines.ssh import fingerprint
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_step import ReviewStep
 from tests.fixtures.sshd import SshHost

@@ -13,10 +13,10 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
-from desktop.services.run_engine import DRIVER_LOCK_NAME
-from desktop.services.run_keys import create_run_key, load_run_key
-from desktop.services.run_store import RunStore, UnknownRunError
-from desktop.services.secrets import SecretStore
+from desktop.services.machines.keys import create_run_key, load_run_key
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.engine import DRIVER_LOCK_NAME
+from desktop.services.runs.store import RunStore, UnknownRunError
 from desktop.ui.context import AppContext
 from desktop.ui.pages import runs_page
 from desktop.ui.pages.runs_page import RunsPage

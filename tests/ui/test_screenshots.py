@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop.services.run_store import RunStore
+from desktop.services.runs.store import RunStore
 from tests.fixtures.recorded_run import record_finished_run
 from tests.test_cli import _non_blank, rentune
 

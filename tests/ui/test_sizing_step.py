@@ -14,8 +14,8 @@ from pytestqt.qtbot import QtBot
 from desktop.cli import main
 from desktop.core.runs.draft import RunDraft, TargetDraft
 from desktop.core.settings import Settings
-from desktop.services.data_prepare import prepare_dataset
-from desktop.services.secrets import SecretStore
+from desktop.services.data.prepare import prepare_dataset
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_step import write_launch_spec
 from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, SizingStep, option_label

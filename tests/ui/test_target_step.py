@@ -10,9 +10,9 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
 from desktop.core.settings import Settings
-from desktop.services.secrets import SecretStore
-from desktop.services.ssh_probe import probe_host
-from desktop.services.ssh_remote import Endpoint, fingerprint
+from desktop.services.machines.probe import probe_host
+from desktop.services.machines.ssh import Endpoint, fingerprint
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.target_step import TargetStep
 from tests.fixtures.sshd import SshHost

@@ -27,10 +27,10 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
-from desktop.services.draft_store import load_draft
-from desktop.services.run_engine import EngineOptions
-from desktop.services.run_store import RunStore
-from desktop.services.secrets import SecretStore
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.drafts import load_draft
+from desktop.services.runs.engine import EngineOptions
+from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.wizard.data_step import DataStep

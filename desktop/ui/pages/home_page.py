@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 from qasync import asyncSlot
 
-from desktop.services.environment import EnvironmentCheck, check_environment
+from desktop.services.platform.environment import EnvironmentCheck, check_environment
 from desktop.ui.background import off_ui_thread
 from desktop.ui.pages.base import BasePage
 

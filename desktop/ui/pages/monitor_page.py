@@ -39,9 +39,9 @@ from qasync import asyncSlot
 from desktop.core.runs.progress import RunProgress, cost_so_far, format_duration, phase_durations
 from desktop.core.runs.spec import SshTarget, parse_ssh_url
 from desktop.core.runs.states import RunState, flow_through
-from desktop.services.run_engine import RunError
-from desktop.services.run_store import RunRecord, UnknownRunError
-from desktop.services.ssh_remote import RemoteError
+from desktop.services.machines.ssh import RemoteError
+from desktop.services.runs.engine import RunError
+from desktop.services.runs.store import RunRecord, UnknownRunError
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.dialogs import ask_new_target, confirm

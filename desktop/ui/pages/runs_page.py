@@ -21,8 +21,8 @@ from qasync import asyncSlot
 
 from desktop.core.runs.progress import cost_so_far, format_duration, run_duration
 from desktop.core.runs.states import RunState
-from desktop.services.run_engine import RunBusyError
-from desktop.services.run_store import DELETABLE, RunLiveError, RunRecord, UnknownRunError
+from desktop.services.runs.engine import RunBusyError
+from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, UnknownRunError
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.dialogs import confirm

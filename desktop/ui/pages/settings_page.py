@@ -23,10 +23,10 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from desktop.core.settings import Settings, SettingsError, Theme
-from desktop.services.logs import LOG_FILE_NAME
-from desktop.services.paths import app_paths
-from desktop.services.secrets import SECRETS_IN_USE, SecretName, SecretSource, SecretStore, SecretStoreError
-from desktop.services.settings_store import save_settings
+from desktop.services.platform.logs import LOG_FILE_NAME
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SECRETS_IN_USE, SecretName, SecretSource, SecretStore, SecretStoreError
+from desktop.services.platform.settings import save_settings
 from desktop.ui.pages.base import BasePage
 
 T = TypeVar("T")

@@ -29,9 +29,9 @@ from PySide6.QtWidgets import (
 
 from desktop.core.data.findings import Severity
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
-from desktop.services.data_prepare import PrepareError
-from desktop.services.dataset_workspace import CheckCancelledError, DatasetCheck, check_and_prepare, load_saved_check
-from desktop.services.logs import get_logger
+from desktop.services.data.prepare import PrepareError
+from desktop.services.data.workspace import CheckCancelledError, DatasetCheck, check_and_prepare, load_saved_check
+from desktop.services.platform.logs import get_logger
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 

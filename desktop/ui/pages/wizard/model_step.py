@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
 from desktop.core.sizing.setup import SETTING_RANGES
-from desktop.services.logs import get_logger
-from desktop.services.model_configs import load_catalog
+from desktop.services.models.configs import load_catalog
+from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep

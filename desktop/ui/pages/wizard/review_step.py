@@ -15,11 +15,11 @@ from qasync import asyncSlot
 from desktop.core.runs.draft import RunDraft, gpu_pick_training
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.core.sizing.report import format_hours
-from desktop.services.draft_store import write_spec_toml
-from desktop.services.files import atomic_copy
-from desktop.services.logs import get_logger
-from desktop.services.paths import app_paths
-from desktop.services.run_engine import RunError
+from desktop.services.platform.files import atomic_copy
+from desktop.services.platform.logs import get_logger
+from desktop.services.platform.paths import app_paths
+from desktop.services.runs.drafts import write_spec_toml
+from desktop.services.runs.engine import RunError
 from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.sizing_step import (

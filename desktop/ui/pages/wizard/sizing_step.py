@@ -30,10 +30,10 @@ from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, SettingChange, Workload, make_plan
 from desktop.core.sizing.report import format_hours
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
-from desktop.services.data_prepare import MANIFEST_NAME
-from desktop.services.logs import get_logger
-from desktop.services.model_configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
-from desktop.services.secrets import SecretStore
+from desktop.services.data.prepare import MANIFEST_NAME
+from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
+from desktop.services.platform.logs import get_logger
+from desktop.services.platform.secrets import SecretStore
 from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep

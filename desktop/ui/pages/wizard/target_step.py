@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from desktop.core.runs.draft import RunDraft, TargetDraft
-from desktop.services.ssh_probe import ProbeError, ProbeResult, probe_host
-from desktop.services.ssh_remote import Endpoint, HostKeyChangedError
+from desktop.services.machines.probe import ProbeError, ProbeResult, probe_host
+from desktop.services.machines.ssh import Endpoint, HostKeyChangedError
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 

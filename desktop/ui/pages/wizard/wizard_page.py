@@ -7,8 +7,8 @@ import asyncio
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QPushButton, QStackedWidget, QWidget
 
-from desktop.services.draft_store import save_draft
-from desktop.services.logs import get_logger
+from desktop.services.platform.logs import get_logger
+from desktop.services.runs.drafts import save_draft
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.wizard.step_base import WizardStep

@@ -1,0 +1,25 @@
+"""``rentune doctor``: what this computer offers (Python, keyring, data folder, tools) and run keys left on machines."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import asdict
+
+from desktop.cli.errors import EXIT_FAILED, EXIT_OK
+from desktop.services.platform.environment import check_environment
+from desktop.services.runs.engine import run_key_checks
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Prints every check; exit 1 when a required one fails."""
+    checks = check_environment() + asyncio.run(run_key_checks())  # run keys still on machines, after a cleanup
+    if args.json:
+        print(json.dumps([asdict(check) for check in checks], indent=2))
+    else:
+        for check in checks:
+            mark = "ok " if check.ok else ("ERR" if check.required else "-- ")
+            fix = f"  -> {check.fix}" if check.fix else ""
+            print(f"[{mark}] {check.name:<18} {check.detail}{fix}")
+    return EXIT_OK if all(check.ok for check in checks if check.required) else EXIT_FAILED

@@ -1,0 +1,159 @@
+"""The arguments of every ``rentune`` command, in one place: what a user can type, and its defaults."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import NoReturn
+
+from desktop import __version__
+from desktop.cli.errors import EXIT_USAGE
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Strategy, Targets
+from trainer_payload.protocol import PROTOCOL_VERSION
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: the problem, and where the options are listed."""
+
+    def error(self, message: str) -> NoReturn:
+        """Prints ``PROG: error: MESSAGE; see PROG --help`` and exits with 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def _size(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d{3,5})x(\d{3,5})", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"size {text!r} must look like 1280x800")
+    return int(match[1]), int(match[2])
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"scale {text!r} must be a number such as 1 or 2") from None
+    if not 0.5 <= value <= 4:
+        raise argparse.ArgumentTypeError(f"scale {value:g} must be between 0.5 and 4")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Returns the parser of the ``rentune`` command line."""
+    parser: argparse.ArgumentParser = _Parser(
+        prog="rentune",
+        description="Fine-tune LLMs on rented GPUs. Without a command, opens the desktop app.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"rentune {__version__} (payload protocol {PROTOCOL_VERSION})"
+    )
+    parser.add_argument("--screenshot", metavar="FILE", type=Path, help="render the window offscreen to a PNG, exit")
+    parser.add_argument("--page", metavar="NAME", help="the page to open (or to render with --screenshot)")
+    parser.add_argument("--size", type=_size, default=(1280, 800), help="window size, e.g. 1280x800")
+    parser.add_argument("--scale", type=_scale, default=1.0, help="UI scale factor, e.g. 2 for 200%%")
+    parser.add_argument("--startup-probe", action="store_true", help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("gui", help="open the desktop app (the default)")
+    doctor = commands.add_parser("doctor", help="check this computer: Python, keyring, data folder, local tools")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    _add_plan_parser(commands)
+    _add_data_parser(commands)
+    _add_run_parsers(commands)
+    return parser
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="ssh://user@host:port (overrides [target] ssh)")
+    parser.add_argument("--identity", type=Path, help="private key to log in with (overrides [target] identity)")
+    parser.add_argument("--python", help="interpreter on the machine (overrides [target] python)")
+
+
+def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = commands.add_parser("run", help="train SPEC.toml on an SSH machine and bring the adapter home")
+    run.add_argument("spec", type=Path, help="the run spec (see resources/examples/SPEC.toml)")
+    _add_target_options(run)
+    run.add_argument("--detach", action="store_true", help="keep driving the run in the background and return")
+    runs = commands.add_parser("runs", help="list runs")
+    runs.add_argument("--json", action="store_true")
+    for name, text in (
+        ("status", "show a run's state, history and last events"),
+        ("logs", "print a run's events"),
+        ("stop", "save a checkpoint, stop training, cancel the run"),
+        ("pull", "bring the newest checkpoint home now"),
+        ("resume", "continue a run (reattach, or move it to another machine with --target)"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("run_id", metavar="RUN", help="run id (a unique prefix is enough)")
+        if name == "logs":
+            command.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+            command.add_argument("--payload", action="store_true", help="the trainer's own log from the machine")
+        if name == "status":
+            command.add_argument("--json", action="store_true")
+        if name == "resume":
+            _add_target_options(command)
+
+
+def _columns(text: str) -> dict[str, str]:
+    mapping = {}
+    for part in text.split(","):
+        role, _, column = part.partition("=")
+        if role.strip() not in {"system", "user", "assistant"} or not column.strip():
+            raise argparse.ArgumentTypeError(
+                f"--columns {text!r}: use ROLE=COLUMN pairs, e.g. user=question,"
+                "assistant=answer (roles: system, user, assistant)"
+            )
+        mapping[role.strip()] = column.strip()
+    if not {"user", "assistant"} <= set(mapping):
+        raise argparse.ArgumentTypeError("--columns needs at least user=COLUMN and assistant=COLUMN")
+    return mapping
+
+
+def _add_data_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    data = commands.add_parser("data", help="check and prepare a chat dataset on this computer")
+    actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    for name, text in (
+        ("check", "report problems with line numbers, and token counts (exit 0 clean, 1 errors, 2 unusable)"),
+        ("prepare", "drop bad rows and duplicates, split train/eval, write messages JSONL + manifest"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument("file", type=Path, help="JSONL, CSV or Parquet file")
+        action.add_argument("--model", help="count tokens with this model's tokenizer and chat template")
+        action.add_argument(
+            "--seq-len",
+            type=int,
+            default=DEFAULT_SETUP.seq_len,
+            help=f"training sequence length (default {DEFAULT_SETUP.seq_len})",
+        )
+        action.add_argument("--columns", type=_columns, help="map table columns to roles: user=COL,assistant=COL")
+        if name == "check":
+            action.add_argument("--json", action="store_true", help="print the report as JSON")
+        else:
+            action.add_argument("--out", type=Path, required=True, help="folder for train.jsonl, eval.jsonl, manifest")
+            action.add_argument("--eval-fraction", type=float, default=0.05, help="share held out (default 0.05)")
+            action.add_argument("--seed", type=int, default=42, help="split seed (default 42)")
+
+
+def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="size a fine-tune: memory per GPU, GPU options, hours and dollars",
+        description="Size a fine-tune before renting. Defaults follow proven settings: QLoRA, r=16, alpha=32, all "
+        "linear layers, seq 2048, micro-batch 2, grad-accum 4, checkpointing on, 3 epochs.",
+    )
+    plan.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
+    plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog and exit")
+    plan.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
+    plan.add_argument("--seq-len", type=int, default=DEFAULT_SETUP.seq_len)
+    plan.add_argument("--micro-batch", type=int, default=DEFAULT_SETUP.micro_batch)
+    plan.add_argument("--grad-accum", type=int, default=DEFAULT_SETUP.grad_accum)
+    plan.add_argument("--lora-r", type=int, default=DEFAULT_SETUP.lora_r)
+    plan.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
+    plan.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
+    source = plan.add_mutually_exclusive_group()
+    source.add_argument("--tokens", type=int, help="training tokens per epoch (default 15,000,000)")
+    source.add_argument("--dataset", type=Path, help="JSONL chat dataset to count tokens from")
+    plan.add_argument("--epochs", type=float, default=3.0)
+    plan.add_argument("--gpu", help="only this GPU type (e.g. h100-sxm, 'RTX 4090')")
+    plan.add_argument("--gpus", type=int, help="only this many GPUs")
+    plan.add_argument("--strategy", choices=[s.value for s in Strategy], help="multi-GPU strategy")
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")

@@ -1,0 +1,372 @@
+"""``rentune run|runs|status|logs|stop|pull|resume``: the run commands, on the run engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncssh
+
+from desktop.cli.errors import EXIT_FAILED, CliError
+from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
+from desktop.core.runs.states import LIVE, TERMINAL, RunState
+from desktop.core.settings import Settings, SettingsError
+from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
+from desktop.services.platform.files import read_text
+from desktop.services.platform.settings import load_settings
+from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
+from desktop.services.runs.events import describe_event, mirrored_events
+from desktop.services.runs.store import RunRecord, UnknownRunError
+from trainer_payload.protocol import EVENTS_FILE_NAME
+
+_T = TypeVar("_T")
+#: How long ``rentune stop`` waits for another process following the run to save the checkpoint and end it.
+STOP_WAIT_SECONDS = 900
+
+
+def _stamp(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else "-"
+
+
+def _spawn_detached(command: list[str], log: Path) -> None:
+    """Starts a process that outlives this one, in its own session, output to ``log``."""
+    if hasattr(os, "posix_spawn"):
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
+        os.posix_spawn(command[0], command, dict(os.environ), file_actions=actions, setsid=True)
+        return
+    flags = getattr(subprocess, "DETACHED_PROCESS", 0) | getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+    with log.open("ab") as handle:
+        subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, creationflags=flags
+        )
+
+
+_MACHINE_PROBLEMS: tuple[tuple[type[BaseException], str], ...] = (
+    (ConnectionRefusedError, "refuses SSH connections (nothing listens on its SSH port)"),
+    (TimeoutError, "did not answer in time"),
+    (socket.gaierror, "has a host name that could not be found"),
+    (asyncssh.PermissionDenied, "refused the login"),
+)
+
+
+def _machine_problem(exc: BaseException) -> str:
+    """Why the machine could not be used, as the end of a sentence (no exception class names where words exist)."""
+    words = next((text for kind, text in _MACHINE_PROBLEMS if isinstance(exc, kind)), None)
+    if words is not None:
+        return words
+    if isinstance(exc, asyncssh.Error):
+        return f"closed the SSH connection ({exc.reason})"
+    if isinstance(exc, OSError):
+        return f"cannot be reached ({exc.strerror or exc or type(exc).__name__})"
+    return f"failed a command ({exc})"
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _engine_options() -> EngineOptions:
+    """The engine's options with the user's settings (as the app uses them); defaults when the file is unusable."""
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"warning: {exc}; using the default settings", file=sys.stderr, flush=True)
+        settings = Settings()
+    return EngineOptions().with_settings(settings)
+
+
+class RunsCommands:
+    """Implements the run subcommands; ``error`` is the CLI's one-line error type."""
+
+    def __init__(self, error: type[CliError]) -> None:
+        self.error = error
+        self.engine = RunEngine(options=_engine_options(), report=_print)
+
+    def _record(self, run_id: str) -> RunRecord:
+        try:
+            return self.engine.store.get(run_id)
+        except UnknownRunError as exc:
+            raise self.error(str(exc)) from exc
+
+    def _load_spec(self, path: Path) -> RunSpec:
+        if path.is_dir():
+            raise self.error(f"{path} is a folder; pass the SPEC.toml file itself")
+        try:
+            data = tomllib.loads(read_text(path))
+        except FileNotFoundError as exc:
+            raise self.error(f"{path} does not exist; see resources/examples/SPEC.toml") from exc
+        except OSError as exc:
+            raise self.error(
+                f"{path} cannot be read ({exc.strerror or exc}); check the path and its permissions"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise self.error(
+                f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 in your editor"
+            ) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise self.error(f"{path} is not valid TOML: {exc}") from exc
+        try:
+            spec = run_spec_from_dict(data, path.resolve().parent, path.resolve())
+        except RunSpecError as exc:
+            raise self.error(f"{path}: {exc}") from exc
+        identity = spec.target.identity if spec.target else None
+        if identity is not None and not identity.is_file():
+            raise self.error(f"{path}: [target] identity {identity} is not a file; give your private key file")
+        return spec
+
+    def _target(self, args: argparse.Namespace, base: SshTarget | None) -> SshTarget | None:
+        if not (args.target or args.identity or args.python):
+            return base
+        url = args.target or (base.url if base else None)
+        if url is None:
+            raise self.error("--identity/--python need a target: add --target ssh://user@host:port")
+        try:
+            user, host, port = parse_ssh_url(url)
+        except RunSpecError as exc:
+            raise self.error(str(exc)) from exc
+        identity = args.identity.expanduser().resolve() if args.identity else (base.identity if base else None)
+        if args.identity and not args.identity.expanduser().is_file():
+            raise self.error(f"--identity {args.identity} is not a file; pass your private key file (not the .pub)")
+        python = args.python or (base.python if base else "python3")
+        same_machine = base is not None and not args.target
+        return SshTarget(
+            user,
+            host,
+            port,
+            identity,
+            python,
+            base.workdir if base else None,
+            base.authorized_keys if base else None,
+            base.host_key if base and same_machine else None,  # the pin holds while the machine stays the same
+        )
+
+    def _on_machine(self, coroutine: Coroutine[Any, Any, _T], record: RunRecord, doing: str) -> _T:
+        """Runs an engine coroutine that talks to the run's machine; a failure becomes one line and exit code 1.
+
+        Args:
+            coroutine: The engine call.
+            record: The run (for its id and machine in the message).
+            doing: What the command does, for the message ("stop", "pull a checkpoint of").
+        """
+        try:
+            return asyncio.run(coroutine)
+        except (RunError, HostKeyChangedError) as exc:
+            raise self.error(f"cannot {doing} run {record.id}: {exc}", EXIT_FAILED) from exc
+        except (OSError, asyncssh.Error, RemoteError) as exc:
+            raise self.error(
+                f"cannot {doing} run {record.id}: its machine {record.target} {_machine_problem(exc)}; check that "
+                "the machine is running and reachable, then try again",
+                EXIT_FAILED,
+            ) from exc
+
+    def _drive(self, coroutine: Coroutine[Any, Any, RunRecord], run_id: str) -> int:
+        try:
+            record = self._on_machine(coroutine, self.engine.store.get(run_id), "follow")
+        except KeyboardInterrupt:
+            print(f"\ndetached: training goes on on the machine; rentune resume {run_id} reattaches", flush=True)
+            return 130
+        print(f"run {record.id}: {record.state.value}" + (f" ({record.error})" if record.error else ""))
+        return 0 if record.state is RunState.FINISHED else 1
+
+    def run(self, args: argparse.Namespace) -> int:
+        """``rentune run SPEC.toml``."""
+        spec = self._load_spec(args.spec)
+        target = self._target(args, spec.target)
+        spec = RunSpec(**{**spec.__dict__, "target": target})
+        try:
+            record = self.engine.create(spec)
+        except RunError as exc:
+            raise self.error(str(exc)) from exc
+        if args.detach:
+            log = self.engine.folder(record.id) / "engine.log"
+            _spawn_detached([sys.executable, "-m", "desktop", "resume", record.id], log)
+            print(f"run {record.id} started in the background (log: {log}); rentune status {record.id}")
+            return 0
+        return self._drive(self.engine.drive(record.id), record.id)
+
+    def resume(self, args: argparse.Namespace) -> int:
+        """``rentune resume RUN [--target ...]``."""
+        record = self._record(args.run_id)
+        if record.state in TERMINAL:
+            print(f"run {record.id} is already {record.state.value}")
+            return 0 if record.state is RunState.FINISHED else 1
+        if args.target or args.identity or args.python:
+            base = None
+            if record.target:
+                user, host, port = parse_ssh_url(record.target)
+                spec = record.spec
+                base = SshTarget(
+                    user,
+                    host,
+                    port,
+                    None,
+                    spec.get("python", "python3"),
+                    spec.get("workdir"),
+                    spec.get("authorized_keys"),
+                )
+            target = self._target(args, base)
+            assert target is not None
+            self.engine.retarget(record.id, target)
+        self.engine.prepare_resume(record.id)
+        return self._drive(self.engine.drive(record.id), record.id)
+
+    def stop(self, args: argparse.Namespace) -> int:
+        """``rentune stop RUN``: exit code 0 only when the run has ended (cancelled, or finished meanwhile)."""
+        record = self._record(args.run_id)
+        if record.state in TERMINAL:
+            print(f"run {record.id} is already {record.state.value}; nothing to stop")
+            return 0
+        final = self._on_machine(self.engine.stop(record.id), record, "stop")
+        if final.state in LIVE:  # another process follows the run: it pulls the checkpoint and ends it
+            final = self._wait_for_end(final)
+        print(f"run {final.id}: {final.state.value}" + (f" ({final.error})" if final.error else ""))
+        if final.state not in TERMINAL:
+            raise self.error(
+                f"run {final.id} is {final.state.value}, not stopped; the trainer may still run: try rentune stop "
+                f"{final.id} again, and if the machine is gone, stop it at your provider",
+                EXIT_FAILED,
+            )
+        return 0
+
+    def _wait_for_end(self, record: RunRecord) -> RunRecord:
+        """Waits while the process following the run saves the checkpoint and ends it (Ctrl-C stops waiting)."""
+        print(f"waiting for the process following run {record.id} to end it (Ctrl-C stops waiting)", flush=True)
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        with contextlib.suppress(KeyboardInterrupt):  # the stop was sent; the state printed next says where it is
+            while record.state in LIVE and time.monotonic() < deadline:
+                time.sleep(0.5)
+                record = self.engine.store.get(record.id)
+        return record
+
+    def pull(self, args: argparse.Namespace) -> int:
+        """``rentune pull RUN``."""
+        record = self._record(args.run_id)
+        folder = self._on_machine(self.engine.pull(record.id), record, "pull a checkpoint of")
+        print(f"newest checkpoint on this computer: {folder}" if folder else "no checkpoint written yet")
+        return 0
+
+    def list(self, args: argparse.Namespace) -> int:
+        """``rentune runs``."""
+        records = self.engine.store.all()
+        rows = [
+            {"id": r.id, "state": r.state.value, "target": r.target, "started": _stamp(r.started), "adapter": r.adapter}
+            for r in records
+        ]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        if not rows:
+            print("no runs yet; start one with rentune run SPEC.toml")
+        for row in rows:
+            print(f"{row['id']:<24}{row['state']:<14}{row['started']:<27}{row['target'] or '-'}")
+        return 0
+
+    def status(self, args: argparse.Namespace) -> int:
+        """``rentune status RUN``."""
+        record = self._record(args.run_id)
+        history = self.engine.store.transitions(record.id)
+        events = mirrored_events(self.engine.folder(record.id))
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "id": record.id,
+                        "state": record.state.value,
+                        "target": record.target,
+                        "fingerprint": record.fingerprint,
+                        "adapter": record.adapter,
+                        "error": record.error,
+                        "relaunches": record.relaunches,
+                        "transitions": history,
+                        "last_event": events[-1] if events else None,
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
+            return 0
+        print(f"run {record.id}: {record.state.value} on {record.target} (host key {record.fingerprint or '-'})")
+        for step in history:
+            print(
+                f"  {_stamp(step['ts'])}  {step['from_state'] or '':<13} -> {step['to_state']:<13} {step['note'] or ''}"
+            )
+        for event in events[-5:]:
+            print("  " + describe_event(event))
+        if record.error:
+            print(f"  problem: {record.error}")
+        return 0
+
+    def logs(self, args: argparse.Namespace) -> int:
+        """``rentune logs RUN [-f]``: the mirrored event stream."""
+        record = self._record(args.run_id)
+        if args.payload:
+            print(self._on_machine(self.engine.payload_log(record.id), record, "read the trainer's log of"), end="")
+            return 0
+        path = self.engine.folder(record.id) / EVENTS_FILE_NAME
+        shown = 0
+        while True:
+            events = mirrored_events(self.engine.folder(record.id)) if path.exists() else []
+            for event in events[shown:]:
+                print(describe_event(event), flush=True)
+            shown = len(events)
+            if not args.follow or self.engine.store.get(record.id).state in TERMINAL:
+                return 0
+            try:
+                time.sleep(1)
+            except KeyboardInterrupt:
+                return 0
+
+
+def _commands() -> RunsCommands:
+    return RunsCommands(CliError)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """``rentune run SPEC``: trains a spec on an SSH machine and brings the adapter home."""
+    return _commands().run(args)
+
+
+def run_runs(args: argparse.Namespace) -> int:
+    """``rentune runs``: lists the runs."""
+    return _commands().list(args)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """``rentune status RUN``: a run's state, history and last events."""
+    return _commands().status(args)
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    """``rentune logs RUN``: a run's events, or the trainer's own log."""
+    return _commands().logs(args)
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    """``rentune stop RUN``: saves a checkpoint, stops training, cancels the run."""
+    return _commands().stop(args)
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    """``rentune pull RUN``: brings the newest checkpoint home now."""
+    return _commands().pull(args)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    """``rentune resume RUN``: continues a run, on its machine or another one."""
+    return _commands().resume(args)

@@ -1,0 +1,1 @@
+"""Datasets: reading, checking, counting tokens and preparing a chat dataset for upload."""

@@ -1,0 +1,159 @@
+"""Checking a dataset file end to end: read, convert, check each row, find duplicates, count tokens.
+
+One streaming pass; memory grows only with the number of rows (two small integers per row for duplicates and
+lengths), never with the file size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from desktop.core.data.findings import Code, Finding, Severity
+from desktop.core.data.formats import FORMAT_NAMES, ConversionError, DataFormat, to_messages
+from desktop.core.data.report import DataReport, token_stats
+from desktop.core.data.rules import check_messages, exact_key, near_key
+from desktop.services.data.reader import DatasetFileError, RawRow, choose_format, iter_rows
+from desktop.services.data.tokens import Conversation, EstimatedTokenCounter, TokenCounter
+
+Progress = Callable[[int, int], None]
+BATCH = 512
+
+
+@dataclass
+class CheckOutcome:
+    """A report plus what ``prepare`` needs: which rows to keep and their lengths.
+
+    Attributes:
+        report: What was found.
+        lengths: Row number → token length, for every row without errors.
+        duplicates: Row numbers that repeat an earlier row (exactly or nearly).
+        fmt: The detected format.
+        mapping: The column mapping used for tabular input.
+    """
+
+    report: DataReport
+    lengths: dict[int, int] = field(default_factory=dict)
+    duplicates: set[int] = field(default_factory=set)
+    fmt: DataFormat | None = None
+    mapping: dict[str, str] | None = None
+
+    def kept_lengths(self) -> dict[int, int]:
+        """Lengths of the rows ``prepare`` keeps: no errors, first of their duplicates."""
+        return {line: n for line, n in self.lengths.items() if line not in self.duplicates}
+
+
+class _DuplicateFinder:
+    """Remembers a 64-bit digest per distinct row; reports repeats with the line they repeat."""
+
+    def __init__(self) -> None:
+        self._exact: dict[int, int] = {}
+        self._near: dict[int, int] = {}
+
+    def check(self, messages: list[dict[str, Any]], line: int) -> Finding | None:
+        exact = int.from_bytes(exact_key(messages)[:8], "big")
+        first = self._exact.setdefault(exact, line)
+        if first != line:
+            return Finding(Code.DUPLICATE, line, f"same as line {first}")
+        near = int.from_bytes(near_key(messages)[:8], "big")
+        first = self._near.setdefault(near, line)
+        return None if first == line else Finding(Code.NEAR_DUPLICATE, line, f"nearly the same as line {first}")
+
+
+def _converted(raw: RawRow, fmt: DataFormat, mapping: Mapping[str, str] | None) -> tuple[Any, Finding | None]:
+    assert raw.data is not None
+    try:
+        return to_messages(raw.data, fmt, mapping), None
+    except ConversionError as exc:
+        return None, Finding(Code.WRONG_TYPE, raw.line, str(exc))
+
+
+def iter_conversations(
+    path: Path, outcome: CheckOutcome, columns: Mapping[str, str] | None, progress: Progress | None
+) -> Iterator[tuple[int, Conversation]]:
+    """Yields (line, messages) for every row without errors, recording every finding in ``outcome``."""
+    rows = iter_rows(path)
+    total = max(1, path.stat().st_size)
+    duplicates = _DuplicateFinder()
+    report = outcome.report
+    for raw in rows:
+        report.rows += 1
+        if progress and report.rows % 4096 == 0:
+            progress(raw.bytes_read, total)
+        if raw.problem is not None:
+            report.add(raw.problem)
+            continue
+        assert raw.data is not None
+        if outcome.fmt is None:
+            outcome.fmt, outcome.mapping = choose_format(raw.data, columns)
+            report.format = FORMAT_NAMES[outcome.fmt]
+        messages, problem = _converted(raw, outcome.fmt, outcome.mapping)
+        findings = [problem] if problem else check_messages(messages, raw.line)
+        for finding in findings:
+            report.add(finding)
+        if any(f.severity is Severity.ERROR for f in findings):
+            continue
+        repeat = duplicates.check(messages, raw.line)
+        if repeat is not None:
+            report.add(repeat)
+            outcome.duplicates.add(raw.line)
+        report.valid += 1
+        yield raw.line, messages
+    if progress:
+        progress(total, total)
+
+
+def _count_batch(
+    batch: list[tuple[int, Conversation]], counter: TokenCounter, outcome: CheckOutcome, seq_len: int
+) -> None:
+    for (line, _), length in zip(batch, counter.count([m for _, m in batch]), strict=True):
+        outcome.lengths[line] = length
+        if length > seq_len:
+            outcome.report.add(Finding(Code.TOO_LONG, line, f"{length} tokens, {length - seq_len} cut"))
+
+
+def check_dataset(
+    path: Path,
+    *,
+    seq_len: int = 2048,
+    counter: TokenCounter | None = None,
+    columns: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> CheckOutcome:
+    """Checks a dataset file and counts its tokens.
+
+    Args:
+        path: A JSONL, CSV or Parquet file.
+        seq_len: Training sequence length (longer examples are reported and would be truncated).
+        counter: Token counter; the labelled estimate by default.
+        columns: Role → column mapping for tabular files (guessed when omitted).
+        progress: Called with (bytes done, total bytes) now and then.
+
+    Returns:
+        The outcome; ``outcome.report.fatal`` is set when the file is unusable as a whole.
+    """
+    counter = counter or EstimatedTokenCounter()
+    outcome = CheckOutcome(DataReport(str(path)))
+    batch: list[tuple[int, Conversation]] = []
+    try:
+        for item in iter_conversations(path, outcome, columns, progress):
+            batch.append(item)
+            if len(batch) == BATCH:
+                _count_batch(batch, counter, outcome, seq_len)
+                batch.clear()
+    except DatasetFileError as exc:
+        outcome.report.fatal = str(exc)
+        return outcome
+    except OSError as exc:
+        outcome.report.fatal = f"{path} cannot be read ({exc.strerror or exc}); check the file and its permissions"
+        return outcome
+    if batch:
+        _count_batch(batch, counter, outcome, seq_len)
+    if outcome.report.rows == 0:
+        outcome.report.fatal = f"{path.name} holds no rows"
+    elif outcome.report.valid == 0:
+        outcome.report.fatal = "no row is usable; fix the errors listed"
+    outcome.report.tokens = token_stats(list(outcome.lengths.values()), seq_len, counter.description)
+    return outcome

@@ -1,0 +1,178 @@
+"""Preparing a checked dataset for upload.
+
+Drops rows with errors and duplicates, splits train/eval, and writes ``messages`` JSONL plus a manifest, so that a
+run uploads exactly what was checked.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from desktop.core.data.report import DataReport, token_stats
+from desktop.core.data.split import eval_indices
+from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_conversations
+from desktop.services.data.tokens import EstimatedTokenCounter, TokenCounter
+from desktop.services.platform.files import atomic_write_text, atomic_writer, commit_file_set, sha256_file
+
+MANIFEST_NAME = "manifest.json"
+TRAIN_NAME = "train.jsonl"
+EVAL_NAME = "eval.jsonl"
+MANIFEST_VERSION = 1
+
+
+class PrepareError(ValueError):
+    """The dataset cannot be prepared; the message says why."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare`` wrote.
+
+    Attributes:
+        train: The training file.
+        eval: The eval file, or ``None`` with an eval fraction of 0.
+        manifest: The manifest file.
+        report: The check report of the source.
+        manifest_data: The manifest's content.
+    """
+
+    train: Path
+    eval: Path | None
+    manifest: Path
+    report: DataReport
+    manifest_data: dict[str, Any]
+
+
+def _write_splits(
+    path: Path, staging: Path, outcome: CheckOutcome, evals: set[int], columns: Mapping[str, str] | None
+) -> tuple[int, int]:
+    encoder = msgspec.json.Encoder()
+    counts = [0, 0]
+    replay = CheckOutcome(DataReport(str(path)))
+    with atomic_writer(staging / TRAIN_NAME) as train, atomic_writer(staging / EVAL_NAME) as evaluation:
+        for line, messages in iter_conversations(path, replay, columns, None):
+            if line in outcome.duplicates or line not in outcome.lengths:
+                continue
+            target = evaluation if line in evals else train
+            target.write(encoder.encode({"messages": messages}) + b"\n")
+            counts[target is evaluation] += 1
+    return counts[0], counts[1]
+
+
+def _manifest(
+    path: Path,
+    *,
+    outcome: CheckOutcome,
+    counts: tuple[int, int],
+    options: dict[str, Any],
+    kept_lengths: list[int],
+    counter: TokenCounter,
+    seq_len: int,
+) -> dict[str, Any]:
+    report = outcome.report
+    stats = token_stats(kept_lengths, seq_len, counter.description)
+    return {
+        "schema_version": MANIFEST_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": {
+            "path": str(path.resolve()),
+            "sha256": sha256_file(path),
+            "bytes": path.stat().st_size,
+            "format": report.format,
+        },
+        "counts": {
+            "rows": report.rows,
+            "with_errors": report.rows - report.valid,
+            "duplicates_removed": len(outcome.duplicates),
+            "train": counts[0],
+            "eval": counts[1],
+        },
+        "tokens": {
+            "method": stats.method,
+            "seq_len": seq_len,
+            "trained_per_epoch": stats.trained,
+            "total": stats.total,
+            "cut": stats.cut,
+            "too_long": stats.too_long,
+            "percentiles": stats.percentiles,
+        },
+        "tokenizer": counter.description,
+        **options,
+    }
+
+
+def _make_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PrepareError(f"{out_dir} is a file; choose a folder for the prepared files (a new one is created)")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PrepareError(f"the folder {out_dir} cannot be created ({exc.strerror or exc}); choose another") from exc
+
+
+def _commit(out_dir: Path, staging: Path, manifest: dict[str, Any]) -> None:
+    """Records the staged files' hashes in the manifest, then moves the set into ``out_dir``, the manifest last."""
+    names = [TRAIN_NAME, EVAL_NAME] if manifest["counts"]["eval"] else [TRAIN_NAME]
+    manifest["files"] = {name: sha256_file(staging / name) for name in names}
+    atomic_write_text(staging / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+    files = {name: staging / name if name in names else None for name in (TRAIN_NAME, EVAL_NAME)}
+    commit_file_set(out_dir, files, marker=staging / MANIFEST_NAME)
+
+
+def prepare_dataset(
+    path: Path,
+    out_dir: Path,
+    *,
+    seq_len: int = 2048,
+    eval_fraction: float = 0.05,
+    seed: int = 42,
+    counter: TokenCounter | None = None,
+    columns: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> Prepared:
+    """Checks ``path``, then writes ``train.jsonl``, ``eval.jsonl`` and ``manifest.json`` into ``out_dir``.
+
+    Rows with errors and repeated rows are left out; the split is seeded and stratified by length. The files are
+    written into a hidden folder inside ``out_dir`` first and moved in as a set, the manifest last: a folder with a
+    manifest always holds the set it describes, and a prepare that fails leaves the previous set as it was.
+
+    Raises:
+        PrepareError: The source is unusable, the eval fraction is out of range, or ``out_dir`` cannot be written.
+    """
+    if not 0 <= eval_fraction < 0.5:
+        raise PrepareError(f"--eval-fraction {eval_fraction:g} must be at least 0 and below 0.5")
+    counter = counter or EstimatedTokenCounter()
+    outcome = check_dataset(path, seq_len=seq_len, counter=counter, columns=columns, progress=progress)
+    if outcome.report.fatal:
+        raise PrepareError(f"{path}: {outcome.report.fatal}")
+    _make_out_dir(out_dir)
+    kept = outcome.kept_lengths()
+    evals = eval_indices(kept, eval_fraction, seed)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".prepare-", dir=out_dir, ignore_cleanup_errors=True) as folder:
+            counts = _write_splits(path, Path(folder), outcome, evals, outcome.mapping or columns)
+            manifest = _manifest(
+                path,
+                outcome=outcome,
+                counts=counts,
+                options={"seed": seed, "eval_fraction": eval_fraction},
+                kept_lengths=list(kept.values()),
+                counter=counter,
+                seq_len=seq_len,
+            )
+            _commit(out_dir, Path(folder), manifest)
+    except OSError as exc:
+        raise PrepareError(
+            f"the prepared files could not be written to {out_dir} ({exc.strerror or exc}); check the folder's "
+            "permissions and the free disk space"
+        ) from exc
+    eval_path = out_dir / EVAL_NAME if counts[1] else None
+    return Prepared(out_dir / TRAIN_NAME, eval_path, out_dir / MANIFEST_NAME, outcome.report, manifest)

@@ -1,0 +1,117 @@
+"""Counting tokens of conversations: with a model's real tokenizer and chat template, or a labelled estimate.
+
+Only tokenizer files are fetched (never weights): from a local model folder, or from the Hugging Face Hub into the
+app's cache. Without transformers, offline, or for a model whose tokenizer cannot be had, the estimate is used and
+says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from desktop.services.platform.logs import get_logger
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SecretName, SecretStore, SecretStoreError
+
+Conversation = list[dict[str, Any]]
+TOKENIZER_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "config.json",
+]
+CHARS_PER_TOKEN = 4.0
+TEMPLATE_TOKENS_PER_MESSAGE = 4
+
+_log = get_logger("tokens")
+
+
+class TokenCounter(Protocol):
+    """Counts the tokens each conversation becomes through the chat template."""
+
+    description: str
+
+    def count(self, conversations: Sequence[Conversation]) -> list[int]:
+        """Returns one token count per conversation."""
+        ...
+
+
+class EstimatedTokenCounter:
+    """About four characters per token plus a few template tokens per message (no tokenizer needed)."""
+
+    def __init__(self, reason: str = "no model given") -> None:
+        self.description = f"estimate, ~4 characters per token ({reason})"
+
+    def count(self, conversations: Sequence[Conversation]) -> list[int]:
+        """Estimates each conversation's length."""
+        return [
+            round(sum(len(m.get("content") or "") for m in c) / CHARS_PER_TOKEN) + TEMPLATE_TOKENS_PER_MESSAGE * len(c)
+            for c in conversations
+        ]
+
+
+class ChatTemplateTokenCounter:
+    """Exact counts: the model's chat template rendered for a batch, then the fast tokenizer's batch encode."""
+
+    def __init__(self, tokenizer: Any, name: str) -> None:
+        self._tokenizer = tokenizer
+        self.description = f"tokenizer and chat template of {name}"
+
+    def count(self, conversations: Sequence[Conversation]) -> list[int]:
+        """Counts exactly what training will see."""
+        texts = self._tokenizer.apply_chat_template(list(conversations), tokenize=False)
+        encoded = self._tokenizer(texts, add_special_tokens=False, return_attention_mask=False)
+        return [len(ids) for ids in encoded["input_ids"]]
+
+
+def _tokenizer_folder(model: str) -> Path:
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    from desktop.services.models.configs import load_catalog
+
+    entry = load_catalog().entry(model)
+    repo_id = entry.id if entry else model
+    try:
+        token = SecretStore().get(SecretName.HUGGINGFACE)
+    except SecretStoreError:
+        token = None
+    cache = app_paths().cache_dir / "hub"
+    return Path(snapshot_download(repo_id, allow_patterns=TOKENIZER_FILES, cache_dir=str(cache), token=token))
+
+
+def load_token_counter(model: str | None) -> TokenCounter:
+    """Returns an exact counter for ``model`` when its tokenizer can be loaded, else the labelled estimate."""
+    if not model:
+        return EstimatedTokenCounter()
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return EstimatedTokenCounter("transformers is not installed: make install-local")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
+    except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
+        _log.info("tokenizer of %s unavailable: %s", model, exc)
+        return EstimatedTokenCounter(f"the tokenizer of {model} could not be loaded: {_why_not_loaded(exc)}")
+    if not getattr(tokenizer, "chat_template", None):
+        return EstimatedTokenCounter(f"{model} has no chat template")
+    return ChatTemplateTokenCounter(tokenizer, model)
+
+
+def _why_not_loaded(exc: Exception) -> str:
+    """A tokenizer failure in words a user can act on (not an exception class name)."""
+    name = type(exc).__name__
+    if name in {"LocalEntryNotFoundError", "ConnectError", "ConnectionError", "OfflineModeIsEnabled"}:
+        return "it is not downloaded yet and the Hugging Face Hub cannot be reached (check the network)"
+    if name in {"GatedRepoError", "RepositoryNotFoundError"}:
+        return "the model is gated or private: accept its licence on huggingface.co and add an HF token in Settings"
+    return f"{name}: {str(exc)[:200]}"

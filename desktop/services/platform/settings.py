@@ -1,0 +1,51 @@
+"""Loading and saving :class:`~desktop.core.settings.Settings` as JSON, atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from desktop.core.settings import Settings, SettingsError, settings_from_dict
+from desktop.services.platform.files import atomic_write_text
+from desktop.services.platform.paths import app_paths
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Reads the settings file, or returns defaults when there is none yet.
+
+    Args:
+        path: The file to read; the platform's settings file by default.
+
+    Raises:
+        SettingsError: The file is not valid JSON or holds invalid values; the message names the file and the fix.
+    """
+    path = path or app_paths().settings_file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); fix or delete it") from exc
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{path} must hold a JSON object; fix or delete it")
+    try:
+        return settings_from_dict(raw)
+    except SettingsError as exc:
+        raise SettingsError(f"{path}: {exc}") from exc
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Writes the settings atomically (a crash never leaves a half-written file).
+
+    Args:
+        settings: The settings to store.
+        path: The file to write; the platform's settings file by default.
+
+    Returns:
+        The path written.
+    """
+    path = path or app_paths().settings_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, settings.model_dump_json(indent=2) + "\n")
