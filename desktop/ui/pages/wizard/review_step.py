@@ -15,21 +15,16 @@ from qasync import asyncSlot
 from desktop.core.runs.draft import RunDraft, gpu_pick_training
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.core.sizing.report import format_hours
+from desktop.services.data.prepare import read_manifest
+from desktop.services.models.sizing import Sizing, SizingError, option_label
 from desktop.services.platform.files import atomic_copy
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
-from desktop.services.runs.drafts import write_spec_toml
+from desktop.services.runs.drafts import size_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
 from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.sizing_step import (
-    Sizing,
-    SizingError,
-    fit_text,
-    option_label,
-    read_manifest,
-    size_draft,
-)
+from desktop.ui.pages.wizard.sizing_step import fit_text
 from desktop.ui.pages.wizard.step_base import WizardStep
 
 SPEC_NAME = "SPEC.toml"
