@@ -6,7 +6,6 @@ hours and dollars shown are for the data that will really be uploaded.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pyqtgraph as pg
@@ -26,7 +25,7 @@ from desktop.core.sizing.report import format_hours
 from desktop.core.sizing.setup import Method, Strategy
 from desktop.services.models.sizing import SETTING_LABELS, Sizing, SizingError, option_label, server_fit_warning
 from desktop.services.runs.drafts import size_draft
-from desktop.ui.background import off_ui_thread, spawn
+from desktop.ui.background import Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.charts import plot_filling
@@ -150,8 +149,6 @@ class SizingStep(WizardStep):
         self.sizing: Sizing | None = None
         self.problem: str | None = None
         self._key: str | None = None
-        self._generation = 0
-        self._task: asyncio.Future[None] | None = None
         self.status_label = QLabel("Choose a model on the Model step to size the job.")
         self.status_label.setObjectName("sizing_status")
         self.status_label.setWordWrap(True)
@@ -200,7 +197,7 @@ class SizingStep(WizardStep):
     def show_draft(self) -> None:
         """Sizes the job again when the model, method, settings or data changed since the last time."""
         if _sizing_key(self.draft) != self._key:
-            self._task = spawn(self.refresh())
+            self._start_sizing()
         elif self.sizing is not None:
             self._show_server_fit(self.sizing)
 
@@ -224,20 +221,24 @@ class SizingStep(WizardStep):
 
     async def refresh(self) -> None:
         """Makes a new plan for the draft off the UI thread and shows it (a newer refresh wins)."""
-        self._generation += 1
-        generation, key = self._generation, _sizing_key(self.draft)
-        snapshot = self.draft.model_copy(deep=True)
+        await self._start_sizing().wait()
+
+    def _start_sizing(self) -> Running[Sizing]:
+        """Starts sizing a copy of the draft; an older sizing still running is dropped."""
+        key, snapshot, secrets = _sizing_key(self.draft), self.draft.model_copy(deep=True), self.context.secrets
         self.status_label.setText(f"Sizing {snapshot.base_model or 'the job'}…")
-        try:
-            sizing = await off_ui_thread(self, size_draft, snapshot, self.context.secrets)
-        except SizingError as exc:
-            if generation == self._generation:
-                self._key = key
-                self._show_problem(_sentence(str(exc)))
-            return
-        if generation == self._generation:
-            self._key = key
-            self._show_sizing(sizing)
+        return (
+            Operation(self, lambda _job: size_draft(snapshot, secrets), lambda s: self._sized(key, s), group="sizing")
+            .failure(lambda exc: self._sized(key, exc), SizingError)
+            .run()
+        )
+
+    def _sized(self, key: str, outcome: Sizing | SizingError) -> None:
+        self._key = key
+        if isinstance(outcome, SizingError):
+            self._show_problem(_sentence(str(outcome)))
+        else:
+            self._show_sizing(outcome)
 
     def _show_problem(self, message: str) -> None:
         self.sizing, self.problem = None, message
