@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, Self, TypeVar
 
@@ -110,7 +111,7 @@ class Running(Generic[T]):
         await asyncio.wait({self.task})
 
 
-class _Operation(Generic[T]):
+class _Operation(ABC, Generic[T]):
     """What every operation shares: the widget, the handlers, the group, and how the outcome is delivered."""
 
     def __init__(self, parent: QWidget, success: Callable[[T], None] | None, group: str | None) -> None:
@@ -141,8 +142,9 @@ class _Operation(Generic[T]):
             _enter_group((id(self._parent), self._group), running)
         return running
 
+    @abstractmethod
     def _start(self, job: Job) -> Awaitable[T]:
-        raise NotImplementedError
+        """Starts the work; what it returns is awaited on the UI loop."""
 
     async def _outcome(self, job: Job) -> None:
         try:
