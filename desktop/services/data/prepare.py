@@ -21,11 +21,13 @@ from desktop.core.data.split import eval_indices
 from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_conversations
 from desktop.services.data.tokens import EstimatedTokenCounter, TokenCounter
 from desktop.services.platform.files import atomic_write_text, atomic_writer, commit_file_set, sha256_file
+from desktop.services.platform.logs import get_logger
 
 MANIFEST_NAME = "manifest.json"
 TRAIN_NAME = "train.jsonl"
 EVAL_NAME = "eval.jsonl"
 MANIFEST_VERSION = 1
+_log = get_logger("datasets")
 
 
 class PrepareError(ValueError):
@@ -176,3 +178,28 @@ def prepare_dataset(
         ) from exc
     eval_path = out_dir / EVAL_NAME if counts[1] else None
     return Prepared(out_dir / TRAIN_NAME, eval_path, out_dir / MANIFEST_NAME, outcome.report, manifest)
+
+
+def read_manifest(train_file: str) -> dict[str, Any] | None:
+    """The manifest ``prepare_dataset`` wrote next to the training file, if there is one (blocking)."""
+    if not train_file:
+        return None
+    path = Path(train_file).expanduser().parent / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _log.info("no usable manifest at %s (%s); sizing with the default token count", path, exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def manifest_tokens(manifest: dict[str, Any]) -> tuple[int, str] | None:
+    """Training tokens per epoch from a manifest (its eval share left out), and how they were counted."""
+    try:
+        tokens, counts = manifest["tokens"], manifest["counts"]
+        trained, train, evaluation = int(tokens["trained_per_epoch"]), int(counts["train"]), int(counts["eval"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    share = train / (train + evaluation) if train + evaluation else 1.0
+    source = f"{train:,} training examples of the prepared data ({tokens.get('method', 'counted')})"
+    return max(1, round(trained * share)), source

@@ -1,4 +1,4 @@
-"""Saving the wizard's draft between sessions, and writing it out as the ``SPEC.toml`` the CLI uses."""
+"""The wizard's draft: saved between sessions, sized with its prepared data, written as the CLI's ``SPEC.toml``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import tomli_w
 from pydantic import ValidationError
 
 from desktop.core.runs.draft import RunDraft
+from desktop.services.data.prepare import manifest_tokens, read_manifest
+from desktop.services.models.sizing import Sizing, size_run
 from desktop.services.platform.files import atomic_write_text
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SecretStore
 
 DRAFT_FILE_NAME = "wizard_draft.json"
 _log = get_logger("drafts")
@@ -46,3 +49,15 @@ def write_spec_toml(draft: RunDraft, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Written by the Rentune wizard. Run it again headless with: rentune run SPEC.toml\n\n"
     return atomic_write_text(path, header + tomli_w.dumps(draft.spec_dict()))
+
+
+def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:
+    """Plans the draft's job with the token count of its prepared data (the manifest next to ``train_file``).
+
+    Blocking (files, maybe the network): call it in an executor.
+
+    Raises:
+        desktop.services.models.sizing.SizingError: The job cannot be sized; the message says how to fix it.
+    """
+    manifest = read_manifest(draft.train_file)
+    return size_run(draft, manifest_tokens(manifest) if manifest else None, secrets)

@@ -42,6 +42,7 @@ from desktop.core.runs.states import RunState, flow_through
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.runs.engine import RunError
 from desktop.services.runs.store import RunRecord, UnknownRunError
+from desktop.ui.background import CoroutineOperation, cancel_group, off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.dialogs import ask_new_target, confirm
@@ -57,6 +58,8 @@ CHUNK_BYTES = 1 << 20
 #: New bytes read on the UI thread; more (a backlog) is read in a worker thread. 20 events/s are ~3 KB a poll.
 INLINE_BYTES = 64 << 10
 LOG_LINES = 500
+#: The operation group of the page's reading of the shown run.
+_READING = "reading"
 #: Errors an action on a run can meet: the machine unreachable, a refused login, a failed command.
 ACTION_ERRORS = (RunError, RemoteError, OSError, asyncssh.Error, asyncio.TimeoutError)
 
@@ -149,7 +152,6 @@ class MonitorPage(BasePage):
         self.transitions: list[dict[str, Any]] = []
         self.progress = RunProgress()
         self._offset = 0
-        self._generation = 0  # bumped by show_run: a reading started for an earlier choice is dropped
         self._refreshing = False
         self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull)
         self._shown_points = (-1, -1)
@@ -267,7 +269,8 @@ class MonitorPage(BasePage):
 
         The first reading happens at once in the background; ``await page.refresh()`` to wait for it.
         """
-        self.run_id, self._generation = run_id, self._generation + 1
+        cancel_group(self, _READING)  # a reading started for an earlier choice is dropped
+        self.run_id = run_id
         self.record, self.transitions = None, []
         self.progress, self._offset, self._shown_points = RunProgress(), 0, (-1, -1)
         self.action_label.setText(self._actions.get(run_id, ""))
@@ -317,45 +320,52 @@ class MonitorPage(BasePage):
             self._refreshing = False
 
     async def refresh(self) -> None:
-        """Reads the run's record and its new events and shows them.
+        """Reads the run's record and its new events and shows them (a reading for an earlier choice is dropped).
 
         The record is one small SQLite read (the engine writes it on this thread too) and a poll usually finds a
         few hundred bytes of events, so both are read here; a backlog (a long run opened for the first time) is
         read and parsed in a worker thread, a chunk at a time.
         """
-        run_id, generation = self.run_id, self._generation
+        run_id = self.run_id
         if run_id is None:
             return
+        reading = CoroutineOperation(self, lambda _job: self._read(run_id), self._show_read, group=_READING)
+        await reading.run().wait()
+
+    async def _read(self, run_id: str) -> tuple[RunRecord, list[dict[str, Any]]] | None:
+        """The run's record and transitions once its new events are applied; None when it cannot be read now."""
         try:
             record, transitions = self._read_record(run_id)
         except UnknownRunError:
             self._show_missing(run_id)
-            return
+            return None
         except (sqlite3.Error, OSError) as exc:  # a locked or unreadable database: try again next poll
             self.state_label.setText(f"Cannot read the run's record ({exc}); retrying")
-            return
-        if not await self._read_events(run_id, generation):
-            return
-        self.record, self.transitions = record, transitions
-        self._show_all()
+            return None
+        if not await self._read_events(run_id):
+            return None
+        return record, transitions
+
+    def _show_read(self, read: tuple[RunRecord, list[dict[str, Any]]] | None) -> None:
+        if read is not None:
+            self.record, self.transitions = read
+            self._show_all()
 
     def _read_record(self, run_id: str) -> tuple[RunRecord, list[dict[str, Any]]]:
         store = self.context.store
         return store.get(run_id), store.transitions(run_id)
 
-    async def _read_events(self, run_id: str, generation: int) -> bool:
-        """Applies the new events, chunk by chunk; False when a run was chosen again meanwhile."""
+    async def _read_events(self, run_id: str) -> bool:
+        """Applies the new events, chunk by chunk; False when the events file cannot be read now."""
         path = self.context.store.runs_dir / run_id / EVENTS_FILE_NAME
         while True:
             try:
                 if _waiting_bytes(path, self._offset) <= INLINE_BYTES:
                     chunk = read_event_chunk(path, self._offset)
                 else:
-                    chunk = await _in_thread(read_event_chunk, path, self._offset)
+                    chunk = await off_ui_thread(self, read_event_chunk, path, self._offset)
             except OSError as exc:
                 self.state_label.setText(f"Cannot read {path} ({exc}); retrying")
-                return False
-            if generation != self._generation:
                 return False
             if chunk.restarted:
                 self.progress, self._shown_points = RunProgress(), (-1, -1)
@@ -551,10 +561,6 @@ def _waiting_bytes(path: Path, offset: int) -> int:
         return path.stat().st_size - offset
     except FileNotFoundError:
         return 0
-
-
-async def _in_thread(work: Callable[..., T], *args: Any) -> T:
-    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
 
 
 def _escape(text: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
@@ -22,7 +21,8 @@ from qasync import asyncSlot
 from desktop.core.runs.progress import cost_so_far, format_duration, run_duration
 from desktop.core.runs.states import RunState
 from desktop.services.runs.engine import RunBusyError
-from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, UnknownRunError
+from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, RunStore, UnknownRunError
+from desktop.ui.background import Operation, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.dialogs import confirm
@@ -56,6 +56,12 @@ def run_row(record: RunRecord, transitions: list[dict[str, object]], now: float)
             cost,
         ),
     )
+
+
+def read_rows(store: RunStore) -> list[RunRow]:
+    """Every recorded run as a table row, newest first (blocking: reads the run database)."""
+    now = time.time()
+    return [run_row(record, store.transitions(record.id), now) for record in reversed(store.all())]
 
 
 class RunsPage(BasePage):
@@ -133,17 +139,11 @@ class RunsPage(BasePage):
     async def load(self) -> None:
         """Reads every run and its history (off the UI thread) and shows them."""
         store = self.context.store
-
-        def read() -> list[RunRow]:
-            now = time.time()
-            return [run_row(record, store.transitions(record.id), now) for record in reversed(store.all())]
-
         self._loading = True
         try:
-            rows = await asyncio.get_running_loop().run_in_executor(None, read)
+            await Operation(self, lambda _job: read_rows(store), self._show_rows, group="rows").run().wait()
         finally:
             self._loading = False
-        self._show_rows(rows)
 
     @asyncSlot()
     async def on_refresh_due(self) -> None:
@@ -225,16 +225,19 @@ class RunsPage(BasePage):
         if confirm(self, "Delete this run's files?", question):
             self.delete_run(record.id)
 
-    @asyncSlot()
-    async def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str) -> None:
         """Deletes an ended run's files and record without asking (off the UI thread), then refreshes."""
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self.context.manager.engine(run_id).delete, run_id)
-        except (RunLiveError, UnknownRunError, RunBusyError, OSError) as exc:
-            self.status_label.setText(f"Not deleted: {exc}")
-            return
+        engine = self.context.manager.engine(run_id)
+        Operation(self, lambda _job: engine.delete(run_id), lambda _none: self._deleted(run_id)).failure(
+            self._not_deleted, RunLiveError, UnknownRunError, RunBusyError, OSError
+        ).run()
+
+    def _deleted(self, run_id: str) -> None:
         self.status_label.setText(f"Deleted run {run_id} and its files.")
-        await self.load()
+        spawn(self.load())
+
+    def _not_deleted(self, exc: Exception) -> None:
+        self.status_label.setText(f"Not deleted: {exc}")
 
     def _deletable(self, record: RunRecord) -> bool:
         return record.state in DELETABLE and not self.context.manager.is_driving(record.id)

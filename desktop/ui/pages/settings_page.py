@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
 
 from pydantic import ValidationError
 from PySide6.QtCore import Signal
@@ -20,27 +18,27 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QWidget,
 )
-from qasync import asyncSlot
 
 from desktop.core.settings import Settings, SettingsError, Theme
 from desktop.services.platform.logs import LOG_FILE_NAME
 from desktop.services.platform.paths import app_paths
-from desktop.services.platform.secrets import SECRETS_IN_USE, SecretName, SecretSource, SecretStore, SecretStoreError
+from desktop.services.platform.secrets import (
+    SECRETS_IN_USE,
+    SecretName,
+    SecretSource,
+    SecretStatus,
+    SecretStore,
+    SecretStoreError,
+)
 from desktop.services.platform.settings import save_settings
+from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
-
-T = TypeVar("T")
 
 _SOURCE_TEXT = {
     SecretSource.KEYRING: "Stored in the keyring",
     SecretSource.MISSING: "Not set",
     SecretSource.NO_KEYRING: "No keyring available",
 }
-
-
-async def _off_ui_thread(work: Callable[[], T]) -> T:
-    """Runs blocking work (keyring, disk) in the default executor."""
-    return await asyncio.get_running_loop().run_in_executor(None, work)
 
 
 class SettingsPage(BasePage):
@@ -107,18 +105,24 @@ class SettingsPage(BasePage):
             }
         )
 
-    @asyncSlot()
-    async def on_save_clicked(self) -> None:
-        """Saves the edited preferences and announces them."""
+    def on_save_clicked(self) -> None:
+        """Saves the edited preferences (off the UI thread) and announces them."""
         try:
             edited = self._edited_settings()
-            path = await _off_ui_thread(lambda: save_settings(edited))
-        except (OSError, SettingsError, ValidationError) as exc:
-            self.preferences_status.setText(f"Not saved: {exc}")
+        except (SettingsError, ValidationError) as exc:
+            self._not_saved(exc)
             return
+        Operation(self, lambda _job: save_settings(edited), lambda path: self._saved(edited, path)).failure(
+            self._not_saved, OSError, SettingsError, ValidationError
+        ).run()
+
+    def _saved(self, edited: Settings, path: Path) -> None:
         self.settings = edited
         self.preferences_status.setText(f"Saved to {path}")
         self.sig_settings_changed.emit(edited)
+
+    def _not_saved(self, exc: Exception) -> None:
+        self.preferences_status.setText(f"Not saved: {exc}")
 
     # -- API keys -------------------------------------------------------------------------------------------------
 
@@ -154,31 +158,42 @@ class SettingsPage(BasePage):
 
     async def load(self) -> None:
         """Reads which keys are set (asking the keyring may block, so it runs off the UI thread)."""
-        statuses = await _off_ui_thread(lambda: [self.secrets.status(name) for name in SECRETS_IN_USE])
+        await self._read_key_statuses().wait()
+
+    def _read_key_statuses(self) -> Running[list[SecretStatus]]:
+        secrets = self.secrets
+        statuses = Operation(
+            self, lambda _job: [secrets.status(name) for name in SECRETS_IN_USE], self._show_key_statuses, group="keys"
+        )
+        return statuses.run()
+
+    def _show_key_statuses(self, statuses: list[SecretStatus]) -> None:
         for status in statuses:
             text = _SOURCE_TEXT.get(status.source, f"From {status.name.env_var}")
             self.key_status[status.name].setText(text)
 
-    @asyncSlot()
-    async def on_store_key_clicked(self, name: SecretName) -> None:
-        """Stores the pasted key in the keyring and clears the field."""
-        value = self.key_inputs[name].text()
-        try:
-            await _off_ui_thread(lambda: self.secrets.set(name, value))
-        except SecretStoreError as exc:
-            self.keys_message.setText(str(exc))
-            return
+    def on_store_key_clicked(self, name: SecretName) -> None:
+        """Stores the pasted key in the keyring (off the UI thread) and clears the field."""
+        value, secrets = self.key_inputs[name].text(), self.secrets
+        Operation(self, lambda _job: secrets.set(name, value), lambda _none: self._key_stored(name)).failure(
+            self._key_refused, SecretStoreError
+        ).run()
+
+    def _key_stored(self, name: SecretName) -> None:
         self.key_inputs[name].clear()
         self.keys_message.setText(f"{name.label} saved in the keyring.")
-        await self.load()
+        self._read_key_statuses()
 
-    @asyncSlot()
-    async def on_remove_key_clicked(self, name: SecretName) -> None:
-        """Removes a key from the keyring."""
-        try:
-            await _off_ui_thread(lambda: self.secrets.delete(name))
-        except SecretStoreError as exc:
-            self.keys_message.setText(str(exc))
-            return
+    def on_remove_key_clicked(self, name: SecretName) -> None:
+        """Removes a key from the keyring (off the UI thread)."""
+        secrets = self.secrets
+        Operation(self, lambda _job: secrets.delete(name), lambda _none: self._key_removed(name)).failure(
+            self._key_refused, SecretStoreError
+        ).run()
+
+    def _key_removed(self, name: SecretName) -> None:
         self.keys_message.setText(f"{name.label} removed from the keyring.")
-        await self.load()
+        self._read_key_statuses()
+
+    def _key_refused(self, exc: SecretStoreError) -> None:
+        self.keys_message.setText(str(exc))

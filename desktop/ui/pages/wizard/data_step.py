@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,9 @@ from PySide6.QtWidgets import (
 from desktop.core.data.findings import Severity
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.services.data.prepare import PrepareError
-from desktop.services.data.workspace import CheckCancelledError, DatasetCheck, check_and_prepare, load_saved_check
+from desktop.services.data.workspace import DatasetCheck, check_and_prepare, load_saved_check
 from desktop.services.platform.logs import get_logger
+from desktop.ui.background import Job, Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 
@@ -102,9 +102,7 @@ class DataStep(WizardStep):
         self.check: DatasetCheck | None = None
         self._checked_path = ""
         self._problem = ""
-        self._task: asyncio.Future[None] | None = None
-        self._cancel: threading.Event | None = None
-        self._generation = 0
+        self._checking: Running[DatasetCheck] | None = None
         self.body.addLayout(self._build_picker())
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, PROGRESS_STEPS)
@@ -196,7 +194,17 @@ class DataStep(WizardStep):
     @property
     def running(self) -> bool:
         """Whether a check is in progress."""
-        return self._task is not None and not self._task.done()
+        return self._checking is not None and self._checking.active
+
+    @property
+    def _task(self) -> asyncio.Task[None] | None:
+        """The task of the latest check; it ends cancelled when that check is dropped."""
+        return self._checking.task if self._checking is not None else None
+
+    @property
+    def _cancel(self) -> threading.Event | None:
+        """The latest check's cancel flag, polled by the worker at each progress point."""
+        return self._checking.job.cancel if self._checking is not None else None
 
     def show_draft(self) -> None:
         """Shows the draft's dataset: the remembered report when still valid, else checks the file again."""
@@ -238,8 +246,8 @@ class DataStep(WizardStep):
 
     async def load(self) -> None:
         """Waits for a check the draft started, so the first screen shows its report."""
-        if self._task is not None:
-            await asyncio.wait({self._task})
+        if self._checking is not None:
+            await self._checking.wait()
 
     # -- handlers -------------------------------------------------------------------------------------------------
 
@@ -285,65 +293,36 @@ class DataStep(WizardStep):
             reuse: A prepared training file whose remembered report may be shown instead, if still valid.
         """
         self._stop_running()
-        self._generation += 1
         self._checked_path = path
         self.draft.data_file, self.draft.train_file, self.draft.eval_file = path, "", ""
         self._reset(f"Checking {Path(path).name}…")
         self.progress_bar.setValue(0)
         self.progress_bar.show()
-        self._cancel = threading.Event()
-        self._task = asyncio.ensure_future(self._run_check(path, reuse, self._generation, self._cancel))
-        self._task.add_done_callback(self._on_check_done)
+        seq_len, model = self._seq_len(), self.draft.base_model
+        _log.info("checking %s (seq_len %d)", path, seq_len)
+        self._checking = (
+            Operation(self, lambda job: _check(Path(path), reuse, seq_len, model, job), self._show_check, group="check")
+            .with_progress(self._on_progress)
+            .failure(lambda exc: self._show_failure(path, exc), OSError, PrepareError)
+            .failure(self._show_unexpected)
+            .run()
+        )
         self.sig_changed.emit()
 
-    def _on_check_done(self, task: asyncio.Future[None]) -> None:
-        """Sends an unexpected failure to the app's error reporter (as ``@asyncSlot`` does) and says so here."""
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        assert exc is not None
-        if task is self._task:
-            self._problem = f"The check stopped unexpectedly ({exc}); press Enter in the file field to try again."
-            self.progress_bar.hide()
-            self.summary_label.setText("✖ " + self._problem)
-        sys.excepthook(type(exc), exc, exc.__traceback__)
+    def _show_unexpected(self, exc: Exception) -> None:
+        """Says the check broke, then sends the error on to the app's error reporter."""
+        self._problem = f"The check stopped unexpectedly ({exc}); press Enter in the file field to try again."
+        self.progress_bar.hide()
+        self.summary_label.setText("✖ " + self._problem)
+        raise exc
 
     def _stop_running(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-        if self._task is not None and not self._task.done():
+        if self._checking is not None and self._checking.active:
             _log.info("cancelling the check of %s", self._checked_path)
-            self._task.cancel()
-        self._task, self._cancel = None, None
+            self._checking.cancel()
 
-    async def _run_check(self, path: str, reuse: str, generation: int, cancel: threading.Event) -> None:
-        loop = asyncio.get_running_loop()
-        seq_len, model = self._seq_len(), self.draft.base_model
-
-        def progress(fraction: float) -> None:
-            loop.call_soon_threadsafe(self._on_progress, generation, fraction)
-
-        def work() -> DatasetCheck:
-            saved = load_saved_check(Path(path), reuse, seq_len, model) if reuse else None
-            return saved or check_and_prepare(
-                Path(path), seq_len=seq_len, model=model, progress=progress, cancel=cancel
-            )
-
-        _log.info("checking %s (seq_len %d)", path, seq_len)
-        try:
-            check = await loop.run_in_executor(None, work)
-        except CheckCancelledError:
-            return
-        except (OSError, PrepareError) as exc:
-            if generation == self._generation:
-                self._show_failure(path, exc)
-            return
-        if generation == self._generation:
-            self._show_check(check)
-
-    def _on_progress(self, generation: int, fraction: float) -> None:
-        if generation == self._generation:
-            self.progress_bar.setValue(round(fraction * PROGRESS_STEPS))
+    def _on_progress(self, fraction: float) -> None:
+        self.progress_bar.setValue(round(fraction * PROGRESS_STEPS))
 
     def _show_failure(self, path: str, exc: OSError | PrepareError) -> None:
         _log.warning("checking %s failed: %s", path, exc)
@@ -413,3 +392,13 @@ class DataStep(WizardStep):
             f"{p['max']:,}. Truncation cuts {tokens['cut']:,} tokens from {counted(tokens['too_long'], 'example')} "
             f"longer than the sequence length {check.seq_len:,}."
         )
+
+
+def _check(path: Path, reuse: str, seq_len: int, model: str, job: Job) -> DatasetCheck:
+    """The remembered report of ``reuse`` when still valid, else a new check (blocking; stops when cancelled).
+
+    Raises:
+        CheckCancelledError: The job was cancelled (a newer check started).
+    """
+    saved = load_saved_check(path, reuse, seq_len, model) if reuse else None
+    return saved or check_and_prepare(path, seq_len=seq_len, model=model, progress=job.report, cancel=job.cancel)

@@ -15,21 +15,17 @@ from qasync import asyncSlot
 from desktop.core.runs.draft import RunDraft, gpu_pick_training
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.core.sizing.report import format_hours
+from desktop.services.data.prepare import read_manifest
+from desktop.services.models.sizing import Sizing, SizingError, option_label
 from desktop.services.platform.files import atomic_copy
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
-from desktop.services.runs.drafts import write_spec_toml
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.drafts import size_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
-from desktop.ui.background import off_ui_thread, spawn
+from desktop.ui.background import Operation, Running, off_ui_thread
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.sizing_step import (
-    Sizing,
-    SizingError,
-    fit_text,
-    option_label,
-    read_manifest,
-    size_draft,
-)
+from desktop.ui.pages.wizard.sizing_step import fit_text
 from desktop.ui.pages.wizard.step_base import WizardStep
 
 SPEC_NAME = "SPEC.toml"
@@ -94,6 +90,19 @@ def missing_step(draft: RunDraft) -> str | None:
         (draft.target.host_key, "Test the connection on the Target step, so the server's host key is pinned."),
     )
     return next((message for value, message in checks if not value), None)
+
+
+#: What the review shows besides the draft: the data's manifest, and the sizing or why there is none.
+_Facts = tuple[dict[str, Any] | None, Sizing | None, str | None]
+
+
+def read_facts(draft: RunDraft, secrets: SecretStore | None) -> _Facts:
+    """Reads the draft's data manifest and sizes its job (blocking: files, maybe the network)."""
+    manifest = read_manifest(draft.train_file)
+    try:
+        return manifest, size_draft(draft, secrets), None
+    except SizingError as exc:
+        return manifest, None, f"Cannot size the run: {exc}."
 
 
 def data_text(draft: RunDraft, manifest: dict[str, Any] | None) -> str:
@@ -198,7 +207,6 @@ class ReviewStep(WizardStep):
         self.sizing_problem: str | None = None
         self.manifest: dict[str, Any] | None = None
         self.launched_spec: Path | None = None
-        self._generation = 0
         self._shown = ""  # the draft (as JSON) the sections were last refreshed for
         self._launched = ""  # the draft (as JSON) last launched: Launch stays off until something changes
         self._task: asyncio.Future[None] | None = None
@@ -249,7 +257,7 @@ class ReviewStep(WizardStep):
         launched = self.draft.model_dump_json() == self._launched
         self.launch_button.setEnabled(not launched)
         if self.draft.model_dump_json() != self._shown:
-            self._task = spawn(self.refresh())
+            self._task = self._start_refresh().task
 
     async def load(self) -> None:
         """Reads the manifest and sizes the saved draft once when the window opens."""
@@ -264,17 +272,16 @@ class ReviewStep(WizardStep):
 
     async def refresh(self) -> None:
         """Reads the manifest and makes the plan off the UI thread, then shows them (a newer refresh wins)."""
-        self._generation += 1
-        generation, snapshot = self._generation, self.draft.model_copy(deep=True)
+        await self._start_refresh().wait()
+
+    def _start_refresh(self) -> Running[_Facts]:
+        snapshot, secrets = self.draft.model_copy(deep=True), self.context.secrets
         self._shown = snapshot.model_dump_json()
-        manifest = await off_ui_thread(self, read_manifest, snapshot.train_file)
-        try:
-            sizing, problem = await off_ui_thread(self, size_draft, snapshot, self.context.secrets), None
-        except SizingError as exc:
-            sizing, problem = None, f"Cannot size the run: {exc}."
-        if generation == self._generation:
-            self.manifest, self.sizing, self.sizing_problem = manifest, sizing, problem
-            self._show_sections()
+        return Operation(self, lambda _job: read_facts(snapshot, secrets), self._show_facts, group="facts").run()
+
+    def _show_facts(self, facts: _Facts) -> None:
+        self.manifest, self.sizing, self.sizing_problem = facts
+        self._show_sections()
 
     # -- launching --------------------------------------------------------------------------------------------------
 
@@ -321,8 +328,7 @@ class ReviewStep(WizardStep):
         manager = self.context.manager
         if manager is None:
             raise LaunchError("the run manager is not available; restart Rentune")
-        loop = asyncio.get_running_loop()
-        path, spec = await loop.run_in_executor(None, write_launch_spec, self.draft.model_copy(deep=True))
+        path, spec = await off_ui_thread(self, write_launch_spec, self.draft.model_copy(deep=True))
         try:
             record = await manager.launch_in_background(spec)
         except RunError as exc:
@@ -330,7 +336,7 @@ class ReviewStep(WizardStep):
         self.launched_spec = path
         folder = manager.engine(record.id).folder(record.id)
         try:
-            await loop.run_in_executor(None, atomic_copy, path, folder / SPEC_NAME)
+            await off_ui_thread(self, atomic_copy, path, folder / SPEC_NAME)
         except OSError as exc:  # the run is launched; only the copy beside it is missing
             _log.warning("could not copy %s into the run folder %s: %s", path, folder, exc)
         _log.info("launched run %s from %s", record.id, path)

@@ -6,12 +6,7 @@ hours and dollars shown are for the data that will really be uploaded.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QSignalBlocker, Qt
@@ -24,17 +19,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.core.runs.draft import RunDraft, gpu_pick_label
-from desktop.core.sizing.architecture import ArchitectureError
-from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
-from desktop.core.sizing.plan import GPU_COUNTS, Fit, GpuOption, Plan, SettingChange, Workload, make_plan
+from desktop.core.runs.draft import RunDraft
+from desktop.core.sizing.plan import Fit, GpuOption, SettingChange
 from desktop.core.sizing.report import format_hours
-from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
-from desktop.services.data.prepare import MANIFEST_NAME
-from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
-from desktop.services.platform.logs import get_logger
-from desktop.services.platform.secrets import SecretStore
-from desktop.ui.background import off_ui_thread, spawn
+from desktop.core.sizing.setup import Method, Strategy
+from desktop.services.models.sizing import SETTING_LABELS, Sizing, SizingError, option_label, server_fit_warning
+from desktop.services.runs.drafts import size_draft
+from desktop.ui.background import Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.charts import plot_filling
@@ -42,7 +33,6 @@ from desktop.ui.widgets.tables import pick_one_table
 
 #: Common card sizes drawn as lines across the memory bar (GB).
 CARD_SIZES_GB = (24, 48, 80, 141)
-DEFAULT_TOKENS = 15_000_000
 ITEM_LABELS = {
     "weights": "Base weights",
     "lora_adapter": "LoRA adapter, its gradients and AdamW",
@@ -56,40 +46,6 @@ ITEM_LABELS = {
 }
 ITEM_COLOURS = ("#3b82f6", "#10b981", "#f59e0b", "#ef4444", "#8b5cf6", "#ec4899", "#14b8a6", "#64748b", "#a3a3a3")
 RECOMMENDED_COLOUR = QColor(16, 185, 129, 70)
-_ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
-_log = get_logger("ui.sizing")
-
-
-class SizingError(ValueError):
-    """The job cannot be sized; the message says why and how to fix it."""
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """A plan for the draft, and where its token count came from.
-
-    Attributes:
-        plan: The planner's answer.
-        tokens_source: How the tokens per epoch were counted.
-    """
-
-    plan: Plan
-    tokens_source: str
-
-    @property
-    def recommended(self) -> GpuOption | None:
-        """The cheapest option that fits, or None when nothing fits."""
-        first = self.plan.options[0] if self.plan.options else None
-        return first if first is not None and first.fits else None
-
-    def option(self, label: str) -> GpuOption | None:
-        """The option shown as ``label`` (see :func:`option_label`), if any."""
-        return next((o for o in self.plan.options if option_label(o) == label), None)
-
-
-def option_label(option: GpuOption) -> str:
-    """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM (fsdp)``."""
-    return gpu_pick_label(option.gpu.name, option.count, option.strategy.value)
 
 
 def fit_text(option: GpuOption) -> str:
@@ -99,135 +55,6 @@ def fit_text(option: GpuOption) -> str:
     if option.fit is Fit.TIGHT:
         return f"tight, {option.headroom_gb:.1f} GB left"
     return f"does not fit ({-option.headroom_gb:.1f} GB over)"
-
-
-def _targets(value: Any) -> Targets:
-    if isinstance(value, list):
-        names = {str(name) for name in value}
-        if names == {"q_proj", "v_proj"}:
-            return Targets.QV
-        if names and names <= _ATTENTION_MODULES:
-            return Targets.ATTENTION
-    return Targets.ALL_LINEAR
-
-
-def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
-    """The planner's setup for the payload's job keys (the same names the trainer reads).
-
-    Raises:
-        SizingError: A setting is out of range or the method is unknown.
-    """
-    keys = {"method": method, **training}
-    try:
-        return TrainingSetup(
-            method=Method(keys["method"]),
-            lora_r=int(keys.get("lora_r", DEFAULT_SETUP.lora_r)),
-            targets=_targets(keys.get("target_modules", DEFAULT_SETUP.targets.value)),
-            lora_dropout=float(keys.get("lora_dropout", DEFAULT_SETUP.lora_dropout)),
-            seq_len=int(keys.get("seq_len", DEFAULT_SETUP.seq_len)),
-            micro_batch=int(keys.get("micro_batch", DEFAULT_SETUP.micro_batch)),
-            grad_accum=int(keys.get("grad_accum", DEFAULT_SETUP.grad_accum)),
-            grad_ckpt=bool(keys.get("gradient_checkpointing", DEFAULT_SETUP.grad_ckpt)),
-            num_gpus=int(keys.get("num_gpus", DEFAULT_SETUP.num_gpus)),
-            strategy=Strategy(keys.get("strategy", DEFAULT_SETUP.strategy.value)),
-        )
-    except SetupError as exc:
-        label = _SETTING_LABELS.get(exc.setting, exc.setting)
-        raise SizingError(f"{label} {exc.value!r} {exc.problem}; fix it on the Model step") from exc
-    except (ValueError, TypeError) as exc:
-        raise SizingError(f"the training settings cannot be sized ({exc}); fix them on the Model step") from exc
-
-
-def read_manifest(train_file: str) -> dict[str, Any] | None:
-    """The manifest ``rentune data prepare`` wrote next to the training file, if there is one."""
-    if not train_file:
-        return None
-    path = Path(train_file).expanduser().parent / MANIFEST_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        _log.info("no usable manifest at %s (%s); sizing with the default token count", path, exc)
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _manifest_tokens(manifest: dict[str, Any]) -> tuple[int, str] | None:
-    """Training tokens per epoch from a manifest (its eval share left out), and how they were counted."""
-    try:
-        tokens, counts = manifest["tokens"], manifest["counts"]
-        trained, train, evaluation = int(tokens["trained_per_epoch"]), int(counts["train"]), int(counts["eval"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    share = train / (train + evaluation) if train + evaluation else 1.0
-    source = f"{train:,} training examples of the prepared data ({tokens.get('method', 'counted')})"
-    return max(1, round(trained * share)), source
-
-
-def draft_workload(draft: RunDraft, setup: TrainingSetup) -> tuple[Workload, str]:
-    """How much training the draft asks for: the prepared data's tokens times the epochs (or the step limit).
-
-    Reads the manifest next to ``draft.train_file`` (blocking: call it off the UI thread).
-    """
-    training = draft.training
-    manifest = read_manifest(draft.train_file)
-    counted = _manifest_tokens(manifest) if manifest else None
-    tokens, source = counted or (
-        DEFAULT_TOKENS,
-        f"{DEFAULT_TOKENS:,} tokens assumed: prepare the data for exact counts",
-    )
-    checkpoint = float(training.get("checkpoint_minutes", 30.0)) or 30.0
-    max_steps = int(training.get("max_steps", -1) or -1)
-    if max_steps > 0:
-        stepped = max_steps * setup.tokens_per_step
-        return Workload(tokens=stepped, epochs=1.0, checkpoint_minutes=checkpoint), f"{max_steps:,} steps at most"
-    epochs = min(100.0, max(0.01, float(training.get("epochs", 3.0))))
-    return Workload(tokens=tokens, epochs=epochs, checkpoint_minutes=checkpoint), source
-
-
-def resolution_message(name: str, exc: ModelResolutionError) -> str:
-    """Why a model cannot be sized, in words: offline, gated, or unknown, each with its fix."""
-    causes = {cls.__name__ for cls in type(exc.__cause__).__mro__} if exc.__cause__ else set()
-    if "GatedRepoError" in causes:
-        return (
-            f"{name} is gated on the Hugging Face Hub: accept its licence at https://huggingface.co/{name}, store a "
-            "Hugging Face token in Settings, then come back to this step"
-        )
-    if causes & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "TimeoutError"}:
-        return (
-            f"{name} cannot be sized: its config.json could not be fetched from the Hugging Face Hub (this computer "
-            "seems to be offline, or the Hub is unreachable). Connect and come back to this step, or choose a "
-            "catalog model or a local model folder on the Model step"
-        )
-    return f"{name} cannot be sized: {exc}"
-
-
-def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:
-    """Plans the draft's job: resolves the model (a folder, the catalog or the Hub) and ranks the GPU options.
-
-    Blocking (files, maybe the network): call it in an executor.
-
-    Raises:
-        SizingError: No model chosen, the model cannot be resolved, or the settings are out of range.
-    """
-    if not draft.base_model:
-        raise SizingError("choose a base model on the Model step first")
-    setup = training_setup(draft.method, draft.training)
-    try:
-        arch = resolve_model(draft.base_model, hub_config_fetcher(secrets))
-    except ModelResolutionError as exc:
-        raise SizingError(resolution_message(draft.base_model, exc)) from exc
-    except ArchitectureError as exc:
-        raise SizingError(f"{draft.base_model} cannot be sized: {exc}; choose another model on the Model step") from exc
-    workload, source = draft_workload(draft, setup)
-    counts = GPU_COUNTS if setup.num_gpus == 1 else (setup.num_gpus,)
-    strategy = setup.strategy if setup.num_gpus > 1 else None
-    return Sizing(make_plan(arch, setup, list(load_gpus()), workload, counts=counts, strategy=strategy), source)
-
-
-def server_gpu_gb(gpu_summary: str) -> float | None:
-    """Usable memory of the own server's first GPU, from Test connection's summary (``... (81559 MiB)``)."""
-    found = re.search(r"(\d+)\s*MiB", gpu_summary)
-    return int(found.group(1)) / 1024 * GIB_TO_GB * USABLE_FRACTION if found else None
 
 
 def _sizing_key(draft: RunDraft) -> str:
@@ -322,8 +149,6 @@ class SizingStep(WizardStep):
         self.sizing: Sizing | None = None
         self.problem: str | None = None
         self._key: str | None = None
-        self._generation = 0
-        self._task: asyncio.Future[None] | None = None
         self.status_label = QLabel("Choose a model on the Model step to size the job.")
         self.status_label.setObjectName("sizing_status")
         self.status_label.setWordWrap(True)
@@ -372,7 +197,7 @@ class SizingStep(WizardStep):
     def show_draft(self) -> None:
         """Sizes the job again when the model, method, settings or data changed since the last time."""
         if _sizing_key(self.draft) != self._key:
-            self._task = spawn(self.refresh())
+            self._start_sizing()
         elif self.sizing is not None:
             self._show_server_fit(self.sizing)
 
@@ -396,20 +221,24 @@ class SizingStep(WizardStep):
 
     async def refresh(self) -> None:
         """Makes a new plan for the draft off the UI thread and shows it (a newer refresh wins)."""
-        self._generation += 1
-        generation, key = self._generation, _sizing_key(self.draft)
-        snapshot = self.draft.model_copy(deep=True)
+        await self._start_sizing().wait()
+
+    def _start_sizing(self) -> Running[Sizing]:
+        """Starts sizing a copy of the draft; an older sizing still running is dropped."""
+        key, snapshot, secrets = _sizing_key(self.draft), self.draft.model_copy(deep=True), self.context.secrets
         self.status_label.setText(f"Sizing {snapshot.base_model or 'the job'}…")
-        try:
-            sizing = await off_ui_thread(self, size_draft, snapshot, self.context.secrets)
-        except SizingError as exc:
-            if generation == self._generation:
-                self._key = key
-                self._show_problem(_sentence(str(exc)))
-            return
-        if generation == self._generation:
-            self._key = key
-            self._show_sizing(sizing)
+        return (
+            Operation(self, lambda _job: size_draft(snapshot, secrets), lambda s: self._sized(key, s), group="sizing")
+            .failure(lambda exc: self._sized(key, exc), SizingError)
+            .run()
+        )
+
+    def _sized(self, key: str, outcome: Sizing | SizingError) -> None:
+        self._key = key
+        if isinstance(outcome, SizingError):
+            self._show_problem(_sentence(str(outcome)))
+        else:
+            self._show_sizing(outcome)
 
     def _show_problem(self, message: str) -> None:
         self.sizing, self.problem = None, message
@@ -487,26 +316,6 @@ class SizingStep(WizardStep):
         self.server_label.setVisible(bool(self.server_label.text()))
 
 
-def server_fit_warning(gpu_summary: str, sizing: Sizing) -> str:
-    """A warning when the tested own server cannot hold the job; "" when it can, or was not tested."""
-    if not gpu_summary:
-        return ""
-    need = sizing.plan.memory.per_gpu_total
-    usable = server_gpu_gb(gpu_summary)
-    if usable is None:
-        return (
-            f"Warning: your server reported {gpu_summary}. This job needs {need:.1f} GB on a GPU; on a CPU only "
-            "tiny models train in reasonable time. You can go on, or use a server with a GPU."
-        )
-    if need <= usable:
-        return ""
-    return (
-        f"Warning: your server's GPU ({gpu_summary}) has about {usable:.1f} GB usable, and this job needs "
-        f"{need:.1f} GB per GPU, so training would run out of memory. You can go on; to make it fit, choose QLoRA, a "
-        "shorter sequence length or a smaller micro-batch on the Model step."
-    )
-
-
 def _sentence(text: str) -> str:
     text = text.strip()
     return (text[:1].upper() + text[1:]).rstrip(".") + "."
@@ -540,15 +349,6 @@ def _recommendation_text(option: GpuOption | None) -> str:
     )
 
 
-# How the Model step names the training settings a suggestion or an error is about.
-_SETTING_LABELS = {
-    "lora_r": "LoRA rank",
-    "lora_dropout": "LoRA dropout",
-    "seq_len": "sequence length",
-    "micro_batch": "micro-batch",
-    "grad_accum": "gradient accumulation",
-    "num_gpus": "GPUs",
-}
 _METHOD_LABELS = {
     Method.QLORA: "QLoRA",
     Method.LORA: "LoRA",
@@ -567,7 +367,7 @@ def change_words(change: SettingChange) -> str:
         return change.after.value.upper()
     if change.setting == "num_gpus":
         return f"{change.after} GPUs"
-    return f"{_SETTING_LABELS.get(change.setting, change.setting)} {change.after}"
+    return f"{SETTING_LABELS.get(change.setting, change.setting)} {change.after}"
 
 
 def _suggestions_text(sizing: Sizing) -> str:

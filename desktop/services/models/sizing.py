@@ -1,0 +1,198 @@
+"""Sizing a wizard draft: the planner's setup from the job keys, the workload, the resolved model and the plan.
+
+The same planner as ``rentune plan``. The dataset's token count is passed in (``models`` sits below ``data``):
+:func:`desktop.services.runs.drafts.size_draft` reads it from the prepared data's manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from desktop.core.runs.draft import RunDraft, gpu_pick_label
+from desktop.core.sizing.architecture import ArchitectureError
+from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
+from desktop.core.sizing.plan import GPU_COUNTS, GpuOption, Plan, Workload, make_plan
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
+from desktop.services.platform.secrets import SecretStore
+
+#: Tokens per epoch assumed while the data is not prepared yet.
+DEFAULT_TOKENS = 15_000_000
+#: How the Model step names the training settings a suggestion or an error is about.
+SETTING_LABELS = {
+    "lora_r": "LoRA rank",
+    "lora_dropout": "LoRA dropout",
+    "seq_len": "sequence length",
+    "micro_batch": "micro-batch",
+    "grad_accum": "gradient accumulation",
+    "num_gpus": "GPUs",
+}
+_ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+class SizingError(ValueError):
+    """The job cannot be sized; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A plan for the draft, and where its token count came from.
+
+    Attributes:
+        plan: The planner's answer.
+        tokens_source: How the tokens per epoch were counted.
+    """
+
+    plan: Plan
+    tokens_source: str
+
+    @property
+    def recommended(self) -> GpuOption | None:
+        """The cheapest option that fits, or None when nothing fits."""
+        first = self.plan.options[0] if self.plan.options else None
+        return first if first is not None and first.fits else None
+
+    def option(self, label: str) -> GpuOption | None:
+        """The option shown as ``label`` (see :func:`option_label`), if any."""
+        return next((o for o in self.plan.options if option_label(o) == label), None)
+
+
+def option_label(option: GpuOption) -> str:
+    """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM (fsdp)``."""
+    return gpu_pick_label(option.gpu.name, option.count, option.strategy.value)
+
+
+def _targets(value: Any) -> Targets:
+    if isinstance(value, list):
+        names = {str(name) for name in value}
+        if names == {"q_proj", "v_proj"}:
+            return Targets.QV
+        if names and names <= _ATTENTION_MODULES:
+            return Targets.ATTENTION
+    return Targets.ALL_LINEAR
+
+
+def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
+    """The planner's setup for the payload's job keys (the same names the trainer reads).
+
+    Raises:
+        SizingError: A setting is out of range or the method is unknown.
+    """
+    keys = {"method": method, **training}
+    try:
+        return TrainingSetup(
+            method=Method(keys["method"]),
+            lora_r=int(keys.get("lora_r", DEFAULT_SETUP.lora_r)),
+            targets=_targets(keys.get("target_modules", DEFAULT_SETUP.targets.value)),
+            lora_dropout=float(keys.get("lora_dropout", DEFAULT_SETUP.lora_dropout)),
+            seq_len=int(keys.get("seq_len", DEFAULT_SETUP.seq_len)),
+            micro_batch=int(keys.get("micro_batch", DEFAULT_SETUP.micro_batch)),
+            grad_accum=int(keys.get("grad_accum", DEFAULT_SETUP.grad_accum)),
+            grad_ckpt=bool(keys.get("gradient_checkpointing", DEFAULT_SETUP.grad_ckpt)),
+            num_gpus=int(keys.get("num_gpus", DEFAULT_SETUP.num_gpus)),
+            strategy=Strategy(keys.get("strategy", DEFAULT_SETUP.strategy.value)),
+        )
+    except SetupError as exc:
+        label = SETTING_LABELS.get(exc.setting, exc.setting)
+        raise SizingError(f"{label} {exc.value!r} {exc.problem}; fix it on the Model step") from exc
+    except (ValueError, TypeError) as exc:
+        raise SizingError(f"the training settings cannot be sized ({exc}); fix them on the Model step") from exc
+
+
+def draft_workload(
+    training: dict[str, Any], setup: TrainingSetup, counted: tuple[int, str] | None
+) -> tuple[Workload, str]:
+    """How much training the job keys ask for: the data's tokens times the epochs (or the step limit).
+
+    Args:
+        training: The draft's training keys (``epochs``, ``max_steps``, ``checkpoint_minutes``).
+        setup: The planner's setup (its tokens per step size a step-limited run).
+        counted: Training tokens per epoch and how they were counted; None assumes :data:`DEFAULT_TOKENS`.
+
+    Returns:
+        The workload and where its token count came from.
+    """
+    tokens, source = counted or (
+        DEFAULT_TOKENS,
+        f"{DEFAULT_TOKENS:,} tokens assumed: prepare the data for exact counts",
+    )
+    checkpoint = float(training.get("checkpoint_minutes", 30.0)) or 30.0
+    max_steps = int(training.get("max_steps", -1) or -1)
+    if max_steps > 0:
+        stepped = max_steps * setup.tokens_per_step
+        return Workload(tokens=stepped, epochs=1.0, checkpoint_minutes=checkpoint), f"{max_steps:,} steps at most"
+    epochs = min(100.0, max(0.01, float(training.get("epochs", 3.0))))
+    return Workload(tokens=tokens, epochs=epochs, checkpoint_minutes=checkpoint), source
+
+
+def resolution_message(name: str, exc: ModelResolutionError) -> str:
+    """Why a model cannot be sized, in words: offline, gated, or unknown, each with its fix."""
+    causes = {cls.__name__ for cls in type(exc.__cause__).__mro__} if exc.__cause__ else set()
+    if "GatedRepoError" in causes:
+        return (
+            f"{name} is gated on the Hugging Face Hub: accept its licence at https://huggingface.co/{name}, store a "
+            "Hugging Face token in Settings, then come back to this step"
+        )
+    if causes & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "TimeoutError"}:
+        return (
+            f"{name} cannot be sized: its config.json could not be fetched from the Hugging Face Hub (this computer "
+            "seems to be offline, or the Hub is unreachable). Connect and come back to this step, or choose a "
+            "catalog model or a local model folder on the Model step"
+        )
+    return f"{name} cannot be sized: {exc}"
+
+
+def size_run(draft: RunDraft, counted: tuple[int, str] | None, secrets: SecretStore | None = None) -> Sizing:
+    """Plans the draft's job: resolves the model (a folder, the catalog or the Hub) and ranks the GPU options.
+
+    Blocking (files, maybe the network): call it in an executor.
+
+    Args:
+        draft: The run being set up.
+        counted: The prepared data's training tokens per epoch and how they were counted, if known.
+        secrets: Where a Hugging Face token for gated models is kept.
+
+    Raises:
+        SizingError: No model chosen, the model cannot be resolved, or the settings are out of range.
+    """
+    if not draft.base_model:
+        raise SizingError("choose a base model on the Model step first")
+    setup = training_setup(draft.method, draft.training)
+    try:
+        arch = resolve_model(draft.base_model, hub_config_fetcher(secrets))
+    except ModelResolutionError as exc:
+        raise SizingError(resolution_message(draft.base_model, exc)) from exc
+    except ArchitectureError as exc:
+        raise SizingError(f"{draft.base_model} cannot be sized: {exc}; choose another model on the Model step") from exc
+    workload, source = draft_workload(draft.training, setup, counted)
+    counts = GPU_COUNTS if setup.num_gpus == 1 else (setup.num_gpus,)
+    strategy = setup.strategy if setup.num_gpus > 1 else None
+    return Sizing(make_plan(arch, setup, list(load_gpus()), workload, counts=counts, strategy=strategy), source)
+
+
+def server_gpu_gb(gpu_summary: str) -> float | None:
+    """Usable memory of the own server's first GPU, from Test connection's summary (``... (81559 MiB)``)."""
+    found = re.search(r"(\d+)\s*MiB", gpu_summary)
+    return int(found.group(1)) / 1024 * GIB_TO_GB * USABLE_FRACTION if found else None
+
+
+def server_fit_warning(gpu_summary: str, sizing: Sizing) -> str:
+    """A warning when the tested own server cannot hold the job; "" when it can, or was not tested."""
+    if not gpu_summary:
+        return ""
+    need = sizing.plan.memory.per_gpu_total
+    usable = server_gpu_gb(gpu_summary)
+    if usable is None:
+        return (
+            f"Warning: your server reported {gpu_summary}. This job needs {need:.1f} GB on a GPU; on a CPU only "
+            "tiny models train in reasonable time. You can go on, or use a server with a GPU."
+        )
+    if need <= usable:
+        return ""
+    return (
+        f"Warning: your server's GPU ({gpu_summary}) has about {usable:.1f} GB usable, and this job needs "
+        f"{need:.1f} GB per GPU, so training would run out of memory. You can go on; to make it fit, choose QLoRA, a "
+        "shorter sequence length or a smaller micro-batch on the Model step."
+    )
