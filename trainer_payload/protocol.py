@@ -16,7 +16,7 @@ import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 PROTOCOL_VERSION = 1
 EVENTS_FILE_NAME = "events.jsonl"
@@ -86,33 +86,136 @@ class UnsafePathError(EventError):
     """An event names a file that is not a plain relative path inside its folder."""
 
 
+# The shape of each kind of event. Optional fields live in a ``total=False`` subclass of the required ones: Python
+# 3.11 does not see ``NotRequired`` in the string annotations of ``from __future__ import annotations``.
+class _Stamped(TypedDict):
+    ts: float
+    seq: int
+
+
+class _StateFields(_Stamped):
+    event: Literal[EventKind.STATE]
+    state: str
+
+
+class StateEvent(_StateFields, total=False):
+    """A phase of the job (``state`` is a :class:`JobState`; a newer payload may send one this app does not know).
+
+    A ``failed`` state may say why (``reason``) and, when it is no failure, what stopped it (``stopped_by``, a
+    :class:`StopCause`). The payload adds details such as ``detail``, ``step`` or ``ready``: free fields.
+    """
+
+    reason: str | None
+    stopped_by: str | None
+
+
+class _StepFields(_Stamped):
+    event: Literal[EventKind.STEP]
+    step: int
+    loss: float
+
+
+class StepEvent(_StepFields, total=False):
+    """A logged training step; GPU readings and ``tokens`` are free fields."""
+
+    total_steps: int | None
+    epoch: float | None
+    lr: float | None
+    tokens_per_s: float | None
+
+
+class EvalEvent(_Stamped):
+    """An evaluation's loss at a step."""
+
+    event: Literal[EventKind.EVAL]
+    step: int
+    eval_loss: float
+
+
+class CheckpointEvent(_Stamped):
+    """A sealed checkpoint: its folder under the output folder, its size and each file's SHA-256."""
+
+    event: Literal[EventKind.CHECKPOINT]
+    step: int
+    path: str
+    bytes: int
+    sha256: dict[str, str]
+
+
+class _DoneFields(_Stamped):
+    event: Literal[EventKind.DONE]
+    adapter_path: str
+    files: dict[str, str]
+
+
+class DoneEvent(_DoneFields, total=False):
+    """The adapter (or model) is saved and sealed: its folder and each file's SHA-256."""
+
+    bytes: int | None
+    train_seconds: float | None
+    wall_seconds: float | None
+    metrics: dict[str, Any] | None
+
+
+class _ErrorFields(_Stamped):
+    event: Literal[EventKind.ERROR]
+    kind: str
+    message: str
+
+
+class ErrorEvent(_ErrorFields, total=False):
+    """Why the job failed: an :class:`ErrorKind` as ``kind``, the message and a hint to fix it."""
+
+    hint: str | None
+
+
+Event = StateEvent | StepEvent | EvalEvent | CheckpointEvent | DoneEvent | ErrorEvent
+#: The shape of each kind of event: the one source of the fields :func:`validate_event` checks.
+EVENT_TYPES: dict[EventKind, type[Any]] = {
+    EventKind.STATE: StateEvent,
+    EventKind.STEP: StepEvent,
+    EventKind.EVAL: EvalEvent,
+    EventKind.CHECKPOINT: CheckpointEvent,
+    EventKind.DONE: DoneEvent,
+    EventKind.ERROR: ErrorEvent,
+}
+_STAMP_FIELDS = frozenset({"ts", "seq", "event"})
+
+
+def _json_types(declared: Any) -> tuple[type, ...]:
+    """The JSON value types a field's annotation allows, besides null (a ``float`` may be written as a whole number)."""
+    arms = typing.get_args(declared) if typing.get_origin(declared) in (typing.Union, types.UnionType) else (declared,)
+    found: list[type] = []
+    for arm in arms:
+        if arm is not type(None):
+            base = typing.get_origin(arm) or arm
+            found.extend((int, float) if base is float else (base,))
+    return tuple(found)
+
+
+def _field_table(optional: bool) -> dict[EventKind, dict[str, tuple[type, ...]]]:
+    """Each kind's required (or optional) fields beyond ``ts``, ``seq`` and ``event``, with their JSON types."""
+    table = {}
+    for kind, shape in EVENT_TYPES.items():
+        hints = typing.get_type_hints(shape)
+        names = shape.__optional_keys__ if optional else shape.__required_keys__ - _STAMP_FIELDS
+        table[kind] = {name: _json_types(declared) for name, declared in hints.items() if name in names}
+    return table
+
+
 _NUMBER = (int, float)
 # The fields each kind of event must carry, and their JSON types; other fields are free.
-_REQUIRED_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
-    EventKind.STATE: {"state": (str,)},
-    EventKind.STEP: {"step": (int,), "loss": _NUMBER},
-    EventKind.EVAL: {"step": (int,), "eval_loss": _NUMBER},
-    EventKind.CHECKPOINT: {"step": (int,), "path": (str,), "bytes": (int,), "sha256": (dict,)},
-    EventKind.DONE: {"adapter_path": (str,), "files": (dict,)},
-    EventKind.ERROR: {"kind": (str,), "message": (str,)},
-}
+_REQUIRED_FIELDS = _field_table(optional=False)
 # Fields that may be missing or null, and their JSON types when present.
-_OPTIONAL_FIELDS: dict[EventKind, dict[str, tuple[type, ...]]] = {
-    EventKind.STATE: {"reason": (str,), "stopped_by": (str,)},
-    EventKind.STEP: {"total_steps": (int,), "epoch": _NUMBER, "lr": _NUMBER, "tokens_per_s": _NUMBER},
-    EventKind.EVAL: {},
-    EventKind.CHECKPOINT: {},
-    EventKind.DONE: {"bytes": (int,), "train_seconds": _NUMBER, "wall_seconds": _NUMBER, "metrics": (dict,)},
-    EventKind.ERROR: {"hint": (str,)},
-}
+_OPTIONAL_FIELDS = _field_table(optional=True)
 _HEX = frozenset("0123456789abcdef")
 
 
-def validate_event(obj: object) -> dict[str, Any]:
-    """Checks a decoded event line against the protocol and returns it.
+def validate_event(obj: object) -> Event:
+    """Checks a decoded event line against the protocol and returns it, its ``event`` made an :class:`EventKind`.
 
     Every event has a number ``ts``, a positive whole ``seq`` and a known ``event``; each kind has its fields
-    (see ``_REQUIRED_FIELDS``). File names in ``checkpoint`` and ``done`` events must be plain relative paths.
+    (see :data:`EVENT_TYPES`). File names in ``checkpoint`` and ``done`` events must be plain relative paths.
 
     Raises:
         UnsafePathError: A file name could leave its folder.
@@ -140,7 +243,8 @@ def validate_event(obj: object) -> dict[str, Any]:
     elif kind is EventKind.DONE:
         check_relative_path(obj["adapter_path"])
         _check_digests(obj["files"])
-    return obj
+    obj["event"] = kind
+    return typing.cast(Event, obj)
 
 
 def _check_field(obj: dict[str, Any], name: str, types: tuple[type, ...]) -> None:
@@ -194,19 +298,26 @@ class EventChunk:
         skipped: Why each torn or malformed line was skipped, for the log.
     """
 
-    events: list[dict[str, Any]]
+    events: list[Event]
     used: int
     skipped: list[str]
 
 
-def parse_event_chunk(data: bytes) -> EventChunk:
+def parse_event_chunk(data: bytes, *, skip_unsafe: bool = False) -> EventChunk:
     """Parses and validates the complete lines of a chunk; a torn or malformed line is skipped, not fatal.
+
+    This is the one parser of events, for the machine's stream and for the files on either side alike.
+
+    Args:
+        data: Bytes of ``events.jsonl`` from a line start; a last line without its newline is left unused.
+        skip_unsafe: Skip an event naming an unsafe file like any invalid line, instead of raising: for a file
+            that only ever held validated events (a local mirror), where such a line is damage, not an attack.
 
     Raises:
         UnsafePathError: A line is a well-formed event naming an unsafe file (the sender is not to be trusted).
     """
     end = data.rfind(b"\n") + 1
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     skipped: list[str] = []
     for line in data[:end].splitlines():
         if not line.strip():
@@ -214,10 +325,54 @@ def parse_event_chunk(data: bytes) -> EventChunk:
         try:
             events.append(validate_event(json.loads(line)))
         except UnsafePathError:
-            raise
+            if not skip_unsafe:
+                raise
+            skipped.append(f"an unsafe file name in {line[:80]!r}")
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and protocol errors alike
             skipped.append(f"{str(exc)[:200]} in {line[:80]!r}")
     return EventChunk(events, end, skipped)
+
+
+@dataclass(frozen=True)
+class EventTail:
+    """Events read from a file of events after a byte offset.
+
+    Attributes:
+        events: The valid events of the complete lines read, in order.
+        offset: Where the next read starts (after the last complete line, or after a skipped over-long line).
+        more: Whether the file holds more bytes than were read (the read was limited).
+        restarted: The file was shorter than the offset (it was replaced), so it was read from its start.
+        skipped: Why each torn, malformed or over-long line was skipped.
+    """
+
+    events: list[Event]
+    offset: int
+    more: bool
+    restarted: bool = False
+    skipped: list[str] = field(default_factory=list)
+
+
+def read_event_file(path: Path, offset: int = 0, limit: int | None = None) -> EventTail:
+    """Reads the events of the complete lines after byte ``offset`` (at most ``limit`` bytes); blocking.
+
+    A file shorter than ``offset`` was replaced: it is read again from its start. A single line longer than
+    ``limit`` is no event of ours: it is skipped, so the reader moves on. Unsafe file names are skipped, not raised:
+    the files read this way are this computer's own (see :func:`parse_event_chunk`). A missing file has no events.
+    """
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            restarted = size < offset
+            start = 0 if restarted else offset
+            handle.seek(start)
+            data = handle.read(-1 if limit is None else limit)
+    except FileNotFoundError:
+        return EventTail([], 0, more=False, restarted=offset > 0)
+    chunk = parse_event_chunk(data, skip_unsafe=True)
+    used, skipped = chunk.used, chunk.skipped
+    if not used and limit is not None and len(data) >= limit:
+        used, skipped = len(data), [f"a line longer than {limit} bytes"]
+    return EventTail(chunk.events, start + used, start + len(data) < size, restarted, skipped)
 
 
 METHODS = ("qlora", "lora", "full", "full-8bit")
@@ -463,7 +618,9 @@ def _last_seq(path: Path) -> int:
         data = path.read_bytes()
     except FileNotFoundError:
         return 0
-    return max((int(event["seq"]) for event in _parse_lines(data)), default=0)
+    # A last line without its newline counts: the next event ends it first, so it becomes a line of its own.
+    events = parse_event_chunk(data + b"\n", skip_unsafe=True).events
+    return max((event["seq"] for event in events), default=0)
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -477,41 +634,3 @@ def _ends_mid_line(path: Path) -> bool:
     with path.open("rb") as handle:
         handle.seek(size - 1)
         return handle.read(1) != b"\n"
-
-
-def _parse_lines(data: bytes) -> list[dict[str, Any]]:
-    """The events in complete lines; a line that is not an event (torn by a crash, say) is skipped."""
-    events = []
-    for line in data.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("seq"), int) and isinstance(event.get("event"), str):
-            events.append(event)
-    return events
-
-
-def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Reads the complete events after byte ``offset``.
-
-    Returns:
-        The events, and the offset to pass next time (a trailing partial line is left for the next read).
-    """
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-    except FileNotFoundError:
-        return [], offset
-    events, used = parse_event_lines(data)
-    return events, offset + used
-
-
-def parse_event_lines(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Parses complete event lines from a chunk of bytes; returns them and how many bytes they used.
-
-    Lines that are not events (a line torn by a crash) are skipped.
-    """
-    end = data.rfind(b"\n") + 1
-    return _parse_lines(data[:end]), end

@@ -20,7 +20,7 @@ from pathlib import Path
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.tiny_models import build_tiny_model
-from trainer_payload.protocol import read_events
+from trainer_payload.protocol import read_event_file
 
 STEPS = 30
 ROUNDS = 4
@@ -74,7 +74,7 @@ def run_payload(folder: Path) -> tuple[float, float]:
         capture_output=True,
         env=os.environ | {"HF_HUB_OFFLINE": "1"},
     )
-    events, _ = read_events(out / "events.jsonl")
+    events = read_event_file(out / "events.jsonl").events
     first_step = next(e["ts"] for e in events if e["event"] == "step")
     done = next(e for e in events if e["event"] == "done")
     tokens = [e["tokens"] for e in events if e["event"] == "step"][-1]

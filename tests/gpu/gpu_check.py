@@ -36,7 +36,7 @@ from desktop.core.sizing.plan import Workload, evaluate
 from desktop.core.sizing.setup import Method, TrainingSetup
 from tests.fixtures.chat_data import corpus_texts
 from tests.gpu.wheels import SITE_DIR
-from trainer_payload.protocol import EVENTS_FILE_NAME, read_events
+from trainer_payload.protocol import EVENTS_FILE_NAME, read_event_file
 
 REPO = Path(__file__).resolve().parents[2]
 # The smallest first (a broken setup fails cheaply, and it carries the OOM check), then the 7B, the most telling.
@@ -408,7 +408,7 @@ def train(model_dir: Path, method: str, shape: Shape, folder: Path, env: dict[st
     rows = shape.micro_batch * min(shape.steps, 4) if shape.micro_batch < 64 else shape.micro_batch
     job = write_job(folder, model_dir, method, shape, rows)
     code, seconds, log = run_payload(job, env, timeout)
-    events, _ = read_events(folder / "out" / EVENTS_FILE_NAME)
+    events = read_event_file(folder / "out" / EVENTS_FILE_NAME).events
     for heavy in ("model", "adapter", "checkpoints"):
         shutil.rmtree(folder / "out" / heavy, ignore_errors=True)
     return outcome_of(events, code, seconds, log)

@@ -13,7 +13,7 @@ import pytest
 from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.real_tokenizers import RealTokenizers, RealTokenizersUnavailableError, ensure_real_tokenizers
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
-from trainer_payload.protocol import EVENTS_FILE_NAME, read_events
+from trainer_payload.protocol import EVENTS_FILE_NAME, Event, EventKind, read_event_file
 
 JobFactory = Callable[..., Path]
 
@@ -74,9 +74,17 @@ def start_payload(job: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def events_of(job: Path) -> list[dict[str, Any]]:
-    return read_events(job.parent / "out" / EVENTS_FILE_NAME)[0]
+def written_events(path: Path) -> list[Event]:
+    """The events of a file the payload wrote; every line must be a valid event (the app skips any other)."""
+    tail = read_event_file(path)
+    assert not tail.skipped, f"the payload wrote lines that are not valid events: {tail.skipped}"
+    return tail.events
 
 
-def losses(events: list[dict[str, Any]]) -> dict[int, float]:
-    return {e["step"]: e["loss"] for e in events if e["event"] == "step"}
+def events_of(job: Path) -> list[Event]:
+    """The job's events (see :func:`written_events`)."""
+    return written_events(job.parent / "out" / EVENTS_FILE_NAME)
+
+
+def losses(events: list[Event]) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in events if e["event"] is EventKind.STEP}

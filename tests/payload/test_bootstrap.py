@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.payload.conftest import written_events
 from trainer_payload.bootstrap import (
     CONSTRAINTS_FILE_NAME,
     bootstrap,
@@ -23,7 +24,7 @@ from trainer_payload.bootstrap import (
     write_constraints,
 )
 from trainer_payload.failures import hint
-from trainer_payload.protocol import VENV_DIR, VENV_PYTHON, ErrorKind, read_events
+from trainer_payload.protocol import VENV_DIR, VENV_PYTHON, ErrorKind, EventKind, JobState
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: A small pure-Python package, pinned, that the test environment does not have: installed from PyPI for real.
@@ -63,8 +64,8 @@ def test_bootstrap_on_a_ready_machine_reports_and_is_quick(tmp_path: Path) -> No
         json.dumps({"base_model": "model", "train_file": "t.jsonl", "output_dir": "out"})
     )
     assert bootstrap(tmp_path / "job.json") == 0
-    events, _ = read_events(tmp_path / "out" / "events.jsonl")
-    states = [e["state"] for e in events if e["event"] == "state"]
+    events = written_events(tmp_path / "out" / "events.jsonl")
+    states = [e["state"] for e in events if e["event"] is EventKind.STATE]
     assert states == ["installing", "downloading", "preparing"]
     assert events[0]["missing"] == [] and events[0]["torch"]
     assert events[-1]["detail"] == "machine ready" and events[-1]["ready"] is True
@@ -125,8 +126,8 @@ def test_bootstrap_installs_a_missing_pin_from_the_index_into_the_run_venv_and_k
     job, requirements = make_job_folder(tmp_path / "run", [f"{name}=={version}"])
     result = run_bootstrap(job, requirements)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    events, _ = read_events(job.parent / "out" / "events.jsonl")
-    steps = [e.get("step") for e in events if e["event"] == "state" and e["state"] == "installing"]
+    events = written_events(job.parent / "out" / "events.jsonl")
+    steps = [e.get("step") for e in events if e["event"] is EventKind.STATE and e["state"] == JobState.INSTALLING]
     assert steps[:3] == ["environment", "check", "packages"]
     assert any(e.get("detail", "").startswith(f"Collecting {name}") for e in events), "pip's steps are reported"
     assert events[-1]["ready"] is True
@@ -171,7 +172,7 @@ def test_a_pin_that_wants_another_torch_fails_as_an_install_error_instead_of_rep
     job, requirements = make_job_folder(tmp_path / "run", ["rentune-wants-new-torch==1.0"])
     result = run_bootstrap(job, requirements, PIP_FIND_LINKS=str(wheels), PIP_NO_INDEX="1")
     assert result.returncode == 1
-    error = read_events(job.parent / "out" / "events.jsonl")[0][-1]
+    error = written_events(job.parent / "out" / "events.jsonl")[-1]
     assert (error["event"], error["kind"]) == ("error", "install")
     assert "rentune-wants-new-torch" in error["message"] and "torch" in error["message"]
     import torch
@@ -185,7 +186,7 @@ def test_a_failing_pip_is_an_install_error_with_its_last_lines_and_a_hint(tmp_pa
     result = run_bootstrap(job, requirements)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    events = read_events(job.parent / "out" / "events.jsonl")[0]
+    events = written_events(job.parent / "out" / "events.jsonl")
     error = events[-1]
     assert (error["event"], error["kind"]) == ("error", "install")
     assert "rentune-no-such-package" in error["message"]
@@ -199,6 +200,6 @@ def test_a_job_with_a_wrong_type_is_a_config_error_before_anything_is_installed(
     result = run_bootstrap(job, requirements)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    error = read_events(job.parent / "out" / "events.jsonl")[0][0]
+    error = written_events(job.parent / "out" / "events.jsonl")[0]
     assert (error["event"], error["kind"]) == ("error", "config") and "lora_r" in error["message"]
     assert not (job.parent / VENV_DIR).exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_payload.protocol import EventKind, EventWriter, JobSpec, JobSpecError, parse_event_lines, read_events
+from trainer_payload.protocol import EventKind, EventWriter, JobSpec, JobSpecError, parse_event_chunk, read_event_file
 
 BASE = {"base_model": "org/model", "train_file": "data/train.jsonl", "output_dir": "out"}
 
@@ -77,16 +77,16 @@ def test_events_continue_their_sequence_and_tail_from_an_offset(tmp_path: Path) 
     EventWriter(path).emit(EventKind.STATE, state="training")
     second = EventWriter(path)  # a restarted payload continues the numbering
     second.emit(EventKind.STEP, step=1, loss=2.0)
-    first_read, offset = read_events(path, 0)
-    assert [e["seq"] for e in first_read] == [1, 2]
+    first_read = read_event_file(path, 0)
+    offset = first_read.offset
+    assert [e["seq"] for e in first_read.events] == [1, 2]
     with path.open("ab") as handle:
         handle.write(b'{"ts": 1, "seq": 3, "event": "step", "st')  # a line still being written
-    more, offset2 = read_events(path, offset)
-    assert more == [] and offset2 == offset
+    more = read_event_file(path, offset)
+    assert more.events == [] and more.offset == offset
     with path.open("ab") as handle:
-        handle.write(b'ep": 2}\n')
-    more, _ = read_events(path, offset2)
-    assert [e["seq"] for e in more] == [3]
+        handle.write(b'ep": 2, "loss": 1.5}\n')
+    assert [e["seq"] for e in read_event_file(path, offset).events] == [3]
 
 
 def test_error_events_carry_their_own_kind(tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_payload_run_with_a_wrong_type_is_a_config_error_and_exit_2_without_trac
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    error = read_events(tmp_path / "out" / "events.jsonl")[0][0]
+    error = read_event_file(tmp_path / "out" / "events.jsonl").events[0]
     assert (error["event"], error["kind"]) == ("error", "config")
     assert "learning_rate" in error["message"]
 
@@ -160,7 +160,8 @@ def test_an_event_after_a_torn_line_starts_on_a_line_of_its_own(tmp_path: Path) 
     with path.open("ab") as handle:
         handle.write(TORN)  # the payload died in the middle of this write
     EventWriter(path).emit(EventKind.STEP, step=2, loss=1.5)
-    events, offset = read_events(path)
+    tail = read_event_file(path)
+    events, offset = tail.events, tail.offset
     assert [(e["seq"], e.get("step")) for e in events] == [(1, None), (2, 1), (3, 2)], "contiguous, nothing glued"
     assert offset == path.stat().st_size
     EventWriter(path).emit(EventKind.STEP, step=3, loss=1.2)
@@ -175,5 +176,5 @@ def test_malformed_lines_are_skipped_by_writers_and_readers(tmp_path: Path) -> N
     event = EventWriter(path).emit(EventKind.STEP, step=1, loss=2.0)
     assert event["seq"] == 2
     data = path.read_bytes()
-    events, used = parse_event_lines(data)
-    assert [e["seq"] for e in events] == [1, 2] and used == len(data)
+    chunk = parse_event_chunk(data)
+    assert [e["seq"] for e in chunk.events] == [1, 2] and chunk.used == len(data)

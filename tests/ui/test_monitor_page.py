@@ -169,8 +169,9 @@ def test_a_recorded_finished_run_is_shown_from_its_files(
         writer.emit(EventKind.STEP, step=number, total_steps=20, epoch=number / 20, loss=2.0 / number, lr=1e-4)
         if number % 10 == 0:
             writer.emit(EventKind.EVAL, step=number, eval_loss=1.5 / number)
-            writer.emit(EventKind.CHECKPOINT, step=number, path=f"checkpoints/checkpoint-{number}", bytes=2_500_000)
-    writer.emit(EventKind.DONE, adapter_path="adapter", metrics={}, wall_seconds=30.0, train_seconds=20.0)
+            folder = f"checkpoints/checkpoint-{number}"
+            writer.emit(EventKind.CHECKPOINT, step=number, path=folder, bytes=2_500_000, sha256={})
+    writer.emit(EventKind.DONE, adapter_path="adapter", files={}, metrics={}, wall_seconds=30.0, train_seconds=20.0)
     writer.emit(EventKind.STATE, state="done")
 
     page.show_run(run_id)
@@ -361,11 +362,13 @@ def test_unknown_run_shows_the_empty_state(
 def test_event_chunks_stop_at_the_last_complete_line_and_skip_junk(tmp_path: Path) -> None:
     path = tmp_path / EVENTS_FILE_NAME
     assert read_event_chunk(path, 0).events == []
-    path.write_bytes(b'{"seq": 1, "event": "state"}\nnot json\n[1, 2]\n{"seq": 2, "ev')
+    state = b'{"ts": 1, "seq": 1, "event": "state", "state": "training"}'
+    no_loss = b'{"ts": 1, "seq": 9, "event": "step", "step": 1}'  # not a valid event
+    path.write_bytes(b"\n".join([state, b"not json", b"[1, 2]", no_loss, b'{"ts": 1, "seq": 2, "ev']))
     chunk = read_event_chunk(path, 0)
     assert [e["seq"] for e in chunk.events] == [1]
-    assert chunk.offset == path.read_bytes().index(b'{"seq": 2') and not chunk.more
-    big = b"".join(b'{"seq": %d, "event": "step"}\n' % n for n in range(3, 2000))
+    assert chunk.offset == path.read_bytes().index(b'{"ts": 1, "seq": 2') and not chunk.more
+    big = b"".join(b'{"ts": 1, "seq": %d, "event": "step", "step": %d, "loss": 1.5}\n' % (n, n) for n in range(3, 2000))
     path.write_bytes(big)
     first = read_event_chunk(path, 0, limit=4096)
     assert first.more and first.offset <= 4096

@@ -8,13 +8,10 @@ off the UI thread) and re-reads the run's record, so it shows a run driven by th
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +45,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.dialogs import ask_new_target, confirm
 from desktop.ui.widgets.loss_chart import LossChart
 from desktop.ui.widgets.phase_timeline import PhaseTimeline
-from trainer_payload.protocol import EVENTS_FILE_NAME
+from trainer_payload.protocol import EVENTS_FILE_NAME, EventTail, read_event_file
 
 T = TypeVar("T")
 
@@ -96,43 +93,13 @@ _STAT_ROWS = (
 )
 
 
-@dataclass(frozen=True)
-class EventChunk:
-    """Events read from a byte offset: the events, the offset to read from next, and whether more is waiting."""
+def read_event_chunk(path: Path, offset: int, limit: int = CHUNK_BYTES) -> EventTail:
+    """Reads the valid events of the complete lines after ``offset`` (at most ``limit`` bytes); blocking: a thread's.
 
-    events: list[dict[str, Any]]
-    offset: int
-    more: bool
-    restarted: bool = False
-
-
-def read_event_chunk(path: Path, offset: int, limit: int = CHUNK_BYTES) -> EventChunk:
-    """Reads the complete event lines after ``offset`` (at most ``limit`` bytes); blocking, so run it in a thread.
-
-    A file shorter than ``offset`` was replaced: it is read again from the start (``restarted``). Lines that are not
-    JSON objects are skipped.
+    A file shorter than ``offset`` was replaced: it is read again from the start (``restarted``). Torn, malformed and
+    over-long lines are skipped (see :func:`trainer_payload.protocol.read_event_file`).
     """
-    try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            restarted = size < offset
-            offset = 0 if restarted else offset
-            handle.seek(offset)
-            data = handle.read(limit)
-    except FileNotFoundError:
-        return EventChunk([], 0, False, restarted=offset > 0)
-    end = data.rfind(b"\n") + 1
-    if end == 0 and len(data) >= limit:
-        end = len(data)  # one line longer than a chunk: not an event of ours; skip it
-    events = []
-    for line in data[:end].splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return EventChunk(events, offset + end, offset + len(data) < size, restarted)
+    return read_event_file(path, offset, limit)
 
 
 class MonitorPage(BasePage):
