@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK
 from desktop.services.platform.environment import check_environment
-from desktop.services.runs.engine import run_key_checks
+from desktop.services.runs.key_checks import run_key_checks
 
 
 def run_doctor(args: argparse.Namespace) -> int:

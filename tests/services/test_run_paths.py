@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from desktop.services.machines.failures import PermanentError
-from desktop.services.runs.engine import _inside
+from desktop.services.runs.checkpoints import inside as _inside
 
 
 def test_plain_names_stay_inside(tmp_path: Path) -> None:

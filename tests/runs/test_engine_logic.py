@@ -1,0 +1,143 @@
+"""The run engine's decisions, driven through an in-memory machine (no sshd, no training).
+
+Each test gives the engine a :class:`~tests.fixtures.fake_machine.FakeHost` as its ``connect`` and checks what the
+user sees: the run's final state, its error in the machine's words, and what was or was not written at home.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from desktop.core.runs.spec import RunSpec, SshTarget
+from desktop.core.runs.states import RunState
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.engine import EngineOptions, RunEngine
+from desktop.services.runs.store import RunRecord, RunStore
+from tests.fixtures.fake_machine import FakeHost
+from trainer_payload.protocol import CHECKPOINT_MARKER, EventKind, JobState
+
+FAST = EngineOptions(poll_seconds=0.02, grace_seconds=0.5)
+
+
+@pytest.fixture
+def host() -> FakeHost:
+    return FakeHost()
+
+
+def make_engine(host: FakeHost, lines: list[str], options: EngineOptions = FAST) -> RunEngine:
+    return RunEngine(RunStore(), SecretStore(), options, report=lines.append, connect=host.connect)
+
+
+def create_run(engine: RunEngine, tmp_path: Path, hourly_rate_usd: float = 0.0, budget_usd: float = 0.0) -> RunRecord:
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    target = SshTarget("trainer", "gpu.example", 22)
+    return engine.create(RunSpec("org/tiny-model", train, None, {"max_steps": 4}, target, budget_usd, hourly_rate_usd))
+
+
+def trains_to_the_end(host: FakeHost, folder: str) -> None:
+    """A trainer that writes one checkpoint and its adapter, then says it is done."""
+    digests = host.write_folder(f"{folder}/out/checkpoints/checkpoint-2", {"adapter.safetensors": b"step 2"})
+    host.emit(EventKind.CHECKPOINT, step=2, path="checkpoints/checkpoint-2", bytes=6, sha256=digests)
+    files = host.write_folder(f"{folder}/out/adapter", {"adapter_model.safetensors": b"final weights"})
+    host.emit(EventKind.DONE, adapter_path="adapter", files=files)
+
+
+async def until_trained_by_a_trainer(engine: RunEngine, run_id: str) -> None:
+    while engine.store.get(run_id).pid is None:
+        await asyncio.sleep(0.01)
+
+
+async def test_dropped_connections_are_retried_and_the_run_still_finishes(host: FakeHost, tmp_path: Path) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    record = create_run(engine, tmp_path)
+    host.on_launch = trains_to_the_end
+    host.connect_failures = [ConnectionResetError("reset by peer"), TimeoutError()]
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.FINISHED, final.error
+    assert sum("cannot reach the machine" in line for line in lines) == 2
+    adapter = engine.folder(record.id) / "adapter"
+    assert (adapter / "adapter_model.safetensors").read_bytes() == b"final weights"
+    assert (engine.folder(record.id) / "checkpoints" / "checkpoint-2" / CHECKPOINT_MARKER).is_file()
+    assert host.launches == 1, "a reconnect never starts a second trainer"
+
+
+async def test_a_machine_that_stays_unreachable_pauses_the_run_instead_of_failing_it(
+    host: FakeHost, tmp_path: Path
+) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path)
+    host.connect_failures = [ConnectionResetError("reset by peer")] * 1000
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.PAUSED
+    assert final.error and "machine unreachable" in final.error
+    assert host.connects > 1, "it kept trying within the grace period"
+
+
+async def test_a_full_disk_fails_the_run_at_once_in_the_machines_words(host: FakeHost, tmp_path: Path) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path)
+    host.refuse(".rentune-write-test", "cannot create .rentune-write-test: No space left on device")
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.FAILED
+    assert final.error and "No space left on device" in final.error and "free space" in final.error
+    assert host.connects == 2, "no retry: one login, then one with the run's own key"
+    assert host.launches == 0 and not any(name.endswith("train.jsonl") for name in host.files)
+
+
+@pytest.mark.parametrize(
+    ("path", "files"),
+    [("../../../outside", {"weights": "0" * 64}), ("checkpoints/checkpoint-2", {"../../../outside": "0" * 64})],
+    ids=["checkpoint path", "file name"],
+)
+async def test_a_checkpoint_naming_a_path_outside_the_run_fails_the_run_and_writes_nothing(
+    host: FakeHost, tmp_path: Path, path: str, files: dict[str, str]
+) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path)
+    host.on_launch = lambda fake, _folder: fake.emit(EventKind.CHECKPOINT, step=2, path=path, bytes=1, sha256=files)
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.FAILED
+    assert final.error and "unsafe path" in final.error
+    assert host.downloads == []
+    assert not (engine.folder(record.id) / "checkpoints").exists()
+    assert not await asyncio.to_thread(lambda: list(tmp_path.rglob("outside")))
+
+
+async def test_a_user_stop_ends_the_run_as_cancelled_not_failed(host: FakeHost, tmp_path: Path) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path)
+    driving = asyncio.ensure_future(engine.drive(record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(engine, record.id), 10)
+
+    await engine.stop(record.id)  # another part of the app stops it while this engine follows the run
+    final = await asyncio.wait_for(driving, 30)
+
+    assert final.state is RunState.CANCELLED
+    assert not final.error
+    assert host.launches == 1, "a trainer stopped on request is not relaunched"
+    assert any(e["state"] == JobState.FAILED for e in host.events if e["event"] == EventKind.STATE)
+
+
+async def test_a_run_over_its_budget_is_stopped_and_says_why(host: FakeHost, tmp_path: Path) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path, hourly_rate_usd=3600.0, budget_usd=0.2)  # $1 a second
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.CANCELLED
+    assert final.error and final.error.startswith("budget of $0.20 reached")
+    assert "no checkpoint had been written" in final.error
+    assert any(command.startswith(f"kill -TERM {final.pid}") for command in host.commands)
