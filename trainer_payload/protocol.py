@@ -102,11 +102,13 @@ class StateEvent(_StateFields, total=False):
     """A phase of the job (``state`` is a :class:`JobState`; a newer payload may send one this app does not know).
 
     A ``failed`` state may say why (``reason``) and, when it is no failure, what stopped it (``stopped_by``, a
-    :class:`StopCause`). The payload adds details such as ``detail``, ``step`` or ``ready``: free fields.
+    :class:`StopCause`); the bootstrap's last state says ``ready: true``. The payload adds details such as
+    ``detail`` or ``step``: free fields.
     """
 
     reason: str | None
     stopped_by: str | None
+    ready: bool | None
 
 
 class _StepFields(_Stamped):
@@ -249,7 +251,7 @@ def validate_event(obj: object) -> Event:
 
 def _check_field(obj: dict[str, Any], name: str, types: tuple[type, ...]) -> None:
     value = obj.get(name)
-    if isinstance(value, bool) or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):  # JSON true is no number
         wanted = " or ".join(t.__name__ for t in types)
         raise EventError(f"{obj.get('event', 'event')} field {name!r} must be {wanted}, not {json.dumps(value)[:60]}")
 
@@ -303,13 +305,15 @@ class EventChunk:
     skipped: list[str]
 
 
-def parse_event_chunk(data: bytes, *, skip_unsafe: bool = False) -> EventChunk:
+def parse_event_chunk(data: bytes, *, limit: int | None = None, skip_unsafe: bool = False) -> EventChunk:
     """Parses and validates the complete lines of a chunk; a torn or malformed line is skipped, not fatal.
 
     This is the one parser of events, for the machine's stream and for the files on either side alike.
 
     Args:
         data: Bytes of ``events.jsonl`` from a line start; a last line without its newline is left unused.
+        limit: The most bytes the caller reads at once: a chunk that long without a newline is one line longer
+            than any event of ours, and is skipped whole so the reader moves on.
         skip_unsafe: Skip an event naming an unsafe file like any invalid line, instead of raising: for a file
             that only ever held validated events (a local mirror), where such a line is damage, not an attack.
 
@@ -317,6 +321,8 @@ def parse_event_chunk(data: bytes, *, skip_unsafe: bool = False) -> EventChunk:
         UnsafePathError: A line is a well-formed event naming an unsafe file (the sender is not to be trusted).
     """
     end = data.rfind(b"\n") + 1
+    if not end and limit is not None and len(data) >= limit:
+        return EventChunk([], len(data), [f"a line longer than {limit} bytes"])
     events: list[Event] = []
     skipped: list[str] = []
     for line in data[:end].splitlines():
@@ -368,11 +374,8 @@ def read_event_file(path: Path, offset: int = 0, limit: int | None = None) -> Ev
             data = handle.read(-1 if limit is None else limit)
     except FileNotFoundError:
         return EventTail([], 0, more=False, restarted=offset > 0)
-    chunk = parse_event_chunk(data, skip_unsafe=True)
-    used, skipped = chunk.used, chunk.skipped
-    if not used and limit is not None and len(data) >= limit:
-        used, skipped = len(data), [f"a line longer than {limit} bytes"]
-    return EventTail(chunk.events, start + used, start + len(data) < size, restarted, skipped)
+    chunk = parse_event_chunk(data, limit=limit, skip_unsafe=True)
+    return EventTail(chunk.events, start + chunk.used, start + len(data) < size, restarted, chunk.skipped)
 
 
 METHODS = ("qlora", "lora", "full", "full-8bit")

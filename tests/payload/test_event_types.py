@@ -21,8 +21,8 @@ def _base(declared: Any) -> type:
     return base
 
 
-SAMPLES: dict[type, object] = {int: 7, float: 1.5, str: "adapter", dict: {}}
-WRONG: dict[type, object] = {int: "7", float: "fast", str: 5, dict: []}
+SAMPLES: dict[type, object] = {int: 7, float: 1.5, str: "adapter", dict: {}, bool: True}
+WRONG: dict[type, object] = {int: "7", float: "fast", str: 5, dict: [], bool: 1}
 
 
 def _minimal(kind: EventKind) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -71,4 +71,4 @@ def test_each_optional_field_may_be_missing_or_null_and_is_checked_for_type(kind
 
 def test_fields_no_shape_declares_are_free() -> None:
     event, _ = _minimal(EventKind.STATE)
-    assert validate_event(event | {"detail": ["anything"], "ready": True})["event"] is EventKind.STATE
+    assert validate_event(event | {"detail": ["anything"], "ready_seconds": "soon"})["event"] is EventKind.STATE

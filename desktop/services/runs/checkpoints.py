@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
-from typing import Any
 
 import asyncssh
 
@@ -18,7 +17,14 @@ from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.events import mirrored_events
-from trainer_payload.protocol import CHECKPOINT_MARKER, EventKind, UnsafePathError, check_relative_path
+from trainer_payload.protocol import (
+    CHECKPOINT_MARKER,
+    CheckpointEvent,
+    DoneEvent,
+    EventKind,
+    UnsafePathError,
+    check_relative_path,
+)
 
 
 def inside(folder: Path, name: str) -> Path:
@@ -59,7 +65,7 @@ async def pull_folder(ctx: RunContext, machine: Machine, remote: str, local: Pat
     await machine.download(f"{remote}/{CHECKPOINT_MARKER}", local / CHECKPOINT_MARKER)
 
 
-async def pull_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event: dict[str, Any]) -> None:
+async def pull_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event: CheckpointEvent) -> None:
     """Pulls the checkpoint a ``checkpoint`` event names, unless it is home already; older ones beyond the limit go.
 
     Raises:
@@ -69,7 +75,7 @@ async def pull_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event:
         await _pull_checkpoint_locked(ctx, run_id, machine, event)
 
 
-async def _pull_checkpoint_locked(ctx: RunContext, run_id: str, machine: Machine, event: dict[str, Any]) -> None:
+async def _pull_checkpoint_locked(ctx: RunContext, run_id: str, machine: Machine, event: CheckpointEvent) -> None:
     record = ctx.store.get(run_id)
     local_root = inside(ctx.folder(run_id), "checkpoints")
     name = Path(event["path"]).name
@@ -94,7 +100,7 @@ async def pull_newest_checkpoint(ctx: RunContext, run_id: str, machine: Machine)
         await pull_checkpoint(ctx, run_id, machine, newest)
 
 
-async def pull_adapter(ctx: RunContext, run_id: str, machine: Machine, event: dict[str, Any]) -> Path:
+async def pull_adapter(ctx: RunContext, run_id: str, machine: Machine, event: DoneEvent) -> Path:
     """Pulls the adapter a ``done`` event names into the run's ``adapter`` folder; returns that folder."""
     record = ctx.store.get(run_id)
     local = inside(ctx.folder(run_id), "adapter")

@@ -35,7 +35,7 @@ from desktop.services.runs.context import (
 )
 from desktop.services.runs.events import final_event, newest_checkpoint_only
 from desktop.services.runs.store import RunRecord, RunStore
-from trainer_payload.protocol import EventKind, JobState, StopCause
+from trainer_payload.protocol import DoneEvent, Event, EventKind, JobState, StateEvent, StopCause
 
 __all__ = [
     "DRIVER_LOCK_NAME",
@@ -262,7 +262,7 @@ class RunEngine:
             await monitor.stop_if_over_budget(self.ctx, run_id, machine)
             await asyncio.sleep(self.options.poll_seconds)
 
-    async def _handle_all(self, run_id: str, machine: Machine, events: list[dict[str, Any]]) -> RunRecord | None:
+    async def _handle_all(self, run_id: str, machine: Machine, events: list[Event]) -> RunRecord | None:
         """Acts on events in order; returns the run's record once one of them ends the run."""
         for event in events:
             outcome = await self._handle(run_id, machine, event)
@@ -270,19 +270,18 @@ class RunEngine:
                 return outcome
         return None
 
-    async def _handle(self, run_id: str, machine: Machine, event: dict[str, Any]) -> RunRecord | None:
-        kind = event["event"]
-        if kind == EventKind.CHECKPOINT:
+    async def _handle(self, run_id: str, machine: Machine, event: Event) -> RunRecord | None:
+        if event["event"] is EventKind.CHECKPOINT:
             await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event)
-        elif kind == EventKind.DONE:
+        elif event["event"] is EventKind.DONE:
             return await self._finish(run_id, machine, event)
-        elif kind == EventKind.ERROR:
-            self.store.update(run_id, error=f"{event.get('kind')}: {event.get('message')} — {event.get('hint')}")
-        elif kind == EventKind.STATE and event.get("state") == JobState.FAILED:
+        elif event["event"] is EventKind.ERROR:
+            self.store.update(run_id, error=f"{event['kind']}: {event['message']} — {event.get('hint')}")
+        elif event["event"] is EventKind.STATE and event["state"] == JobState.FAILED:
             return await self._on_failed(run_id, machine, event)
         return None
 
-    async def _on_failed(self, run_id: str, machine: Machine, event: dict[str, Any]) -> RunRecord:
+    async def _on_failed(self, run_id: str, machine: Machine, event: StateEvent) -> RunRecord:
         reason = str(event.get("reason", ""))
         if event.get("stopped_by") == StopCause.SIGNAL:
             await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
@@ -290,7 +289,7 @@ class RunEngine:
         record = self.store.get(run_id)
         return self.ctx.fail(run_id, record.error or reason)
 
-    async def _finish(self, run_id: str, machine: Machine, event: dict[str, Any]) -> RunRecord:
+    async def _finish(self, run_id: str, machine: Machine, event: DoneEvent) -> RunRecord:
         """Ends a trained run: the newest checkpoint and the adapter come home, the uploaded data is deleted."""
         record = self.store.transition(run_id, RunState.SYNCING)
         await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)

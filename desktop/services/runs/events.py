@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from trainer_payload.protocol import (
     EVENTS_FILE_NAME,
@@ -21,16 +21,13 @@ from trainer_payload.protocol import (
     read_event_file,
 )
 
-#: Any event-like mapping: a validated :data:`Event`, or a plain dict from a reader not yet typed.
-EventT = TypeVar("EventT", bound=Mapping[str, Any])
-
 
 def mirrored_events(folder: Path) -> list[Event]:
     """The run's events as mirrored on this computer: valid lines only, each seq once, in order."""
     return ascending(read_event_file(folder / EVENTS_FILE_NAME).events, 0)
 
 
-def ascending(events: Sequence[EventT], after: int) -> list[EventT]:
+def ascending(events: Sequence[Event], after: int) -> list[Event]:
     """The events whose seq is above ``after`` and above every seq before them (repeats and strays dropped)."""
     kept, last = [], after
     for event in events:
@@ -40,7 +37,7 @@ def ascending(events: Sequence[EventT], after: int) -> list[EventT]:
     return kept
 
 
-def append_mirror(folder: Path, events: Sequence[Mapping[str, Any]]) -> int:
+def append_mirror(folder: Path, events: Sequence[Event]) -> int:
     """Appends to the local mirror the events it lacks (by seq), fsynced; returns the mirror's last seq.
 
     A torn last line (this computer died mid-write) is cut off first, so the new lines start clean.
@@ -52,7 +49,7 @@ def append_mirror(folder: Path, events: Sequence[Mapping[str, Any]]) -> int:
             mirror.write(b"".join(json.dumps(e).encode("utf-8") + b"\n" for e in fresh))
             mirror.flush()
             os.fsync(mirror.fileno())
-    return int(fresh[-1]["seq"]) if fresh else last
+    return fresh[-1]["seq"] if fresh else last
 
 
 def _repaired_last_seq(mirror: IO[bytes], window: int = 1 << 16) -> int:
@@ -86,10 +83,10 @@ def final_event(folder: Path) -> Event | None:
     return None
 
 
-def newest_checkpoint_only(events: Sequence[EventT]) -> list[EventT]:
+def newest_checkpoint_only(events: Sequence[Event]) -> list[Event]:
     """Drops checkpoint events followed by a newer one in the same batch: only the newest is worth pulling."""
-    last = max((i for i, e in enumerate(events) if e["event"] == EventKind.CHECKPOINT), default=-1)
-    return [e for i, e in enumerate(events) if e["event"] != EventKind.CHECKPOINT or i == last]
+    last = max((i for i, e in enumerate(events) if e["event"] is EventKind.CHECKPOINT), default=-1)
+    return [e for i, e in enumerate(events) if e["event"] is not EventKind.CHECKPOINT or i == last]
 
 
 def describe_event(event: Mapping[str, Any]) -> str:

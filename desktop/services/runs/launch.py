@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import shlex
 from dataclasses import dataclass
-from typing import Any
 
 from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
@@ -20,7 +19,7 @@ from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.monitor import read_events
 from desktop.services.runs.store import RunRecord
 from desktop.services.runs.transfer import model_from_hub
-from trainer_payload.protocol import JOB_FILE_NAME, VENV_PYTHON, EventKind
+from trainer_payload.protocol import JOB_FILE_NAME, VENV_PYTHON, Event, EventKind
 
 #: On the machine, relative to the run's folder: the detached bootstrap's "pid seq" (seq: the last event before it
 #: began) and its output.
@@ -212,13 +211,13 @@ def _parse_bootstrap_marker(text: str) -> Bootstrap | None:
     return Bootstrap(int(parts[0]), int(parts[1]))
 
 
-def _bootstrap_end(events: list[dict[str, Any]], after_seq: int) -> dict[str, Any] | None:
+def _bootstrap_end(events: list[Event], after_seq: int) -> Event | None:
     """The event that ended the bootstrap begun after event ``after_seq``: its ``ready`` state or its error."""
     return next(
         (
             e
             for e in events
-            if int(e["seq"]) > after_seq
+            if e["seq"] > after_seq
             and (e["event"] == EventKind.ERROR or (e["event"] == EventKind.STATE and e.get("ready") is True))
         ),
         None,

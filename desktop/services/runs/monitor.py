@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from desktop.core.runs.progress import cost_so_far
 from desktop.core.runs.states import RunState
@@ -19,12 +18,12 @@ from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.events import append_mirror, ascending, describe_event
 from desktop.services.runs.store import RunRecord
-from trainer_payload.protocol import EVENTS_FILE_NAME, UnsafePathError, parse_event_chunk
+from trainer_payload.protocol import EVENTS_FILE_NAME, Event, UnsafePathError, parse_event_chunk
 
 _log = get_logger("engine")
 
 
-async def read_events(ctx: RunContext, run_id: str, machine: Machine) -> list[dict[str, Any]] | None:
+async def read_events(ctx: RunContext, run_id: str, machine: Machine) -> list[Event] | None:
     """New events since the stored offset, mirrored locally; None when the events file is gone.
 
     Raises:
@@ -35,12 +34,10 @@ async def read_events(ctx: RunContext, run_id: str, machine: Machine) -> list[di
     if data is None:
         return None
     try:
-        chunk = parse_event_chunk(data)
+        chunk = parse_event_chunk(data, limit=READ_LIMIT)
     except UnsafePathError as exc:
         raise PermanentError(f"the machine sent an unsafe path: {exc}") from None
     used, skipped = chunk.used, chunk.skipped
-    if not used and len(data) >= READ_LIMIT:  # one line longer than a whole read: not an event
-        used, skipped = len(data), [f"a line of more than {READ_LIMIT:,} bytes"]
     if skipped:
         _log.warning("run %s: skipped event lines from the machine: %s", run_id, "; ".join(skipped))
         ctx.report(f"skipped {len(skipped)} malformed event line(s) from the machine: {skipped[0]}")
