@@ -25,7 +25,7 @@ from desktop.services.runs.drafts import size_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
 from desktop.ui.background import Operation, Running, off_ui_thread
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.sizing_step import fit_text
+from desktop.ui.pages.wizard.sizing_words import fit_text
 from desktop.ui.pages.wizard.step_base import WizardStep
 
 SPEC_NAME = "SPEC.toml"

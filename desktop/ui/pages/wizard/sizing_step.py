@@ -20,13 +20,13 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.runs.draft import RunDraft
-from desktop.core.sizing.plan import Fit, GpuOption, SettingChange
+from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
-from desktop.core.sizing.setup import Method, Strategy
-from desktop.services.models.sizing import SETTING_LABELS, Sizing, SizingError, option_label, server_fit_warning
+from desktop.services.models.sizing import Sizing, SizingError, option_label, server_fit_warning
 from desktop.services.runs.drafts import size_draft
 from desktop.ui.background import Operation, Running
 from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.sizing_words import change_words, fit_text
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.charts import plot_filling
 from desktop.ui.widgets.tables import pick_one_table
@@ -46,15 +46,6 @@ ITEM_LABELS = {
 }
 ITEM_COLOURS = ("#3b82f6", "#10b981", "#f59e0b", "#ef4444", "#8b5cf6", "#ec4899", "#14b8a6", "#64748b", "#a3a3a3")
 RECOMMENDED_COLOUR = QColor(16, 185, 129, 70)
-
-
-def fit_text(option: GpuOption) -> str:
-    """Whether an option fits, with the memory to spare or missing."""
-    if option.fit is Fit.FITS:
-        return f"fits, {option.headroom_gb:.1f} GB free"
-    if option.fit is Fit.TIGHT:
-        return f"tight, {option.headroom_gb:.1f} GB left"
-    return f"does not fit ({-option.headroom_gb:.1f} GB over)"
 
 
 def _sizing_key(draft: RunDraft) -> str:
@@ -347,27 +338,6 @@ def _recommendation_text(option: GpuOption | None) -> str:
         f"Recommended: {option_label(option)}, {fit_text(option)}, about {format_hours(option.hours)} and "
         f"${option.cost_usd:,.2f} at list price."
     )
-
-
-_METHOD_LABELS = {
-    Method.QLORA: "QLoRA",
-    Method.LORA: "LoRA",
-    Method.FULL: "full fine-tune",
-    Method.FULL_8BIT: "full fine-tune with 8-bit AdamW",
-}
-
-
-def change_words(change: SettingChange) -> str:
-    """A suggested change as the Model step names it: ``gradient accumulation 16``, ``QLoRA``, ``8 GPUs``."""
-    if change.setting == "grad_ckpt":
-        return f"gradient checkpointing {'on' if change.after else 'off'}"
-    if isinstance(change.after, Method):
-        return _METHOD_LABELS[change.after]
-    if isinstance(change.after, Strategy):
-        return change.after.value.upper()
-    if change.setting == "num_gpus":
-        return f"{change.after} GPUs"
-    return f"{SETTING_LABELS.get(change.setting, change.setting)} {change.after}"
 
 
 def _suggestions_text(sizing: Sizing) -> str:

@@ -1,0 +1,40 @@
+"""How the wizard words a sizing: whether a GPU option fits, and a suggested change in the Model step's names.
+
+The core returns data (options, setting changes); the CLI words them as flags, and the wizard's pages as labels here.
+"""
+
+from __future__ import annotations
+
+from desktop.core.sizing.plan import Fit, GpuOption, SettingChange
+from desktop.core.sizing.setup import Method, Strategy
+from desktop.services.models.sizing import SETTING_LABELS
+
+
+def fit_text(option: GpuOption) -> str:
+    """Whether an option fits, with the memory to spare or missing."""
+    if option.fit is Fit.FITS:
+        return f"fits, {option.headroom_gb:.1f} GB free"
+    if option.fit is Fit.TIGHT:
+        return f"tight, {option.headroom_gb:.1f} GB left"
+    return f"does not fit ({-option.headroom_gb:.1f} GB over)"
+
+
+_METHOD_LABELS = {
+    Method.QLORA: "QLoRA",
+    Method.LORA: "LoRA",
+    Method.FULL: "full fine-tune",
+    Method.FULL_8BIT: "full fine-tune with 8-bit AdamW",
+}
+
+
+def change_words(change: SettingChange) -> str:
+    """A suggested change as the Model step names it: ``gradient accumulation 16``, ``QLoRA``, ``8 GPUs``."""
+    if change.setting == "grad_ckpt":
+        return f"gradient checkpointing {'on' if change.after else 'off'}"
+    if isinstance(change.after, Method):
+        return _METHOD_LABELS[change.after]
+    if isinstance(change.after, Strategy):
+        return change.after.value.upper()
+    if change.setting == "num_gpus":
+        return f"{change.after} GPUs"
+    return f"{SETTING_LABELS.get(change.setting, change.setting)} {change.after}"
