@@ -12,8 +12,6 @@ from desktop.core.sizing.gpus import GpuSpec, find_gpu
 from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, Workload, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
 from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
-from desktop.services.data.check import check_dataset
-from desktop.services.data.tokens import load_token_counter
 from desktop.services.models.configs import ModelResolutionError, load_catalog, load_gpus, resolve_model
 
 
@@ -65,6 +63,10 @@ def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, st
     if not 0 < args.epochs <= 100:
         raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
     if args.dataset is not None:
+        # Only a plan from a dataset reads one: `rentune plan` alone stays a quick command.
+        from desktop.services.data.check import check_dataset
+        from desktop.services.data.tokens import load_token_counter
+
         outcome = check_dataset(args.dataset, seq_len=seq_len, counter=load_token_counter(args.model))
         report = outcome.report
         if report.fatal or report.tokens is None:
