@@ -147,3 +147,36 @@ def wait_for(qloop: asyncio.AbstractEventLoop) -> Callable[..., None]:
         qloop.run_until_complete(asyncio.wait_for(poll(), timeout))
 
     return wait
+
+
+# -- fake GPU clouds (tests/fakes) ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_runpod(tmp_path: Path) -> Iterator[object]:
+    """A fake RunPod GraphQL API (not yet serving: call ``.serve()`` for a URL or ``.transport()``)."""
+    from tests.fakes.runpod import FakeRunPod
+
+    cloud = FakeRunPod(tmp_path / "fake-runpod")
+    yield cloud
+    cloud.close()
+
+
+@pytest.fixture
+def fake_vast(tmp_path: Path) -> Iterator[object]:
+    """A fake Vast.ai API (call ``.serve()`` for a URL or ``.transport()``)."""
+    from tests.fakes.vast import FakeVast
+
+    cloud = FakeVast(tmp_path / "fake-vast")
+    yield cloud
+    cloud.close()
+
+
+@pytest.fixture
+def fake_lambda(tmp_path: Path) -> Iterator[object]:
+    """A fake Lambda Cloud API (call ``.serve()`` for a URL or ``.transport()``)."""
+    from tests.fakes.lambda_cloud import FakeLambda
+
+    cloud = FakeLambda(tmp_path / "fake-lambda")
+    yield cloud
+    cloud.close()

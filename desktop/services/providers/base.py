@@ -1,0 +1,242 @@
+"""What every GPU cloud looks like to Rentune: offers, instances, the errors they raise, and one interface.
+
+Each provider module (:mod:`.runpod`, :mod:`.vast`, :mod:`.lambda_cloud`) turns its API into these types, so the
+rest of the app never sees a provider's own field names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class ProviderName(StrEnum):
+    """The GPU clouds Rentune rents from."""
+
+    RUNPOD = "runpod"
+    VAST = "vast"
+    LAMBDA = "lambda"
+
+    @property
+    def label(self) -> str:
+        """The provider's name as users know it."""
+        return {"runpod": "RunPod", "vast": "Vast.ai", "lambda": "Lambda"}[self.value]
+
+
+@dataclass(frozen=True)
+class OfferQuery:
+    """What the user asks of an offer (every field optional).
+
+    Attributes:
+        gpu: A GPU name (display name or the provider's own id, case-insensitive).
+        count: GPUs per machine (None: any count the provider sells).
+        min_vram_gb: Memory per GPU, at least.
+        max_price_per_hour: The whole machine's price per hour, at most.
+        spot: Interruptible offers (bids) instead of on-demand ones.
+        disk_gb: Disk the machine needs.
+    """
+
+    gpu: str | None = None
+    count: int | None = None
+    min_vram_gb: float | None = None
+    max_price_per_hour: float | None = None
+    spot: bool = False
+    disk_gb: int = 50
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A machine a provider would rent out now.
+
+    Attributes:
+        provider: Who rents it.
+        offer_id: The provider-specific id to create it from (opaque to everyone else).
+        gpu: The GPU's display name ("RTX 4090", "A10").
+        gpu_id: The provider's own GPU or type id ("NVIDIA GeForce RTX 4090", "gpu_1x_a10").
+        count: GPUs in the machine.
+        vram_gb: Memory per GPU, GB.
+        price_per_hour: Dollars per hour for the whole machine (for spot: the lowest bid that wins it now).
+        spot: Interruptible (may be taken away when outbid or preempted).
+        reliability: The provider's reliability score from 0 to 1 (None where it publishes none).
+        location: Region, data centre or "City, CC".
+        in_stock: Whether it can be rented right now.
+    """
+
+    provider: ProviderName
+    offer_id: str
+    gpu: str
+    gpu_id: str
+    count: int
+    vram_gb: float
+    price_per_hour: float
+    spot: bool
+    reliability: float | None
+    location: str
+    in_stock: bool = True
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace(" ", "").replace("-", "").replace("_", "").replace("nvidia", "").replace("geforce", "")
+
+
+def gpu_matches(offer: Offer, name: str) -> bool:
+    """Whether ``name`` names the offer's GPU: its display name or the provider's id, ignoring case and spaces."""
+    key = _squash(name)
+    return key in {_squash(offer.gpu), _squash(offer.gpu_id)}
+
+
+def offer_matches(offer: Offer, query: OfferQuery) -> bool:
+    """Whether an offer meets a query (stock is not judged here)."""
+    return (
+        (query.gpu is None or gpu_matches(offer, query.gpu))
+        and (query.count is None or offer.count == query.count)
+        and (query.min_vram_gb is None or offer.vram_gb >= query.min_vram_gb)
+        and (query.max_price_per_hour is None or offer.price_per_hour <= query.max_price_per_hour)
+        and offer.spot == query.spot
+    )
+
+
+class InstanceState(StrEnum):
+    """Where a rented machine stands, in the words the app acts on."""
+
+    STARTING = "starting"  # created, not yet reachable (provisioning, loading the image, booting)
+    RUNNING = "running"  # up: SSH may still take a moment
+    STOPPED = "stopped"  # stopped or outbid: no GPU, but storage may still bill
+    FAILED = "failed"  # the provider gave up on it (an error, a machine that will never run)
+    TERMINATED = "terminated"  # gone for good; nothing bills
+
+
+#: States in which nothing bills and nothing will run again.
+GONE = frozenset({InstanceState.TERMINATED})
+
+
+@dataclass(frozen=True)
+class SshAddress:
+    """How to log in to a rented machine."""
+
+    host: str
+    port: int
+    user: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A machine rented from a provider.
+
+    Attributes:
+        provider: Who rents it.
+        instance_id: The provider's id.
+        name: Its label (Rentune names its machines ``rentune-<run id>``).
+        state: Where it stands.
+        price_per_hour: Dollars per hour for the whole machine.
+        gpu: The GPU's display name ("" when the provider does not say).
+        spot: Interruptible.
+        ssh: Where to log in (None until the provider publishes an address).
+        status_text: The provider's own words for its state (for messages).
+    """
+
+    provider: ProviderName
+    instance_id: str
+    name: str
+    state: InstanceState
+    price_per_hour: float
+    gpu: str = ""
+    spot: bool = False
+    ssh: SshAddress | None = None
+    status_text: str = ""
+
+
+@dataclass(frozen=True)
+class RentRequest:
+    """What to rent and how to set it up.
+
+    Attributes:
+        offer: The offer to rent.
+        public_key: The OpenSSH public key line allowed to log in (the run's own key).
+        label: The machine's name (``rentune-<run id>``).
+        image: The container image (ignored where the provider rents VMs).
+        disk_gb: Disk for the container.
+        bid_per_hour: For spot offers, the bid for the whole machine (None: on-demand).
+    """
+
+    offer: Offer
+    public_key: str
+    label: str
+    image: str
+    disk_gb: int = 50
+    bid_per_hour: float | None = None
+
+
+class ProviderError(RuntimeError):
+    """A provider refused or failed a request; ``str()`` keeps the provider's own message.
+
+    Attributes:
+        provider: Which provider.
+        message: The provider's message (or what went wrong talking to it).
+    """
+
+    def __init__(self, provider: ProviderName, message: str) -> None:
+        super().__init__(f"{provider.label}: {message}")
+        self.provider = provider
+        self.message = message
+
+
+class AuthError(ProviderError):
+    """The API key was refused (missing, wrong or revoked)."""
+
+
+class NoCapacityError(ProviderError):
+    """The offer is gone or out of stock."""
+
+
+class RateLimitedError(ProviderError):
+    """Too many requests, still refused after the retries."""
+
+
+class BidTooLowError(ProviderError):
+    """A spot bid below what the machine costs now."""
+
+
+class MissingKeyError(ProviderError):
+    """No API key for the provider in the keyring or the environment."""
+
+
+class Provider(Protocol):
+    """One GPU cloud's API, in Rentune's types."""
+
+    name: ProviderName
+
+    async def check_key(self) -> None:
+        """Makes a cheap authenticated call.
+
+        Raises:
+            AuthError: The key is refused.
+            ProviderError: The provider cannot be reached or failed.
+        """
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        """Offers matching ``query`` (out-of-stock ones included, marked ``in_stock=False``)."""
+
+    async def create(self, request: RentRequest) -> Instance:
+        """Rents a machine; it is usually still starting when this returns.
+
+        Raises:
+            NoCapacityError: The offer is gone.
+            BidTooLowError: The spot bid is below the current price (nothing is left billing).
+        """
+
+    async def get(self, instance_id: str) -> Instance:
+        """The machine's state now (TERMINATED when the provider no longer knows it)."""
+
+    async def stop(self, instance_id: str) -> None:
+        """Stops the machine, keeping its disk (raises :class:`ProviderError` where there is no stop)."""
+
+    async def terminate(self, instance_id: str) -> None:
+        """Destroys the machine; a machine already gone is not an error."""
+
+    async def instances(self) -> list[Instance]:
+        """Every machine of this account at the provider."""
+
+    async def aclose(self) -> None:
+        """Closes the HTTP client."""

@@ -1,0 +1,139 @@
+"""The HTTP side shared by every provider client: auth header, retries with backoff, errors in Rentune's types.
+
+429 and 5xx answers are retried with exponential backoff, honouring ``Retry-After``; 401 and 403 become
+:class:`~.base.AuthError`; a provider that cannot be reached becomes a :class:`~.base.ProviderError` naming it.
+The transport is injectable (``httpx`` ``transport=``), so tests can answer in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from desktop.services.providers.base import AuthError, ProviderError, ProviderName, RateLimitedError
+
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to retry a refused request.
+
+    Attributes:
+        attempts: Tries in all (the first one included).
+        first_delay: Seconds before the second try; each later wait is ``factor`` times longer.
+        factor: Growth of the wait.
+        max_delay: The longest single wait (a longer ``Retry-After`` is cut to it).
+    """
+
+    attempts: int = 5
+    first_delay: float = 0.5
+    factor: float = 2.0
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after failed try number ``attempt`` (0-based)."""
+        wait = retry_after if retry_after is not None else self.first_delay * self.factor**attempt
+        return min(max(wait, 0.0), self.max_delay)
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (a number or an HTTP date), or None."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+class ApiClient:
+    """An ``httpx.AsyncClient`` for one provider, with Bearer auth and retries."""
+
+    def __init__(
+        self,
+        provider: ProviderName,
+        base_url: str,
+        api_key: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        """Creates the client.
+
+        Args:
+            provider: Whose API (for error messages).
+            base_url: The API's root URL.
+            api_key: Sent as ``Authorization: Bearer``; never logged.
+            transport: Replaces the network (tests).
+            retry: Retry timing.
+            timeout: Seconds per request.
+        """
+        self.provider = provider
+        self.retry = retry or RetryPolicy()
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+            transport=transport,
+            timeout=timeout,
+        )
+
+    async def request(self, method: str, path: str, *, json: Any = None, params: Any = None) -> httpx.Response:
+        """Sends a request, retrying 429 and 5xx; returns any other answer (the caller reads 4xx bodies).
+
+        Raises:
+            AuthError: 401 or 403.
+            RateLimitedError: Still 429 after every retry.
+            ProviderError: Unreachable, or still 5xx after every retry.
+        """
+        for attempt in range(self.retry.attempts):
+            response = await self._send(method, path, json, params)
+            if response.status_code not in RETRIED_STATUSES:
+                break
+            if attempt + 1 < self.retry.attempts:
+                await asyncio.sleep(self.retry.delay(attempt, retry_after_seconds(response)))
+        if response.status_code in (401, 403):
+            raise AuthError(self.provider, f"the API key was refused ({error_text(response)}); set a valid key")
+        if response.status_code == 429:
+            raise RateLimitedError(self.provider, f"rate limited ({error_text(response)}); try again in a minute")
+        if response.status_code >= 500:
+            raise ProviderError(self.provider, f"server error {response.status_code}: {error_text(response)}")
+        return response
+
+    async def _send(self, method: str, path: str, json: Any, params: Any) -> httpx.Response:
+        try:
+            return await self._client.request(method, path, json=json, params=params)
+        except httpx.TimeoutException as exc:
+            raise ProviderError(self.provider, f"no answer in time from {self._client.base_url}") from exc
+        except httpx.TransportError as exc:
+            raise ProviderError(
+                self.provider, f"cannot reach {self._client.base_url} ({exc or type(exc).__name__}); check the network"
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Closes the connection pool."""
+        await self._client.aclose()
+
+
+def error_text(response: httpx.Response) -> str:
+    """The most useful words of an error answer: a JSON ``message``/``msg``/``error``, else the body's start."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    if isinstance(body, dict):
+        inner = body.get("error")
+        if isinstance(inner, dict):  # Lambda: {"error": {"code", "message", "suggestion"}}
+            return str(inner.get("message") or inner.get("code") or inner)
+        for key in ("message", "msg", "error"):
+            if body.get(key):
+                return str(body[key])
+    return str(body)[:300]

@@ -1,0 +1,281 @@
+"""The plumbing every fake cloud shares: a real HTTP server on loopback (or an in-process httpx transport), the
+book of instances it ever created with their times, and switchable faults.
+
+A fake subclasses :class:`FakeCloud` and implements :meth:`FakeCloud.handle`. Statuses move with time: an instance
+created at ``t`` is starting until ``t + boot_seconds``, then running (its sshd is started at that moment).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from tests.fakes.machines import MachineAddress, MachinePool
+
+
+@dataclass
+class FakeRequest:
+    """One request as the fake sees it."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body decoded as JSON (None when empty)."""
+        return json.loads(self.body) if self.body else None
+
+    @property
+    def bearer(self) -> str | None:
+        """The API key from ``Authorization: Bearer`` or ``?api_key=``."""
+        header = self.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            return header[7:].strip()
+        return (self.query.get("api_key") or [None])[0]
+
+
+@dataclass
+class FakeResponse:
+    """What the fake answers."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def encoded(self) -> bytes:
+        """The body as bytes (JSON unless already bytes)."""
+        if isinstance(self.body, bytes):
+            return self.body
+        return b"" if self.body is None else json.dumps(self.body).encode()
+
+
+@dataclass
+class FakeInstance:
+    """An instance in the fake's book.
+
+    Attributes:
+        id: The provider's id.
+        label: Its name.
+        gpu: The GPU display name.
+        price_per_hour: Whole machine, dollars per hour.
+        spot: Interruptible.
+        public_key: The key the client handed over.
+        created: Wall-clock creation time.
+        running_since: When it became reachable (None before).
+        stopped: When it was stopped or outbid (None while not).
+        terminated: When it was destroyed (None while not).
+        address: Its machine, once booted.
+        env: Variables set in its sessions.
+        extra: Provider-specific fields.
+    """
+
+    id: str
+    label: str
+    gpu: str
+    price_per_hour: float
+    spot: bool
+    public_key: str
+    created: float
+    running_since: float | None = None
+    stopped: float | None = None
+    terminated: float | None = None
+    address: MachineAddress | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        """Not terminated (stopped instances still exist and may bill storage)."""
+        return self.terminated is None
+
+
+@dataclass
+class Faults:
+    """Faults a test switches on.
+
+    Attributes:
+        out_of_stock: Every create fails for lack of capacity.
+        never_ready: Instances stay starting forever.
+        rate_limit_once: The next request gets a 429 (then this turns itself off).
+        server_error_once: The next request gets a 503.
+        reject_key: Every key is refused.
+        outbid_after: A spot instance is taken away this many seconds after it started running (once).
+        bid_too_low: Spot creates fail as bid too low.
+    """
+
+    out_of_stock: bool = False
+    never_ready: bool = False
+    rate_limit_once: bool = False
+    server_error_once: bool = False
+    reject_key: bool = False
+    outbid_after: float | None = None
+    bid_too_low: bool = False
+
+
+class FakeCloud:
+    """Base of the fake providers: instances, machines, time, faults, a state file, and two ways to serve."""
+
+    valid_key = "test-key"
+
+    def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.pool = MachinePool(root / "machines")
+        self.boot_seconds = boot_seconds
+        self.faults = Faults()
+        self.instances: dict[str, FakeInstance] = {}
+        self.requests: list[FakeRequest] = []
+        self.lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        self._next_id = 1000
+
+    # -- the book ------------------------------------------------------------------------------------------------
+
+    def new_id(self) -> str:
+        """A fresh instance id."""
+        self._next_id += 1
+        return str(self._next_id)
+
+    def add(self, instance: FakeInstance) -> FakeInstance:
+        """Books a new instance."""
+        self.instances[instance.id] = instance
+        self.save()
+        return instance
+
+    def refresh(self, instance: FakeInstance) -> FakeInstance:
+        """Moves an instance along with time: boots its machine when due, takes it away when outbid."""
+        now = time.time()
+        if instance.terminated is not None or instance.stopped is not None:
+            return instance
+        due = now >= instance.created + self.boot_seconds
+        if instance.running_since is None and not self.faults.never_ready and due:
+            instance.address = self.pool.start(instance.id, instance.public_key, instance.env)
+            instance.running_since = now
+            self.save()
+        outbid = self.faults.outbid_after
+        started = instance.running_since
+        if instance.spot and started is not None and outbid is not None and now >= started + outbid:
+            self.faults.outbid_after = None  # once
+            self.stop_instance(instance, outbid=True)
+        return instance
+
+    def stop_instance(self, instance: FakeInstance, *, outbid: bool = False) -> None:
+        """Stops it: the machine goes away, the disk (the book entry) stays."""
+        instance.stopped = instance.stopped or time.time()
+        instance.extra["outbid"] = outbid
+        self.pool.kill(instance.id)
+        self.save()
+
+    def terminate_instance(self, instance: FakeInstance) -> None:
+        """Destroys it: the machine goes away and nothing bills any more."""
+        if instance.terminated is None:
+            instance.terminated = time.time()
+        self.pool.kill(instance.id)
+        self.save()
+
+    def live_instances(self) -> list[FakeInstance]:
+        """Instances not terminated."""
+        return [i for i in self.instances.values() if i.live]
+
+    def save(self) -> None:
+        """Writes the book to ``state.json`` (what a test asserts on)."""
+        rows = []
+        for instance in self.instances.values():
+            row = asdict(instance)
+            row["address"] = None if instance.address is None else [instance.address.host, instance.address.port]
+            rows.append(row)
+        (self.root / "state.json").write_text(json.dumps(rows, indent=2, default=str))
+
+    # -- serving -------------------------------------------------------------------------------------------------
+
+    def handle(self, request: FakeRequest) -> FakeResponse:
+        """Answers one request (implemented by each fake)."""
+        raise NotImplementedError
+
+    def dispatch(self, request: FakeRequest) -> FakeResponse:
+        """Records the request, applies the one-shot faults, then :meth:`handle` under the lock."""
+        with self.lock:
+            self.requests.append(request)
+            if self.faults.rate_limit_once:
+                self.faults.rate_limit_once = False
+                return FakeResponse(429, {"error": "rate limited"}, {"Retry-After": "0"})
+            if self.faults.server_error_once:
+                self.faults.server_error_once = False
+                return FakeResponse(503, {"error": "unavailable"})
+            for instance in list(self.instances.values()):
+                self.refresh(instance)
+            return self.handle(request)
+
+    def transport(self) -> httpx.MockTransport:
+        """An in-process transport answering like the server would."""
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            parts = urlsplit(str(request.url))
+            fake = FakeRequest(
+                request.method,
+                parts.path,
+                parse_qs(parts.query),
+                {k.lower(): v for k, v in request.headers.items()},
+                request.read(),
+            )
+            reply = self.dispatch(fake)
+            return httpx.Response(reply.status, content=reply.encoded(), headers=_json_headers(reply))
+
+        return httpx.MockTransport(answer)
+
+    def serve(self) -> str:
+        """Starts a real HTTP server on 127.0.0.1; returns its base URL."""
+        cloud = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                parts = urlsplit(self.path)
+                length = int(self.headers.get("content-length") or 0)
+                fake = FakeRequest(
+                    self.command,
+                    parts.path,
+                    parse_qs(parts.query),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length) if length else b"",
+                )
+                reply = cloud.dispatch(fake)
+                body = reply.encoded()
+                self.send_response(reply.status)
+                for key, value in _json_headers(reply).items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any  # noqa: N815 - http.server's names
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        """Stops the server and kills every machine."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        self.pool.kill_all()
+
+
+def _json_headers(reply: FakeResponse) -> dict[str, str]:
+    kind = "application/octet-stream" if isinstance(reply.body, bytes) else "application/json"
+    return {"Content-Type": kind, **reply.headers}
