@@ -101,7 +101,11 @@ class ApiClient:
             if attempt + 1 < self.retry.attempts:
                 await asyncio.sleep(self.retry.delay(attempt, retry_after_seconds(response)))
         if response.status_code in (401, 403):
-            raise AuthError(self.provider, f"the API key was refused ({error_text(response)}); set a valid key")
+            raise AuthError(
+                self.provider,
+                f"the API key was refused ({error_text(response)}); "
+                f"set a valid one with rentune keys set {self.provider.value}",
+            )
         if response.status_code == 429:
             raise RateLimitedError(self.provider, f"rate limited ({error_text(response)}); try again in a minute")
         if response.status_code >= 500:

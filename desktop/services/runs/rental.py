@@ -252,11 +252,11 @@ class RentalDriver:
         return words + (f": {instance.status_text}" if instance.status_text else "")
 
     def _last_progress(self, run_id: str, rental: Rental) -> float:
-        """When the run last moved: a training step, a state change, or the machine coming up."""
+        """When the run last moved: a trainer event (a step, a checkpoint...), a state change, the machine coming up."""
         times = [rental.ready or rental.created]
         times += [float(t["ts"]) for t in self.ctx.store.transitions(run_id)]
         events = mirrored_events(self.ctx.folder(run_id))
-        times += [float(e.get("ts", 0)) for e in events[-20:] if e.get("event") == "step"]
+        times += [float(e.get("ts") or 0) for e in events[-1:]]
         return max(times)
 
     async def _instance(self, rental: Rental) -> Instance | None:
