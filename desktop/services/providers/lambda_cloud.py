@@ -12,7 +12,6 @@ unknown (a 5xx, a timeout) the client looks for a machine with the request's nam
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import re
@@ -207,8 +206,6 @@ class LambdaProvider:
         """
         self.retry = retry or RetryPolicy()
         self._api = ApiClient(LAMBDA, base_url, api_key, transport=transport, retry=self.retry)
-        # Launch goes out once per try: no automatic retry of a 5xx that may have launched a machine.
-        self._launch_api = ApiClient(LAMBDA, base_url, api_key, transport=transport, retry=RetryPolicy(attempts=1))
         self._ssh_for = ssh_for
         self._registered: set[str] = set()  # ids of keys this client added
         self._key_of: dict[str, str] = {}  # instance id -> id of the key this client added for it
@@ -294,7 +291,6 @@ class LambdaProvider:
     async def aclose(self) -> None:
         """Closes the HTTP clients."""
         await self._api.aclose()
-        await self._launch_api.aclose()
 
     # -- keys ----------------------------------------------------------------------------------------------------
 
@@ -325,22 +321,17 @@ class LambdaProvider:
     # -- launch --------------------------------------------------------------------------------------------------
 
     async def _launch(self, body: dict[str, Any]) -> str:
-        """Sends the launch, retrying only 429s; returns the new instance's id."""
-        for attempt in range(self.retry.attempts):
-            try:
-                response = await self._launch_api.request("POST", "/instance-operations/launch", json=body)
-            except RateLimitedError:
-                if attempt + 1 >= self.retry.attempts:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt, None))
-                continue
-            except AuthError:
-                raise
-            except ProviderError as exc:  # 5xx or no answer: it may have launched
-                return await self._launched_anyway(str(body["name"]), exc)
-            ids = data_of(response, f"launch {body['instance_type_name']} in {body['region_name']}")["instance_ids"]
-            return str(ids[0])
-        raise RateLimitedError(LAMBDA, "rate limited; try again in a minute")  # only with attempts < 1
+        """Sends the launch, retrying only 429s (honouring Retry-After); returns the new instance's id."""
+        try:
+            response = await self._api.request(
+                "POST", "/instance-operations/launch", json=body, retry_statuses=frozenset({429})
+            )
+        except (AuthError, RateLimitedError):
+            raise
+        except ProviderError as exc:  # 5xx or no answer: it may have launched
+            return await self._launched_anyway(str(body["name"]), exc)
+        ids = data_of(response, f"launch {body['instance_type_name']} in {body['region_name']}")["instance_ids"]
+        return str(ids[0])
 
     async def _launched_anyway(self, label: str, error: ProviderError) -> str:
         """The id of a live machine named ``label`` after a launch whose outcome is unknown, else ``error``."""
