@@ -1,0 +1,1 @@
+"""Tests of the GPU cloud provider clients against their fake servers."""
