@@ -73,10 +73,10 @@ def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
         window.show_page("offers")
 
 
-def test_settings_offer_only_the_keys_a_feature_reads_today(window: MainWindow) -> None:
+def test_settings_offer_the_cloud_keys_and_the_hub_token(window: MainWindow) -> None:
     page = window.page("settings")
     assert isinstance(page, SettingsPage)
-    assert set(page.key_inputs) == {SecretName.HUGGINGFACE}, "cloud keys appear when renting lands, not before"
+    assert list(page.key_inputs) == [SecretName.RUNPOD, SecretName.VAST, SecretName.LAMBDA, SecretName.HUGGINGFACE]
 
 
 def test_api_key_saved_from_the_settings_page_lands_in_the_keyring(
