@@ -1,0 +1,1 @@
+"""Tests of the GPU cloud providers and the market across them."""
