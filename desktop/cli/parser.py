@@ -10,6 +10,7 @@ from typing import NoReturn
 from desktop import __version__
 from desktop.cli.errors import EXIT_USAGE
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Strategy, Targets
+from desktop.services.providers.base import ProviderName
 from trainer_payload.protocol import PROTOCOL_VERSION
 
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_parser(commands)
     _add_run_parsers(commands)
     _add_rent_parsers(commands)
+    _add_money_parsers(commands)
     return parser
 
 
@@ -92,6 +94,24 @@ def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParse
             command.add_argument("--json", action="store_true")
         if name == "resume":
             _add_target_options(command)
+
+
+def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    costs = commands.add_parser("costs", help="what rented machines cost: each rental, totals, machines still billing")
+    costs.add_argument("--json", action="store_true", help="print one JSON object (dollars rounded to cents)")
+    keys = commands.add_parser("keys", help="cloud API keys in the keyring: set (checked first), list, delete")
+    actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    providers = [name.value for name in ProviderName]
+    for name, text in (
+        ("set", "check a provider's API key with the provider, then store it (prompts, or reads one line of stdin)"),
+        ("delete", "remove a provider's API key from the keyring"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument(
+            "provider", type=str.lower, choices=providers, metavar="PROVIDER", help=" | ".join(providers)
+        )
+    listing = actions.add_parser("list", help="where each key comes from (never the key itself)")
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
 
 
 def _columns(text: str) -> dict[str, str]:

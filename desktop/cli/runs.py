@@ -26,8 +26,10 @@ from desktop.core.settings import Settings, SettingsError
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
 from desktop.services.platform.files import read_text
 from desktop.services.platform.settings import load_settings
+from desktop.services.providers.base import ProviderError
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.events import describe_event, mirrored_events
+from desktop.services.runs.rental import RentalDriver, compute_of, rental_of
 from desktop.services.runs.store import RunRecord, UnknownRunError
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
@@ -180,15 +182,38 @@ class RunsCommands:
             record = self._on_machine(coroutine, self.engine.store.get(run_id), "follow")
         except KeyboardInterrupt:
             print(f"\ndetached: training goes on on the machine; rentune resume {run_id} reattaches", flush=True)
+            rental = rental_of(self.engine.store.get(run_id))
+            if rental is not None:
+                print(
+                    f"the rented {rental.provider.label} machine keeps billing ${rental.price_per_hour:.2f}/h until "
+                    f"the run ends under rentune resume {run_id}, or rentune stop {run_id}",
+                    flush=True,
+                )
             return 130
         print(f"run {record.id}: {record.state.value}" + (f" ({record.error})" if record.error else ""))
         return 0 if record.state is RunState.FINISHED else 1
+
+    def _rented(self, run_id: str) -> bool:
+        return compute_of(self.engine.store.get(run_id)) is not None
+
+    def _driver(self) -> RentalDriver:
+        return RentalDriver(self.engine)
+
+    def _follow(self, run_id: str) -> int:
+        """Follows a run to its end: a rented run through the rental driver (it terminates the machine)."""
+        if not self._rented(run_id):
+            return self._drive(self.engine.drive(run_id), run_id)
+        try:
+            return self._drive(self._driver().drive(run_id), run_id)
+        except ProviderError as exc:
+            raise self.error(f"run {run_id}: {exc}", EXIT_FAILED) from exc
 
     def run(self, args: argparse.Namespace) -> int:
         """``rentune run SPEC.toml``."""
         spec = self._load_spec(args.spec)
         target = self._target(args, spec.target)
-        spec = RunSpec(**{**spec.__dict__, "target": target})
+        compute = None if target is not None else spec.compute  # --target trains on that machine instead of renting
+        spec = RunSpec(**{**spec.__dict__, "target": target, "compute": compute})
         try:
             record = self.engine.create(spec)
         except RunError as exc:
@@ -198,7 +223,7 @@ class RunsCommands:
             _spawn_detached([sys.executable, "-m", "desktop", "resume", record.id], log)
             print(f"run {record.id} started in the background (log: {log}); rentune status {record.id}")
             return 0
-        return self._drive(self.engine.drive(record.id), record.id)
+        return self._follow(record.id)
 
     def resume(self, args: argparse.Namespace) -> int:
         """``rentune resume RUN [--target ...]``."""
@@ -223,8 +248,9 @@ class RunsCommands:
             target = self._target(args, base)
             assert target is not None
             self.engine.retarget(record.id, target)
+            self.engine.store.update(record.id, spec={**self.engine.store.get(record.id).spec, "compute": None})
         self.engine.prepare_resume(record.id)
-        return self._drive(self.engine.drive(record.id), record.id)
+        return self._follow(record.id)
 
     def stop(self, args: argparse.Namespace) -> int:
         """``rentune stop RUN``: exit code 0 only when the run has ended (cancelled, or finished meanwhile)."""
@@ -235,6 +261,8 @@ class RunsCommands:
         final = self._on_machine(self.engine.stop(record.id), record, "stop")
         if final.state in LIVE:  # another process follows the run: it pulls the checkpoint and ends it
             final = self._wait_for_end(final)
+        if final.state in TERMINAL and self._rented(final.id):
+            self._release(final.id, f"the run was stopped ({final.state.value})")
         print(f"run {final.id}: {final.state.value}" + (f" ({final.error})" if final.error else ""))
         if final.state not in TERMINAL:
             raise self.error(
@@ -243,6 +271,25 @@ class RunsCommands:
                 EXIT_FAILED,
             )
         return 0
+
+    def _release(self, run_id: str, why: str) -> None:
+        """Terminates a rented run's machine now (the process that followed the run may have done so already)."""
+
+        async def release() -> None:
+            driver = self._driver()
+            try:
+                await driver.release(run_id, why)
+            finally:
+                await driver.aclose()
+
+        try:
+            asyncio.run(release())
+        except ProviderError as exc:
+            raise self.error(
+                f"run {run_id} is stopped but its machine could not be terminated: {exc}; run rentune machines "
+                "--stop-orphans, or stop it in the provider's console",
+                EXIT_FAILED,
+            ) from exc
 
     def _wait_for_end(self, record: RunRecord) -> RunRecord:
         """Waits while the process following the run saves the checkpoint and ends it (Ctrl-C stops waiting)."""

@@ -41,7 +41,8 @@ class FakeRequest:
         header = self.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
             return header[7:].strip()
-        return (self.query.get("api_key") or [None])[0]
+        keys = self.query.get("api_key")
+        return keys[0] if keys else None
 
 
 @dataclass

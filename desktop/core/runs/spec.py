@@ -2,9 +2,10 @@
 
 Sections: ``[model] base``; ``[data] train`` (and ``eval``); ``[training]`` with the payload's job keys under the
 same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``, ``host_key`` (optional: the host key
-pinned in advance, e.g. by the wizard's Test connection); ``[budget] hourly_rate_usd`` (what the machine costs per
-hour) and ``max_usd`` (the run is stopped, its checkpoint kept, once the cost so far reaches it). Relative paths are
-relative to the spec file.
+pinned in advance, e.g. by the wizard's Test connection); or, instead of ``[target]``, ``[compute]`` to rent a
+machine from a GPU cloud (see :class:`ComputeSpec`); ``[budget] hourly_rate_usd`` (what an own machine costs per
+hour; a rented one's price is known) and ``max_usd`` (the run is stopped, its checkpoint kept, before the cost
+reaches it). Relative paths are relative to the spec file.
 """
 
 from __future__ import annotations
@@ -57,6 +58,50 @@ class SshTarget:
         return f"ssh://{self.user}@{self.host}:{self.port}"
 
 
+#: The GPU clouds ``[compute] provider`` may name (their clients live in ``desktop.services.providers``).
+PROVIDER_NAMES = ("runpod", "vast", "lambda")
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """A machine to rent for the run (``[compute]``).
+
+    Attributes:
+        provider: The GPU cloud (``runpod``, ``vast`` or ``lambda``).
+        gpu: The GPU as ``rentune offers`` prints it, or the provider's own id (case-insensitive).
+        count: GPUs in the machine.
+        spot: Rent an interruptible machine (cheaper; recovered on another one when taken away).
+        max_price_per_hour: The most the whole machine may cost per hour (None: no limit).
+        offer: A specific ``offer_id`` from ``rentune offers`` (None: the cheapest matching offer).
+        image: The container image (None: a PyTorch image the provider is known to run).
+        python: The interpreter on the machine.
+        disk_gb: Container disk.
+        ready_timeout_minutes: How long a new machine may take to answer over SSH before it is given up.
+        providers: Providers a spot run may move to when its machine is taken away (the first is ``provider``).
+        user: The SSH login user (None: the provider's usual one, ``root`` or ``ubuntu``).
+        idle_minutes: A rented machine that trains nothing for this long is terminated (0: never).
+    """
+
+    provider: str
+    gpu: str | None = None
+    count: int = 1
+    spot: bool = False
+    max_price_per_hour: float | None = None
+    offer: str | None = None
+    image: str | None = None
+    python: str = "python3"
+    disk_gb: int = 50
+    ready_timeout_minutes: float = 10.0
+    providers: tuple[str, ...] = ()
+    user: str | None = None
+    idle_minutes: float = 20.0
+
+    @property
+    def allowed_providers(self) -> tuple[str, ...]:
+        """Where the run may rent: ``provider`` first, then the others ``providers`` allows."""
+        return tuple(dict.fromkeys((self.provider, *self.providers)))
+
+
 def parse_ssh_url(url: str) -> tuple[str, str, int]:
     """Splits ``ssh://user@host:port`` (port optional).
 
@@ -82,10 +127,11 @@ class RunSpec:
         train_file: Training data (``messages`` JSONL, ideally from ``rentune data prepare``).
         eval_file: Optional eval data.
         training: The payload job keys (method, lora_r, seq_len...).
-        target: Where to train.
+        target: Where to train (None when ``compute`` rents the machine).
         budget_usd: Stop the run once its cost so far reaches this (0: no limit; needs ``hourly_rate_usd``).
         hourly_rate_usd: What the target costs per hour (own servers: as the user states it).
         source: The spec file.
+        compute: The machine to rent (None when ``target`` names one).
     """
 
     base_model: str
@@ -97,6 +143,7 @@ class RunSpec:
     hourly_rate_usd: float = 0.0
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    compute: ComputeSpec | None = None
 
     def job_dict(self, train_name: str, eval_name: str | None) -> dict[str, Any]:
         """The payload's ``job.json`` for this spec, with data paths relative to the remote job folder."""
@@ -199,17 +246,94 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         JobSpec.from_dict({"base_model": model, "train_file": "t", "output_dir": "o", **training})
     except (JobSpecError, TypeError) as exc:
         raise RunSpecError(f"[training]: {exc}") from exc
-    budget, rate = _budget(_section(data, "budget"))
     target = _target(_section(data, "target"), base_dir)
-    return RunSpec(model, train, evaluation, training, target, budget, rate, source)
+    compute = compute_from_dict(data["compute"]) if "compute" in data else None
+    if target is not None and compute is not None:
+        raise RunSpecError("give either [target] (your own machine) or [compute] (a rented one), not both")
+    budget, rate = _budget(_section(data, "budget"), rented=compute is not None)
+    return RunSpec(model, train, evaluation, training, target, budget, rate, source, compute=compute)
 
 
-def _budget(section: dict[str, Any]) -> tuple[float, float]:
-    """``[budget] max_usd`` and ``hourly_rate_usd``; a budget needs a rate, or the cost so far is unknown."""
+def _budget(section: dict[str, Any], *, rented: bool = False) -> tuple[float, float]:
+    """``[budget] max_usd`` and ``hourly_rate_usd``; an own machine's budget needs a rate (a rented one has a price)."""
     budget, rate = _dollars(section, "max_usd"), _dollars(section, "hourly_rate_usd")
-    if budget > 0 and rate <= 0:
+    if budget > 0 and rate <= 0 and not rented:
         raise RunSpecError(
             f"[budget] max_usd = {budget:g} needs [budget] hourly_rate_usd (what the machine costs per hour) to "
             "know when it is reached; set the rate, or remove max_usd"
         )
     return budget, rate
+
+
+_COMPUTE_KEYS = {f.name for f in fields(ComputeSpec)}
+
+
+def _compute_number(section: dict[str, Any], key: str, default: float, *, whole: bool = False) -> float:
+    value = section.get(key, default)
+    kind_ok = isinstance(value, int) if whole else isinstance(value, int | float)
+    if isinstance(value, bool) or not kind_ok or not 0 < value < math.inf:
+        example = "1" if whole else "2.5"
+        raise RunSpecError(
+            f"[compute] {key} = {value!r} must be a {'whole ' if whole else ''}number above 0, like {example}"
+        )
+    return float(value)
+
+
+def _compute_text(section: dict[str, Any], key: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise RunSpecError(f'[compute] {key} must be text, like {key} = "..." (or leave it out)')
+    return value.strip()
+
+
+def _provider(value: Any, key: str) -> str:
+    name = str(value).strip().lower().removesuffix(".ai") if isinstance(value, str) else ""
+    if name not in PROVIDER_NAMES:
+        raise RunSpecError(f"[compute] {key} = {value!r}: use one of {', '.join(PROVIDER_NAMES)}")
+    return name
+
+
+def compute_from_dict(section: Any) -> ComputeSpec:
+    """Validates ``[compute]``.
+
+    Raises:
+        RunSpecError: A key is unknown, missing or of the wrong kind; the message names it.
+    """
+    if not isinstance(section, dict):
+        raise RunSpecError("[compute] must be a table")
+    unknown = sorted(set(section) - _COMPUTE_KEYS)
+    if unknown:
+        raise RunSpecError(f"[compute] does not know {', '.join(unknown)}; it takes {', '.join(sorted(_COMPUTE_KEYS))}")
+    if "provider" not in section:
+        raise RunSpecError(f"[compute] provider is required: one of {', '.join(PROVIDER_NAMES)}")
+    others = section.get("providers", [])
+    if not isinstance(others, list):
+        raise RunSpecError('[compute] providers must be a list, like providers = ["runpod", "vast"]')
+    spot = section.get("spot", False)
+    if not isinstance(spot, bool):
+        raise RunSpecError(f"[compute] spot = {spot!r} must be true or false")
+    price = section.get("max_price_per_hour")
+    return ComputeSpec(
+        provider=_provider(section["provider"], "provider"),
+        gpu=_compute_text(section, "gpu"),
+        count=int(_compute_number(section, "count", 1, whole=True)),
+        spot=spot,
+        max_price_per_hour=None if price is None else float(_compute_number(section, "max_price_per_hour", 0)),
+        offer=_compute_text(section, "offer"),
+        image=_compute_text(section, "image"),
+        python=_compute_text(section, "python") or "python3",
+        disk_gb=int(_compute_number(section, "disk_gb", 50, whole=True)),
+        ready_timeout_minutes=float(_compute_number(section, "ready_timeout_minutes", 10.0)),
+        providers=tuple(_provider(p, "providers") for p in others),
+        user=_compute_text(section, "user"),
+        idle_minutes=_idle_minutes(section),
+    )
+
+
+def _idle_minutes(section: dict[str, Any]) -> float:
+    value = section.get("idle_minutes", 20.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise RunSpecError(f"[compute] idle_minutes = {value!r} must be a number of minutes (0: never)")
+    return float(value)

@@ -52,9 +52,14 @@ _LABELS = {
     SecretName.HUGGINGFACE: "Hugging Face token",
 }
 
-# The secrets a feature uses today, as the Settings page offers them. The cloud API keys join when renting lands:
-# until then a field for them would store a key that nothing reads.
-SECRETS_IN_USE: tuple[SecretName, ...] = (SecretName.HUGGINGFACE,)
+# The secrets a feature uses today, as the Settings page and ``rentune keys list`` offer them: the cloud API keys
+# (read when renting) first, then the Hugging Face token.
+SECRETS_IN_USE: tuple[SecretName, ...] = (
+    SecretName.RUNPOD,
+    SecretName.VAST,
+    SecretName.LAMBDA,
+    SecretName.HUGGINGFACE,
+)
 
 
 class SecretSource(StrEnum):

@@ -86,8 +86,24 @@ class ApiClient:
             timeout=timeout,
         )
 
-    async def request(self, method: str, path: str, *, json: Any = None, params: Any = None) -> httpx.Response:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+        retry_statuses: frozenset[int] = RETRIED_STATUSES,
+    ) -> httpx.Response:
         """Sends a request, retrying 429 and 5xx; returns any other answer (the caller reads 4xx bodies).
+
+        Args:
+            method: HTTP method.
+            path: Below the base URL.
+            json: The body.
+            params: Query parameters.
+            retry_statuses: Statuses sent again (a request that may have taken effect on a 5xx, such as a launch,
+                retries only 429: "not done").
 
         Raises:
             AuthError: 401 or 403.
@@ -96,12 +112,16 @@ class ApiClient:
         """
         for attempt in range(self.retry.attempts):
             response = await self._send(method, path, json, params)
-            if response.status_code not in RETRIED_STATUSES:
+            if response.status_code not in retry_statuses:
                 break
             if attempt + 1 < self.retry.attempts:
                 await asyncio.sleep(self.retry.delay(attempt, retry_after_seconds(response)))
         if response.status_code in (401, 403):
-            raise AuthError(self.provider, f"the API key was refused ({error_text(response)}); set a valid key")
+            raise AuthError(
+                self.provider,
+                f"the API key was refused ({error_text(response)}); "
+                f"set a valid one with rentune keys set {self.provider.value}",
+            )
         if response.status_code == 429:
             raise RateLimitedError(self.provider, f"rate limited ({error_text(response)}); try again in a minute")
         if response.status_code >= 500:

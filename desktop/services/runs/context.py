@@ -69,6 +69,8 @@ class RunContext:
         connect: Logs in to a machine.
         pull_lock: Held while a checkpoint is pulled, so two pulls never write the same files.
         backoffs: The retry timing of each run being driven.
+        spend: What a run has cost so far, with the cost of stopping it (None: its rate times its live time); a
+            rented run's comes from the ledger.
     """
 
     store: RunStore
@@ -78,6 +80,7 @@ class RunContext:
     connect: Connect
     pull_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     backoffs: dict[str, Backoff] = field(default_factory=dict)
+    spend: Callable[[str], float] | None = None
 
     def folder(self, run_id: str) -> Path:
         """The run's local folder."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from desktop.core.runs.states import TERMINAL, RunState
 from desktop.services.machines.failures import MACHINE_ERRORS, Backoff, PermanentError, classify
 from desktop.services.machines.keys import create_run_key, delete_run_key
 from desktop.services.machines.machine import Connect, Machine
+from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, transfer
 from desktop.services.runs.context import (
@@ -63,6 +65,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "hourly_rate_usd": spec.hourly_rate_usd,
         "budget_usd": spec.budget_usd,
         "source": str(spec.source) if spec.source else None,
+        "compute": asdict(spec.compute) if spec.compute else None,
     }
 
 
@@ -109,10 +112,15 @@ class RunEngine:
 
     def create(self, spec: RunSpec) -> RunRecord:
         """Records a new run for a spec (nothing is contacted yet)."""
-        if spec.target is None:
-            raise RunError("the spec has no [target] ssh = ...; pass --target ssh://user@host:port")
+        if spec.target is None and spec.compute is None:
+            raise RunError(
+                "the spec says neither where to train nor what to rent: add [target] ssh = ... (or pass --target "
+                "ssh://user@host:port), or a [compute] table"
+            )
         if not spec.train_file.is_file():
             raise RunError(f"{spec.train_file} does not exist; check [data] train in the spec")
+        if spec.target is None:
+            return self._create_rented(spec)
         pinned = connection.pinned_fingerprint(spec.target)
         record = self.store.create(spec_to_record(spec), spec.target.url)
         if pinned is not None:  # pinned in advance (the wizard's Test connection): any other key is refused
@@ -122,20 +130,39 @@ class RunEngine:
         self.report(f"run {record.id} created for {spec.base_model} on {spec.target.url}")
         return record
 
-    def retarget(self, run_id: str, target: SshTarget) -> RunRecord:
-        """Points a run at another machine (the old one is lost); its work continues from the last checkpoint."""
+    def _create_rented(self, spec: RunSpec) -> RunRecord:
+        """Records a run whose machine is rented for it: no target yet; the provider is given the run's key."""
+        record = self.store.create(spec_to_record(spec), None)
+        public = create_run_key(record.id)
+        record = self.ctx.set_spec(record.id, run_key_public=public, run_key_installed=False)
+        provider = spec.compute.provider if spec.compute else "?"
+        self.report(f"run {record.id} created for {spec.base_model}, to train on a machine rented at {provider}")
+        return record
+
+    def retarget(
+        self, run_id: str, target: SshTarget, *, rented: bool = False, host_key: str | None = None
+    ) -> RunRecord:
+        """Points a run at another machine (the old one is lost); its work continues from the last checkpoint.
+
+        Args:
+            run_id: The run.
+            target: The new machine.
+            rented: The machine was rented for the run and already lets the run's key in.
+            host_key: The machine's host key, pinned now (None: pinned on first contact).
+        """
         record = self.store.get(run_id)
         spec = {
             **record.spec,
-            "run_key_installed": False,  # a new machine gets the run's key on first contact
+            "run_key_installed": rented,  # a new machine of the user's gets the run's key on first contact
             "python": target.python,
             "workdir": target.workdir or record.spec.get("workdir"),
             "authorized_keys": target.authorized_keys,
             "identity": str(target.identity) if target.identity else record.spec.get("identity"),
         }
         # One statement: the target, the spec and the per-machine fields change together.
+        pinned = fingerprint(host_key) if host_key else None
         return self.store.update(
-            run_id, target=target.url, spec=spec, host_key=None, fingerprint=None, pid=None, remote_dir=None
+            run_id, target=target.url, spec=spec, host_key=host_key, fingerprint=pinned, pid=None, remote_dir=None
         )
 
     def delete(self, run_id: str) -> None:

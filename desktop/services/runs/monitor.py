@@ -62,7 +62,7 @@ def over_budget(ctx: RunContext, run_id: str) -> str | None:
     budget, rate = float(spec.get("budget_usd") or 0.0), float(spec.get("hourly_rate_usd") or 0.0)
     if budget <= 0 or rate <= 0 or spec.get("budget_stop"):
         return None
-    spent = cost_so_far(rate, ctx.store.transitions(run_id), time.time())
+    spent = ctx.spend(run_id) if ctx.spend else cost_so_far(rate, ctx.store.transitions(run_id), time.time())
     return f"budget of ${budget:,.2f} reached (${spent:,.2f} at ${rate:,.2f}/h)" if spent >= budget else None
 
 

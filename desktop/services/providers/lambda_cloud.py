@@ -1,0 +1,346 @@
+"""Lambda Cloud's REST API in Rentune's types: instance types as offers, VMs as instances.
+
+Lambda rents whole VMs (no container image, no spot tier, no stop): a machine is launched into a region with an SSH
+key registered on the account beforehand, boots, and is reached as ``ubuntu@<ip>:22``. Success bodies are
+``{"data": ...}``; errors ``{"error": {"code", "message", "suggestion"?}}``, whose code and message every
+:class:`~.base.ProviderError` raised here keeps.
+
+Launch is never sent twice for one :meth:`LambdaProvider.create`: a retried launch that had in fact succeeded would
+leave a second machine billing. Only 429 answers ("not done") are retried; after an answer that leaves the outcome
+unknown (a 5xx, a timeout) the client looks for a machine with the request's name instead of launching again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from desktop.services.providers.base import (
+    AuthError,
+    Instance,
+    InstanceState,
+    NoCapacityError,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    ProviderName,
+    RateLimitedError,
+    RentRequest,
+    SshAddress,
+    offer_matches,
+)
+from desktop.services.providers.http import ApiClient, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+LAMBDA = ProviderName.LAMBDA
+INSUFFICIENT_CAPACITY = "instance-operations/launch/insufficient-capacity"
+NOT_FOUND = "global/object-does-not-exist"
+KEY_NAME_MAX = 64
+CONSOLE = "https://cloud.lambda.ai/instances"
+
+#: "1x A10 (24 GB PCIe)", "8x Tesla V100 (16 GB)", "8x H100 (80 GB SXM5)": count, model, VRAM, form factor.
+DESCRIPTION = re.compile(r"^(\d+)x (?:Tesla )?(.+?) \((\d+) GB(?:\s+([^)]*))?\)")
+
+#: Lambda's statuses. ``unhealthy`` stays RUNNING: Lambda's health check failed, yet the VM may recover and SSH
+#: may still work, so whoever drives the run decides over SSH rather than losing the machine on a provider flag.
+STATES = {
+    "booting": InstanceState.STARTING,
+    "active": InstanceState.RUNNING,
+    "unhealthy": InstanceState.RUNNING,
+    "terminating": InstanceState.TERMINATED,
+    "terminated": InstanceState.TERMINATED,
+}
+
+#: Maps (instance id, ip) to where to log in.
+SshFor = Callable[[str, str], SshAddress]
+
+
+def vm_ssh(instance_id: str, ip: str) -> SshAddress:
+    """Where every Lambda VM takes SSH: ``ubuntu@<ip>:22`` (the default of ``LambdaProvider(ssh_for=)``)."""
+    del instance_id  # the same for every machine
+    return SshAddress(ip, 22, "ubuntu")
+
+
+def parse_description(description: str) -> tuple[int, str, float] | None:
+    """GPU count, display name and VRAM per GPU from an instance type's description (None for CPU-only types).
+
+    PCIe is the usual form and is left out of the name ("1x A10 (24 GB PCIe)" is an "A10"); an SXM form factor is
+    kept as " SXM", as RunPod and Vast.ai name those boards ("8x H100 (80 GB SXM5)" is an "H100 SXM").
+    """
+    match = DESCRIPTION.match(description.strip())
+    if match is None:
+        return None
+    count, model, vram, form = match.groups()
+    name = f"{model} SXM" if (form or "").upper().startswith("SXM") else model
+    return int(count), name, float(vram)
+
+
+def offers_of_type(type_name: str, entry: dict[str, Any]) -> list[Offer]:
+    """One offer per region with capacity (one out-of-stock offer, location "", when no region has any)."""
+    spec = entry.get("instance_type") or {}
+    parsed = parse_description(str(spec.get("description", "")))
+    if parsed is None:
+        return []
+    count, gpu, vram = parsed
+    price = float(spec.get("price_cents_per_hour") or 0) / 100
+
+    def offer(region: str) -> Offer:
+        offer_id = f"{type_name}@{region}"
+        return Offer(LAMBDA, offer_id, gpu, type_name, count, vram, price, False, None, region, in_stock=bool(region))
+
+    regions = [str(r.get("name", "")) for r in entry.get("regions_with_capacity_available") or []]
+    return [offer(region) for region in regions if region] or [offer("")]
+
+
+def split_offer_id(offer_id: str) -> tuple[str, str]:
+    """The instance type and region of an offer id ``<type>@<region>``."""
+    type_name, _, region = offer_id.partition("@")
+    if not type_name or not region:
+        raise NoCapacityError(LAMBDA, f"{offer_id} is not in stock in any region; pick another GPU or try later")
+    return type_name, region
+
+
+def error_parts(response: httpx.Response) -> tuple[str, str]:
+    """Lambda's error code and one line of its words: ``message [code]; suggestion``."""
+    try:
+        body = response.json()
+    except ValueError:
+        return "", f"HTTP {response.status_code}: {response.text[:200] or response.reason_phrase}"
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return "", f"HTTP {response.status_code}: {str(body)[:200]}"
+    code = str(error.get("code") or "")
+    text = f"{error.get('message') or 'no message'} [{code or response.status_code}]"
+    suggestion = error.get("suggestion")
+    return code, f"{text}; {suggestion}" if suggestion else text
+
+
+def is_not_found(response: httpx.Response) -> bool:
+    """Whether the answer says the object does not exist (any more)."""
+    return response.status_code == 404 or error_parts(response)[0] == NOT_FOUND
+
+
+def data_of(response: httpx.Response, doing: str) -> Any:
+    """The ``data`` of a success answer.
+
+    Raises:
+        NoCapacityError: Lambda has no capacity for the launch.
+        ProviderError: Any other refusal, with Lambda's code and message.
+    """
+    if response.is_success:
+        return response.json().get("data")
+    code, text = error_parts(response)
+    if code == INSUFFICIENT_CAPACITY:
+        raise NoCapacityError(LAMBDA, f"no capacity to {doing}: {text}; pick another region or GPU")
+    raise ProviderError(LAMBDA, f"cannot {doing}: {text}")
+
+
+def instance_from(data: dict[str, Any], ssh_for: SshFor) -> Instance:
+    """An :class:`Instance` from Lambda's instance object."""
+    status = str(data.get("status") or "")
+    state = STATES.get(status, InstanceState.STARTING)  # an unknown new status: not yet usable, not gone
+    spec = data.get("instance_type") or {}
+    parsed = parse_description(str(spec.get("description") or ""))
+    ip = data.get("ip")
+    instance_id = str(data.get("id"))
+    return Instance(
+        provider=LAMBDA,
+        instance_id=instance_id,
+        name=str(data.get("name") or ""),
+        state=state,
+        price_per_hour=float(spec.get("price_cents_per_hour") or 0) / 100,
+        gpu=parsed[1] if parsed else "",
+        ssh=ssh_for(instance_id, str(ip)) if state is InstanceState.RUNNING and ip else None,
+        status_text=status,
+    )
+
+
+def gone(instance_id: str) -> Instance:
+    """The instance Lambda no longer knows."""
+    return Instance(LAMBDA, instance_id, "", InstanceState.TERMINATED, 0.0, status_text="not found")
+
+
+def key_name(label: str, public_key: str, taken: set[str]) -> str:
+    """A key name for ``label`` that is not ``taken`` and fits Lambda's 64 characters."""
+    name = f"{label[: KEY_NAME_MAX - 4]}-key"
+    if name not in taken:
+        return name
+    digest = hashlib.sha256(public_key.encode()).hexdigest()[:8]
+    return f"{label[: KEY_NAME_MAX - 13]}-key-{digest}"
+
+
+class LambdaProvider:
+    """Lambda Cloud through its REST API (``https://cloud.lambda.ai/api/v1``).
+
+    SSH keys the client registers for a launch are deleted again when that machine is terminated through the same
+    client (keys it found already registered are left alone); a key Lambda still counts as in use stays.
+    """
+
+    name = ProviderName.LAMBDA
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = "https://cloud.lambda.ai/api/v1",
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry: RetryPolicy | None = None,
+        ssh_for: SshFor = vm_ssh,
+    ) -> None:
+        """Creates the client.
+
+        Args:
+            api_key: The Lambda Cloud API key (sent as Bearer; never logged).
+            base_url: The API's root.
+            transport: Replaces the network (tests).
+            retry: Retry timing for refused requests.
+            ssh_for: Test seam, not for the app: where to log in to a machine given its id and ip. Lambda's VMs
+                always take ``ubuntu@<ip>:22`` (:func:`vm_ssh`); the fake cloud's machines are sshd processes on
+                random loopback ports, which the Lambda API has no field for.
+        """
+        self.retry = retry or RetryPolicy()
+        self._api = ApiClient(LAMBDA, base_url, api_key, transport=transport, retry=self.retry)
+        self._ssh_for = ssh_for
+        self._registered: set[str] = set()  # ids of keys this client added
+        self._key_of: dict[str, str] = {}  # instance id -> id of the key this client added for it
+
+    async def check_key(self) -> None:
+        """Lists the account's SSH keys (cheap, authenticated).
+
+        Raises:
+            AuthError: The key is refused.
+            ProviderError: Lambda cannot be reached or failed.
+        """
+        data_of(await self._api.request("GET", "/ssh-keys"), "list SSH keys")
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        """Instance types matching ``query``, one offer per region with capacity (none for spot: Lambda has none)."""
+        if query.spot:
+            return []
+        types = data_of(await self._api.request("GET", "/instance-types"), "list instance types") or {}
+        found = [offer for name, entry in types.items() for offer in offers_of_type(name, entry)]
+        return [offer for offer in found if offer_matches(offer, query)]
+
+    async def create(self, request: RentRequest) -> Instance:
+        """Registers the SSH key (once) and launches one machine named ``request.label``.
+
+        Raises:
+            NoCapacityError: No capacity for the type in the region.
+            ProviderError: A spot request, or Lambda refused the launch.
+        """
+        if request.offer.spot or request.bid_per_hour is not None:
+            raise ProviderError(LAMBDA, "Lambda has no spot instances; set spot = false")
+        type_name, region = split_offer_id(request.offer.offer_id)
+        name, key_id = await self._ensure_key(request.label, request.public_key)
+        body = {
+            "region_name": region,
+            "instance_type_name": type_name,
+            "ssh_key_names": [name],
+            "file_system_names": [],
+            "quantity": 1,
+            "name": request.label,
+        }
+        try:
+            instance_id = await self._launch(body)
+        except ProviderError:
+            if key_id in self._registered and key_id not in self._key_of.values():
+                await self._delete_key(key_id)
+            raise
+        if key_id in self._registered:
+            self._key_of[instance_id] = key_id
+        offer = request.offer
+        return Instance(LAMBDA, instance_id, request.label, InstanceState.STARTING, offer.price_per_hour, offer.gpu)
+
+    async def get(self, instance_id: str) -> Instance:
+        """The machine now (TERMINATED once Lambda no longer knows it)."""
+        response = await self._api.request("GET", f"/instances/{instance_id}")
+        if is_not_found(response):
+            return gone(instance_id)
+        return instance_from(data_of(response, f"read instance {instance_id}"), self._ssh_for)
+
+    async def stop(self, instance_id: str) -> None:
+        """Always refuses: Lambda VMs cannot be stopped.
+
+        Raises:
+            ProviderError: Always.
+        """
+        raise ProviderError(LAMBDA, f"Lambda has no stop; terminate instead (instance {instance_id})")
+
+    async def terminate(self, instance_id: str) -> None:
+        """Terminates the machine (one already gone is fine), then deletes the key this client added for it."""
+        response = await self._api.request(
+            "POST", "/instance-operations/terminate", json={"instance_ids": [instance_id]}
+        )
+        if not is_not_found(response):
+            data_of(response, f"terminate instance {instance_id}")
+        key_id = self._key_of.pop(instance_id, None)
+        if key_id is not None and key_id not in self._key_of.values():
+            await self._delete_key(key_id)
+
+    async def instances(self) -> list[Instance]:
+        """Every machine of the account, terminating and terminated ones included while Lambda lists them."""
+        rows = data_of(await self._api.request("GET", "/instances"), "list instances") or []
+        return [instance_from(row, self._ssh_for) for row in rows]
+
+    async def aclose(self) -> None:
+        """Closes the HTTP clients."""
+        await self._api.aclose()
+
+    # -- keys ----------------------------------------------------------------------------------------------------
+
+    async def _ensure_key(self, label: str, public_key: str) -> tuple[str, str]:
+        """The name and id of a registered key equal to ``public_key``, registering it when missing."""
+        keys = data_of(await self._api.request("GET", "/ssh-keys"), "list SSH keys") or []
+        wanted = public_key.split()[:2]
+        for key in keys:
+            if str(key.get("public_key", "")).split()[:2] == wanted:
+                return str(key["name"]), str(key["id"])
+        name = key_name(label, public_key, {str(key.get("name")) for key in keys})
+        body = {"name": name, "public_key": public_key.strip()}
+        added = data_of(await self._api.request("POST", "/ssh-keys", json=body), f"add SSH key {name}")
+        self._registered.add(str(added["id"]))
+        return name, str(added["id"])
+
+    async def _delete_key(self, key_id: str) -> None:
+        """Deletes a key this client added; a key already gone or still in use is left as it is (logged)."""
+        self._registered.discard(key_id)
+        try:
+            response = await self._api.request("DELETE", f"/ssh-keys/{key_id}")
+        except ProviderError as exc:  # the machine is what bills; a stray key is only clutter
+            log.warning("Lambda SSH key %s not deleted: %s", key_id, exc.message)
+            return
+        if not response.is_success and not is_not_found(response):
+            log.warning("Lambda SSH key %s not deleted: %s", key_id, error_parts(response)[1])
+
+    # -- launch --------------------------------------------------------------------------------------------------
+
+    async def _launch(self, body: dict[str, Any]) -> str:
+        """Sends the launch, retrying only 429s (honouring Retry-After); returns the new instance's id."""
+        try:
+            response = await self._api.request(
+                "POST", "/instance-operations/launch", json=body, retry_statuses=frozenset({429})
+            )
+        except (AuthError, RateLimitedError):
+            raise
+        except ProviderError as exc:  # 5xx or no answer: it may have launched
+            return await self._launched_anyway(str(body["name"]), exc)
+        ids = data_of(response, f"launch {body['instance_type_name']} in {body['region_name']}")["instance_ids"]
+        return str(ids[0])
+
+    async def _launched_anyway(self, label: str, error: ProviderError) -> str:
+        """The id of a live machine named ``label`` after a launch whose outcome is unknown, else ``error``."""
+        try:
+            found = [i for i in await self.instances() if i.name == label and i.state is not InstanceState.TERMINATED]
+        except ProviderError:
+            found = []
+        if found:
+            return found[0].instance_id
+        raise ProviderError(
+            LAMBDA, f"{error.message}; the launch may still have happened: check {CONSOLE} for a machine named {label}"
+        ) from error

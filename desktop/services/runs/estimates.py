@@ -1,0 +1,116 @@
+"""Estimate, measure, correct: what sizing predicted for a run, what its machine measured, and what later plans learn.
+
+A rented run stores the prediction for the GPU it got (peak memory, tokens/s, hours, dollars) once its machine is
+up; the measurement comes from its step events and the ledger. Finished runs' speed ratios per GPU type then
+calibrate later plans (:mod:`desktop.core.sizing.calibration`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from desktop.core.runs.states import RunState
+from desktop.core.sizing.architecture import ArchitectureError
+from desktop.core.sizing.calibration import Calibration, SpeedSample, calibrate, calibrated
+from desktop.core.sizing.gpus import GpuSpec, find_gpu
+from desktop.core.sizing.plan import evaluate
+from desktop.core.sizing.setup import DEFAULT_SETUP
+from desktop.services.billing.ledger import Rental
+from desktop.services.data.prepare import manifest_tokens, read_manifest
+from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
+from desktop.services.models.sizing import SizingError, draft_workload, training_setup
+from desktop.services.platform.logs import get_logger
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.store import RunRecord, RunStore
+
+_log = get_logger("estimates")
+
+
+def predict(
+    spec: dict[str, Any], gpu_name: str, count: int, price_per_hour: float, gpus: Sequence[GpuSpec]
+) -> dict[str, Any] | None:
+    """What sizing predicts for the run's job on ``count`` x ``gpu_name`` at ``price_per_hour`` (blocking).
+
+    Returns:
+        ``gpu``, ``count``, ``peak_gb`` (per GPU), ``tokens_per_s``, ``hours``, ``usd``; None when the GPU type is
+        unknown to the catalog or the model cannot be sized (the reason is logged).
+    """
+    gpu = find_gpu(list(gpus), gpu_name)
+    if gpu is None:
+        _log.info("no estimate: %s is not in the GPU catalog", gpu_name)
+        return None
+    training = dict(spec.get("training") or {})
+    try:
+        setup = training_setup(str(training.get("method", DEFAULT_SETUP.method.value)), {**training, "num_gpus": count})
+        arch = resolve_model(str(spec["base_model"]))
+    except (SizingError, ModelResolutionError, ArchitectureError) as exc:
+        _log.info("no estimate for %s: %s", spec.get("base_model"), exc)
+        return None
+    manifest = read_manifest(str(spec.get("train_file") or ""))
+    workload, _ = draft_workload(training, setup, manifest_tokens(manifest) if manifest else None)
+    option = evaluate(arch, setup, replace(gpu, list_price_usd_per_h=price_per_hour / count), workload)
+    return {
+        "gpu": gpu.id,
+        "count": count,
+        "peak_gb": round(option.memory.per_gpu_total, 2),
+        "tokens_per_s": option.tokens_per_s,
+        "hours": option.hours,
+        "usd": round(option.hours * price_per_hour, 2),
+    }
+
+
+def measure(folder: Path, rentals: Iterable[Rental], now: float | None = None) -> dict[str, Any]:
+    """What the run's machines measured: median tokens/s of its steps, peak GPU memory, rented hours and dollars."""
+    now = time.time() if now is None else now
+    steps = [e for e in mirrored_events(folder) if e.get("event") == "step"]
+    speeds = [float(e["tokens_per_s"]) for e in steps if isinstance(e.get("tokens_per_s"), int | float)]
+    peaks = [float(e["gpu_mem_reserved_gb"]) for e in steps if isinstance(e.get("gpu_mem_reserved_gb"), int | float)]
+    rentals = list(rentals)
+    seconds = sum(((r.stopped or now) - r.started) for r in rentals)
+    return {
+        "tokens_per_s": round(statistics.median(speeds), 1) if speeds else None,
+        "peak_gb": max(peaks) if peaks else None,
+        "hours": round(seconds / 3600, 4) if rentals else None,
+        "usd": round(sum(r.usd(now) for r in rentals), 4) if rentals else None,
+        "steps": int(steps[-1]["step"]) if steps else 0,
+    }
+
+
+def speed_samples(store: RunStore) -> list[SpeedSample]:
+    """Predicted and measured speeds of the finished runs that have both."""
+    samples = []
+    for record in store.all():
+        sample = _sample(store, record)
+        if sample is not None:
+            samples.append(sample)
+    return samples
+
+
+def _sample(store: RunStore, record: RunRecord) -> SpeedSample | None:
+    predicted = record.spec.get("predicted")
+    if record.state is not RunState.FINISHED or not isinstance(predicted, dict):
+        return None
+    measured = measure(store.folder(record.id), ())["tokens_per_s"]
+    if not measured or not predicted.get("tokens_per_s"):
+        return None
+    return SpeedSample(str(predicted["gpu"]), float(predicted["tokens_per_s"]), float(measured))
+
+
+def load_calibrations(store: RunStore | None = None) -> dict[str, Calibration]:
+    """Per GPU type, how its measured speed compares with the estimate (from the finished runs on this computer)."""
+    try:
+        return calibrate(speed_samples(store or RunStore()))
+    except OSError as exc:
+        _log.warning("cannot read past runs for calibration: %s", exc)
+        return {}
+
+
+def calibrated_gpus(store: RunStore | None = None) -> tuple[list[GpuSpec], dict[str, Calibration]]:
+    """The GPU catalog with measured speeds applied, and the calibrations used."""
+    calibrations = load_calibrations(store)
+    return calibrated(load_gpus(), calibrations), calibrations

@@ -1,0 +1,481 @@
+"""Runs on rented machines: rent the cheapest matching offer, train, and terminate the moment the adapter is home.
+
+The :class:`RentalDriver` wraps the run engine. It rents a machine labelled ``rentune-<run id>``, waits until SSH
+answers (a banner, then a command; the host key is pinned then), points the run at it and lets the engine drive.
+Meanwhile it watches the provider: a machine taken away (a spot machine outbid or preempted, any machine gone) is
+terminated and the run moves to the next matching offer, resuming from the newest checkpoint at home; a machine that
+trains nothing for ``idle_minutes`` is terminated. Whatever ends the run (the adapter home, a failure, a stop, the
+budget) terminates the machine; every rental is written to the ledger with its price, start and stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from desktop.core.runs.spec import ComputeSpec, SshTarget
+from desktop.core.runs.states import TERMINAL, RunState
+from desktop.services.billing.ledger import Ledger
+from desktop.services.machines.keys import load_run_key
+from desktop.services.machines.machine import Machine
+from desktop.services.machines.ssh import Endpoint
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.providers.base import (
+    Instance,
+    InstanceState,
+    Offer,
+    OfferQuery,
+    Provider,
+    ProviderError,
+    ProviderName,
+    RentRequest,
+)
+from desktop.services.providers.registry import PROVIDERS, open_provider
+from desktop.services.runs.context import ENDED, RunError, quietly_close
+from desktop.services.runs.engine import RunEngine
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.store import RunRecord
+
+OpenProvider = Callable[[ProviderName, SecretStore], Provider]
+LOST_STATES = frozenset({InstanceState.STOPPED, InstanceState.FAILED, InstanceState.TERMINATED})
+
+
+@dataclass(frozen=True)
+class RentalOptions:
+    """Timing and limits of renting.
+
+    Attributes:
+        poll_seconds: How often the provider is asked about the machine while the run trains.
+        ready_poll_seconds: How often a new machine is asked whether it is up.
+        max_machines: Machines one run may rent in all (spot recoveries included).
+        offers_tried: Offers tried per rental when creates fail for capacity.
+        budget_margin_minutes: The run is stopped this long before its budget is reached (the stop takes time).
+        bid_markup: A spot bid is the lowest winning bid times this (capped at ``max_price_per_hour``).
+    """
+
+    poll_seconds: float = 10.0
+    ready_poll_seconds: float = 3.0
+    max_machines: int = 5
+    offers_tried: int = 3
+    budget_margin_minutes: float = 3.0
+    bid_markup: float = 1.05
+
+
+class RentError(RunError):
+    """No machine could be rented or brought up; nothing is left billing."""
+
+
+@dataclass(frozen=True)
+class Rental:
+    """The machine a run uses now (kept in the run's spec as ``rental``)."""
+
+    provider: ProviderName
+    instance_id: str
+    gpu: str
+    price_per_hour: float
+    spot: bool
+    offer_id: str
+    created: float
+    ready: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {**self.__dict__, "provider": self.provider.value}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rental:
+        """Reads what :meth:`as_dict` wrote."""
+        return cls(**{**data, "provider": ProviderName(data["provider"])})
+
+
+def compute_of(record: RunRecord) -> ComputeSpec | None:
+    """The run's ``[compute]`` (None for a run on the user's own machine)."""
+    data = record.spec.get("compute")
+    if not data:
+        return None
+    return ComputeSpec(**{**data, "providers": tuple(data.get("providers") or ())})
+
+
+def rental_of(record: RunRecord) -> Rental | None:
+    """The machine the run rents now (None when it rents none)."""
+    data = record.spec.get("rental")
+    return Rental.from_dict(data) if data else None
+
+
+class RentalDriver:
+    """Drives runs whose spec has ``[compute]``: renting, watching, recovering and terminating their machines."""
+
+    def __init__(
+        self,
+        engine: RunEngine,
+        *,
+        ledger: Ledger | None = None,
+        options: RentalOptions | None = None,
+        open_provider: OpenProvider = open_provider,
+    ) -> None:
+        """Creates a driver.
+
+        Args:
+            engine: The run engine (its store, secrets and report are used).
+            ledger: Where rentals are booked (the app's by default).
+            options: Timing and limits.
+            open_provider: Opens a provider's client (tests pass fakes).
+        """
+        self.engine, self.ctx, self.report = engine, engine.ctx, engine.report
+        self.ledger = ledger or Ledger()
+        self.options = options or RentalOptions()
+        self._open = open_provider
+        self._clients: dict[ProviderName, Provider] = {}
+        self.ctx.spend = self.spent_with_stop
+
+    # -- money -----------------------------------------------------------------------------------------------------
+
+    def spent(self, run_id: str) -> float:
+        """Dollars the run's rentals cost so far (the ledger's count)."""
+        now = time.time()
+        return sum(rental.usd(now) for rental in self.ledger.rentals(run_id))
+
+    def spent_with_stop(self, run_id: str) -> float:
+        """What the run will have cost once stopped now: spent, plus the stop's minutes at the current price."""
+        rental = rental_of(self.ctx.store.get(run_id))
+        rate = rental.price_per_hour if rental else 0.0
+        return self.spent(run_id) + rate * self.options.budget_margin_minutes / 60
+
+    # -- driving ---------------------------------------------------------------------------------------------------
+
+    async def drive(self, run_id: str) -> RunRecord:
+        """Rents (or reuses) a machine and follows the run until it ends; the machine never outlives the run.
+
+        Cancelling this (Ctrl-C) leaves the machine training: ``rentune resume`` continues.
+        """
+        try:
+            return await self._drive(run_id)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            await self._release_after(run_id, f"the run stopped on an error ({exc})")
+            raise
+        finally:
+            await self.aclose()
+
+    async def _drive(self, run_id: str) -> RunRecord:
+        compute = compute_of(self.ctx.store.get(run_id))
+        if compute is None:
+            return await self.engine.drive(run_id)
+        while True:
+            record = self.ctx.store.get(run_id)
+            if record.state in TERMINAL:
+                await self._release_after(run_id, f"the run is {record.state.value}")
+                return record
+            rental = rental_of(record) or await self._rent_or_fail(run_id, compute)
+            if rental is None:
+                return self.ctx.store.get(run_id)
+            outcome = await self._follow(run_id, rental)
+            if outcome is not None:
+                return outcome
+
+    async def _follow(self, run_id: str, rental: Rental) -> RunRecord | None:
+        """Drives the run on its machine while watching the provider; None when it must move to another machine."""
+        drive = asyncio.ensure_future(self.engine.drive(run_id))
+        watch = asyncio.ensure_future(self._watch(run_id, rental))
+        try:
+            await asyncio.wait({drive, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (drive, watch):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if drive.done() and not drive.cancelled():
+            return await self._after_drive(run_id, rental, drive.result())
+        lost = watch.result()
+        return await self._machine_lost(run_id, rental, lost)
+
+    async def _after_drive(self, run_id: str, rental: Rental, record: RunRecord) -> RunRecord | None:
+        if record.state in ENDED:
+            await self._release(run_id, rental, self._ending_words(record))
+            return self.ctx.store.get(run_id)
+        # Paused: the machine stopped answering. The provider says whether it is gone or just slow.
+        instance = await self._instance(rental)
+        if instance is not None and instance.state not in LOST_STATES:
+            why = f"the machine stopped answering over SSH ({record.error})"
+        else:
+            why = f"the machine is {instance.state.value if instance else 'gone'} at {rental.provider.label}"
+        return await self._machine_lost(run_id, rental, why)
+
+    async def _machine_lost(self, run_id: str, rental: Rental, why: str) -> RunRecord | None:
+        """Terminates a lost (or idle) machine and moves the run to a new one; None means: drive again."""
+        self.report(f"{why}: terminating it and continuing on a new machine from the newest checkpoint at home")
+        await self._release(run_id, rental, why)
+        used = len(self.ledger.rentals(run_id))
+        if used >= self.options.max_machines:
+            return self.ctx.fail(
+                run_id, f"{why}; {used} machines were rented for this run, the limit: not renting more"
+            )
+        if self.ctx.store.get(run_id).state is not RunState.PAUSED:
+            self.ctx.store.transition(run_id, RunState.PAUSED, why)
+        return None
+
+    def _ending_words(self, record: RunRecord) -> str:
+        if record.state is RunState.FINISHED:
+            return "the adapter is home"
+        return f"the run is {record.state.value}" + (f" ({record.error})" if record.error else "")
+
+    # -- watching --------------------------------------------------------------------------------------------------
+
+    async def _watch(self, run_id: str, rental: Rental) -> str:
+        """Polls the provider until the machine is lost or idle too long; returns why."""
+        compute = compute_of(self.ctx.store.get(run_id))
+        idle_limit = (compute.idle_minutes if compute else 0) * 60
+        while True:
+            await asyncio.sleep(self.options.poll_seconds)
+            instance = await self._instance(rental)
+            if instance is None:
+                continue  # the provider did not answer: ask again, the engine keeps training meanwhile
+            if instance.state in LOST_STATES:
+                return f"the {rental.provider.label} machine {rental.instance_id} was {self._lost_words(instance)}"
+            idle = time.time() - self._last_progress(run_id, rental)
+            if idle_limit and idle >= idle_limit:
+                return f"the machine trained nothing for {idle / 60:.0f} min (idle guard: [compute] idle_minutes)"
+
+    @staticmethod
+    def _lost_words(instance: Instance) -> str:
+        words = {
+            InstanceState.STOPPED: "stopped (a spot machine outbid or preempted)",
+            InstanceState.FAILED: "failed at the provider",
+            InstanceState.TERMINATED: "terminated by the provider",
+        }[instance.state]
+        return words + (f": {instance.status_text}" if instance.status_text else "")
+
+    def _last_progress(self, run_id: str, rental: Rental) -> float:
+        """When the run last moved: a trainer event (a step, a checkpoint...), a state change, the machine coming up."""
+        times = [rental.ready or rental.created]
+        times += [float(t["ts"]) for t in self.ctx.store.transitions(run_id)]
+        events = mirrored_events(self.ctx.folder(run_id))
+        times += [float(e.get("ts") or 0) for e in events[-1:]]
+        return max(times)
+
+    async def _instance(self, rental: Rental) -> Instance | None:
+        try:
+            return await self._client(rental.provider).get(rental.instance_id)
+        except ProviderError as exc:
+            self.report(f"cannot ask {rental.provider.label} about the machine now ({exc.message})")
+            return None
+
+    # -- renting ---------------------------------------------------------------------------------------------------
+
+    async def _rent_or_fail(self, run_id: str, compute: ComputeSpec) -> Rental | None:
+        try:
+            return await self.rent(run_id, compute)
+        except RentError as exc:
+            self.ctx.fail(run_id, str(exc))
+            return None
+
+    async def rent(self, run_id: str, compute: ComputeSpec) -> Rental:
+        """Rents the cheapest matching offer, waits until it answers over SSH, and points the run at it.
+
+        Raises:
+            RentError: Nothing matching could be rented or brought up (nothing is left billing).
+        """
+        first = not self.ledger.rentals(run_id)
+        offers = await self._offers(compute, first)
+        problems = []
+        for offer in offers[: self.options.offers_tried]:
+            try:
+                instance = await self._create(run_id, compute, offer)
+            except ProviderError as exc:
+                problems.append(exc.message)
+                self.report(f"could not rent {offer.gpu} at {offer.provider.label}: {exc.message}; trying the next")
+                continue
+            return await self._bring_up(run_id, compute, offer, instance)
+        raise RentError(f"no machine could be rented: {'; '.join(problems)}")
+
+    async def _offers(self, compute: ComputeSpec, first: bool) -> list[Offer]:
+        """Matching offers in stock, cheapest first (a pinned ``offer`` only for the first machine)."""
+        names = [ProviderName(compute.provider)] if first else [ProviderName(p) for p in compute.allowed_providers]
+        query = OfferQuery(
+            gpu=compute.gpu,
+            count=compute.count,
+            spot=compute.spot,
+            max_price_per_hour=compute.max_price_per_hour,
+            disk_gb=compute.disk_gb,
+        )
+        found: list[Offer] = []
+        problems: list[str] = []
+        for name in names:
+            try:
+                found += await self._client(name).offers(query)
+            except ProviderError as exc:
+                problems.append(str(exc))
+        found = [o for o in found if o.in_stock and (not first or not compute.offer or o.offer_id == compute.offer)]
+        if not found:
+            raise RentError("; ".join(problems) or self._no_offer_words(compute, names))
+        return sorted(found, key=lambda o: o.price_per_hour)
+
+    @staticmethod
+    def _no_offer_words(compute: ComputeSpec, names: list[ProviderName]) -> str:
+        wanted = f"{compute.count}x {compute.gpu or 'any GPU'}" + (" spot" if compute.spot else "")
+        cap = f" at most ${compute.max_price_per_hour:g}/h" if compute.max_price_per_hour else ""
+        offer = f" (offer {compute.offer})" if compute.offer else ""
+        where = ", ".join(n.label for n in names)
+        return (
+            f"no offer in stock matches {wanted}{cap}{offer} at {where}; see rentune offers and relax [compute] "
+            "gpu, max_price_per_hour or offer"
+        )
+
+    async def _create(self, run_id: str, compute: ComputeSpec, offer: Offer) -> Instance:
+        record = self.ctx.store.get(run_id)
+        bid = None
+        if offer.spot:
+            bid = offer.price_per_hour * self.options.bid_markup
+            if compute.max_price_per_hour:
+                bid = min(bid, compute.max_price_per_hour)
+        info = PROVIDERS[offer.provider]
+        request = RentRequest(
+            offer=offer,
+            public_key=str(record.spec["run_key_public"]),
+            label=f"rentune-{run_id}",
+            image=compute.image or info.default_image or "",
+            disk_gb=compute.disk_gb,
+            bid_per_hour=bid,
+        )
+        self.report(f"renting {offer.count}x {offer.gpu} at {offer.provider.label} for ${offer.price_per_hour:.2f}/h")
+        instance = await self._client(offer.provider).create(request)
+        price = instance.price_per_hour or bid or offer.price_per_hour
+        self.ledger.open(run_id, offer.provider.value, instance.instance_id, offer.gpu, price)
+        rental = Rental(offer.provider, instance.instance_id, offer.gpu, price, offer.spot, offer.offer_id, time.time())
+        self.ctx.set_spec(run_id, rental=rental.as_dict(), hourly_rate_usd=price)
+        return instance
+
+    async def _bring_up(self, run_id: str, compute: ComputeSpec, offer: Offer, instance: Instance) -> Rental:
+        """Waits until the new machine answers, pins its host key and points the run at it; terminates on failure."""
+        rental = rental_of(self.ctx.store.get(run_id))
+        assert rental is not None
+        try:
+            target, host_key = await self._wait_ready(run_id, compute, rental)
+        except BaseException as exc:
+            why = str(exc) if isinstance(exc, RentError) else f"bringing it up failed ({exc})"
+            await self._release(run_id, rental, why)
+            raise
+        rental = replace(rental, ready=time.time())
+        self.ctx.set_spec(run_id, rental=rental.as_dict())
+        self.engine.retarget(run_id, target, rented=True, host_key=host_key)
+        waited = rental.ready - rental.created if rental.ready else 0.0
+        self.report(f"machine {instance.instance_id} is up after {waited:.0f} s: {target.url}")
+        return rental
+
+    async def _wait_ready(self, run_id: str, compute: ComputeSpec, rental: Rental) -> tuple[SshTarget, str]:
+        """Polls until the provider says running with an address, SSH shows a banner and runs a command.
+
+        Raises:
+            RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
+        """
+        deadline = rental.created + compute.ready_timeout_minutes * 60
+        last = "no answer yet"
+        while time.time() < deadline:
+            instance = await self._instance(rental)
+            if instance is not None:
+                last = instance.status_text or instance.state.value
+                if instance.state in LOST_STATES:
+                    raise RentError(f"the new machine was {self._lost_words(instance)} before it came up")
+                if instance.state is InstanceState.RUNNING and instance.ssh is not None:
+                    user = compute.user or instance.ssh.user
+                    target = SshTarget(user, instance.ssh.host, instance.ssh.port, python=compute.python)
+                    host_key = await self._ssh_answers(run_id, target)
+                    if host_key is not None:
+                        return target, host_key
+                    last = "SSH not answering yet"
+            await asyncio.sleep(self.options.ready_poll_seconds)
+        minutes = compute.ready_timeout_minutes
+        raise RentError(
+            f"the {rental.provider.label} machine {rental.instance_id} was not ready after {minutes:g} min "
+            f"(last: {last}); it was terminated, nothing is billing. Try again, another offer, or raise "
+            "[compute] ready_timeout_minutes"
+        )
+
+    async def _ssh_answers(self, run_id: str, target: SshTarget) -> str | None:
+        """The machine's host key once SSH shows its banner and runs a command (None while it does not)."""
+        if not await ssh_banner(target.host, target.port):
+            return None
+        key = await asyncio.to_thread(load_run_key, run_id)
+        endpoint = Endpoint(target.host, target.port, target.user, (key,) if key else ())
+        machine: Machine | None = None
+        try:
+            machine = await self.ctx.connect(endpoint, None, 15)
+            await machine.run("true", time_limit=15)
+            return machine.host_key
+        except Exception:  # noqa: BLE001 - any failure here means "not up yet"; the deadline bounds the wait
+            return None
+        finally:
+            if machine is not None:
+                await quietly_close(machine)
+
+    # -- letting go ------------------------------------------------------------------------------------------------
+
+    async def release(self, run_id: str, why: str) -> None:
+        """Terminates the run's machine (if it rents one) and books the stop; safe to call again."""
+        rental = rental_of(self.ctx.store.get(run_id))
+        if rental is not None:
+            await self._release(run_id, rental, why)
+
+    async def _release_after(self, run_id: str, why: str) -> None:
+        with contextlib.suppress(ProviderError):
+            await self.release(run_id, why)
+
+    async def _release(self, run_id: str, rental: Rental, why: str) -> None:
+        """Terminates the machine (retried), books its stop and moves it to the run's machine history.
+
+        Raises:
+            ProviderError: The provider would not terminate it; the run keeps the rental so a later call retries.
+        """
+        client = self._client(rental.provider)
+        for attempt in range(3):
+            try:
+                await client.terminate(rental.instance_id)
+                break
+            except ProviderError as exc:
+                if attempt == 2:
+                    self.report(
+                        f"could not terminate {rental.provider.label} machine {rental.instance_id}: {exc.message}; "
+                        "it may still bill: rentune machines --stop-orphans stops it"
+                    )
+                    raise
+                await asyncio.sleep(1 + attempt)
+        stopped = time.time()
+        self.ledger.close(rental.provider.value, rental.instance_id, stopped)
+        record = self.ctx.store.get(run_id)
+        history = [*record.spec.get("machines", []), {**rental.as_dict(), "stopped": stopped, "why": why}]
+        self.ctx.set_spec(run_id, rental=None, machines=history)
+        self.report(f"terminated {rental.provider.label} machine {rental.instance_id} ({why})")
+
+    def _client(self, name: ProviderName) -> Provider:
+        if name not in self._clients:
+            self._clients[name] = self._open(name, self.ctx.secrets)
+        return self._clients[name]
+
+    async def aclose(self) -> None:
+        """Closes the provider clients."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+
+async def ssh_banner(host: str, port: int, time_limit: float = 5.0) -> bool:
+    """Whether something at ``host:port`` greets like an SSH server (``SSH-``)."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), time_limit)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        greeting = await asyncio.wait_for(reader.read(4), time_limit)
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return greeting.startswith(b"SSH-")

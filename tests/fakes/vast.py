@@ -1,0 +1,283 @@
+"""A fake Vast.ai REST API (``/api/v0``), following the shapes in ``shared/reference/providers.md`` section 2.
+
+- ``POST /bundles/`` evaluates the ``{field: {op: value}}`` filters for real (an unknown field is a 400), orders,
+  limits and answers ``{"offers": [...]}``.
+- ``PUT /asks/{id}/`` books an instance; with ``price`` it is a bid, without it it bills on-demand even if the
+  search was for bids (the book keeps ``extra["price"]`` so a test sees what was sent). A bid below ``min_bid`` (or
+  the ``bid_too_low`` fault) books a *stopped* instance and answers an error that still names ``new_contract``.
+- ``POST /instances/{id}/ssh/`` attaches a key. The machine boots only once a key is attached.
+- ``GET /instances/{id}/`` answers ``{"instances": {...} | null}``, ``GET /instances/`` a list; ``actual_status``
+  moves null → loading → running; ``ports["22/tcp"][0]["HostPort"]`` is a string; outbid instances are
+  ``stopped`` with ``cur_state``, ``intended_status`` and ``next_state`` all ``"stopped"``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.http import FakeCloud, FakeInstance, FakeRequest, FakeResponse
+
+PREFIX = "/api/v0"
+
+OFFERS: list[dict[str, Any]] = [
+    {
+        "id": 5001, "machine_id": 301, "gpu_name": "RTX 4090", "num_gpus": 1, "gpu_ram": 24564,
+        "dph_total": 0.40, "min_bid": 0.18, "reliability2": 0.99, "reliability": 0.99, "geolocation": "Oslo, NO",
+        "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 20,
+        "cuda_max_good": 12.4, "is_bid": False, "public_ipaddr": "127.0.0.1",
+    },
+    {
+        "id": 5002, "machine_id": 302, "gpu_name": "RTX 3090", "num_gpus": 2, "gpu_ram": 24576,
+        "dph_total": 0.52, "min_bid": 0.25, "reliability2": 0.97, "reliability": 0.97, "geolocation": "Texas, US",
+        "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 8,
+        "cuda_max_good": 12.2, "is_bid": False, "public_ipaddr": "127.0.0.1",
+    },
+    {
+        "id": 5003, "machine_id": 303, "gpu_name": "A100 SXM4", "num_gpus": 1, "gpu_ram": 81920,
+        "dph_total": 1.10, "min_bid": 0.61, "reliability2": 0.81, "reliability": 0.81, "geolocation": None,
+        "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 4,
+        "cuda_max_good": 12.8, "is_bid": False, "public_ipaddr": "127.0.0.1",
+    },
+    # Never listed by a search with the usual filters: unverified, and too old a CUDA.
+    {
+        "id": 5004, "machine_id": 304, "gpu_name": "RTX 4090", "num_gpus": 1, "gpu_ram": 24564,
+        "dph_total": 0.21, "min_bid": 0.10, "reliability2": 0.90, "reliability": 0.90, "geolocation": "Lagos, NG",
+        "verified": False, "external": False, "rentable": True, "rented": False, "direct_port_count": 2,
+        "cuda_max_good": 12.4, "is_bid": False, "public_ipaddr": "127.0.0.1",
+    },
+    {
+        "id": 5005, "machine_id": 305, "gpu_name": "H100 SXM", "num_gpus": 1, "gpu_ram": 81559,
+        "dph_total": 1.90, "min_bid": 1.20, "reliability2": 0.995, "reliability": 0.995, "geolocation": "Paris, FR",
+        "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 10,
+        "cuda_max_good": 11.8, "is_bid": False, "public_ipaddr": "127.0.0.1",
+    },
+]  # fmt: skip
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": lambda a, b: a == b,
+    "neq": lambda a, b: a != b,
+    "gt": lambda a, b: a is not None and a > b,
+    "gte": lambda a, b: a is not None and a >= b,
+    "lt": lambda a, b: a is not None and a < b,
+    "lte": lambda a, b: a is not None and a <= b,
+    "in": lambda a, b: a in b,
+    "notin": lambda a, b: a not in b,
+}
+_SEARCH_KEYS = {"order", "type", "limit", "allocated_storage"}
+
+
+def _error(status: int, code: str, msg: str, **more: Any) -> FakeResponse:
+    return FakeResponse(status, {"success": False, "error": code, "msg": msg, **more})
+
+
+class FakeVast(FakeCloud):
+    """Vast.ai, answering under ``/api/v0`` (give the client ``<served URL>/api/v0``).
+
+    Attributes:
+        offers: The offers it sells (a test may edit them).
+        direct_ports: Whether machines publish a direct port for 22 (False: only Vast's SSH proxy reaches them).
+    """
+
+    def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
+        super().__init__(root, boot_seconds=boot_seconds)
+        self.offers = [dict(offer) for offer in OFFERS]
+        self.direct_ports = True
+
+    def refresh(self, instance: FakeInstance) -> FakeInstance:
+        """As the base class, but a machine boots only once a key is attached (Vast attaches it after create)."""
+        if not instance.public_key and instance.running_since is None:
+            return instance
+        return super().refresh(instance)
+
+    # -- routing -------------------------------------------------------------------------------------------------
+
+    def handle(self, request: FakeRequest) -> FakeResponse:
+        """Answers one request of the v0 API."""
+        if request.bearer != self.valid_key or self.faults.reject_key:
+            return _error(401, "auth_error", "Invalid user key")
+        if not request.path.startswith(PREFIX):
+            return _error(404, "not_found", f"no route {request.path}")
+        path = request.path[len(PREFIX) :]
+        routes: list[tuple[str, str, Callable[..., FakeResponse]]] = [
+            ("POST", r"/bundles/", self._search),
+            ("PUT", r"/asks/(\d+)/", self._create),
+            ("POST", r"/instances/(\d+)/ssh/", self._attach_key),
+            ("GET", r"/instances/(\d+)/", self._show),
+            ("PUT", r"/instances/(\d+)/", self._change),
+            ("DELETE", r"/instances/(\d+)/", self._destroy),
+            ("GET", r"/instances/", self._list),
+            ("GET", r"/users/current/", self._user),
+        ]
+        for method, pattern, answer in routes:
+            match = re.fullmatch(pattern, path)
+            if match and method == request.method:
+                return answer(request, *match.groups())
+        return _error(404, "not_found", f"no route {request.method} {path}")
+
+    # -- offers --------------------------------------------------------------------------------------------------
+
+    def _search(self, request: FakeRequest) -> FakeResponse:
+        body = request.json() or {}
+        if body.get("type") not in ("on-demand", "bid"):
+            return _error(400, "invalid_args", f"type must be on-demand or bid, not {body.get('type')!r}")
+        filters = {key: value for key, value in body.items() if key not in _SEARCH_KEYS}
+        unknown = [key for key in filters if key not in self.offers[0]]
+        unknown += [op for cond in filters.values() if isinstance(cond, dict) for op in cond if op not in _OPS]
+        if unknown:
+            return _error(400, "invalid_args", f"unknown search fields or operators {unknown}")
+        found = [offer for offer in self.offers if _passes(offer, filters)]
+        for field, direction in reversed(body.get("order") or []):
+            found.sort(key=itemgetter(field), reverse=direction == "desc")
+        return FakeResponse(200, {"offers": found[: int(body.get("limit") or 64)]})
+
+    # -- renting -------------------------------------------------------------------------------------------------
+
+    def _create(self, request: FakeRequest, offer_id: str) -> FakeResponse:
+        body = request.json() or {}
+        offer = next((o for o in self.offers if str(o["id"]) == offer_id), None)
+        if offer is None or self.faults.out_of_stock or offer["rented"]:
+            return _error(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
+        if body.get("client_id") != "me" or not body.get("image") or not isinstance(body.get("disk"), int | float):
+            return _error(400, "invalid_args", "client_id, image and disk are required")
+        price = body.get("price")
+        instance = self._book(offer, body, price)
+        if price is not None and (self.faults.bid_too_low or price < offer["min_bid"]):
+            self.stop_instance(instance)
+            instance.extra["status_msg"] = "bid too low"
+            return _error(
+                400,
+                "insufficient_bid",
+                f"Your bid ${price:.3f}/hr is below the minimum bid ${offer['min_bid']:.3f}/hr for this machine.",
+                new_contract=int(instance.id),
+            )
+        return FakeResponse(200, {"success": True, "new_contract": int(instance.id)})
+
+    def _book(self, offer: dict[str, Any], body: dict[str, Any], price: float | None) -> FakeInstance:
+        instance_id = self.new_id()
+        instance = FakeInstance(
+            id=instance_id,
+            label=str(body.get("label") or ""),
+            gpu=offer["gpu_name"],
+            price_per_hour=offer["dph_total"] if price is None else price,  # no price: on-demand, whatever was searched
+            spot=price is not None,
+            public_key="",
+            created=time.time(),
+            env={"CONTAINER_ID": instance_id, "CONTAINER_API_KEY": f"instance-scoped-{instance_id}"},
+            extra={"offer": offer["id"], "price": price, "request": body, "num_gpus": offer["num_gpus"]},
+        )
+        return self.add(instance)
+
+    def _attach_key(self, request: FakeRequest, instance_id: str) -> FakeResponse:
+        instance = self.instances.get(instance_id)
+        if instance is None or not instance.live:
+            return _error(404, "no_such_instance", f"Instance {instance_id} not found.")
+        key = str((request.json() or {}).get("ssh_key") or "").strip()
+        if not key.startswith(("ssh-", "ecdsa-", "sk-")):
+            return _error(400, "invalid_args", "ssh_key is not an OpenSSH public key")
+        instance.public_key = f"{instance.public_key}\n{key}".strip()
+        if instance.address is not None:  # already running: the key is added to the machine
+            (instance.address.home / ".ssh" / "authorized_keys").write_text(instance.public_key + "\n")
+        self.save()
+        return FakeResponse(200, {"success": True, "msg": "SSH key added to instance."})
+
+    # -- instances -----------------------------------------------------------------------------------------------
+
+    def _show(self, request: FakeRequest, instance_id: str) -> FakeResponse:
+        instance = self.instances.get(instance_id)
+        row = self.row(instance) if instance is not None and instance.live else None
+        return FakeResponse(200, {"instances": row})
+
+    def _list(self, request: FakeRequest) -> FakeResponse:
+        return FakeResponse(200, {"instances": [self.row(i) for i in self.live_instances()]})
+
+    def _change(self, request: FakeRequest, instance_id: str) -> FakeResponse:
+        instance = self.instances.get(instance_id)
+        if instance is None or not instance.live:
+            return _error(404, "no_such_instance", f"Instance {instance_id} not found.")
+        body = request.json() or {}
+        if body.get("state") == "stopped":
+            self.stop_instance(instance)
+        elif body.get("state") == "running":
+            instance.stopped = instance.running_since = instance.address = None
+            instance.created = time.time()
+        if "label" in body:
+            instance.label = str(body["label"])
+        self.save()
+        return FakeResponse(200, {"success": True})
+
+    def _destroy(self, request: FakeRequest, instance_id: str) -> FakeResponse:
+        instance = self.instances.get(instance_id)
+        if instance is None or not instance.live:
+            return _error(404, "no_such_instance", f"Instance {instance_id} not found.")
+        self.terminate_instance(instance)
+        return FakeResponse(200, {"success": True})
+
+    def _user(self, request: FakeRequest) -> FakeResponse:
+        return FakeResponse(200, {"id": 4242, "username": "tester", "email": "tester@example.com", "credit": 25.0})
+
+    # -- the instance as Vast shows it ---------------------------------------------------------------------------
+
+    def row(self, instance: FakeInstance) -> dict[str, Any]:
+        """The instance in Vast's fields."""
+        row: dict[str, Any] = {
+            "id": int(instance.id),
+            "label": instance.label or None,
+            "gpu_name": instance.gpu,
+            "num_gpus": instance.extra.get("num_gpus", 1),
+            "dph_total": instance.price_per_hour,
+            "is_bid": instance.spot,
+            "image_uuid": instance.extra.get("request", {}).get("image"),
+            "start_date": instance.created,
+            "public_ipaddr": "127.0.0.1",
+            "extra_env": [[k, v] for k, v in instance.env.items()],
+            **self._status(instance),
+            **self._ssh(instance),
+        }
+        return row
+
+    def _status(self, instance: FakeInstance) -> dict[str, Any]:
+        if instance.stopped is not None:
+            outbid = instance.extra.get("outbid") or instance.extra.get("status_msg") == "bid too low"
+            actual = "stopped" if outbid else "exited"
+            return _states(actual, "stopped", instance.extra.get("status_msg") or "")
+        if instance.running_since is not None:
+            return _states("running", "running", "success, running")
+        if time.time() < instance.created + self.boot_seconds / 2:
+            return _states(None, "running", "")
+        return _states("loading", "running", "Pulling image layers")
+
+    def _ssh(self, instance: FakeInstance) -> dict[str, Any]:
+        address = instance.address
+        proxy_port = 20000 + int(instance.id)
+        if address is None:
+            return {"ports": None, "ssh_host": "ssh7.fake-vast.invalid", "ssh_port": proxy_port}
+        if not self.direct_ports:
+            return {"ports": {}, "ssh_host": address.host, "ssh_port": address.port}
+        # The proxy is a name that does not resolve: a client that prefers it over the direct port fails to connect.
+        mapped = [{"HostIp": "0.0.0.0", "HostPort": str(address.port)}]  # what Vast shows
+        return {"ports": {"22/tcp": mapped}, "ssh_host": "ssh7.fake-vast.invalid", "ssh_port": proxy_port}
+
+
+def _states(actual: str | None, intended: str, message: str) -> dict[str, Any]:
+    current = "stopped" if intended == "stopped" else "running"
+    return {
+        "actual_status": actual,
+        "intended_status": intended,
+        "cur_state": current,
+        "next_state": current,
+        "status_msg": message,
+    }
+
+
+def _passes(offer: dict[str, Any], filters: dict[str, Any]) -> bool:
+    for field, given in filters.items():
+        condition = given if isinstance(given, dict) else {"eq": given}
+        for op, value in condition.items():
+            if not _OPS[op](offer.get(field), value):
+                return False
+    return True

@@ -1,0 +1,267 @@
+"""Renting end to end: ``rentune run`` with ``[compute]`` against the fake clouds, whose machines are real sshd
+servers on loopback, training the tiny model with the real payload."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import signal
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from desktop.services.billing.ledger import Ledger
+
+from desktop.cli import main
+from desktop.core.runs.spec import run_spec_from_dict
+from desktop.core.runs.states import RunState
+from desktop.services.runs.engine import EngineOptions, RunEngine
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.rental import RentalDriver, RentalOptions
+from desktop.services.runs.store import RunStore
+from tests.fakes.http import FakeCloud, FakeInstance
+from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class CloudUnderTest:
+    """One fake cloud wired into the environment as the app finds a real one."""
+
+    name: str
+    fake: FakeCloud
+    gpu: str
+
+
+def _serve(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeCloud, name: str, url_env: str, suffix: str, key_env: str
+) -> FakeCloud:
+    monkeypatch.setenv(url_env, fake.serve() + suffix)
+    monkeypatch.setenv(key_env, fake.valid_key)
+    return fake
+
+
+@pytest.fixture
+def runpod(fake_runpod: FakeCloud, monkeypatch: pytest.MonkeyPatch) -> CloudUnderTest:
+    fake = _serve(monkeypatch, fake_runpod, "runpod", "RENTUNE_RUNPOD_URL", "", "RUNPOD_API_KEY")
+    return CloudUnderTest("runpod", fake, "RTX 4090")
+
+
+@pytest.fixture
+def vast(fake_vast: FakeCloud, monkeypatch: pytest.MonkeyPatch) -> CloudUnderTest:
+    fake = _serve(monkeypatch, fake_vast, "vast", "RENTUNE_VAST_URL", "/api/v0", "VAST_API_KEY")
+    return CloudUnderTest("vast", fake, "RTX 4090")
+
+
+SpecWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def rented_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> SpecWriter:
+    """Writes a SPEC.toml renting from ``cloud`` (keyword arguments: [compute] keys, then ``training=`` and
+    ``budget=``)."""
+
+    def write(cloud: CloudUnderTest, training: dict[str, Any] | None = None, budget: float = 0, **compute: Any) -> Path:
+        settings = {**TINY_TRAINING, **(training or {})}
+        table = {
+            "provider": cloud.name,
+            "gpu": cloud.gpu,
+            "python": sys.executable,
+            "user": getpass.getuser(),
+            "ready_timeout_minutes": 1,
+            **compute,
+        }
+        lines = ["[model]", f'base = "{tiny_model.path}"', "", "[data]", f'train = "{chat_dataset}"', ""]
+        lines += ["[training]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items()), ""]
+        lines += ["[compute]", *(f"{k} = {json.dumps(v)}" for k, v in table.items()), ""]
+        if budget:
+            lines += ["[budget]", f"max_usd = {budget}", ""]
+        path = tmp_path / "SPEC.toml"
+        path.write_text("\n".join(lines))
+        return path
+
+    return write
+
+
+def _driver(**rental: float) -> tuple[RunEngine, RentalDriver]:
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
+    options = RentalOptions(**{"poll_seconds": 0.3, "ready_poll_seconds": 0.2, **rental})  # type: ignore[arg-type]
+    return engine, RentalDriver(engine, options=options)
+
+
+def _create(engine: RunEngine, spec_path: Path) -> str:
+    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
+    return engine.create(spec).id
+
+
+def _nothing_left(fake: FakeCloud) -> None:
+    with fake.lock:
+        live = [i.id for i in fake.live_instances()]
+        machines = [i for i in fake.instances if fake.pool.alive(i)]
+    assert live == [] and machines == [], f"left running at the fake: {live}, machines up: {machines}"
+
+
+def _assert_ledger_matches(fake: FakeCloud, run_id: str) -> None:
+    """The ledger's dollars equal price x rented time as the provider counted it (within a second of billing)."""
+    rentals = {r.instance_id: r for r in Ledger().rentals(run_id)}
+    for instance in fake.instances.values():
+        assert instance.terminated is not None
+        booked = rentals[instance.id]
+        provider_seconds = instance.terminated - instance.created
+        assert booked.stopped is not None
+        assert abs((booked.stopped - booked.started) - provider_seconds) < 2.0
+        assert abs(booked.usd(time.time()) - booked.price_per_hour * provider_seconds / 3600) < 0.01
+
+
+def _secret_free(home: Path, keys: list[str]) -> None:
+    for path in home.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for key in keys:
+                assert key.encode() not in data, f"an API key was written to {path}"
+            assert b"PRIVATE KEY" not in data, f"a private key was written to {path}"
+
+
+@pytest.mark.parametrize("cloud_name", ["runpod", "vast"])
+def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
+    cloud_name: str,
+    request: pytest.FixtureRequest,
+    rented_spec: SpecWriter,
+    capsys: pytest.CaptureFixture[str],
+    rentune_home: Path,
+    memory_keyring: MemoryKeyring,
+) -> None:
+    cloud: CloudUnderTest = request.getfixturevalue(cloud_name)
+    assert main(["run", str(rented_spec(cloud))]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "adapter verified" in out and "terminated" in out
+    runs = RunStore().all()
+    assert len(runs) == 1 and runs[0].state is RunState.FINISHED
+    adapter = Path(str(runs[0].adapter))
+    [instance] = cloud.fake.instances.values()
+    assert instance.label == f"rentune-{runs[0].id}"
+    assert instance.terminated is not None
+    arrived = (adapter / "adapter_model.safetensors").stat().st_mtime
+    assert instance.terminated - arrived < 30, "terminated within 30 s of the adapter arriving"
+    _nothing_left(cloud.fake)
+    _assert_ledger_matches(cloud.fake, runs[0].id)
+    _secret_free(rentune_home, [cloud.fake.valid_key])
+    assert cloud.fake.valid_key not in " ".join(sys.argv)
+
+
+def test_spot_machine_outbid_mid_training_finishes_on_a_second_machine(
+    runpod: CloudUnderTest, rented_spec: SpecWriter
+) -> None:
+    engine, driver = _driver()
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 60, "grad_accum": 8}, spot=True))
+    folder = engine.folder(run_id)
+
+    async def outbid_mid_training() -> RunState:
+        drive = asyncio.ensure_future(driver.drive(run_id))
+        for _ in range(1200):  # until a checkpoint is safe on this computer
+            if list(folder.glob("checkpoints/checkpoint-*/rentune_checkpoint.json")):
+                break
+            await asyncio.sleep(0.1)
+        with runpod.fake.lock:
+            [first] = runpod.fake.instances.values()
+            runpod.fake.stop_instance(first, outbid=True)
+        return (await drive).state
+
+    assert asyncio.run(outbid_mid_training()) is RunState.FINISHED
+    first, second = runpod.fake.instances.values()
+    assert first.extra["outbid"] and first.terminated is not None, "the outbid machine is terminated (disk billing)"
+    assert second.terminated is not None
+    events = mirrored_events(folder)
+    resumed = [e for e in events if e["event"] == "state" and e["state"] == "training"][-1]
+    assert str(resumed.get("resume_from", "")).startswith("checkpoint-")
+    history = RunStore().get(run_id).spec["machines"]
+    assert [m["instance_id"] for m in history] == [first.id, second.id]
+    _nothing_left(runpod.fake)
+    _assert_ledger_matches(runpod.fake, run_id)
+
+
+def test_a_machine_that_never_becomes_ready_is_terminated_with_a_clear_message(
+    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runpod.fake.faults.never_ready = True
+    assert main(["run", str(rented_spec(runpod, ready_timeout_minutes=0.05))]) == 1
+    out = capsys.readouterr().out
+    assert "was not ready after 0.05 min" in out and "it was terminated, nothing is billing" in out
+    _nothing_left(runpod.fake)
+    assert RunStore().all()[0].state is RunState.FAILED
+
+
+def test_out_of_stock_and_a_refused_key_fail_clearly_and_rent_nothing(
+    runpod: CloudUnderTest,
+    rented_spec: SpecWriter,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runpod.fake.faults.out_of_stock = True
+    assert main(["run", str(rented_spec(runpod))]) == 1
+    out = capsys.readouterr().out
+    assert "no longer any instances available" in out
+    runpod.fake.faults.out_of_stock = False
+    monkeypatch.setenv("RUNPOD_API_KEY", "wrong-key")
+    assert main(["run", str(rented_spec(runpod))]) == 1
+    out = capsys.readouterr().out
+    assert "API key was refused" in out and "rentune keys set runpod" in out
+    _nothing_left(runpod.fake)
+
+
+def test_bootstrap_failure_terminates_the_machine(
+    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(rented_spec(runpod, python="/nonexistent/python3"))]) == 1
+    out = capsys.readouterr().out
+    assert "terminated" in out
+    _nothing_left(runpod.fake)
+
+
+def test_budget_stops_the_run_before_it_is_crossed_and_terminates(
+    runpod: CloudUnderTest, rented_spec: SpecWriter
+) -> None:
+    engine, driver = _driver()
+    # RTX 4090 at the fake costs $0.69/h: the stop margin (3 min) alone is $0.0345, so training stops at once.
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400}, budget=0.04))
+    record = asyncio.run(driver.drive(run_id))
+    assert record.state is RunState.CANCELLED and "budget" in str(record.error)
+    _nothing_left(runpod.fake)
+    spent = sum(r.usd(time.time()) for r in Ledger().rentals(run_id))
+    assert spent < 0.04
+
+
+def test_idle_guard_terminates_a_machine_that_trains_nothing(runpod: CloudUnderTest, rented_spec: SpecWriter) -> None:
+    engine, driver = _driver()
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 60, "grad_accum": 8}, idle_minutes=0.25))
+    folder = engine.folder(run_id)
+
+    async def freeze_the_trainer() -> RunState:
+        drive = asyncio.ensure_future(driver.drive(run_id))
+        for _ in range(1200):
+            if any(e["event"] == "step" for e in mirrored_events(folder)):
+                break
+            await asyncio.sleep(0.1)
+        pid = RunStore().get(run_id).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # alive but training nothing, as a hung job would
+        return (await drive).state
+
+    assert asyncio.run(freeze_the_trainer()) is RunState.FINISHED
+    machines = RunStore().get(run_id).spec["machines"]
+    assert "idle guard" in machines[0]["why"] and len(machines) == 2
+    _nothing_left(runpod.fake)
+
+
+def _instances(fake: FakeCloud) -> list[FakeInstance]:
+    with fake.lock:
+        return list(fake.instances.values())

@@ -1,0 +1,311 @@
+"""``rentune costs`` and ``rentune keys``, run through the real entry point as a user would type them."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import desktop.cli.keys as keys_cli
+import desktop.services.billing.ledger as ledger_module
+from desktop.cli import main
+from desktop.services.billing.ledger import Ledger
+from desktop.services.platform.secrets import SecretName, SecretStore
+from desktop.services.providers.base import AuthError, ProviderError, ProviderName
+from desktop.services.providers.registry import PROVIDERS
+from tests.fixtures.memory_keyring import MemoryKeyring
+
+KEY = "rpa_TESTKEY_0123456789abcdef"
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- rentune costs --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def filled_ledger(monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    """Three rentals (one in November, one closed and one running in December), read at 2026-12-01T08:00:00Z."""
+    ledger = Ledger()
+    ledger.open("run-n", "lambda", "l-1", "A100", 1.29, started=ts("2026-11-20T00:00:00"))
+    ledger.close("lambda", "l-1", stopped=ts("2026-11-20T10:00:00"))
+    ledger.open("run-a", "runpod", "pod-1", "RTX 4090", 0.69, started=ts("2026-12-01T03:52:10"))
+    ledger.close("runpod", "pod-1", stopped=ts("2026-12-01T05:52:10"))
+    ledger.open("run-b", "vast", "v-1", "RTX 4090", 1.5, started=ts("2026-12-01T06:00:00"))
+    monkeypatch.setattr(ledger_module, "time", SimpleNamespace(time=lambda: ts("2026-12-01T08:00:00")))
+    return ledger
+
+
+def test_costs_json_is_exactly_the_documented_object(filled_ledger: Ledger, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "costs", "--json")
+    assert code == 0
+    vast = {
+        "run_id": "run-b",
+        "provider": "vast",
+        "instance_id": "v-1",
+        "gpu": "RTX 4090",
+        "price_per_hour": 1.5,
+        "started": "2026-12-01T06:00:00Z",
+        "stopped": None,
+        "usd": 3.0,
+    }
+    assert json.loads(out) == {
+        "total_usd": 17.28,
+        "month_usd": 4.38,
+        "rentals": [
+            {
+                "run_id": "run-n",
+                "provider": "lambda",
+                "instance_id": "l-1",
+                "gpu": "A100",
+                "price_per_hour": 1.29,
+                "started": "2026-11-20T00:00:00Z",
+                "stopped": "2026-11-20T10:00:00Z",
+                "usd": 12.9,
+            },
+            {
+                "run_id": "run-a",
+                "provider": "runpod",
+                "instance_id": "pod-1",
+                "gpu": "RTX 4090",
+                "price_per_hour": 0.69,
+                "started": "2026-12-01T03:52:10Z",
+                "stopped": "2026-12-01T05:52:10Z",
+                "usd": 1.38,
+            },
+            vast,
+        ],
+        "running": [vast],
+    }
+
+
+def test_costs_text_has_the_table_totals_and_a_warning_per_running_machine(
+    filled_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "costs")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["RUN", "PROVIDER", "INSTANCE", "GPU", "$/H", "STARTED", "STOPPED", "DOLLARS"]
+    assert lines[2].split() == [
+        "run-a", "RunPod", "pod-1", "RTX", "4090", "0.69", "2026-12-01T03:52:10Z", "2026-12-01T05:52:10Z", "1.38"
+    ]  # fmt: skip
+    assert lines[3].split()[-2:] == ["running", "3.00"]
+    assert "total $17.28, this month $4.38" in lines
+    assert lines[-1] == (
+        "still running: Vast.ai instance v-1 (RTX 4090) of run run-b at $1.50/h, $3.00 so far; "
+        "rentune stop run-b ends it"
+    )
+
+
+def test_costs_of_an_empty_ledger(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "costs")[1] == "no rentals yet\n"
+    assert json.loads(run(capsys, "costs", "--json")[1]) == {
+        "total_usd": 0,
+        "month_usd": 0,
+        "rentals": [],
+        "running": [],
+    }
+
+
+def test_costs_with_an_unreadable_ledger_is_one_line(rentune_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (rentune_home / "data").mkdir(parents=True)
+    (rentune_home / "data" / "ledger.sqlite").write_bytes(b"not a database" * 200)
+    code, out, err = run(capsys, "costs")
+    assert code == 1 and out == ""
+    assert err.startswith("rentune: error: the ledger ") and "ledger.sqlite cannot be used" in err
+    assert len(err.splitlines()) == 1
+
+
+# -- rentune keys ---------------------------------------------------------------------------------------------------
+
+
+class FakeCheck:
+    """A key check that records what it was given and answers as told."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.calls: list[tuple[ProviderName, str]] = []
+
+    async def __call__(self, name: ProviderName, key: str) -> None:
+        self.calls.append((name, key))
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def stdin(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def feed(text: str) -> None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+
+    return feed
+
+
+def use_check(monkeypatch: pytest.MonkeyPatch, check: FakeCheck) -> FakeCheck:
+    monkeypatch.setattr(keys_cli, "check_with_provider", check)
+    return check
+
+
+def test_set_reads_stdin_checks_then_stores(
+    monkeypatch: pytest.MonkeyPatch, stdin: Any, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = use_check(monkeypatch, FakeCheck())
+    stdin(f"  {KEY}  \n")
+    code, out, err = run(capsys, "keys", "set", "runpod")
+    assert code == 0, err
+    assert check.calls == [(ProviderName.RUNPOD, KEY)]
+    assert memory_keyring.passwords == {("rentune", "runpod"): KEY}
+    assert out == "stored the RunPod API key in the keyring (checked with RunPod)\n"
+    assert KEY not in out + err
+
+
+def test_set_on_a_terminal_asks_with_a_hidden_prompt(
+    monkeypatch: pytest.MonkeyPatch, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_check(monkeypatch, FakeCheck())
+    monkeypatch.setattr("sys.stdin", SimpleNamespace(isatty=lambda: True))
+    prompts: list[str] = []
+
+    def getpass(prompt: str) -> str:
+        prompts.append(prompt)
+        return KEY
+
+    monkeypatch.setattr("getpass.getpass", getpass)
+    assert run(capsys, "keys", "set", "Lambda")[0] == 0
+    assert prompts == ["Lambda Cloud API key: "]
+    assert memory_keyring.passwords == {("rentune", "lambda"): KEY}
+
+
+def test_a_refused_key_is_not_stored(
+    monkeypatch: pytest.MonkeyPatch, stdin: Any, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_check(monkeypatch, FakeCheck(AuthError(ProviderName.RUNPOD, "the API key was refused (401 Unauthorized)")))
+    stdin(KEY + "\n")
+    code, out, err = run(capsys, "keys", "set", "runpod")
+    assert code == 1 and out == ""
+    assert err.startswith(
+        "rentune: error: the RunPod API key was refused: the API key was refused (401 Unauthorized); "
+        "nothing was stored; copy the key again from https://"
+    )
+    assert memory_keyring.passwords == {}
+    assert KEY not in err
+
+
+def test_an_unreachable_provider_stores_nothing_and_says_how_to_retry(
+    monkeypatch: pytest.MonkeyPatch, stdin: Any, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_check(monkeypatch, FakeCheck(ProviderError(ProviderName.VAST, "no answer in time from https://x")))
+    stdin(KEY)
+    code, _, err = run(capsys, "keys", "set", "vast")
+    assert code == 1
+    assert "cannot check the Vast.ai API key: Vast.ai did not answer (no answer in time from https://x)" in err
+    assert "nothing was stored; run rentune keys set vast again" in err
+    assert memory_keyring.passwords == {}
+
+
+def test_an_empty_key_is_a_usage_error_and_checks_nothing(
+    monkeypatch: pytest.MonkeyPatch, stdin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = use_check(monkeypatch, FakeCheck())
+    stdin("   \n")
+    code, _, err = run(capsys, "keys", "set", "vast")
+    assert code == 2
+    assert "no Vast.ai API key given" in err and "rentune keys set vast < key.txt" in err
+    assert check.calls == []
+
+
+def test_an_unknown_provider_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["keys", "set", "azure"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'azure'" in capsys.readouterr().err
+
+
+class FakeProvider:
+    """Stands in for a provider client module, as ``open_provider`` imports it."""
+
+    closed: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads what instances did
+
+    def __init__(self, key: str, url: str, **_: Any) -> None:
+        self.key = key
+
+    async def check_key(self) -> None:
+        if self.key != KEY:
+            raise AuthError(ProviderName.RUNPOD, "the API key was refused (401)")
+
+    async def aclose(self) -> None:
+        FakeProvider.closed.append(self.key)
+
+
+@pytest.mark.parametrize(("key", "stored"), [(KEY, True), ("wrong-key", False)])
+def test_the_default_check_opens_the_provider_through_the_registry(
+    key: str,
+    stored: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: Any,
+    memory_keyring: MemoryKeyring,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    info = replace(PROVIDERS[ProviderName.RUNPOD], module=__name__, class_name="FakeProvider")
+    monkeypatch.setitem(PROVIDERS, ProviderName.RUNPOD, info)
+    monkeypatch.setattr(FakeProvider, "closed", [])
+    stdin(key)
+    assert run(capsys, "keys", "set", "runpod")[0] == (0 if stored else 1)
+    assert FakeProvider.closed == [key], "the client is closed whether the key passes or not"
+    assert (("rentune", "runpod") in memory_keyring.passwords) is stored
+
+
+def test_list_says_where_each_key_comes_from_and_never_prints_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    SecretStore().set(SecretName.RUNPOD, KEY)
+    monkeypatch.setenv("VAST_API_KEY", "vast-env-secret-value")
+    code, out, err = run(capsys, "keys", "list")
+    assert code == 0
+    assert out.splitlines() == [
+        "RunPod API key        keyring",
+        "Vast.ai API key       environment VAST_API_KEY",
+        "Lambda Cloud API key  missing: rentune keys set lambda",
+        "Hugging Face token    missing: save it on the Settings page or set HF_TOKEN",
+    ]
+    code, out_json, err_json = run(capsys, "keys", "list", "--json")
+    assert [(row["name"], row["source"]) for row in json.loads(out_json)] == [
+        ("runpod", "keyring"),
+        ("vast", "environment"),
+        ("lambda", "missing"),
+        ("huggingface", "missing"),
+    ]
+    everything = out + err + out_json + err_json
+    assert KEY not in everything and "vast-env-secret-value" not in everything
+
+
+def test_delete_removes_the_key(memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]) -> None:
+    SecretStore().set(SecretName.LAMBDA, KEY)
+    assert run(capsys, "keys", "delete", "lambda")[:2] == (0, "removed the Lambda Cloud API key from the keyring\n")
+    assert memory_keyring.passwords == {}
+    assert (
+        run(capsys, "keys", "delete", "lambda")[1] == "no Lambda Cloud API key was in the keyring; nothing to remove\n"
+    )
+
+
+def test_delete_notes_the_environment_still_provides_one(
+    monkeypatch: pytest.MonkeyPatch, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
+) -> None:
+    SecretStore().set(SecretName.RUNPOD, KEY)
+    monkeypatch.setenv("RUNPOD_API_KEY", "env-value")
+    code, out, _ = run(capsys, "keys", "delete", "runpod")
+    assert code == 0 and memory_keyring.passwords == {}
+    assert "RUNPOD_API_KEY in the environment still provides one; unset it to stop using it" in out
