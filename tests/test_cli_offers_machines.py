@@ -1,9 +1,10 @@
 """``rentune offers`` and ``rentune machines``: JSON keys and order, the table, notes, missing keys, and orphans
 (a live run's machine kept; an ended, failed or unknown run's ``rentune-*`` machine stopped; the user's own never
-touched), on in-memory providers."""
+touched), on in-memory providers, then end to end on the three fake clouds served over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 
@@ -11,11 +12,17 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
-from desktop.services.providers.base import AuthError, InstanceState, ProviderName
+from desktop.services.providers.base import AuthError, InstanceState, OfferQuery, ProviderName, RentRequest
 from desktop.services.providers.market import gather_offers
+from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.runs import orphans
 from desktop.services.runs.orphans import burn_rate, list_machines, stop_orphans
+from desktop.services.runs.rental import Rental
 from desktop.services.runs.store import RunStore
+from tests.fakes.http import FakeCloud
+from tests.fakes.lambda_cloud import FakeLambda
+from tests.fakes.runpod import FakeRunPod
+from tests.fakes.vast import FakeVast
 from tests.providers.test_market import MemoryProvider, machine, offer, opener
 
 RUNPOD, VAST, LAMBDA = ProviderName.RUNPOD, ProviderName.VAST, ProviderName.LAMBDA
@@ -235,6 +242,22 @@ async def test_a_run_that_came_alive_keeps_its_machine(clouds: dict[ProviderName
     assert stopped == [] and clouds[RUNPOD].terminated == []
 
 
+async def test_a_machine_the_run_moved_away_from_is_an_orphan(clouds: dict[ProviderName, MemoryProvider]) -> None:
+    store = RunStore()
+    run_id = run_in(store, RunState.PROVISIONING, RunState.TRAINING)
+    now = Rental(RUNPOD, "pod-new", "RTX 4090", 0.69, False, "offer-1", 0.0)
+    store.update(run_id, spec={"name": "test", "rental": now.as_dict()})
+    clouds[RUNPOD].machines = [
+        machine(RUNPOD, "pod-old", f"rentune-{run_id}", InstanceState.RUNNING, 0.69),  # its release had failed
+        machine(RUNPOD, "pod-new", f"rentune-{run_id}", InstanceState.RUNNING, 0.69),
+    ]
+    report = await list_machines(store, None, [RUNPOD], open=opener(*clouds.values()))
+    assert {m.instance.instance_id: (m.run_id, m.orphan) for m in report.machines} == {
+        "pod-old": (None, True),
+        "pod-new": (run_id, False),
+    }
+
+
 def test_machines_json(
     clouds: dict[ProviderName, MemoryProvider], fleet: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -305,3 +328,81 @@ def test_a_machine_that_cannot_be_stopped_is_named(
 def test_machines_without_any_key_say_how_to_add_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["machines"]) == 1
     assert "no API key for any provider; add one with rentune keys set runpod" in capsys.readouterr().err
+
+
+# -- end to end: the real clients against the fake clouds, served over HTTP ----------------------------------------
+
+PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3bVm4sX9bW0xJ1sQvI6o4kz3wY5b2qfS1lDZ8J8yA rentune-test"
+
+
+@pytest.fixture
+def served(
+    fake_runpod: FakeRunPod, fake_vast: FakeVast, fake_lambda: FakeLambda, monkeypatch: pytest.MonkeyPatch
+) -> dict[ProviderName, FakeCloud]:
+    """The three fake clouds served on loopback, their URLs and keys in the environment; machines never boot."""
+    clouds: dict[ProviderName, FakeCloud] = {RUNPOD: fake_runpod, VAST: fake_vast, LAMBDA: fake_lambda}
+    for name, cloud, suffix in (
+        (RUNPOD, fake_runpod, ""),
+        (VAST, fake_vast, "/api/v0"),
+        (LAMBDA, fake_lambda, "/api/v1"),
+    ):
+        cloud.faults.never_ready = True  # listing and stopping need no sshd
+        monkeypatch.setenv(PROVIDERS[name].url_env, cloud.serve() + suffix)
+        monkeypatch.setenv(PROVIDERS[name].secret.env_var, cloud.valid_key)
+    return clouds
+
+
+def test_offers_of_the_three_clouds_end_to_end(
+    served: dict[ProviderName, FakeCloud], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["offers", "--json", "--model", "qwen2.5-7b"]) == 0
+    out, err = capsys.readouterr()
+    offers = json.loads(out)
+    assert err == ""
+    assert {o["provider"] for o in offers} == {"runpod", "vast", "lambda"}
+    assert all(list(o) == OFFER_KEYS for o in offers)
+    assert not any(o["gpu"] == "A100" and o["count"] == 8 for o in offers)  # Lambda's 8x A100 has no capacity
+    assert all(o["hours"] for o in offers)  # every GPU of the fakes is one the catalog knows
+    fitting = [o for o in offers if o["fits"] in ("fits", "tight")]
+    assert fitting and offers[: len(fitting)] == fitting
+    assert [o["total_usd"] for o in fitting if o["total_usd"] is not None] == sorted(
+        o["total_usd"] for o in fitting if o["total_usd"] is not None
+    )
+
+
+def test_a_refused_key_is_a_note_end_to_end(
+    served: dict[ProviderName, FakeCloud], capsys: pytest.CaptureFixture[str]
+) -> None:
+    served[VAST].faults.reject_key = True
+    assert main(["offers", "--json", "--provider", "all"]) == 0
+    out, err = capsys.readouterr()
+    assert {o["provider"] for o in json.loads(out)} == {"runpod", "lambda"}
+    assert err.startswith("Vast.ai skipped: the API key was refused")
+
+
+async def rent(name: ProviderName, cloud: FakeCloud, gpu: str, label: str) -> str:
+    """Rents a machine through the real client (it never boots); returns its id."""
+    provider = open_provider(name, api_key=cloud.valid_key, transport=cloud.transport())
+    try:
+        chosen = (await provider.offers(OfferQuery(gpu=gpu)))[0]
+        return (await provider.create(RentRequest(chosen, PUBLIC_KEY, label, "pytorch/pytorch:latest"))).instance_id
+    finally:
+        await provider.aclose()
+
+
+async def test_machines_and_orphans_end_to_end(
+    served: dict[ProviderName, FakeCloud], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RunStore()
+    live = run_in(store, RunState.PROVISIONING)
+    ended = run_in(store, RunState.PROVISIONING, RunState.CANCELLED)
+    kept = await rent(RUNPOD, served[RUNPOD], "RTX 4090", f"rentune-{live}")
+    orphan = await rent(VAST, served[VAST], "RTX 4090", f"rentune-{ended}")
+    mine = await rent(LAMBDA, served[LAMBDA], "A10", "my-own-box")
+    assert await asyncio.to_thread(main, ["machines", "--json"]) == 0
+    listed = {m["instance_id"]: (m["provider"], m["run_id"], m["orphan"]) for m in json.loads(capsys.readouterr().out)}
+    assert listed == {kept: ("runpod", live, False), orphan: ("vast", None, True), mine: ("lambda", None, False)}
+    assert await asyncio.to_thread(main, ["machines", "--stop-orphans"]) == 0
+    assert f"stopped Vast.ai rentune-{ended} ({orphan})" in capsys.readouterr().out
+    assert served[VAST].instances[orphan].terminated is not None
+    assert served[RUNPOD].instances[kept].live and served[LAMBDA].instances[mine].live

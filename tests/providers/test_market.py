@@ -220,4 +220,7 @@ def test_a_gpu_name_is_matched_with_its_memory() -> None:
     assert (match_gpu(gpus, ("A100",), 40) or gpus[0]).id == "a100-40gb"
     assert (match_gpu(gpus, ("A100",), 80) or gpus[0]).id == "a100-80gb"
     assert (match_gpu(gpus, ("nope", "NVIDIA A10"), 24) or gpus[0]).id == "a10"
+    assert (match_gpu(gpus, ("H100", "gpu_1x_h100_pcie"), 80) or gpus[0]).id == "h100-pcie"  # the id tells the form
+    assert (match_gpu(gpus, ("A100 SXM4",), 80) or gpus[0]).id == "a100-80gb"
+    assert (match_gpu(gpus, ("A100 PCIe", "NVIDIA A100 80GB PCIe"), 80) or gpus[0]).id == "a100-80gb"
     assert match_gpu(gpus, ("RTX 4090",), 48) is None  # a name with the wrong memory is not trusted

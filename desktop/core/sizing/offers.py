@@ -6,6 +6,7 @@ reported VRAM): its speed is unknown, so hours and dollars stay unknown too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from desktop.core.sizing.architecture import Architecture
@@ -15,6 +16,7 @@ from desktop.core.sizing.plan import Fit, GpuOption, Workload, classify_fit, eva
 from desktop.core.sizing.setup import Strategy, TrainingSetup
 
 _FIT_ORDER = {Fit.FITS: 0, Fit.TIGHT: 1, Fit.NO: 2}
+_FORMS = {"pcie": "PCIe", "sxm": "SXM", "nvl": "NVL"}
 #: How far the catalog's memory may be from the offer's before the match is distrusted (A100 40 GB vs 80 GB).
 VRAM_TOLERANCE = 0.15
 
@@ -43,6 +45,26 @@ class SizingJob:
     workload: Workload
 
 
+def _form_factor(names: tuple[str, ...]) -> str | None:
+    """The board form ("PCIe", "SXM", "NVL") any of the names mentions.
+
+    A provider's id often says what its display name does not: Lambda's ``gpu_1x_h100_pcie`` is an "H100".
+    """
+    squashed = " ".join(names).lower()
+    return next((form for key, form in _FORMS.items() if key in squashed), None)
+
+
+def _base(name: str) -> str:
+    """The GPU's model without its form and memory: "A100 SXM4" and "NVIDIA A100 80GB PCIe" are both an A100."""
+    words = name.replace("_", " ").split()
+    return " ".join(w for w in words if not re.fullmatch(r"(pcie|sxm\d?|nvl|hbm\d?e?|\d+gb)", w.lower()))
+
+
+def _candidates(name: str, form: str | None, vram_gb: float) -> list[str]:
+    base = _base(name)
+    return [*([f"{base} {form}"] if form else []), f"{base} {vram_gb:.0f}GB", base, name]
+
+
 def match_gpu(gpus: list[GpuSpec], names: tuple[str, ...], vram_gb: float) -> GpuSpec | None:
     """The catalog GPU an offer names, if its memory agrees with the offer's.
 
@@ -54,8 +76,9 @@ def match_gpu(gpus: list[GpuSpec], names: tuple[str, ...], vram_gb: float) -> Gp
     Returns:
         The GPU, or None when no name matches a GPU with about that much memory.
     """
+    form = _form_factor(names)
     for name in names:
-        for candidate in (f"{name} {vram_gb:.0f}GB", name):
+        for candidate in _candidates(name, form, vram_gb):
             spec = find_gpu(gpus, candidate)
             if spec is not None and abs(spec.vram_gib - vram_gb) <= VRAM_TOLERANCE * vram_gb:
                 return spec

@@ -1,8 +1,8 @@
 """Every machine at every provider, each tied to the run that owns it; Rentune's machines no live run owns are orphans.
 
 Rentune names its machines ``rentune-<run id>``. Such a machine is an orphan when that run is unknown here, has
-ended, or has failed: nothing will use it, yet it bills. Machines with other names are the user's own and are never
-touched.
+ended or has failed, or rents another machine now: nothing will use it, yet it bills. Machines with other names are
+the user's own and are never touched.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from desktop.services.platform.secrets import SecretStore, SecretStoreError
 from desktop.services.providers.base import GONE, Instance, InstanceState, ProviderError, ProviderName
 from desktop.services.providers.market import OpenProvider, gather_instances
 from desktop.services.providers.registry import open_provider
+from desktop.services.runs.rental import Rental, rental_of
 from desktop.services.runs.store import RunStore
 
 #: The prefix of the machines Rentune rents.
@@ -58,20 +59,33 @@ class MachinesReport:
         return [machine for machine in self.machines if machine.orphan]
 
 
-def live_run_ids(store: RunStore) -> set[str]:
-    """The runs that may still use a machine: not ended and not failed."""
-    return {record.id for record in store.all() if record.state not in TERMINAL and record.state is not RunState.FAILED}
+def live_runs(store: RunStore) -> dict[str, Rental | None]:
+    """The runs that may still use a machine (not ended, not failed), each with the machine it rents now."""
+    return {
+        record.id: rental_of(record)
+        for record in store.all()
+        if record.state not in TERMINAL and record.state is not RunState.FAILED
+    }
 
 
-def owner(instance: Instance, live: set[str]) -> str | None:
-    """The live run a machine belongs to, read from its name (None for another name or no live run)."""
+def owner(instance: Instance, live: dict[str, Rental | None]) -> str | None:
+    """The live run a machine belongs to, read from its name (None for another name or no live run).
+
+    A run that records the machine it rents owns only that one: another machine with its name is a leftover (a
+    machine it moved away from that could not be terminated then).
+    """
     if not instance.name.startswith(MACHINE_PREFIX):
         return None
     run_id = instance.name.removeprefix(MACHINE_PREFIX)
-    return run_id if run_id in live else None
+    if run_id not in live:
+        return None
+    rental = live[run_id]
+    if rental is not None and (rental.provider, rental.instance_id) != (instance.provider, instance.instance_id):
+        return None
+    return run_id
 
 
-def _machine(instance: Instance, live: set[str]) -> Machine:
+def _machine(instance: Instance, live: dict[str, Rental | None]) -> Machine:
     run_id = owner(instance, live)
     ours = instance.name.startswith(MACHINE_PREFIX)
     return Machine(instance, run_id, ours and run_id is None and instance.state not in GONE)
@@ -93,7 +107,7 @@ async def list_machines(
         open: Opens a provider's client (tests inject their own).
     """
     found = await gather_instances(names, secrets, open=open)
-    live = live_run_ids(store)
+    live = live_runs(store)
     machines = [_machine(instance, live) for instance in found.instances]
     machines.sort(key=lambda m: (m.instance.provider.value, m.instance.name, m.instance.instance_id))
     return MachinesReport(machines, found.notes, found.unkeyed)
@@ -123,7 +137,7 @@ async def stop_orphans(
     Returns:
         The machines terminated, and one line per machine that could not be.
     """
-    live = live_run_ids(store)
+    live = live_runs(store)
     doomed = [m.instance for m in report.orphans if _machine(m.instance, live).orphan]
     by_provider: dict[ProviderName, list[Instance]] = {}
     for instance in doomed:
