@@ -17,6 +17,8 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "doctor": ("doctor", "run_doctor"),
     "plan": ("plan", "run_plan"),
     "data": ("data", "run_data"),
+    "offers": ("offers", "run_offers"),
+    "machines": ("machines", "run_machines"),
     "costs": ("costs", "run_costs"),
     "keys": ("keys", "run_keys"),
     **{name: ("runs", f"run_{name}") for name in ("run", "runs", "status", "logs", "stop", "pull", "resume")},

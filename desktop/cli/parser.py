@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_parser(commands)
     _add_data_parser(commands)
     _add_run_parsers(commands)
+    _add_rent_parsers(commands)
     _add_money_parsers(commands)
     return parser
 
@@ -160,20 +161,46 @@ def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         description="Size a fine-tune before renting. Defaults follow proven settings: QLoRA, r=16, alpha=32, all "
         "linear layers, seq 2048, micro-batch 2, grad-accum 4, checkpointing on, 3 epochs.",
     )
-    plan.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
+    _add_sizing_flags(plan)
     plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog and exit")
-    plan.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
-    plan.add_argument("--seq-len", type=int, default=DEFAULT_SETUP.seq_len)
-    plan.add_argument("--micro-batch", type=int, default=DEFAULT_SETUP.micro_batch)
-    plan.add_argument("--grad-accum", type=int, default=DEFAULT_SETUP.grad_accum)
-    plan.add_argument("--lora-r", type=int, default=DEFAULT_SETUP.lora_r)
-    plan.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
-    plan.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
-    source = plan.add_mutually_exclusive_group()
-    source.add_argument("--tokens", type=int, help="training tokens per epoch (default 15,000,000)")
-    source.add_argument("--dataset", type=Path, help="JSONL chat dataset to count tokens from")
-    plan.add_argument("--epochs", type=float, default=3.0)
     plan.add_argument("--gpu", help="only this GPU type (e.g. h100-sxm, 'RTX 4090')")
     plan.add_argument("--gpus", type=int, help="only this many GPUs")
     plan.add_argument("--strategy", choices=[s.value for s in Strategy], help="multi-GPU strategy")
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+
+
+def _add_sizing_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that say what is trained and how (``plan`` and ``offers``)."""
+    parser.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
+    parser.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
+    parser.add_argument("--seq-len", type=int, default=DEFAULT_SETUP.seq_len)
+    parser.add_argument("--micro-batch", type=int, default=DEFAULT_SETUP.micro_batch)
+    parser.add_argument("--grad-accum", type=int, default=DEFAULT_SETUP.grad_accum)
+    parser.add_argument("--lora-r", type=int, default=DEFAULT_SETUP.lora_r)
+    parser.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
+    parser.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--tokens", type=int, help="training tokens per epoch (default 15,000,000)")
+    source.add_argument("--dataset", type=Path, help="JSONL chat dataset to count tokens from")
+    parser.add_argument("--epochs", type=float, default=3.0)
+
+
+def _add_rent_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    offers = commands.add_parser(
+        "offers",
+        help="live GPU offers of every provider, cheapest first; with --model, what fits and what it costs",
+        description="Ask RunPod, Vast.ai and Lambda for GPUs now. With --model (and the plan's flags), each offer "
+        "says whether the fine-tune fits, its hours and its total at the offer's price.",
+    )
+    offers.add_argument("--provider", choices=["runpod", "vast", "lambda", "all"], default="all")
+    offers.add_argument("--min-vram", type=float, metavar="GB", help="memory per GPU, at least")
+    offers.add_argument("--gpus", type=int, metavar="N", help="GPUs per machine")
+    offers.add_argument("--max-price", type=float, metavar="USD", help="the whole machine's $/h, at most")
+    offers.add_argument("--spot", action="store_true", help="interruptible offers instead of on-demand ones")
+    _add_sizing_flags(offers)
+    offers.add_argument("--json", action="store_true", help="print the offers as a JSON list")
+    machines = commands.add_parser("machines", help="every machine at every provider; find and stop orphans")
+    machines.add_argument("--json", action="store_true", help="print the machines as a JSON list")
+    machines.add_argument(
+        "--stop-orphans", action="store_true", help="terminate the rentune-* machines no live run owns"
+    )

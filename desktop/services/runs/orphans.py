@@ -1,0 +1,168 @@
+"""Every machine at every provider, each tied to the run that owns it; Rentune's machines no live run owns are orphans.
+
+Rentune names its machines ``rentune-<run id>``. Such a machine is an orphan when that run is unknown here, has
+ended or has failed, or rents another machine now: nothing will use it, yet it bills. Machines with other names are
+the user's own and are never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from desktop.core.runs.states import TERMINAL, RunState
+from desktop.services.platform.secrets import SecretStore, SecretStoreError
+from desktop.services.providers.base import GONE, Instance, InstanceState, ProviderError, ProviderName
+from desktop.services.providers.market import OpenProvider, gather_instances
+from desktop.services.providers.registry import open_provider
+from desktop.services.runs.rental import Rental, rental_of
+from desktop.services.runs.store import RunStore
+
+#: The prefix of the machines Rentune rents.
+MACHINE_PREFIX = "rentune-"
+#: States in which a machine bills for its GPU.
+BILLING = frozenset({InstanceState.STARTING, InstanceState.RUNNING})
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A machine at a provider and who owns it.
+
+    Attributes:
+        instance: The provider's machine.
+        run_id: The live run it belongs to (None when no live run owns it).
+        orphan: Rentune rented it, no live run owns it, and it still exists.
+    """
+
+    instance: Instance
+    run_id: str | None
+    orphan: bool
+
+
+@dataclass(frozen=True)
+class MachinesReport:
+    """Every machine of the user's accounts.
+
+    Attributes:
+        machines: One per machine, by provider and name.
+        notes: One line per provider left out, and why.
+        unkeyed: The providers left out for want of an API key.
+    """
+
+    machines: list[Machine]
+    notes: list[str]
+    unkeyed: list[ProviderName]
+
+    @property
+    def orphans(self) -> list[Machine]:
+        """The machines no live run owns."""
+        return [machine for machine in self.machines if machine.orphan]
+
+
+def live_runs(store: RunStore) -> dict[str, Rental | None]:
+    """The runs that may still use a machine (not ended, not failed), each with the machine it rents now."""
+    return {
+        record.id: rental_of(record)
+        for record in store.all()
+        if record.state not in TERMINAL and record.state is not RunState.FAILED
+    }
+
+
+def owner(instance: Instance, live: dict[str, Rental | None]) -> str | None:
+    """The live run a machine belongs to, read from its name (None for another name or no live run).
+
+    A run that records the machine it rents owns only that one: another machine with its name is a leftover (a
+    machine it moved away from that could not be terminated then).
+    """
+    if not instance.name.startswith(MACHINE_PREFIX):
+        return None
+    run_id = instance.name.removeprefix(MACHINE_PREFIX)
+    if run_id not in live:
+        return None
+    rental = live[run_id]
+    if rental is not None and (rental.provider, rental.instance_id) != (instance.provider, instance.instance_id):
+        return None
+    return run_id
+
+
+def _machine(instance: Instance, live: dict[str, Rental | None]) -> Machine:
+    run_id = owner(instance, live)
+    ours = instance.name.startswith(MACHINE_PREFIX)
+    return Machine(instance, run_id, ours and run_id is None and instance.state not in GONE)
+
+
+async def list_machines(
+    store: RunStore,
+    secrets: SecretStore | None,
+    names: list[ProviderName],
+    *,
+    open: OpenProvider = open_provider,
+) -> MachinesReport:
+    """Lists every machine at every provider with a key, each with its live run or marked an orphan.
+
+    Args:
+        store: The runs.
+        secrets: Where API keys are read (the keyring and the environment by default).
+        names: The providers to ask.
+        open: Opens a provider's client (tests inject their own).
+    """
+    found = await gather_instances(names, secrets, open=open)
+    live = live_runs(store)
+    machines = [_machine(instance, live) for instance in found.instances]
+    machines.sort(key=lambda m: (m.instance.provider.value, m.instance.name, m.instance.instance_id))
+    return MachinesReport(machines, found.notes, found.unkeyed)
+
+
+def billing_rate(instances: list[Instance]) -> float:
+    """Dollars per hour the machines bill now (those starting or running)."""
+    return sum(instance.price_per_hour for instance in instances if instance.state in BILLING)
+
+
+def burn_rate(report: MachinesReport) -> float:
+    """Dollars per hour the orphans bill now (those starting or running)."""
+    return billing_rate([machine.instance for machine in report.orphans])
+
+
+async def stop_orphans(
+    store: RunStore,
+    report: MachinesReport,
+    secrets: SecretStore | None,
+    *,
+    open: OpenProvider = open_provider,
+) -> tuple[list[Instance], list[str]]:
+    """Terminates the report's orphans, checking each against the runs again first.
+
+    A machine whose run came alive since the report, or whose name is not Rentune's, is left alone.
+
+    Returns:
+        The machines terminated, and one line per machine that could not be.
+    """
+    live = live_runs(store)
+    doomed = [m.instance for m in report.orphans if _machine(m.instance, live).orphan]
+    by_provider: dict[ProviderName, list[Instance]] = {}
+    for instance in doomed:
+        by_provider.setdefault(instance.provider, []).append(instance)
+    results = await asyncio.gather(*(_terminate(name, group, secrets, open) for name, group in by_provider.items()))
+    return [i for stopped, _ in results for i in stopped], [note for _, notes in results for note in notes]
+
+
+async def _terminate(
+    name: ProviderName, instances: list[Instance], secrets: SecretStore | None, open: OpenProvider
+) -> tuple[list[Instance], list[str]]:
+    stopped: list[Instance] = []
+    notes: list[str] = []
+    try:
+        provider = open(name, secrets)
+    except (ProviderError, SecretStoreError) as exc:
+        return [], [f"{name.label}: cannot stop {len(instances)} machines: {exc}"]
+    try:
+        for instance in instances:
+            try:
+                await provider.terminate(instance.instance_id)
+            except ProviderError as exc:
+                notes.append(f"{name.label}: cannot stop {instance.name} ({instance.instance_id}): {exc.message}")
+            else:
+                stopped.append(instance)
+    finally:
+        await provider.aclose()
+    return stopped, notes
