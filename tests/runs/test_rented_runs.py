@@ -93,7 +93,7 @@ def rented_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> Sp
 
 
 def _driver(**rental: float) -> tuple[RunEngine, RentalDriver]:
-    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5), report=print)
     options = RentalOptions(**{"poll_seconds": 0.3, "ready_poll_seconds": 0.2, **rental})  # type: ignore[arg-type]
     return engine, RentalDriver(engine, options=options)
 
@@ -162,7 +162,7 @@ def test_spot_machine_outbid_mid_training_finishes_on_a_second_machine(
     runpod: CloudUnderTest, rented_spec: SpecWriter
 ) -> None:
     engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 60, "grad_accum": 8}, spot=True))
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 30, "grad_accum": 4}, spot=True))
     folder = engine.folder(run_id)
 
     async def outbid_mid_training() -> RunState:
@@ -231,18 +231,27 @@ def test_budget_stops_the_run_before_it_is_crossed_and_terminates(
     runpod: CloudUnderTest, rented_spec: SpecWriter
 ) -> None:
     engine, driver = _driver()
-    # RTX 4090 at the fake costs $0.69/h: the stop margin (3 min) alone is $0.0345, so training stops at once.
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400}, budget=0.04))
+    # The cheapest RTX 4090 at the fake costs $0.44/h: the stop margin (3 min) is $0.022, so $0.0245 allows ~20 s
+    # of renting: the machine comes up and training starts, then the budget stops it.
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400}, budget=0.0245))
     record = asyncio.run(driver.drive(run_id))
     assert record.state is RunState.CANCELLED and "budget" in str(record.error)
     _nothing_left(runpod.fake)
     spent = sum(r.usd(time.time()) for r in Ledger().rentals(run_id))
-    assert spent < 0.04
+    assert spent < 0.0245
+
+
+def test_a_budget_too_small_to_stop_a_machine_rents_nothing(runpod: CloudUnderTest, rented_spec: SpecWriter) -> None:
+    engine, driver = _driver()
+    run_id = _create(engine, rented_spec(runpod, budget=0.01))
+    record = asyncio.run(driver.drive(run_id))
+    assert record.state is RunState.FAILED and "raise [budget] max_usd" in str(record.error)
+    assert runpod.fake.instances == {}
 
 
 def test_idle_guard_terminates_a_machine_that_trains_nothing(runpod: CloudUnderTest, rented_spec: SpecWriter) -> None:
     engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 60, "grad_accum": 8}, idle_minutes=0.25))
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 20, "grad_accum": 2}, idle_minutes=0.25))
     folder = engine.folder(run_id)
 
     async def freeze_the_trainer() -> RunState:

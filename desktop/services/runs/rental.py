@@ -282,7 +282,7 @@ class RentalDriver:
             RentError: Nothing matching could be rented or brought up (nothing is left billing).
         """
         first = not self.ledger.rentals(run_id)
-        offers = await self._offers(compute, first)
+        offers = self._affordable(run_id, await self._offers(compute, first))
         problems = []
         for offer in offers[: self.options.offers_tried]:
             try:
@@ -315,6 +315,24 @@ class RentalDriver:
         if not found:
             raise RentError("; ".join(problems) or self._no_offer_words(compute, names))
         return sorted(found, key=lambda o: o.price_per_hour)
+
+    def _affordable(self, run_id: str, offers: list[Offer]) -> list[Offer]:
+        """The offers the run's budget still allows: renting one must leave room to stop it.
+
+        Raises:
+            RentError: The budget would be crossed on any of them.
+        """
+        budget = float(self.ctx.store.get(run_id).spec.get("budget_usd") or 0.0)
+        if budget <= 0:
+            return offers
+        spent = self.spent(run_id)
+        room = [o for o in offers if spent + o.price_per_hour * self.options.budget_margin_minutes / 60 < budget]
+        if not room:
+            raise RentError(
+                f"the budget of ${budget:,.2f} would be crossed (${spent:,.2f} spent so far, and stopping a machine "
+                f"takes about {self.options.budget_margin_minutes:g} min): raise [budget] max_usd"
+            )
+        return room
 
     @staticmethod
     def _no_offer_words(compute: ComputeSpec, names: list[ProviderName]) -> str:
