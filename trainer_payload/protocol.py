@@ -23,6 +23,10 @@ EVENTS_FILE_NAME = "events.jsonl"
 JOB_FILE_NAME = "job.json"
 CHECKPOINT_MARKER = "rentune_checkpoint.json"
 STOP_MARKER_NAME = "STOP_MACHINE"
+#: In the output folder: touched by the desktop while it follows the run (the self-stop's "somebody is here").
+HEARTBEAT_NAME = "HEARTBEAT"
+#: The environment variable the self-stop reads its JSON settings from (set from stdin, never from argv).
+SELF_STOP_ENV = "RENTUNE_SELF_STOP"
 ADAPTER_DIR_NAME = "adapter"
 #: The payload's virtual environment, relative to the run folder (the folder of ``job.json``). The bootstrap
 #: creates it over the machine's Python; the trainer must run with :data:`VENV_PYTHON`.

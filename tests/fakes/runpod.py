@@ -130,12 +130,13 @@ class FakeRunPod(FakeCloud):
 
     def handle(self, request: FakeRequest) -> FakeResponse:
         """Checks the key, then runs the GraphQL operation (errors answered with HTTP 200, as RunPod does)."""
-        if request.bearer != self.valid_key or self.faults.reject_key:
-            return FakeResponse(401, {"error": "Unauthorized"})
         try:
             body = request.json()
         except ValueError:
             body = None
+        self.scope = self._pod_scope(request.bearer, body)
+        if (request.bearer != self.valid_key and self.scope is None) or self.faults.reject_key:
+            return FakeResponse(401, {"error": "Unauthorized"})
         if request.method != "POST" or not isinstance(body, dict) or not isinstance(body.get("query"), str):
             return FakeResponse(400, {"errors": [{"message": "POST a JSON body with a GraphQL query"}]})
         result = graphql_sync(SCHEMA, body["query"], root_value=self, variable_values=body.get("variables"))
@@ -143,6 +144,22 @@ class FakeRunPod(FakeCloud):
         if result.errors:
             reply["errors"] = [error.formatted for error in result.errors]
         return FakeResponse(200, reply)
+
+    def _pod_scope(self, bearer: str | None, body: Any) -> str | None:
+        """The pod a pod-scoped key (``RUNPOD_API_KEY`` inside a pod) belongs to, when it only stops or terminates
+        pods; None for any other key or operation."""
+        if not bearer or not bearer.startswith("pod-scoped-") or not isinstance(body, dict):
+            return None
+        pod_id = bearer.removeprefix("pod-scoped-")
+        query = str(body.get("query", ""))
+        if pod_id not in self.instances or not ("podTerminate" in query or "podStop" in query):
+            return None
+        return pod_id
+
+    def _check_scope(self, pod_id: str) -> None:
+        scope = getattr(self, "scope", None)
+        if scope is not None and pod_id != scope:
+            raise GraphQLError("a pod's own key may only stop or terminate that pod")
 
     # -- queries (graphql-core calls these as root fields) -----------------------------------------------------------
 
@@ -172,12 +189,14 @@ class FakeRunPod(FakeCloud):
 
     def podStop(self, _info: object, input: dict[str, Any]) -> dict[str, Any]:
         """Stops a pod: its machine goes away, the pod stays EXITED."""
+        self._check_scope(input["podId"])
         instance = self.live(input["podId"], "pod not found to stop")
         self.stop_instance(instance)
         return self.pod_of(instance)
 
     def podTerminate(self, _info: object, input: dict[str, Any] | None = None) -> None:
         """Destroys a pod (a pod already gone is an error, as dstack reports)."""
+        self._check_scope((input or {}).get("podId", ""))
         instance = self.live((input or {}).get("podId", ""), "pod not found to terminate")
         self.terminate_instance(instance)
 

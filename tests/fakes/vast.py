@@ -98,7 +98,8 @@ class FakeVast(FakeCloud):
 
     def handle(self, request: FakeRequest) -> FakeResponse:
         """Answers one request of the v0 API."""
-        if request.bearer != self.valid_key or self.faults.reject_key:
+        scoped = self._instance_scope(request)
+        if (request.bearer != self.valid_key and not scoped) or self.faults.reject_key:
             return _error(401, "auth_error", "Invalid user key")
         if not request.path.startswith(PREFIX):
             return _error(404, "not_found", f"no route {request.path}")
@@ -118,6 +119,13 @@ class FakeVast(FakeCloud):
             if match and method == request.method:
                 return answer(request, *match.groups())
         return _error(404, "not_found", f"no route {request.method} {path}")
+
+    def _instance_scope(self, request: FakeRequest) -> bool:
+        """Whether an instance's own key (``CONTAINER_API_KEY`` inside it) stops or destroys that very instance."""
+        bearer = request.bearer or ""
+        instance_id = bearer.removeprefix("instance-scoped-")
+        own = f"{PREFIX}/instances/{instance_id}/"
+        return bearer.startswith("instance-scoped-") and request.path == own and request.method in ("PUT", "DELETE")
 
     # -- offers --------------------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ servers on loopback, training the tiny model with the real payload."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import os
@@ -17,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desktop.services.billing.ledger import Ledger
 
 from desktop.cli import main
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
+from desktop.services.billing.ledger import Ledger
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.rental import RentalDriver, RentalOptions
@@ -274,3 +275,71 @@ def test_idle_guard_terminates_a_machine_that_trains_nothing(runpod: CloudUnderT
 def _instances(fake: FakeCloud) -> list[FakeInstance]:
     with fake.lock:
         return list(fake.instances.values())
+
+
+@pytest.fixture
+def lambda_cloud(fake_lambda: FakeCloud, monkeypatch: pytest.MonkeyPatch) -> CloudUnderTest:
+    fake = _serve(monkeypatch, fake_lambda, "lambda", "RENTUNE_LAMBDA_URL", "/api/v1", "LAMBDA_API_KEY")
+    return CloudUnderTest("lambda", fake, "A10")
+
+
+def test_lambda_run_rents_trains_and_terminates(lambda_cloud: CloudUnderTest, rented_spec: SpecWriter) -> None:
+    """Lambda's API has no SSH port (VMs take ubuntu@ip:22): the fake's machines listen elsewhere, so the client
+    gets the fake's address seam; everything else goes through the registry's URL and key."""
+    from desktop.services.providers.lambda_cloud import LambdaProvider
+    from desktop.services.providers.registry import PROVIDERS
+
+    fake: Any = lambda_cloud.fake
+
+    def open_lambda(name: Any, secrets: Any) -> LambdaProvider:
+        info = PROVIDERS[name]
+        return LambdaProvider(os.environ["LAMBDA_API_KEY"], info.url, ssh_for=fake.ssh_for)
+
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5), report=print)
+    driver = RentalDriver(
+        engine, options=RentalOptions(poll_seconds=0.3, ready_poll_seconds=0.2), open_provider=open_lambda
+    )
+    run_id = _create(engine, rented_spec(lambda_cloud))
+    record = asyncio.run(driver.drive(run_id))
+    assert record.state is RunState.FINISHED
+    [instance] = fake.instances.values()
+    arrived = (Path(str(record.adapter)) / "adapter_model.safetensors").stat().st_mtime
+    assert instance.terminated is not None and instance.terminated - arrived < 30
+    _nothing_left(fake)
+    _assert_ledger_matches(fake, run_id)
+
+
+def test_laptop_closed_the_machine_terminates_itself_and_resume_finishes(
+    runpod: CloudUnderTest, rented_spec: SpecWriter
+) -> None:
+    engine, driver = _driver()
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 20}, self_stop_minutes=0.05))
+    folder = engine.folder(run_id)
+
+    async def close_the_laptop() -> None:
+        drive = asyncio.ensure_future(driver.drive(run_id))
+        for _ in range(1200):
+            if any(e["event"] == "step" for e in mirrored_events(folder)):
+                break
+            await asyncio.sleep(0.1)
+        drive.cancel()  # nobody follows the run from here on: no pulls, no heartbeat
+        with contextlib.suppress(asyncio.CancelledError):
+            await drive
+
+    asyncio.run(close_the_laptop())
+    [machine] = _instances(runpod.fake)
+    for _ in range(1200):  # training ends on the machine; 3 s later it terminates itself
+        if machine.terminated is not None:
+            break
+        time.sleep(0.1)
+    assert machine.terminated is not None, "the machine terminated itself"
+    own_key = f"pod-scoped-{machine.id}"
+    assert any(r.bearer == own_key for r in runpod.fake.requests), "with the pod's own key"
+    assert machine.address is not None
+    for path in machine.address.home.rglob("*"):
+        if path.is_file():
+            assert runpod.fake.valid_key.encode() not in path.read_bytes(), f"the account key reached {path}"
+    record = asyncio.run(driver.drive(run_id))
+    assert record.state is RunState.FINISHED
+    assert len(RunStore().get(run_id).spec["machines"]) == 2
+    _nothing_left(runpod.fake)

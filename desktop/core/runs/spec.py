@@ -80,6 +80,10 @@ class ComputeSpec:
         providers: Providers a spot run may move to when its machine is taken away (the first is ``provider``).
         user: The SSH login user (None: the provider's usual one, ``root`` or ``ubuntu``).
         idle_minutes: A rented machine that trains nothing for this long is terminated (0: never).
+        self_stop_minutes: Laptop-closed safety (0: off): the machine terminates itself this long after training
+            ended when nobody follows the run (RunPod and Vast.ai use the machine's own key).
+        send_api_key: Lambda only: allow sending your Lambda API key to the machine for the self-stop (Lambda has
+            no per-machine keys).
     """
 
     provider: str
@@ -95,6 +99,8 @@ class ComputeSpec:
     providers: tuple[str, ...] = ()
     user: str | None = None
     idle_minutes: float = 20.0
+    self_stop_minutes: float = 0.0
+    send_api_key: bool = False
 
     @property
     def allowed_providers(self) -> tuple[str, ...]:
@@ -311,12 +317,18 @@ def compute_from_dict(section: Any) -> ComputeSpec:
     others = section.get("providers", [])
     if not isinstance(others, list):
         raise RunSpecError('[compute] providers must be a list, like providers = ["runpod", "vast"]')
-    spot = section.get("spot", False)
-    if not isinstance(spot, bool):
-        raise RunSpecError(f"[compute] spot = {spot!r} must be true or false")
+    spot, send_key = _flag(section, "spot"), _flag(section, "send_api_key")
     price = section.get("max_price_per_hour")
+    self_stop = _minutes(section, "self_stop_minutes", 0.0)
+    provider = _provider(section["provider"], "provider")
+    if provider == "lambda" and self_stop and not send_key:
+        raise RunSpecError(
+            "[compute] self_stop_minutes on Lambda needs send_api_key = true: Lambda has no per-machine keys, so the "
+            "machine can stop itself only with your API key (kept in memory there, never on its disk). Add "
+            "send_api_key = true to allow it, or remove self_stop_minutes"
+        )
     return ComputeSpec(
-        provider=_provider(section["provider"], "provider"),
+        provider=provider,
         gpu=_compute_text(section, "gpu"),
         count=int(_compute_number(section, "count", 1, whole=True)),
         spot=spot,
@@ -328,12 +340,21 @@ def compute_from_dict(section: Any) -> ComputeSpec:
         ready_timeout_minutes=float(_compute_number(section, "ready_timeout_minutes", 10.0)),
         providers=tuple(_provider(p, "providers") for p in others),
         user=_compute_text(section, "user"),
-        idle_minutes=_idle_minutes(section),
+        idle_minutes=_minutes(section, "idle_minutes", 20.0),
+        self_stop_minutes=self_stop,
+        send_api_key=send_key,
     )
 
 
-def _idle_minutes(section: dict[str, Any]) -> float:
-    value = section.get("idle_minutes", 20.0)
+def _flag(section: dict[str, Any], key: str) -> bool:
+    value = section.get(key, False)
+    if not isinstance(value, bool):
+        raise RunSpecError(f"[compute] {key} = {value!r} must be true or false")
+    return value
+
+
+def _minutes(section: dict[str, Any], key: str, default: float) -> float:
+    value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise RunSpecError(f"[compute] idle_minutes = {value!r} must be a number of minutes (0: never)")
+        raise RunSpecError(f"[compute] {key} = {value!r} must be a number of minutes (0: never)")
     return float(value)

@@ -71,6 +71,7 @@ class RunContext:
         backoffs: The retry timing of each run being driven.
         spend: What a run has cost so far, with the cost of stopping it (None: its rate times its live time); a
             rented run's comes from the ledger.
+        heartbeats: When each run's machine was last told somebody follows it (for its self-stop).
     """
 
     store: RunStore
@@ -81,6 +82,7 @@ class RunContext:
     pull_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     backoffs: dict[str, Backoff] = field(default_factory=dict)
     spend: Callable[[str], float] | None = None
+    heartbeats: dict[str, float] = field(default_factory=dict)
 
     def folder(self, run_id: str) -> Path:
         """The run's local folder."""

@@ -24,7 +24,7 @@ from desktop.services.machines.keys import create_run_key, delete_run_key
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, transfer
+from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, self_stop, transfer
 from desktop.services.runs.context import (
     DRIVER_LOCK_NAME,
     ENDED,
@@ -270,6 +270,7 @@ class RunEngine:
                 "machine lost: the remote work folder is gone; resume with --target to "
                 "continue from the newest local checkpoint",
             )
+        await self_stop.ensure_self_stop(self.ctx, run_id, machine)
         return await self._monitor(run_id, machine)
 
     async def _monitor(self, run_id: str, machine: Machine) -> RunRecord:
@@ -287,6 +288,7 @@ class RunEngine:
                 if relaunched is not None:
                     return relaunched
             await monitor.stop_if_over_budget(self.ctx, run_id, machine)
+            await self_stop.heartbeat(self.ctx, run_id, machine, self.ctx.heartbeats)
             await asyncio.sleep(self.options.poll_seconds)
 
     async def _handle_all(self, run_id: str, machine: Machine, events: list[Event]) -> RunRecord | None:

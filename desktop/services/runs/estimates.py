@@ -27,6 +27,7 @@ from desktop.services.models.sizing import SizingError, draft_workload, training
 from desktop.services.platform.logs import get_logger
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord, RunStore
+from trainer_payload.protocol import EventKind
 
 _log = get_logger("estimates")
 
@@ -67,7 +68,8 @@ def predict(
 def measure(folder: Path, rentals: Iterable[Rental], now: float | None = None) -> dict[str, Any]:
     """What the run's machines measured: median tokens/s of its steps, peak GPU memory, rented hours and dollars."""
     now = time.time() if now is None else now
-    steps = [e for e in mirrored_events(folder) if e.get("event") == "step"]
+    # Steps carry free fields (GPU readings) beside the declared ones: read them as plain mappings.
+    steps: list[dict[str, Any]] = [dict(e) for e in mirrored_events(folder) if e["event"] is EventKind.STEP]
     speeds = [float(e["tokens_per_s"]) for e in steps if isinstance(e.get("tokens_per_s"), int | float)]
     peaks = [float(e["gpu_mem_reserved_gb"]) for e in steps if isinstance(e.get("gpu_mem_reserved_gb"), int | float)]
     rentals = list(rentals)

@@ -166,6 +166,7 @@ class RentalDriver:
         compute = compute_of(self.ctx.store.get(run_id))
         if compute is None:
             return await self.engine.drive(run_id)
+        await self._drop_lost_machine(run_id)
         while True:
             record = self.ctx.store.get(run_id)
             if record.state in TERMINAL:
@@ -177,6 +178,16 @@ class RentalDriver:
             outcome = await self._follow(run_id, rental)
             if outcome is not None:
                 return outcome
+
+    async def _drop_lost_machine(self, run_id: str) -> None:
+        """On a resume: a machine that went away meanwhile (outbid, stopped itself) is let go at once."""
+        record = self.ctx.store.get(run_id)
+        rental = rental_of(record)
+        if rental is None or record.state in TERMINAL:
+            return
+        instance = await self._instance(rental)
+        if instance is not None and instance.state in LOST_STATES:
+            await self._machine_lost(run_id, rental, f"the machine is {self._lost_words(instance)}")
 
     async def _follow(self, run_id: str, rental: Rental) -> RunRecord | None:
         """Drives the run on its machine while watching the provider; None when it must move to another machine."""
@@ -380,7 +391,7 @@ class RentalDriver:
             await self._release(run_id, rental, why)
             raise
         rental = replace(rental, ready=time.time())
-        self.ctx.set_spec(run_id, rental=rental.as_dict())
+        self.ctx.set_spec(run_id, rental=rental.as_dict(), self_stop=self_stop_settings(compute, rental))
         self.engine.retarget(run_id, target, rented=True, host_key=host_key)
         waited = rental.ready - rental.created if rental.ready else 0.0
         self.report(f"machine {instance.instance_id} is up after {waited:.0f} s: {target.url}")
@@ -480,6 +491,19 @@ class RentalDriver:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+
+
+def self_stop_settings(compute: ComputeSpec, rental: Rental) -> dict[str, Any] | None:
+    """What the machine's self-stop needs (no secrets: a Lambda key is added on the way, from the keyring)."""
+    if compute.self_stop_minutes <= 0:
+        return None
+    return {
+        "provider": rental.provider.value,
+        "api_url": PROVIDERS[rental.provider].url,
+        "minutes": compute.self_stop_minutes,
+        "instance_id": rental.instance_id,
+        "send_api_key": rental.provider is ProviderName.LAMBDA and compute.send_api_key,
+    }
 
 
 async def ssh_banner(host: str, port: int, time_limit: float = 5.0) -> bool:
