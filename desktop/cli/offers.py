@@ -13,7 +13,7 @@ from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.offers import SizingJob
 from desktop.core.sizing.plan import Fit, Workload
 from desktop.core.sizing.setup import Method, SetupError, Targets, TrainingSetup
-from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
+from desktop.services.models.configs import ModelResolutionError, resolve_model
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import OfferQuery, ProviderName
 from desktop.services.providers.market import SizedOffer, gather_offers, size_offers
@@ -174,7 +174,10 @@ def run_offers(args: argparse.Namespace) -> int:
         raise _no_keys(names)
     for note in market.notes:
         print(note, file=sys.stderr)
-    ranked = size_offers(market.offers, job, list(load_gpus()))
+    from desktop.services.runs.estimates import calibrated_gpus
+
+    gpus, _ = calibrated_gpus()  # speeds measured on the user's finished runs replace the estimates
+    ranked = size_offers(market.offers, job, gpus)
     if args.json:
         print(json.dumps([offer_dict(sized) for sized in ranked], indent=2))
     elif ranked:

@@ -12,7 +12,7 @@ from desktop.core.sizing.gpus import GpuSpec, find_gpu
 from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, Workload, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
 from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
-from desktop.services.models.configs import ModelResolutionError, load_catalog, load_gpus, resolve_model
+from desktop.services.models.configs import ModelResolutionError, load_catalog, resolve_model
 
 
 def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
@@ -81,14 +81,19 @@ def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, st
     return Workload(tokens=tokens, epochs=args.epochs), "default" if args.tokens is None else "given"
 
 
-def _plan_gpus(args: argparse.Namespace) -> list[GpuSpec]:
-    gpus = list(load_gpus())
+def _plan_gpus(args: argparse.Namespace) -> tuple[list[GpuSpec], str | None]:
+    """The GPU types to plan for, with speeds measured on the user's finished runs applied (and a note saying so)."""
+    from desktop.core.sizing.calibration import calibration_note
+    from desktop.services.runs.estimates import calibrated_gpus
+
+    gpus, calibrations = calibrated_gpus()
+    note = calibration_note(calibrations, gpus)
     if args.gpu is None:
-        return gpus
+        return gpus, note
     found = find_gpu(gpus, args.gpu)
     if found is None:
         raise CliError(f"unknown GPU {args.gpu!r}; choose one of: {', '.join(g.id for g in gpus)}")
-    return [found]
+    return [found], note
 
 
 def _print_catalog() -> int:
@@ -106,7 +111,7 @@ def run_plan(args: argparse.Namespace) -> int:
         raise CliError("--model is required (a catalog name such as qwen2.5-7b, a Hub id, or a model folder)")
     setup = _plan_setup(args)
     workload, source = _plan_workload(args, setup.seq_len)
-    gpus = _plan_gpus(args)
+    gpus, calibration = _plan_gpus(args)
     try:
         arch = resolve_model(args.model)
     except (ModelResolutionError, ArchitectureError) as exc:
@@ -115,9 +120,11 @@ def run_plan(args: argparse.Namespace) -> int:
     strategy = Strategy(args.strategy) if args.strategy else None
     plan = make_plan(arch, setup, gpus, workload, counts=counts, strategy=strategy)
     if args.json:
-        print(json.dumps(plan_dict(plan, source), indent=2))
+        print(json.dumps({**plan_dict(plan, source), "calibration": calibration}, indent=2))
     else:
         if arch.max_context and setup.seq_len > arch.max_context:
             print(f"warning: --seq-len {setup.seq_len} exceeds the model's context of {arch.max_context}")
         print(plan_text(plan, source, suggestion_flags))
+        if calibration:
+            print(calibration[0].upper() + calibration[1:])
     return EXIT_OK

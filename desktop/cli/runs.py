@@ -23,11 +23,13 @@ from desktop.cli.errors import EXIT_FAILED, CliError
 from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
 from desktop.core.runs.states import LIVE, TERMINAL, RunState
 from desktop.core.settings import Settings, SettingsError
+from desktop.services.billing.ledger import Ledger
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
 from desktop.services.platform.files import read_text
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import ProviderError
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
+from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
 from desktop.services.runs.rental import RentalDriver, compute_of, rental_of
 from desktop.services.runs.store import RunRecord, UnknownRunError
@@ -316,13 +318,22 @@ class RunsCommands:
             for r in records
         ]
         if args.json:
-            print(json.dumps(rows, indent=2))
+            ledger = Ledger()
+            for row, record in zip(rows, records, strict=True):
+                row.update(self._money(ledger, record))
+            print(json.dumps(rows, indent=2, default=str))
             return 0
         if not rows:
             print("no runs yet; start one with rentune run SPEC.toml")
         for row in rows:
             print(f"{row['id']:<24}{row['state']:<14}{row['started']:<27}{row['target'] or '-'}")
         return 0
+
+    def _money(self, ledger: Ledger, record: RunRecord) -> dict[str, Any]:
+        """The run's renting: what it asked for, its machines, predicted and measured, paid idle."""
+        transitions = self.engine.store.transitions(record.id)
+        money = run_money(record, transitions, ledger.rentals(record.id), self.engine.folder(record.id))
+        return {"compute": record.spec.get("compute"), **money}
 
     def status(self, args: argparse.Namespace) -> int:
         """``rentune status RUN``."""
@@ -342,6 +353,7 @@ class RunsCommands:
                         "relaunches": record.relaunches,
                         "transitions": history,
                         "last_event": events[-1] if events else None,
+                        **self._money(Ledger(), record),
                     },
                     indent=2,
                     default=str,
@@ -355,6 +367,8 @@ class RunsCommands:
             )
         for event in events[-5:]:
             print("  " + describe_event(event))
+        for line in money_lines(self._money(Ledger(), record)):
+            print("  " + line)
         if record.error:
             print(f"  problem: {record.error}")
         return 0
@@ -378,6 +392,31 @@ class RunsCommands:
                 time.sleep(1)
             except KeyboardInterrupt:
                 return 0
+
+
+def money_lines(money: dict[str, Any]) -> list[str]:
+    """The rented machines, the prediction beside the measurement, and the paid idle, in words."""
+    lines = [
+        f"machine {m['provider']} {m['instance_id']} ({m['gpu']}, ${m['price_per_hour']:.2f}/h) "
+        f"{_stamp(m['started'])} to {_stamp(m['stopped']) if m['stopped'] else 'now (billing)'}"
+        for m in money["machines"]
+    ]
+    predicted, measured = money["predicted"], money["measured"]
+    if predicted:
+        lines.append(
+            f"predicted: {predicted['tokens_per_s']:,.0f} tokens/s, {predicted['hours']:.2f} h, "
+            f"${predicted['usd']:.2f}, peak {predicted['peak_gb']:.1f} GB per GPU"
+        )
+    if measured["tokens_per_s"] or measured["usd"] is not None:
+        speed = f"{measured['tokens_per_s']:,.0f} tokens/s" if measured["tokens_per_s"] else "no steps yet"
+        cost = f", {measured['hours']:.2f} h rented, ${measured['usd']:.2f}" if measured["usd"] is not None else ""
+        lines.append(f"measured: {speed}{cost}")
+    idle = money["paid_idle"]
+    if idle["create_to_first_step_s"] is not None:
+        after = idle["adapter_to_terminate_s"]
+        tail = f", adapter to terminate {after:.0f} s" if after is not None else ""
+        lines.append(f"paid idle: machine created to first step {idle['create_to_first_step_s']:.0f} s{tail}")
+    return lines
 
 
 def _commands() -> RunsCommands:

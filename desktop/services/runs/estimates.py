@@ -25,6 +25,7 @@ from desktop.services.data.prepare import manifest_tokens, read_manifest
 from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
 from desktop.services.models.sizing import SizingError, draft_workload, training_setup
 from desktop.services.platform.logs import get_logger
+from desktop.services.platform.paths import app_paths
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import EventKind
@@ -105,6 +106,8 @@ def _sample(store: RunStore, record: RunRecord) -> SpeedSample | None:
 
 def load_calibrations(store: RunStore | None = None) -> dict[str, Calibration]:
     """Per GPU type, how its measured speed compares with the estimate (from the finished runs on this computer)."""
+    if store is None and not (app_paths().data_dir / "runs.db").exists():
+        return {}  # no run yet: nothing to learn from, and nothing is created just to look
     try:
         return calibrate(speed_samples(store or RunStore()))
     except OSError as exc:
@@ -116,3 +119,51 @@ def calibrated_gpus(store: RunStore | None = None) -> tuple[list[GpuSpec], dict[
     """The GPU catalog with measured speeds applied, and the calibrations used."""
     calibrations = load_calibrations(store)
     return calibrated(load_gpus(), calibrations), calibrations
+
+
+def paid_idle(
+    record: RunRecord, transitions: Sequence[dict[str, Any]], rentals: Sequence[Rental], folder: Path
+) -> dict[str, float | None]:
+    """Seconds paid for nothing: machines' creation to their first step, and the adapter's arrival to termination.
+
+    Returns:
+        ``create_to_first_step_s`` (summed over the run's machines) and ``adapter_to_terminate_s`` (None until the
+        run finished and its machines are terminated).
+    """
+    steps = sorted(float(e["ts"]) for e in mirrored_events(folder) if e["event"] is EventKind.STEP)
+    before_steps = 0.0
+    for rental in rentals:
+        end = rental.stopped or time.time()
+        first = next((ts for ts in steps if rental.started <= ts <= end), None)
+        before_steps += (first if first is not None else end) - rental.started
+    after_adapter = None
+    if record.state is RunState.FINISHED and rentals and all(r.stopped for r in rentals):
+        finished = max((float(t["ts"]) for t in transitions if t["to_state"] == RunState.FINISHED.value), default=None)
+        last_stop = max(float(r.stopped or 0) for r in rentals)
+        after_adapter = max(0.0, last_stop - finished) if finished is not None else None
+    return {
+        "create_to_first_step_s": round(before_steps, 1) if rentals else None,
+        "adapter_to_terminate_s": round(after_adapter, 1) if after_adapter is not None else None,
+    }
+
+
+def run_money(
+    record: RunRecord, transitions: Sequence[dict[str, Any]], rentals: Sequence[Rental], folder: Path
+) -> dict[str, Any]:
+    """A run's renting as ``rentune runs --json`` shows it: machines, prediction, measurement, paid idle."""
+    return {
+        "machines": [
+            {
+                "provider": r.provider,
+                "instance_id": r.instance_id,
+                "gpu": r.gpu,
+                "price_per_hour": r.price_per_hour,
+                "started": r.started,
+                "stopped": r.stopped,
+            }
+            for r in rentals
+        ],
+        "predicted": record.spec.get("predicted"),
+        "measured": measure(folder, rentals),
+        "paid_idle": paid_idle(record, transitions, rentals, folder),
+    }

@@ -393,9 +393,33 @@ class RentalDriver:
         rental = replace(rental, ready=time.time())
         self.ctx.set_spec(run_id, rental=rental.as_dict(), self_stop=self_stop_settings(compute, rental))
         self.engine.retarget(run_id, target, rented=True, host_key=host_key)
+        await self._predict(run_id, offer, rental)
         waited = rental.ready - rental.created if rental.ready else 0.0
         self.report(f"machine {instance.instance_id} is up after {waited:.0f} s: {target.url}")
         return rental
+
+    async def _predict(self, run_id: str, offer: Offer, rental: Rental) -> None:
+        """Stores what sizing predicts for this GPU and price (first machine only), to compare with what it measures."""
+        record = self.ctx.store.get(run_id)
+        if record.spec.get("predicted"):
+            return
+        from desktop.services.runs.estimates import calibrated_gpus, predict
+
+        def estimate() -> dict[str, Any] | None:
+            gpus, _ = calibrated_gpus(self.ctx.store)
+            return predict(record.spec, offer.gpu, offer.count, rental.price_per_hour, gpus)
+
+        try:
+            predicted = await asyncio.to_thread(estimate)
+        except Exception as exc:  # noqa: BLE001 - an estimate is a nicety: training goes on without one
+            self.report(f"no estimate for this machine ({exc})")
+            return
+        if predicted is not None:
+            self.ctx.set_spec(run_id, predicted=predicted)
+            self.report(
+                f"estimate on this machine: {predicted['hours']:.2f} h, ${predicted['usd']:.2f}, "
+                f"{predicted['tokens_per_s']:,.0f} tokens/s, peak {predicted['peak_gb']:.1f} GB per GPU"
+            )
 
     async def _wait_ready(self, run_id: str, compute: ComputeSpec, rental: Rental) -> tuple[SshTarget, str]:
         """Polls until the provider says running with an address, SSH shows a banner and runs a command.

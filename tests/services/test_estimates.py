@@ -1,0 +1,72 @@
+"""Estimate, measure, correct: a run's prediction beside its measurement, and later plans learning from it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.core.runs.states import RunState
+from desktop.services.billing.ledger import Ledger
+from desktop.services.models.configs import load_gpus
+from desktop.services.runs.estimates import load_calibrations, measure, paid_idle, predict
+from desktop.services.runs.store import RunStore
+from tests.fixtures.tiny_models import TinyModel
+
+FLOW = ["connecting", "uploading", "bootstrapping", "training", "syncing", "pulling", "finished"]
+
+
+def _finished_run(store: RunStore, predicted: dict[str, object], speeds: list[float]) -> str:
+    record = store.create({"base_model": "qwen2.5-7b", "predicted": predicted}, None)
+    for state in FLOW:
+        store.transition(record.id, RunState(state))
+    now = time.time()
+    lines = [
+        {"v": 1, "seq": i + 1, "ts": now + i, "event": "step", "step": i + 1, "loss": 1.0, "tokens_per_s": speed}
+        for i, speed in enumerate(speeds)
+    ]
+    (store.folder(record.id) / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return record.id
+
+
+def test_prediction_for_a_gpu_and_price(tiny_model: TinyModel, chat_dataset: Path) -> None:
+    spec = {"base_model": str(tiny_model.path), "train_file": str(chat_dataset), "training": {"method": "lora"}}
+    predicted = predict(spec, "RTX 4090", 1, 0.44, load_gpus())
+    assert predicted is not None and predicted["gpu"] == "rtx4090"
+    assert predicted["tokens_per_s"] > 0 and predicted["hours"] > 0 and predicted["peak_gb"] > 0
+    assert predicted["usd"] == round(predicted["hours"] * 0.44, 2)
+    assert predict(spec, "Mystery GPU 9000", 1, 1.0, load_gpus()) is None, "an unknown GPU gets no estimate"
+
+
+def test_measurement_and_paid_idle_from_events_and_the_ledger() -> None:
+    store = RunStore()
+    run_id = _finished_run(store, {}, [100.0, 300.0, 200.0])
+    ledger = Ledger()
+    started = time.time() - 10
+    ledger.open(run_id, "runpod", "pod-1", "RTX 4090", 0.36, started=started)
+    ledger.close("runpod", "pod-1", time.time() + 20)
+    rentals = ledger.rentals(run_id)
+    measured = measure(store.folder(run_id), rentals)
+    assert measured["tokens_per_s"] == 200.0 and measured["steps"] == 3
+    assert measured["usd"] == pytest.approx(0.36 * 30 / 3600, abs=1e-3)
+    idle = paid_idle(store.get(run_id), store.transitions(run_id), rentals, store.folder(run_id))
+    assert 9 <= (idle["create_to_first_step_s"] or 0) <= 11, "created 10 s before the first step"
+    assert idle["adapter_to_terminate_s"] is not None and 19 <= idle["adapter_to_terminate_s"] <= 21
+
+
+def test_later_plans_use_the_speed_measured_for_that_gpu_type(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1", "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before["calibration"] is None
+    _finished_run(RunStore(), {"gpu": "rtx4090", "tokens_per_s": 1000.0}, [500.0, 500.0])
+    assert load_calibrations()["rtx4090"].ratio == 0.5
+    assert main(["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1", "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["calibration"] == "speeds measured on your runs: RTX 4090 from 1 run (0.50x the estimate)"
+    speed = [o["tokens_per_s"] for o in before["options"]][0], [o["tokens_per_s"] for o in after["options"]][0]
+    assert speed[1] == pytest.approx(speed[0] * 0.5, rel=0.01)
+    assert main(["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1"]) == 0
+    assert "Speeds measured on your runs: RTX 4090 from 1 run" in capsys.readouterr().out
