@@ -26,6 +26,7 @@ from desktop.core.settings import Settings, SettingsError
 from desktop.services.billing.ledger import Ledger
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
 from desktop.services.platform.files import read_text
+from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import ProviderError
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
@@ -210,9 +211,21 @@ class RunsCommands:
         except ProviderError as exc:
             raise self.error(f"run {run_id}: {exc}", EXIT_FAILED) from exc
 
+    def _warn_orphans(self) -> None:
+        """Warns (on stderr) of machines at the user's providers that no live run owns, and what they burn."""
+        from desktop.services.runs.orphans import orphan_warning
+
+        try:
+            warning = asyncio.run(orphan_warning(self.engine.store, self.engine.secrets))
+        except (ProviderError, SecretStoreError):
+            return
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+
     def run(self, args: argparse.Namespace) -> int:
         """``rentune run SPEC.toml``."""
         spec = self._load_spec(args.spec)
+        self._warn_orphans()
         target = self._target(args, spec.target)
         compute = None if target is not None else spec.compute  # --target trains on that machine instead of renting
         spec = RunSpec(**{**spec.__dict__, "target": target, "compute": compute})

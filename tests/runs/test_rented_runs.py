@@ -343,3 +343,26 @@ def test_laptop_closed_the_machine_terminates_itself_and_resume_finishes(
     assert record.state is RunState.FINISHED
     assert len(RunStore().get(run_id).spec["machines"]) == 2
     _nothing_left(runpod.fake)
+
+
+def test_rentune_run_warns_of_orphaned_machines_with_their_burn_rate(
+    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from desktop.services.providers.base import OfferQuery, ProviderName, RentRequest
+    from desktop.services.providers.registry import open_provider
+
+    async def leave_an_orphan() -> None:
+        provider = open_provider(ProviderName.RUNPOD)
+        try:
+            [offer, *_] = await provider.offers(OfferQuery(gpu="RTX 4090"))
+            key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHf2lCXjVHZmIeOaVG7CXHPBBpU1KLdmkLmNbdzN8YKc orphan"
+            await provider.create(RentRequest(offer, key, "rentune-20200101-000000-dead", "img"))
+        finally:
+            await provider.aclose()
+
+    asyncio.run(leave_an_orphan())
+    runpod.fake.faults.never_ready = True
+    assert main(["run", str(rented_spec(runpod, ready_timeout_minutes=0.02))]) == 1
+    err = capsys.readouterr().err
+    assert "1 orphaned machine (no live run owns it) bills $0.69/h" in err and "rentune-20200101-000000-dead" in err
+    assert "rentune machines --stop-orphans" in err

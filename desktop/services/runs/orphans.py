@@ -11,10 +11,10 @@ import asyncio
 from dataclasses import dataclass
 
 from desktop.core.runs.states import TERMINAL, RunState
-from desktop.services.platform.secrets import SecretStore, SecretStoreError
+from desktop.services.platform.secrets import SecretSource, SecretStore, SecretStoreError
 from desktop.services.providers.base import GONE, Instance, InstanceState, ProviderError, ProviderName
 from desktop.services.providers.market import OpenProvider, gather_instances
-from desktop.services.providers.registry import open_provider
+from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.runs.rental import Rental, rental_of
 from desktop.services.runs.store import RunStore
 
@@ -166,3 +166,41 @@ async def _terminate(
     finally:
         await provider.aclose()
     return stopped, notes
+
+
+def keyed_providers(secrets: SecretStore | None = None) -> list[ProviderName]:
+    """The providers the user has an API key for (keyring or environment); none when no keyring is usable."""
+    store = secrets or SecretStore()
+    keyed = []
+    for name in ProviderName:
+        status = store.status(PROVIDERS[name].secret)
+        if status.source in (SecretSource.KEYRING, SecretSource.ENVIRONMENT):
+            keyed.append(name)
+    return keyed
+
+
+async def orphan_warning(
+    store: RunStore, secrets: SecretStore | None = None, *, time_limit: float = 15.0, open: OpenProvider = open_provider
+) -> str | None:
+    """One line warning of machines no live run owns, with what they burn (None when there are none).
+
+    Only providers with a key are asked; one that does not answer within ``time_limit`` is left out silently (the
+    warning is a courtesy at start, never a reason to wait).
+    """
+    names = await asyncio.to_thread(keyed_providers, secrets)
+    if not names:
+        return None
+    try:
+        report = await asyncio.wait_for(list_machines(store, secrets, names, open=open), time_limit)
+    except TimeoutError:
+        return None
+    orphans = report.orphans
+    if not orphans:
+        return None
+    listed = ", ".join(f"{m.instance.provider.label} {m.instance.instance_id} ({m.instance.name})" for m in orphans)
+    one = len(orphans) == 1
+    count = "1 orphaned machine (no live run owns it) bills" if one else f"{len(orphans)} orphaned machines bill"
+    return (
+        f"warning: {count} ${burn_rate(report):.2f}/h: {listed}; rentune machines --stop-orphans terminates "
+        + ("it" if one else "them")
+    )
