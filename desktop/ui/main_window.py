@@ -12,6 +12,8 @@ from desktop import __version__
 from desktop.core.settings import Settings
 from desktop.services.platform.resources import ResourceNotFoundError, resource_bytes
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.orphans import find_orphans
+from desktop.ui.background import spawn
 from desktop.ui.context import AppContext
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
@@ -24,6 +26,7 @@ from desktop.ui.pages.wizard.steps import wizard_steps
 from desktop.ui.pages.wizard.wizard_page import WizardPage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme
+from desktop.ui.widgets.orphans_banner import OrphansBanner
 
 
 class UnknownPageError(KeyError):
@@ -75,7 +78,9 @@ class MainWindow(QMainWindow):
         self.running_status = RunningStatus(self.context, self.status_label, self)
 
     def _add_pages(self, settings: Settings, secrets: SecretStore) -> None:
-        self.add_page(HomePage())
+        self.orphans_banner = OrphansBanner(self.context.store, secrets)
+        self.orphans_banner.sig_stopped.connect(lambda words: self.status_label.setText(words[0].upper() + words[1:]))
+        self.add_page(HomePage(banner=self.orphans_banner))
         self.wizard = WizardPage(self.context, wizard_steps(self.context))
         self.wizard.sig_run_launched.connect(self.on_run_opened)
         review = self.wizard.step("review")
@@ -173,7 +178,14 @@ class MainWindow(QMainWindow):
                 self.status_label.setText(
                     f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
                 )
+            spawn(self.check_orphans())
         await asyncio.gather(*(page.load() for page in self._pages.values()))
+
+    async def check_orphans(self) -> None:
+        """Asks the providers with a key for machines no live run owns; the Home page warns of them."""
+        report = await find_orphans(self.context.store, self.context.secrets)
+        if report is not None:
+            self.orphans_banner.show_report(report)
 
     def on_sidebar_row_changed(self, row: int) -> None:
         """Shows the page picked in the sidebar."""

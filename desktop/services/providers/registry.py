@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from importlib import import_module
-
-import httpx
+from typing import TYPE_CHECKING
 
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import MissingKeyError, Provider, ProviderName
-from desktop.services.providers.http import RetryPolicy
+
+if TYPE_CHECKING:  # httpx loads in ~0.3 s: only the client modules, opened when used, import it
+    import httpx
+
+    from desktop.services.providers.http import RetryPolicy
 
 
 @dataclass(frozen=True)

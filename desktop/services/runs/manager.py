@@ -12,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, SshTarget
-from desktop.core.runs.states import LIVE
+from desktop.core.runs.states import LIVE, TERMINAL
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.providers.base import ProviderError
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine, RunError
+from desktop.services.runs.rental import RentalDriver, compute_of, rental_of
 from desktop.services.runs.store import RunRecord, RunStore
 
 #: Called with (run id, line) for every progress line of a driven run.
@@ -94,11 +96,11 @@ class RunManager:
 
     async def _drive(self, run_id: str) -> RunRecord | None:
         try:
-            record = await self.engine(run_id).drive(run_id)
+            record = await self._driven(run_id)
         except RunBusyError as exc:
             self._emit(run_id, str(exc))
             return None
-        except RunError as exc:
+        except (RunError, ProviderError) as exc:
             self._emit(run_id, f"failed: {exc}")
             return self.store.update(run_id, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a background task must never die silently
@@ -107,6 +109,22 @@ class RunManager:
             return self.store.update(run_id, error=f"{type(exc).__name__}: {exc}")
         self._emit(run_id, f"run {record.state.value}" + (f": {record.error}" if record.error else ""))
         return record
+
+    async def _driven(self, run_id: str) -> RunRecord:
+        """Drives the run to its end; a rented run through the rental driver, which terminates its machine."""
+        if compute_of(self.store.get(run_id)) is None:
+            return await self.engine(run_id).drive(run_id)
+        return await RentalDriver(self.engine(run_id)).drive(run_id)
+
+    async def _release_if_ended(self, run_id: str, record: RunRecord) -> RunRecord:
+        """Terminates an ended rented run's machine (the rental driver does it when it follows the run)."""
+        if record.state in TERMINAL and rental_of(record) is not None:
+            driver = RentalDriver(self.engine(run_id))
+            try:
+                await driver.release(run_id, f"the run was stopped ({record.state.value})")
+            finally:
+                await driver.aclose()
+        return self.store.get(run_id)
 
     def reattach_all(self) -> list[str]:
         """Follows every run that was live when the app last closed; returns their ids."""
@@ -130,9 +148,9 @@ class RunManager:
         if self.is_driving(run_id) and self.store.get(run_id).pid is None:
             await self._cancel(run_id)
         if not self.is_driving(run_id):
-            return await self.engine(run_id).stop(run_id)
+            return await self._release_if_ended(run_id, await self.engine(run_id).stop(run_id))
         await self.engine(run_id).request_stop(run_id)
-        return await self.wait(run_id)
+        return await self._release_if_ended(run_id, await self.wait(run_id))
 
     async def _cancel(self, run_id: str) -> None:
         task = self._tasks.get(run_id)

@@ -179,20 +179,32 @@ def keyed_providers(secrets: SecretStore | None = None) -> list[ProviderName]:
     return keyed
 
 
-async def orphan_warning(
+async def find_orphans(
     store: RunStore, secrets: SecretStore | None = None, *, time_limit: float = 15.0, open: OpenProvider = open_provider
-) -> str | None:
-    """One line warning of machines no live run owns, with what they burn (None when there are none).
+) -> MachinesReport | None:
+    """The machines at the providers with a key, for a look at start (None when no provider has a key).
 
-    Only providers with a key are asked; one that does not answer within ``time_limit`` is left out silently (the
-    warning is a courtesy at start, never a reason to wait).
+    A provider that does not answer within ``time_limit`` is left out silently: the check is a courtesy at start,
+    never a reason to wait.
     """
-    names = await asyncio.to_thread(keyed_providers, secrets)
+    try:
+        names = await asyncio.to_thread(keyed_providers, secrets)
+    except SecretStoreError:
+        return None
     if not names:
         return None
     try:
-        report = await asyncio.wait_for(list_machines(store, secrets, names, open=open), time_limit)
+        return await asyncio.wait_for(list_machines(store, secrets, names, open=open), time_limit)
     except TimeoutError:
+        return None
+
+
+async def orphan_warning(
+    store: RunStore, secrets: SecretStore | None = None, *, time_limit: float = 15.0, open: OpenProvider = open_provider
+) -> str | None:
+    """One line warning of machines no live run owns, with what they burn (None when there are none)."""
+    report = await find_orphans(store, secrets, time_limit=time_limit, open=open)
+    if report is None:
         return None
     orphans = report.orphans
     if not orphans:
@@ -200,7 +212,6 @@ async def orphan_warning(
     listed = ", ".join(f"{m.instance.provider.label} {m.instance.instance_id} ({m.instance.name})" for m in orphans)
     one = len(orphans) == 1
     count = "1 orphaned machine (no live run owns it) bills" if one else f"{len(orphans)} orphaned machines bill"
-    return (
-        f"warning: {count} ${burn_rate(report):.2f}/h: {listed}; rentune machines --stop-orphans terminates "
-        + ("it" if one else "them")
+    return f"warning: {count} ${burn_rate(report):.2f}/h: {listed}; rentune machines --stop-orphans terminates " + (
+        "it" if one else "them"
     )

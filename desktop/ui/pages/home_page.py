@@ -40,8 +40,10 @@ class HomePage(BasePage):
     )
     sig_environment_checked = Signal(list)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, banner: QWidget | None = None) -> None:
         super().__init__(parent)
+        if banner is not None:
+            self.body.addWidget(banner)  # orphaned machines: the first thing to see when something bills for nothing
         self.body.addWidget(self._build_flow())
         self.body.addWidget(self._build_environment(), 1)
 
