@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -155,7 +154,7 @@ def stdin(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def use_check(monkeypatch: pytest.MonkeyPatch, check: FakeCheck) -> FakeCheck:
-    monkeypatch.setattr(keys_cli, "check_with_provider", check)
+    monkeypatch.setattr(keys_cli, "check_api_key", check)
     return check
 
 
@@ -234,38 +233,33 @@ def test_an_unknown_provider_is_refused_by_the_parser(capsys: pytest.CaptureFixt
     assert "invalid choice: 'azure'" in capsys.readouterr().err
 
 
-class FakeProvider:
-    """Stands in for a provider client module, as ``open_provider`` imports it."""
-
-    closed: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads what instances did
-
-    def __init__(self, key: str, url: str, **_: Any) -> None:
-        self.key = key
-
-    async def check_key(self) -> None:
-        if self.key != KEY:
-            raise AuthError(ProviderName.RUNPOD, "the API key was refused (401)")
-
-    async def aclose(self) -> None:
-        FakeProvider.closed.append(self.key)
-
-
-@pytest.mark.parametrize(("key", "stored"), [(KEY, True), ("wrong-key", False)])
-def test_the_default_check_opens_the_provider_through_the_registry(
-    key: str,
-    stored: bool,
+@pytest.mark.parametrize(
+    ("provider", "fixture", "suffix"),
+    [("runpod", "fake_runpod", ""), ("vast", "fake_vast", "/api/v0"), ("lambda", "fake_lambda", "/api/v1")],
+)
+def test_set_checks_the_key_with_the_provider_itself(
+    provider: str,
+    fixture: str,
+    suffix: str,
+    request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
     stdin: Any,
     memory_keyring: MemoryKeyring,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    info = replace(PROVIDERS[ProviderName.RUNPOD], module=__name__, class_name="FakeProvider")
-    monkeypatch.setitem(PROVIDERS, ProviderName.RUNPOD, info)
-    monkeypatch.setattr(FakeProvider, "closed", [])
-    stdin(key)
-    assert run(capsys, "keys", "set", "runpod")[0] == (0 if stored else 1)
-    assert FakeProvider.closed == [key], "the client is closed whether the key passes or not"
-    assert (("rentune", "runpod") in memory_keyring.passwords) is stored
+    """Against the fake clouds: a key they refuse is not stored, the one they accept is."""
+    fake = request.getfixturevalue(fixture)
+    info = PROVIDERS[ProviderName(provider)]
+    monkeypatch.setenv(info.url_env, fake.serve() + suffix)
+    stdin("not-the-key\n")
+    code, out, err = run(capsys, "keys", "set", provider)
+    assert code == 1 and "refused" in err and "nothing was stored" in err and "not-the-key" not in out + err
+    assert memory_keyring.passwords == {}
+    stdin(fake.valid_key + "\n")
+    code, out, err = run(capsys, "keys", "set", provider)
+    assert code == 0, err
+    assert memory_keyring.passwords == {("rentune", info.secret.value): fake.valid_key}
+    assert fake.valid_key not in out + err
 
 
 def test_list_says_where_each_key_comes_from_and_never_prints_one(

@@ -25,24 +25,10 @@ from desktop.services.platform.secrets import (
     SecretStoreError,
 )
 from desktop.services.providers.base import AuthError, ProviderError, ProviderName
-from desktop.services.providers.registry import PROVIDERS, open_provider
+from desktop.services.providers.registry import PROVIDERS, check_api_key
 
 #: Checks a key with its provider; raises AuthError when refused, ProviderError when the provider cannot answer.
 KeyCheck = Callable[[ProviderName, str], Coroutine[Any, Any, None]]
-
-
-async def check_with_provider(name: ProviderName, key: str) -> None:
-    """Makes the provider's cheap authenticated call with ``key``.
-
-    Raises:
-        AuthError: The provider refused the key.
-        ProviderError: The provider cannot be reached or failed.
-    """
-    provider = open_provider(name, api_key=key)
-    try:
-        await provider.check_key()
-    finally:
-        await provider.aclose()
 
 
 def read_key(label: str) -> str:
@@ -77,7 +63,7 @@ class KeysCommands:
     """
 
     def __init__(self, check: KeyCheck | None = None, secrets: SecretStore | None = None) -> None:
-        self.check = check or check_with_provider
+        self.check = check or check_api_key
         self.secrets = secrets or SecretStore()
 
     def set(self, name: ProviderName) -> int:

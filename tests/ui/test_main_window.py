@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
@@ -94,6 +95,30 @@ def test_api_key_saved_from_the_settings_page_lands_in_the_keyring(
     page.on_remove_key_clicked(SecretName.HUGGINGFACE)
     wait_for(lambda: page.key_status[SecretName.HUGGINGFACE].text() == "Not set")
     assert memory_keyring.passwords == {}
+
+
+def test_a_cloud_key_is_checked_with_its_provider_before_it_is_stored(
+    window: MainWindow,
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    memory_keyring: MemoryKeyring,
+    fake_vast: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RENTUNE_VAST_URL", fake_vast.serve() + "/api/v0")
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    qtbot.keyClicks(page.key_inputs[SecretName.VAST], "a-wrong-key")
+    page.on_store_key_clicked(SecretName.VAST)
+    wait_for(lambda: page.keys_message.text().startswith("Not saved"))
+    assert "refused" in page.keys_message.text() and memory_keyring.passwords == {}
+    page.key_inputs[SecretName.VAST].clear()
+    qtbot.keyClicks(page.key_inputs[SecretName.VAST], fake_vast.valid_key)
+    page.on_store_key_clicked(SecretName.VAST)
+    wait_for(lambda: page.key_status[SecretName.VAST].text() == "Stored in the keyring")
+    assert memory_keyring.passwords == {("rentune", "vast"): fake_vast.valid_key}
+    assert page.keys_message.text() == "Vast.ai API key saved in the keyring (checked with Vast.ai)."
 
 
 def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_for: Callable[..., None]) -> None:

@@ -126,3 +126,22 @@ def open_provider(
     cls = getattr(import_module(info.module), info.class_name)
     provider: Provider = cls(key, info.url, transport=transport, retry=retry)
     return provider
+
+
+def provider_of_secret(secret: SecretName) -> ProviderName | None:
+    """The provider whose API key ``secret`` is (None for the Hugging Face token)."""
+    return next((info.name for info in PROVIDERS.values() if info.secret is secret), None)
+
+
+async def check_api_key(name: ProviderName, key: str) -> None:
+    """Makes the provider's cheap authenticated call with ``key`` (before it is stored).
+
+    Raises:
+        AuthError: The provider refused the key.
+        ProviderError: The provider cannot be reached or failed.
+    """
+    provider = open_provider(name, api_key=key)
+    try:
+        await provider.check_key()
+    finally:
+        await provider.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -31,6 +32,8 @@ from desktop.services.platform.secrets import (
     SecretStoreError,
 )
 from desktop.services.platform.settings import save_settings
+from desktop.services.providers.base import ProviderError
+from desktop.services.providers.registry import check_api_key, provider_of_secret
 from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
 
@@ -127,7 +130,7 @@ class SettingsPage(BasePage):
     # -- API keys -------------------------------------------------------------------------------------------------
 
     def _build_keys(self) -> QGroupBox:
-        box = QGroupBox("Tokens")
+        box = QGroupBox("API keys and tokens")
         grid = QGridLayout(box)
         self.key_status: dict[SecretName, QLabel] = {}
         self.key_inputs: dict[SecretName, QLineEdit] = {}
@@ -173,15 +176,26 @@ class SettingsPage(BasePage):
             self.key_status[status.name].setText(text)
 
     def on_store_key_clicked(self, name: SecretName) -> None:
-        """Stores the pasted key in the keyring (off the UI thread) and clears the field."""
-        value, secrets = self.key_inputs[name].text(), self.secrets
-        Operation(self, lambda _job: secrets.set(name, value), lambda _none: self._key_stored(name)).failure(
-            self._key_refused, SecretStoreError
+        """Checks a cloud key with its provider, then stores it in the keyring (off the UI thread); clears the field."""
+        value, secrets = self.key_inputs[name].text().strip(), self.secrets
+        provider = provider_of_secret(name)
+
+        def check_and_store(_job: object) -> None:
+            if provider is not None and value:
+                asyncio.run(check_api_key(provider, value))  # a worker thread: its own short event loop
+            secrets.set(name, value)
+
+        if provider is not None and value:
+            self.keys_message.setText(f"Checking the {name.label} with {provider.label}…")
+        Operation(self, check_and_store, lambda _none: self._key_stored(name)).failure(
+            self._key_refused, SecretStoreError, ProviderError
         ).run()
 
     def _key_stored(self, name: SecretName) -> None:
         self.key_inputs[name].clear()
-        self.keys_message.setText(f"{name.label} saved in the keyring.")
+        provider = provider_of_secret(name)
+        checked = f" (checked with {provider.label})" if provider else ""
+        self.keys_message.setText(f"{name.label} saved in the keyring{checked}.")
         self._read_key_statuses()
 
     def on_remove_key_clicked(self, name: SecretName) -> None:
@@ -195,5 +209,8 @@ class SettingsPage(BasePage):
         self.keys_message.setText(f"{name.label} removed from the keyring.")
         self._read_key_statuses()
 
-    def _key_refused(self, exc: SecretStoreError) -> None:
+    def _key_refused(self, exc: SecretStoreError | ProviderError) -> None:
+        if isinstance(exc, ProviderError):
+            self.keys_message.setText(f"Not saved: {exc}")
+            return
         self.keys_message.setText(str(exc))
