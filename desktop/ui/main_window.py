@@ -79,7 +79,7 @@ class MainWindow(QMainWindow):
 
     def _add_pages(self, settings: Settings, secrets: SecretStore) -> None:
         self.orphans_banner = OrphansBanner(self.context.store, secrets)
-        self.orphans_banner.sig_stopped.connect(lambda words: self.status_label.setText(words[0].upper() + words[1:]))
+        self.orphans_banner.sig_stopped.connect(self.on_orphans_stopped)
         self.add_page(HomePage(banner=self.orphans_banner))
         self.wizard = WizardPage(self.context, wizard_steps(self.context))
         self.wizard.sig_run_launched.connect(self.on_run_opened)
@@ -180,6 +180,10 @@ class MainWindow(QMainWindow):
                 )
             spawn(self.check_orphans())
         await asyncio.gather(*(page.load() for page in self._pages.values()))
+
+    def on_orphans_stopped(self, words: str) -> None:
+        """Says in the status bar what terminating the orphans did."""
+        self.status_label.setText(f"{words[0].upper()}{words[1:]}.")
 
     async def check_orphans(self) -> None:
         """Asks the providers with a key for machines no live run owns; the Home page warns of them."""

@@ -46,7 +46,7 @@ def test_home_warns_of_orphans_and_terminates_them_after_asking(
     qloop.run_until_complete(window.check_orphans())
     banner = window.orphans_banner
     assert banner.isVisible()
-    assert "1 rented machine that no run uses still bills $0.69/h" in banner.text.text() and "$0.69/h" in banner.text.text()
+    assert "1 rented machine that no run uses still bills $0.69/h" in banner.text.text()
     asked: list[str] = []
     monkeypatch.setattr(orphans_banner, "confirm", lambda _parent, _title, question: asked.append(question) or True)
     banner.stop_button.click()
@@ -55,7 +55,7 @@ def test_home_warns_of_orphans_and_terminates_them_after_asking(
     by_label = {i.label: i for i in fake_runpod.instances.values()}
     assert by_label["rentune-20200101-000000-dead"].terminated is not None
     assert by_label["my-own-notebook"].terminated is None
-    assert window.status_label.text() == "Terminated 1 orphaned machine"
+    assert window.status_label.text() == "Terminated 1 orphaned machine."
 
 
 def test_no_key_no_question_and_no_banner(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> None:

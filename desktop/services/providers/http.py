@@ -119,8 +119,8 @@ class ApiClient:
         if response.status_code in (401, 403):
             raise AuthError(
                 self.provider,
-                f"the API key was refused ({error_text(response)}); "
-                f"set a valid one with rentune keys set {self.provider.value}",
+                f"the API key was refused ({error_text(response)}); store a valid one in the app's Settings or with "
+                f"rentune keys set {self.provider.value}",
             )
         if response.status_code == 429:
             raise RateLimitedError(self.provider, f"rate limited ({error_text(response)}); try again in a minute")

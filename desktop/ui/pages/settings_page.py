@@ -49,7 +49,7 @@ class SettingsPage(BasePage):
 
     page_name = "settings"
     title = "Settings"
-    purpose = "Preferences are saved in your config folder. Tokens are kept in your system's keyring only."
+    purpose = "Preferences are saved in your config folder. API keys and tokens are kept in your system's keyring only."
     sig_settings_changed = Signal(object)
 
     def __init__(self, settings: Settings, secrets: SecretStore, parent: QWidget | None = None) -> None:
@@ -138,7 +138,7 @@ class SettingsPage(BasePage):
             status = QLabel("…")
             entry = QLineEdit()
             entry.setEchoMode(QLineEdit.EchoMode.Password)
-            entry.setPlaceholderText(f"Paste the {name.label} (or set {name.env_var})")
+            entry.setPlaceholderText(f"Paste it here, or set {name.env_var}")
             entry.setAccessibleName(name.label)
             store = QPushButton("Save")
             store.setAccessibleName(f"Save the {name.label}")

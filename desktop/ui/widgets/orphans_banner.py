@@ -34,6 +34,8 @@ class OrphansBanner(QFrame):
         self.report: MachinesReport | None = None
         self.setObjectName("orphans_banner")
         self.setFrameShape(QFrame.Shape.StyledPanel)
+        # Amber reads as "money is leaking" in light and dark alike; the text keeps the palette's colour.
+        self.setStyleSheet("#orphans_banner { border: 1px solid #d29a00; border-left: 5px solid #d29a00; }")
         self.setAccessibleName("Orphaned machines")
         row = QHBoxLayout(self)
         self.text = QLabel()
