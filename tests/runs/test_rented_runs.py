@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.rental import RentalDriver, RentalOptions
 from desktop.services.runs.store import RunStore
 from tests.fakes.http import FakeCloud, FakeInstance
+from tests.fakes.machines import processes_of
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 
@@ -123,6 +125,44 @@ def _assert_ledger_matches(fake: FakeCloud, run_id: str) -> None:
         assert abs(booked.usd(time.time()) - booked.price_per_hour * provider_seconds / 3600) < 0.01
 
 
+class KeyWatch:
+    """Samples, while a run goes on, every process's command line and the machines' processes' environments, and
+    the machines' disks at the end, for the account's API key."""
+
+    def __init__(self, fake: FakeCloud) -> None:
+        self.fake, self.key = fake, fake.valid_key.encode()
+        self.leaks: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> KeyWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        for instance in self.fake.instances.values():
+            home = instance.address.home if instance.address else None
+            for path in home.rglob("*") if home else ():
+                if path.is_file() and self.key in path.read_bytes():
+                    self.leaks.append(f"machine disk: {path}")
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self.samples += 1
+            for entry in Path("/proc").glob("[0-9]*/cmdline"):
+                with contextlib.suppress(OSError):
+                    if self.key in entry.read_bytes():
+                        self.leaks.append(f"argv of pid {entry.parent.name}")
+            for machine_id in list(self.fake.instances):
+                for pid in processes_of(machine_id):
+                    with contextlib.suppress(OSError):
+                        if self.key in Path(f"/proc/{pid}/environ").read_bytes():
+                            self.leaks.append(f"environment of machine process {pid}")
+
+
 def _secret_free(home: Path, keys: list[str]) -> None:
     for path in home.rglob("*"):
         if path.is_file():
@@ -142,7 +182,9 @@ def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     memory_keyring: MemoryKeyring,
 ) -> None:
     cloud: CloudUnderTest = request.getfixturevalue(cloud_name)
-    assert main(["run", str(rented_spec(cloud))]) == 0, capsys.readouterr()
+    with KeyWatch(cloud.fake) as watch:
+        assert main(["run", str(rented_spec(cloud))]) == 0, capsys.readouterr()
+    assert watch.samples > 10 and not watch.leaks, f"the API key was seen: {watch.leaks[:3]}"
     out = capsys.readouterr().out
     assert "adapter verified" in out and "terminated" in out
     runs = RunStore().all()
@@ -156,7 +198,6 @@ def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     _nothing_left(cloud.fake)
     _assert_ledger_matches(cloud.fake, runs[0].id)
     _secret_free(rentune_home, [cloud.fake.valid_key])
-    assert cloud.fake.valid_key not in " ".join(sys.argv)
 
 
 def test_spot_machine_outbid_mid_training_finishes_on_a_second_machine(
@@ -366,3 +407,16 @@ def test_rentune_run_warns_of_orphaned_machines_with_their_burn_rate(
     err = capsys.readouterr().err
     assert "1 orphaned machine (no live run owns it) bills $0.69/h" in err and "rentune-20200101-000000-dead" in err
     assert "rentune machines --stop-orphans" in err
+
+
+def test_renting_without_a_keyring_refuses_before_anything_is_rented(
+    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import keyring
+    from keyring.backends.fail import Keyring as NoKeyring
+
+    keyring.set_keyring(NoKeyring())
+    assert main(["run", str(rented_spec(runpod))]) == 2
+    err = capsys.readouterr().err
+    assert "renting needs the OS keyring for the run's own SSH key" in err
+    assert runpod.fake.instances == {} and RunStore().all() == []

@@ -134,6 +134,14 @@ class RunEngine:
         """Records a run whose machine is rented for it: no target yet; the provider is given the run's key."""
         record = self.store.create(spec_to_record(spec), None)
         public = create_run_key(record.id)
+        if public is None:  # nothing was rented: the record goes again
+            self.store.transition(record.id, RunState.CANCELLED, "no keyring for the run's SSH key")
+            self.store.delete(record.id)
+            raise RunError(
+                "renting needs the OS keyring for the run's own SSH key (its private half is kept nowhere else); "
+                "install and unlock a Secret Service such as gnome-keyring or KWallet, or use [target] with your own "
+                "key"
+            )
         record = self.ctx.set_spec(record.id, run_key_public=public, run_key_installed=False)
         provider = spec.compute.provider if spec.compute else "?"
         self.report(f"run {record.id} created for {spec.base_model}, to train on a machine rented at {provider}")
