@@ -8,18 +8,18 @@ import json
 import sys
 from typing import Any
 
-from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError, about
+from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
+from desktop.cli.sizing_flags import training_setup
+from desktop.cli.sizing_flags import workload as sizing_workload
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.offers import SizingJob
-from desktop.core.sizing.plan import Fit, Workload
-from desktop.core.sizing.setup import Method, SetupError, Targets, TrainingSetup
+from desktop.core.sizing.plan import Fit
 from desktop.services.models.configs import ModelResolutionError, resolve_model
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import OfferQuery, ProviderName
 from desktop.services.providers.market import SizedOffer, gather_offers, size_offers
 
 # The flag of each training setting (an error names the flag the user typed).
-_FLAGS = {"lora_r": "--lora-r", "seq_len": "--seq-len", "micro_batch": "--micro-batch", "grad_accum": "--grad-accum"}
 _FIT_WORDS = {Fit.FITS: "fits", Fit.TIGHT: "tight", Fit.NO: "no"}
 
 
@@ -28,47 +28,14 @@ def provider_names(choice: str) -> list[ProviderName]:
     return list(ProviderName) if choice == "all" else [ProviderName(choice)]
 
 
-def _setup(args: argparse.Namespace) -> TrainingSetup:
-    try:
-        return TrainingSetup(
-            method=Method(args.method),
-            lora_r=args.lora_r,
-            targets=Targets(args.targets),
-            seq_len=args.seq_len,
-            micro_batch=args.micro_batch,
-            grad_accum=args.grad_accum,
-            grad_ckpt=not args.no_grad_ckpt,
-        )
-    except SetupError as exc:
-        raise CliError(f"{_FLAGS.get(exc.setting, exc.setting)} {exc.value!r} {exc.problem}") from exc
-
-
-def _workload(args: argparse.Namespace, seq_len: int) -> Workload:
-    if not 0 < args.epochs <= 100:
-        raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
-    if args.dataset is None:
-        tokens = 15_000_000 if args.tokens is None else args.tokens
-        if not 1_000 <= tokens <= 10**13:
-            raise CliError(f"--tokens {tokens:,} is out of range: use a number from 1,000 to 10^13")
-        return Workload(tokens=tokens, epochs=args.epochs)
-    from desktop.services.data.check import check_dataset  # only an offer list from a dataset reads one
-    from desktop.services.data.tokens import load_token_counter
-
-    outcome = check_dataset(args.dataset, seq_len=seq_len, counter=load_token_counter(args.model))
-    if outcome.report.fatal or outcome.report.tokens is None:
-        raise CliError(f"{about(args.dataset, outcome.report.fatal)}; run rentune data check {args.dataset}")
-    trained = sum(min(n, seq_len) for n in outcome.kept_lengths().values())
-    return Workload(tokens=max(1, trained), epochs=args.epochs)
-
-
 def sizing_job(args: argparse.Namespace) -> SizingJob | None:
     """The plan the offers are judged against (None without ``--model``)."""
     if not args.model:
         if args.dataset is not None:
             raise CliError("--dataset needs --model (the model whose tokenizer counts the tokens)")
         return None
-    setup = _setup(args)
-    workload = _workload(args, setup.seq_len)
+    setup = training_setup(args)
+    workload, _ = sizing_workload(args, setup.seq_len)
     try:
         arch = resolve_model(args.model)
     except (ModelResolutionError, ArchitectureError) as exc:

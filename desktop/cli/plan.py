@@ -6,79 +6,29 @@ import argparse
 import json
 from enum import Enum
 
-from desktop.cli.errors import EXIT_OK, CliError, about
+from desktop.cli.errors import EXIT_OK, CliError
+from desktop.cli.sizing_flags import FLAGS, training_setup
+from desktop.cli.sizing_flags import workload as sizing_workload
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
-from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, Workload, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
-from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import Strategy
 from desktop.services.models.configs import ModelResolutionError, load_catalog, resolve_model
-
-
-def _plan_setup(args: argparse.Namespace) -> TrainingSetup:
-    try:
-        return TrainingSetup(
-            method=Method(args.method),
-            lora_r=args.lora_r,
-            targets=Targets(args.targets),
-            seq_len=args.seq_len,
-            micro_batch=args.micro_batch,
-            grad_accum=args.grad_accum,
-            grad_ckpt=not args.no_grad_ckpt,
-            num_gpus=1 if args.gpus is None else args.gpus,
-            strategy=Strategy(args.strategy or "ddp"),
-        )
-    except SetupError as exc:
-        raise CliError(f"{_FLAGS.get(exc.setting, exc.setting)} {exc.value!r} {exc.problem}") from exc
-
-
-# The flag of each training setting on `rentune plan` (a suggestion or an error names it so).
-_FLAGS = {
-    "method": "--method",
-    "lora_r": "--lora-r",
-    "lora_dropout": "--lora-dropout",
-    "seq_len": "--seq-len",
-    "micro_batch": "--micro-batch",
-    "grad_accum": "--grad-accum",
-    "num_gpus": "--gpus",
-    "strategy": "--strategy",
-}
 
 
 def suggestion_flags(suggestion: Suggestion) -> str:
     """A suggestion as the flags to rerun ``rentune plan`` with, and why: ``use --seq-len 1024 (shorter ...)``."""
     flags = [
-        f"{_FLAGS[c.setting]} {c.after.value if isinstance(c.after, Enum) else c.after}"
+        f"{FLAGS[c.setting]} {c.after.value if isinstance(c.after, Enum) else c.after}"
         for c in suggestion.changes
-        if c.setting in _FLAGS
+        if c.setting in FLAGS
     ]
     words = ["use " + " ".join(flags)] if flags else []
     if any(change.setting == "grad_ckpt" for change in suggestion.changes):
         words.append("drop --no-grad-ckpt")
     whys = "; ".join(dict.fromkeys(change.why for change in suggestion.changes))
     return f"{' and '.join(words)} ({whys})"
-
-
-def _plan_workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
-    if not 0 < args.epochs <= 100:
-        raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
-    if args.dataset is not None:
-        # Only a plan from a dataset reads one: `rentune plan` alone stays a quick command.
-        from desktop.services.data.check import check_dataset
-        from desktop.services.data.tokens import load_token_counter
-
-        outcome = check_dataset(args.dataset, seq_len=seq_len, counter=load_token_counter(args.model))
-        report = outcome.report
-        if report.fatal or report.tokens is None:
-            raise CliError(f"{about(args.dataset, report.fatal)}; run rentune data check {args.dataset}")
-        kept = outcome.kept_lengths()
-        trained = sum(min(n, seq_len) for n in kept.values())
-        source = f"{len(kept):,} usable examples in {args.dataset.name} (duplicates and rows with errors left out), "
-        return Workload(tokens=max(1, trained), epochs=args.epochs), source + report.tokens.method
-    tokens = 15_000_000 if args.tokens is None else args.tokens
-    if not 1_000 <= tokens <= 10**13:
-        raise CliError(f"--tokens {tokens:,} is out of range: use a number from 1,000 to 10^13")
-    return Workload(tokens=tokens, epochs=args.epochs), "default" if args.tokens is None else "given"
 
 
 def _plan_gpus(args: argparse.Namespace) -> tuple[list[GpuSpec], str | None]:
@@ -109,8 +59,8 @@ def run_plan(args: argparse.Namespace) -> int:
         return _print_catalog()
     if not args.model:
         raise CliError("--model is required (a catalog name such as qwen2.5-7b, a Hub id, or a model folder)")
-    setup = _plan_setup(args)
-    workload, source = _plan_workload(args, setup.seq_len)
+    setup = training_setup(args, 1 if args.gpus is None else args.gpus, args.strategy or "ddp")
+    workload, source = sizing_workload(args, setup.seq_len)
     gpus, calibration = _plan_gpus(args)
     try:
         arch = resolve_model(args.model)
