@@ -237,7 +237,7 @@ async def test_a_run_that_came_alive_keeps_its_machine(clouds: dict[ProviderName
     report = await list_machines(store, None, [RUNPOD], open=opener(*clouds.values()))
     assert [m.orphan for m in report.machines] == [True]  # not exactly its name: not its machine
     clouds[RUNPOD].machines = [machine(RUNPOD, "pod-1", f"rentune-{run_id}", InstanceState.RUNNING, 1.0)]
-    orphaned = orphans.MachinesReport([orphans.Machine(clouds[RUNPOD].machines[0], None, True)], [], [])
+    orphaned = orphans.MachinesReport([orphans.Machine(clouds[RUNPOD].machines[0], None, True)], [], [], [RUNPOD])
     stopped, _ = await stop_orphans(store, orphaned, None, open=opener(*clouds.values()))
     assert stopped == [] and clouds[RUNPOD].terminated == []
 
@@ -406,3 +406,15 @@ async def test_machines_and_orphans_end_to_end(
     assert f"stopped Vast.ai rentune-{ended} ({orphan})" in capsys.readouterr().out
     assert served[VAST].instances[orphan].terminated is not None
     assert served[RUNPOD].instances[kept].live and served[LAMBDA].instances[mine].live
+
+
+@pytest.mark.parametrize("command", [["offers"], ["machines"], ["machines", "--stop-orphans"]])
+def test_no_provider_answering_is_a_failure_not_an_empty_list(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RUNPOD_API_KEY", "some-key")
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", "http://127.0.0.1:9")  # nothing listens there
+    assert main([*command, "--provider", "runpod"] if command == ["offers"] else command) == 1
+    err = capsys.readouterr().err
+    assert "RunPod skipped: cannot reach http://127.0.0.1:9" in err
+    assert "no provider answered (see above); check the network and the keys, then try again" in err

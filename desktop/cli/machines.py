@@ -94,12 +94,15 @@ def run_machines(args: argparse.Namespace) -> int:
         raise CliError("no API key for any provider; add one with rentune keys set runpod", EXIT_FAILED)
     for note in report.notes:
         print(note, file=sys.stderr)
+    if not report.answered:
+        raise CliError("no provider answered (see above); check the network and the keys, then try again", EXIT_FAILED)
     if args.stop_orphans:
         return _stop(store, report, secrets)
     if args.json:
         print(json.dumps([machine_dict(m) for m in report.machines], indent=2))
         return EXIT_OK
-    print(machines_table(report.machines) if report.machines else "no machines at any provider")
+    asked = ", ".join(name.label for name in report.answered)
+    print(machines_table(report.machines) if report.machines else f"no machines at {asked}")
     warning = orphan_warning(report)
     if warning:
         print(warning)

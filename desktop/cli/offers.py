@@ -141,6 +141,8 @@ def run_offers(args: argparse.Namespace) -> int:
         raise _no_keys(names)
     for note in market.notes:
         print(note, file=sys.stderr)
+    if not market.answered:
+        raise CliError("no provider answered (see above); check the network and the keys, then try again", EXIT_FAILED)
     from desktop.services.runs.estimates import calibrated_gpus
 
     gpus, _ = calibrated_gpus()  # speeds measured on the user's finished runs replace the estimates

@@ -26,7 +26,7 @@ from desktop.services.providers.base import (
     ProviderError,
     ProviderName,
 )
-from desktop.services.providers.registry import open_provider
+from desktop.services.providers.registry import PROVIDERS, open_provider
 
 _T = TypeVar("_T")
 
@@ -44,11 +44,13 @@ class MarketOffers:
         offers: In-stock offers of every provider that answered.
         notes: One line per provider left out, and why.
         unkeyed: The providers left out for want of an API key.
+        answered: The providers that answered.
     """
 
     offers: list[Offer]
     notes: list[str]
     unkeyed: list[ProviderName]
+    answered: list[ProviderName]
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,13 @@ class MarketInstances:
         instances: Every machine at every provider that answered.
         notes: One line per provider left out, and why.
         unkeyed: The providers left out for want of an API key.
+        answered: The providers that answered.
     """
 
     instances: list[Instance]
     notes: list[str]
     unkeyed: list[ProviderName]
+    answered: list[ProviderName]
 
 
 async def _ask(
@@ -78,8 +82,9 @@ async def _ask(
         provider = open(name, secrets)
     except MissingKeyError:
         return [], f"{name.label} skipped: no API key; rentune keys set {name.value}", True
-    except SecretStoreError as exc:
-        return [], f"{name.label} skipped: {exc}", True
+    except SecretStoreError:
+        variable = PROVIDERS[name].secret.env_var
+        return [], f"{name.label} skipped: no API key (no keyring on this computer; set {variable})", True
     try:
         async with asyncio.timeout(limit_s):
             return await call(provider), None, False
@@ -99,12 +104,13 @@ async def _ask_all(
     open: OpenProvider,
     call: Callable[[Provider], Awaitable[list[_T]]],
     limit_s: float,
-) -> tuple[list[_T], list[str], list[ProviderName]]:
+) -> tuple[list[_T], list[str], list[ProviderName], list[ProviderName]]:
     answers = await asyncio.gather(*(_ask(name, secrets, open, call, limit_s) for name in names))
     items = [item for found, _, _ in answers for item in found]
     notes = [note for _, note, _ in answers if note]
     unkeyed = [name for name, (_, _, missing) in zip(names, answers, strict=True) if missing]
-    return items, notes, unkeyed
+    answered = [name for name, (_, note, _) in zip(names, answers, strict=True) if note is None]
+    return items, notes, unkeyed, answered
 
 
 async def gather_offers(
@@ -128,8 +134,7 @@ async def gather_offers(
     async def offers(provider: Provider) -> list[Offer]:
         return [offer for offer in await provider.offers(query) if offer.in_stock]
 
-    found, notes, unkeyed = await _ask_all(names, secrets, open, offers, limit_s)
-    return MarketOffers(found, notes, unkeyed)
+    return MarketOffers(*await _ask_all(names, secrets, open, offers, limit_s))
 
 
 async def gather_instances(
@@ -144,8 +149,7 @@ async def gather_instances(
     async def instances(provider: Provider) -> list[Instance]:
         return await provider.instances()
 
-    found, notes, unkeyed = await _ask_all(names, secrets, open, instances, limit_s)
-    return MarketInstances(found, notes, unkeyed)
+    return MarketInstances(*await _ask_all(names, secrets, open, instances, limit_s))
 
 
 @dataclass(frozen=True)

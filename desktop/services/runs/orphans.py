@@ -47,11 +47,13 @@ class MachinesReport:
         machines: One per machine, by provider and name.
         notes: One line per provider left out, and why.
         unkeyed: The providers left out for want of an API key.
+        answered: The providers that answered (the list is complete only for them).
     """
 
     machines: list[Machine]
     notes: list[str]
     unkeyed: list[ProviderName]
+    answered: list[ProviderName]
 
     @property
     def orphans(self) -> list[Machine]:
@@ -110,7 +112,7 @@ async def list_machines(
     live = live_runs(store)
     machines = [_machine(instance, live) for instance in found.instances]
     machines.sort(key=lambda m: (m.instance.provider.value, m.instance.name, m.instance.instance_id))
-    return MachinesReport(machines, found.notes, found.unkeyed)
+    return MachinesReport(machines, found.notes, found.unkeyed, found.answered)
 
 
 def billing_rate(instances: list[Instance]) -> float:
