@@ -191,13 +191,14 @@ def test_set_on_a_terminal_asks_with_a_hidden_prompt(
 def test_a_refused_key_is_not_stored(
     monkeypatch: pytest.MonkeyPatch, stdin: Any, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    use_check(monkeypatch, FakeCheck(AuthError(ProviderName.RUNPOD, "the API key was refused (401 Unauthorized)")))
+    refused = AuthError(ProviderName.RUNPOD, "the API key was refused (401 Unauthorized); store ...", "401 Unauthorized")
+    use_check(monkeypatch, FakeCheck(refused))
     stdin(KEY + "\n")
     code, out, err = run(capsys, "keys", "set", "runpod")
     assert code == 1 and out == ""
     assert err.startswith(
-        "rentune: error: the RunPod API key was refused: the API key was refused (401 Unauthorized); "
-        "nothing was stored; copy the key again from https://"
+        "rentune: error: RunPod refused this RunPod API key (401 Unauthorized); nothing was stored; copy the key "
+        "again from https://"
     )
     assert memory_keyring.passwords == {}
     assert KEY not in err

@@ -92,7 +92,7 @@ class KeysCommands:
             asyncio.run(self.check(name, key))
         except AuthError as exc:
             raise CliError(
-                f"the {info.secret.label} was refused: {exc.message}; nothing was stored; "
+                f"{name.label} refused this {info.secret.label} ({exc.reason}); nothing was stored; "
                 f"copy the key again from {info.console}",
                 EXIT_FAILED,
             ) from exc

@@ -28,7 +28,7 @@ from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
 from desktop.services.platform.files import read_text
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
-from desktop.services.providers.base import ProviderError
+from desktop.services.providers.base import ProviderError, ProviderName
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
@@ -407,10 +407,17 @@ class RunsCommands:
                 return 0
 
 
+def _provider_label(value: str) -> str:
+    try:
+        return ProviderName(value).label
+    except ValueError:
+        return value
+
+
 def money_lines(money: dict[str, Any]) -> list[str]:
     """The rented machines, the prediction beside the measurement, and the paid idle, in words."""
     lines = [
-        f"machine {m['provider']} {m['instance_id']} ({m['gpu']}, ${m['price_per_hour']:.2f}/h) "
+        f"machine {_provider_label(m['provider'])} {m['instance_id']} ({m['gpu']}, ${m['price_per_hour']:.2f}/h) "
         f"{_stamp(m['started'])} to {_stamp(m['stopped']) if m['stopped'] else 'now (billing)'}"
         for m in money["machines"]
     ]

@@ -173,13 +173,15 @@ class ProviderError(RuntimeError):
 
     Attributes:
         provider: Which provider.
-        message: The provider's message (or what went wrong talking to it).
+        message: The provider's message (or what went wrong talking to it), with the fix where there is one.
+        reason: The provider's own words alone (``message`` when none were given apart).
     """
 
-    def __init__(self, provider: ProviderName, message: str) -> None:
+    def __init__(self, provider: ProviderName, message: str, reason: str | None = None) -> None:
         super().__init__(f"{provider.label}: {message}")
         self.provider = provider
         self.message = message
+        self.reason = reason or message
 
 
 class AuthError(ProviderError):

@@ -117,10 +117,12 @@ class ApiClient:
             if attempt + 1 < self.retry.attempts:
                 await asyncio.sleep(self.retry.delay(attempt, retry_after_seconds(response)))
         if response.status_code in (401, 403):
+            reason = error_text(response)
             raise AuthError(
                 self.provider,
-                f"the API key was refused ({error_text(response)}); store a valid one in the app's Settings or with "
+                f"the API key was refused ({reason}); store a valid one in the app's Settings or with "
                 f"rentune keys set {self.provider.value}",
+                reason,
             )
         if response.status_code == 429:
             raise RateLimitedError(self.provider, f"rate limited ({error_text(response)}); try again in a minute")
