@@ -191,7 +191,7 @@ def test_set_on_a_terminal_asks_with_a_hidden_prompt(
 def test_a_refused_key_is_not_stored(
     monkeypatch: pytest.MonkeyPatch, stdin: Any, memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    refused = AuthError(ProviderName.RUNPOD, "the API key was refused (401 Unauthorized); store ...", "401 Unauthorized")
+    refused = AuthError(ProviderName.RUNPOD, "the API key was refused (401 Unauthorized); ...", "401 Unauthorized")
     use_check(monkeypatch, FakeCheck(refused))
     stdin(KEY + "\n")
     code, out, err = run(capsys, "keys", "set", "runpod")
