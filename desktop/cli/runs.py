@@ -262,6 +262,8 @@ class RunsCommands:
                 )
             target = self._target(args, base)
             assert target is not None
+            if rental_of(record) is not None:  # moving to the user's machine: the rented one goes first
+                self._release(record.id, f"the run moves to {target.url}")
             self.engine.retarget(record.id, target)
             self.engine.store.update(record.id, spec={**self.engine.store.get(record.id).spec, "compute": None})
         self.engine.prepare_resume(record.id)

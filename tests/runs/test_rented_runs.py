@@ -420,3 +420,25 @@ def test_renting_without_a_keyring_refuses_before_anything_is_rented(
     err = capsys.readouterr().err
     assert "renting needs the OS keyring for the run's own SSH key" in err
     assert runpod.fake.instances == {} and RunStore().all() == []
+
+
+def test_rentune_stop_of_a_detached_rented_run_pulls_the_checkpoint_and_terminates(
+    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine, driver = _driver()
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400}))
+
+    async def detach_once_training() -> None:
+        drive = asyncio.ensure_future(driver.drive(run_id))
+        while not any(e["event"] == "step" for e in mirrored_events(engine.folder(run_id))):
+            await asyncio.sleep(0.1)
+        drive.cancel()  # Ctrl-C: the machine trains on, nobody follows
+        with contextlib.suppress(asyncio.CancelledError):
+            await drive
+
+    asyncio.run(asyncio.wait_for(detach_once_training(), 300))
+    assert main(["stop", run_id]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"run {run_id}: cancelled" in out and "terminated RunPod machine" in out
+    assert list(engine.folder(run_id).glob("checkpoints/checkpoint-*")), "the stop's checkpoint came home"
+    _nothing_left(runpod.fake)
