@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import filelock
 import pytest
 
 from desktop.core.runs.spec import ComputeSpec, RunSpec
@@ -32,7 +33,7 @@ from desktop.services.providers.base import (
     offer_matches,
 )
 from desktop.services.runs import rental
-from desktop.services.runs.engine import EngineOptions, RunEngine
+from desktop.services.runs.engine import DRIVER_LOCK_NAME, EngineOptions, RunBusyError, RunEngine
 from desktop.services.runs.rental import RentalDriver, RentalOptions, rental_of
 from desktop.services.runs.store import RunStore
 from tests.fixtures.fake_machine import FakeHost
@@ -231,3 +232,17 @@ async def test_lambda_self_stop_sends_the_key_on_stdin_only(tmp_path: Path, memo
     armed = [c for c in host.commands if "trainer_payload.self_stop" in c]
     assert armed and all("lambda-secret-key" not in c for c in host.commands), "never in a command line"
     assert any('"api_key": "lambda-secret-key"' in s and '"provider": "lambda"' in s for s in host.stdins)
+
+
+async def test_a_run_followed_elsewhere_is_neither_rented_for_nor_let_go(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", checkpoint_then_keep_training)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    elsewhere = filelock.FileLock(world.engine.folder(run_id) / DRIVER_LOCK_NAME)
+    elsewhere.acquire()  # the app follows the run
+    try:
+        with pytest.raises(RunBusyError):
+            await world.driver.drive(run_id)
+    finally:
+        elsewhere.release()
+    assert world.runpod.requests == [] and world.runpod.terminated == []

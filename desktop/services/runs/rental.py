@@ -35,7 +35,7 @@ from desktop.services.providers.base import (
     RentRequest,
 )
 from desktop.services.providers.registry import PROVIDERS, open_provider
-from desktop.services.runs.context import ENDED, RunError, quietly_close
+from desktop.services.runs.context import ENDED, RunBusyError, RunError, quietly_close
 from desktop.services.runs.engine import RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord
@@ -154,8 +154,8 @@ class RentalDriver:
         """
         try:
             return await self._drive(run_id)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, RunBusyError):
+            raise  # detached, or another process follows the run (and its machine): nothing to let go here
         except BaseException as exc:
             await self._release_after(run_id, f"the run stopped on an error ({exc})")
             raise
@@ -166,13 +166,14 @@ class RentalDriver:
         compute = compute_of(self.ctx.store.get(run_id))
         if compute is None:
             return await self.engine.drive(run_id)
+        self.ctx.driver_lock(run_id).release()  # raises RunBusyError at once when another process follows the run
         await self._drop_lost_machine(run_id)
         while True:
             record = self.ctx.store.get(run_id)
             if record.state in TERMINAL:
                 await self._release_after(run_id, f"the run is {record.state.value}")
                 return record
-            rental = rental_of(record) or await self._rent_or_fail(run_id, compute)
+            rental = rental_of(record) or await self._rent_locked(run_id, compute)
             if rental is None:
                 return self.ctx.store.get(run_id)
             outcome = await self._follow(run_id, rental)
@@ -278,6 +279,18 @@ class RentalDriver:
             return None
 
     # -- renting ---------------------------------------------------------------------------------------------------
+
+    async def _rent_locked(self, run_id: str, compute: ComputeSpec) -> Rental | None:
+        """Rents while holding the run, so two processes following it (the app and a CLI) never both rent.
+
+        Raises:
+            RunBusyError: Another process follows the run.
+        """
+        lock = self.ctx.driver_lock(run_id)
+        try:
+            return await self._rent_or_fail(run_id, compute)
+        finally:
+            lock.release()  # the engine holds the run from here on
 
     async def _rent_or_fail(self, run_id: str, compute: ComputeSpec) -> Rental | None:
         try:
