@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
+# Tests run in parallel workers (pytest-xdist): most of a test's time is spent waiting on sshd, the payload and the
+# event loop, so even 2 cores finish sooner. PYTEST_WORKERS=0 runs them in this process (for debugging).
+PYTEST_WORKERS ?= auto
 # Build llama.cpp portably (no -march=native), so the cached wheel runs on any x86-64 machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=off
 
@@ -57,7 +60,7 @@ imports: $(VENV)/.test-installed
 
 pytest: $(VENV)/.test-installed
 	@bash installers/system-deps.sh test
-	@$(PY) -m pytest; status=$$?; \
+	@$(PY) -m pytest -n $(PYTEST_WORKERS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; fi; exit $$status
 
 test: lint typecheck imports pytest

@@ -74,7 +74,7 @@ def rented_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> Sp
     ``budget=``)."""
 
     def write(cloud: CloudUnderTest, training: dict[str, Any] | None = None, budget: float = 0, **compute: Any) -> Path:
-        settings = {**TINY_TRAINING, **(training or {})}
+        settings = {**TINY_TRAINING, "max_steps": 20, **(training or {})}  # two checkpoints: enough to rent around
         table = {
             "provider": cloud.name,
             "gpu": cloud.gpu,
