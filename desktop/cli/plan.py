@@ -14,7 +14,8 @@ from desktop.core.sizing.gpus import GpuSpec, find_gpu
 from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
 from desktop.core.sizing.setup import Strategy
-from desktop.services.models.configs import ModelResolutionError, load_catalog, resolve_model
+from desktop.services.models.configs import ModelResolutionError, load_catalog, load_gpus, resolve_model
+from desktop.services.platform.paths import app_paths
 
 
 def suggestion_flags(suggestion: Suggestion) -> str:
@@ -31,13 +32,20 @@ def suggestion_flags(suggestion: Suggestion) -> str:
     return f"{' and '.join(words)} ({whys})"
 
 
-def _plan_gpus(args: argparse.Namespace) -> tuple[list[GpuSpec], str | None]:
-    """The GPU types to plan for, with speeds measured on the user's finished runs applied (and a note saying so)."""
+def _calibrated_gpus() -> tuple[list[GpuSpec], str | None]:
+    """The catalog with speeds measured on finished runs, and a note naming them (just the catalog before any run)."""
+    if not (app_paths().data_dir / "runs.db").exists():
+        return list(load_gpus()), None  # nothing to learn from yet: no reason to load the run store
     from desktop.core.sizing.calibration import calibration_note
     from desktop.services.runs.estimates import calibrated_gpus
 
     gpus, calibrations = calibrated_gpus()
-    note = calibration_note(calibrations, gpus)
+    return gpus, calibration_note(calibrations, gpus)
+
+
+def _plan_gpus(args: argparse.Namespace) -> tuple[list[GpuSpec], str | None]:
+    """The GPU types to plan for, with speeds measured on the user's finished runs applied (and a note saying so)."""
+    gpus, note = _calibrated_gpus()
     if args.gpu is None:
         return gpus, note
     found = find_gpu(gpus, args.gpu)

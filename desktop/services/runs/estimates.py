@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop.core.runs.states import RunState
 from desktop.core.sizing.architecture import ArchitectureError
@@ -20,15 +20,15 @@ from desktop.core.sizing.calibration import Calibration, SpeedSample, calibrate,
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
 from desktop.core.sizing.plan import evaluate
 from desktop.core.sizing.setup import DEFAULT_SETUP
-from desktop.services.billing.ledger import Rental
-from desktop.services.data.prepare import manifest_tokens, read_manifest
 from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
-from desktop.services.models.sizing import SizingError, draft_workload, training_setup
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import EventKind
+
+if TYPE_CHECKING:
+    from desktop.services.billing.ledger import Rental
 
 _log = get_logger("estimates")
 
@@ -42,6 +42,11 @@ def predict(
         ``gpu``, ``count``, ``peak_gb`` (per GPU), ``tokens_per_s``, ``hours``, ``usd``; None when the GPU type is
         unknown to the catalog or the model cannot be sized (the reason is logged).
     """
+    # The data and sizing services load tokenizers' and keyring modules: only a prediction needs them, not a plan's
+    # look at past runs.
+    from desktop.services.data.prepare import manifest_tokens, read_manifest
+    from desktop.services.models.sizing import SizingError, draft_workload, training_setup
+
     gpu = find_gpu(list(gpus), gpu_name)
     if gpu is None:
         _log.info("no estimate: %s is not in the GPU catalog", gpu_name)
