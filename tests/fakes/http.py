@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -123,7 +124,7 @@ class Faults:
     bid_too_low: bool = False
 
 
-class FakeCloud:
+class FakeCloud(ABC):
     """Base of the fake providers: instances, machines, time, faults, a state file, and two ways to serve."""
 
     valid_key = "test-key"
@@ -199,9 +200,9 @@ class FakeCloud:
 
     # -- serving -------------------------------------------------------------------------------------------------
 
+    @abstractmethod
     def handle(self, request: FakeRequest) -> FakeResponse:
-        """Answers one request (implemented by each fake)."""
-        raise NotImplementedError
+        """Answers one request (each fake answers as its provider does)."""
 
     def dispatch(self, request: FakeRequest) -> FakeResponse:
         """Records the request, applies the one-shot faults, then :meth:`handle` under the lock."""

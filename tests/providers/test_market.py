@@ -67,16 +67,16 @@ class MemoryProvider:
         return [o for o in self.stock if offer_matches(o, query)]
 
     async def create(self, request: RentRequest) -> Instance:
-        """Not used by the market."""
-        raise NotImplementedError
+        """The market never rents: a call is a test failure."""
+        raise AssertionError(f"the market rented {request.label}")
 
     async def get(self, instance_id: str) -> Instance:
         """The machine by id."""
         return next(i for i in self.machines if i.instance_id == instance_id)
 
     async def stop(self, instance_id: str) -> None:
-        """Not used by the market."""
-        raise NotImplementedError
+        """The market never stops a machine: a call is a test failure."""
+        raise AssertionError(f"the market stopped {instance_id}")
 
     async def terminate(self, instance_id: str) -> None:
         """Records the termination and forgets the machine."""
