@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import secrets
 import signal
 import threading
 from dataclasses import dataclass
@@ -45,6 +46,13 @@ class MachinePool:
         self.root = root
         self.servers: dict[str, SshServer] = {}
         self._lock = threading.Lock()
+        # Machine ids repeat across fakes (every fake counts from 1001): the marker adds this pool's own token, so
+        # killing a machine never reaches another test's machine in a parallel worker.
+        self.token = secrets.token_hex(6)
+
+    def marker(self, machine_id: str) -> str:
+        """The marker value the machine's processes carry."""
+        return f"{self.token}-{machine_id}"
 
     def start(self, machine_id: str, public_key: str, env: dict[str, str] | None = None) -> MachineAddress:
         """Boots a new machine that lets ``public_key`` in; ``env`` is set in every session (like a pod's env)."""
@@ -54,7 +62,7 @@ class MachinePool:
         server = SshServer(directory)
         server.authorized_keys_file = home / ".ssh" / "authorized_keys"
         server.authorized_keys_file.write_text(public_key.strip() + "\n")
-        variables = {"HOME": str(home), MARKER_VAR: machine_id, **(env or {})}
+        variables = {"HOME": str(home), MARKER_VAR: self.marker(machine_id), **(env or {})}
         server.extra_config = [f"SetEnv {' '.join(f'{k}={v}' for k, v in variables.items())}"]
         server.start()
         with self._lock:
@@ -67,7 +75,7 @@ class MachinePool:
             server = self.servers.pop(machine_id, None)
         if server is not None:
             server.stop()
-        for pid in processes_of(machine_id):
+        for pid in processes_of(self.marker(machine_id)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -84,9 +92,9 @@ class MachinePool:
         return server is not None and server.process is not None and server.process.poll() is None
 
 
-def processes_of(machine_id: str) -> list[int]:
-    """PIDs of processes whose environment carries the machine's marker."""
-    marker = f"{MARKER_VAR}={machine_id}".encode()
+def processes_of(marker_value: str) -> list[int]:
+    """PIDs of processes whose environment carries the marker (:meth:`MachinePool.marker`)."""
+    marker = f"{MARKER_VAR}={marker_value}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():

@@ -157,7 +157,7 @@ class KeyWatch:
                     if self.key in entry.read_bytes():
                         self.leaks.append(f"argv of pid {entry.parent.name}")
             for machine_id in list(self.fake.instances):
-                for pid in processes_of(machine_id):
+                for pid in processes_of(self.fake.pool.marker(machine_id)):
                     with contextlib.suppress(OSError):
                         if self.key in Path(f"/proc/{pid}/environ").read_bytes():
                             self.leaks.append(f"environment of machine process {pid}")

@@ -349,7 +349,9 @@ class RunEngine:
             # finish that instead of training again.
             return await self._handle(run_id, machine, final)
         record = self.store.get(run_id)
-        if record.spec.get("budget_stop"):  # stopped for its budget and died before saying so: never train on
+        if record.spec.get("budget_stop") or record.spec.get("stop_requested"):
+            # Stopped (for its budget, or by the user) and died before saying so, e.g. a SIGTERM that came before
+            # the trainer could catch it: never train on.
             return monitor.cancel_stopped(self.ctx, run_id, "")
         if record.relaunches >= self.options.max_relaunches:
             return self.ctx.fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
@@ -442,6 +444,7 @@ class RunEngine:
         record = self.store.get(run_id)
         if record.pid is None:
             return
+        self.ctx.set_spec(run_id, stop_requested=True)  # remembered: a trainer that dies of it is not relaunched
         machine = await connection.connect(self.ctx, run_id)
         try:
             await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
