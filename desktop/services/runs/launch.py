@@ -93,8 +93,16 @@ async def started_bootstrap(machine: Machine, record: RunRecord) -> Bootstrap | 
     return None
 
 
+#: Prints a process's command line. It is empty for a moment while the process execs (the bootstrap execs its new
+#: environment's Python) and for good once it is a zombie, so an empty one is asked again for up to two seconds.
+_COMMAND_LINE = (
+    "for _ in 1 2 3 4 5 6 7 8 9 10; do c=$(tr '\\0' ' ' < /proc/{pid}/cmdline 2>/dev/null) || break; "
+    '[ -n "$c" ] && {{ echo "$c"; break; }}; sleep 0.2; done; true'
+)
+
+
 async def _bootstrap_running(machine: Machine, pid: int) -> bool:
-    cmdline = await machine.run(f"cat /proc/{int(pid)}/cmdline 2>/dev/null | tr '\\0' ' '; true")
+    cmdline = await machine.run(_COMMAND_LINE.format(pid=int(pid)))
     return "trainer_payload bootstrap" in cmdline  # not another process that got the pid after a reboot
 
 
