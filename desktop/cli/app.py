@@ -21,6 +21,9 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "machines": ("machines", "run_machines"),
     "costs": ("costs", "run_costs"),
     "keys": ("keys", "run_keys"),
+    "export": ("export", "run_export"),
+    "chat": ("chat", "run_chat"),
+    "compare": ("compare", "run_compare"),
     **{name: ("runs", f"run_{name}") for name in ("run", "runs", "status", "logs", "stop", "pull", "resume")},
 }
 

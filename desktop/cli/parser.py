@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parsers(commands)
     _add_rent_parsers(commands)
     _add_money_parsers(commands)
+    _add_local_parsers(commands)
     return parser
 
 
@@ -204,3 +205,62 @@ def _add_rent_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
     machines.add_argument(
         "--stop-orphans", action="store_true", help="terminate the rentune-* machines no live run owns"
     )
+
+
+#: Quantisation types ``rentune export --gguf`` accepts (llama.cpp's names).
+GGUF_TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16")
+
+
+def _gguf_type(text: str) -> str:
+    wanted = text.upper()
+    if wanted not in GGUF_TYPES:
+        raise argparse.ArgumentTypeError(f"GGUF type {text!r} is not one of {', '.join(GGUF_TYPES)}")
+    return wanted
+
+
+def _add_local_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _add_export_parser(commands)
+    _add_chat_parser(commands)
+    _add_compare_parser(commands)
+
+
+def _add_export_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = commands.add_parser(
+        "export",
+        help="turn an adapter into models that run here: merged, GGUF, GGUF LoRA, Ollama, MLX",
+        description="Checks the adapter against its base first, then writes each output asked for "
+        "(all of them when none is named) under --out.",
+    )
+    export.add_argument("adapter", metavar="ADAPTER_DIR_OR_RUN_ID", help="an adapter folder, or a run id")
+    export.add_argument("--base", help="base model: a folder or a Hub id (default: the run's or the adapter's base)")
+    export.add_argument("--out", type=Path, help="folder to write into (default: ./ADAPTER-export)")
+    export.add_argument("--merge", action="store_true", help="a merged 16-bit safetensors model")
+    export.add_argument(
+        "--gguf", type=_gguf_type, action="append", metavar="TYPE", help=f"a quantised GGUF ({', '.join(GGUF_TYPES)})"
+    )
+    export.add_argument("--lora-gguf", action="store_true", help="the adapter as a GGUF LoRA, with the base as GGUF")
+    export.add_argument("--ollama", action="store_true", help="an Ollama Modelfile beside the GGUF")
+    export.add_argument("--mlx", action="store_true", help="an MLX model folder, checked by generating with it")
+    export.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
+def _add_chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    chat = commands.add_parser("chat", help="chat with a GGUF file or an MLX folder in the terminal")
+    chat.add_argument("model", metavar="MODEL", type=Path, help="a .gguf file or an MLX model folder")
+    chat.add_argument("--lora", type=Path, metavar="LORA_GGUF", help="a GGUF LoRA to apply (llama.cpp)")
+    chat.add_argument("--engine", choices=("llama.cpp", "mlx"), help="default: follows from MODEL")
+    chat.add_argument("--prompt", help="ask once, print only the answer, exit")
+    chat.add_argument("--system", help="a system message")
+    chat.add_argument("--temperature", type=float, default=0.7, help="0 answers greedily (default 0.7)")
+    chat.add_argument("--max-tokens", type=int, default=512, help="longest answer in tokens (default 512)")
+
+
+def _add_compare_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compare = commands.add_parser(
+        "compare", help="base vs fine-tuned on held-out chats: answers side by side and the loss of each"
+    )
+    compare.add_argument("adapter", metavar="ADAPTER_DIR_OR_RUN_ID", help="an adapter folder, or a run id")
+    compare.add_argument("--base", help="base model: a folder or a Hub id (default: the run's or the adapter's base)")
+    compare.add_argument("--eval", type=Path, metavar="FILE", help="held-out chat JSONL (default: the run's eval rows)")
+    compare.add_argument("--out", type=Path, help="folder for the report (default: ./ADAPTER-compare)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
