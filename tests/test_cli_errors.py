@@ -112,7 +112,7 @@ CASES: list[tuple[str, Case, str]] = [
     ),
     ("plan-model-folder-without-config", lambda b: ["plan", "--model", str(b.folder)], "config.json"),
     *[
-        (f"{command}-unknown-run", lambda b, c=command: [c, "nope"], "no run match 'nope'")
+        (f"{command}-unknown-run", lambda b, c=command: [c, "nope"], "no run matches 'nope'")
         for command in ("status", "logs", "stop", "pull", "resume")
     ],
 ]

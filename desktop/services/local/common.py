@@ -24,6 +24,10 @@ class LocalToolError(Exception):
     """A local step could not be done; the message names the problem and the fix, in one line."""
 
 
+class LocalInputError(LocalToolError):
+    """The input cannot be used (a damaged file, an adapter for another base): the user must change it."""
+
+
 def no_progress(_text: str, _fraction: float | None) -> None:
     """A :data:`Progress` that ignores reports."""
 

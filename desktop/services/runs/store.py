@@ -159,8 +159,8 @@ class RunStore:
         with self._db() as db:
             rows = db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started", (run_id + "%",)).fetchall()
         if len(rows) != 1:
-            reason = "no run" if not rows else f"{len(rows)} runs"
-            raise UnknownRunError(f"{reason} match {run_id!r}; see rentune runs")
+            reason = "no run matches" if not rows else f"{len(rows)} runs match"
+            raise UnknownRunError(f"{reason} {run_id!r}; see rentune runs")
         return _record(rows[0])
 
     def all(self) -> list[RunRecord]:
