@@ -15,7 +15,7 @@ from desktop.services.local.common import LocalToolError
 from desktop.services.local.compare import CompareExample, CompareResult, compare_adapter, read_eval_rows
 from desktop.services.local.compare_report import html_report, markdown_report, write_compare_report
 from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
-from tests.fixtures.tiny_models import TinyModel
+from tests.fixtures.tiny_models import TinyModel, build_tiny_model
 
 
 def _compare(adapter: TrainedAdapter, eval_file: Path, base: Path | None = None, **options: object) -> CompareResult:
@@ -77,7 +77,7 @@ def test_the_last_assistant_turn_is_the_reference_and_bad_rows_are_skipped(tmp_p
 def test_an_eval_file_without_usable_rows_names_the_first_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "eval.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "only a question"}]}\n', encoding="utf-8")
-    with pytest.raises(LocalToolError, match=r"line 1: no assistant turn.*add the answer"):
+    with pytest.raises(LocalToolError, match="no assistant turn, line 1; add the answer"):
         read_eval_rows(path, 50)
 
 
@@ -141,3 +141,17 @@ def test_cancelling_stops_between_examples(
     asyncio.run(cancel_at_first_example())  # returns once the worker thread has stopped
     assert "compared 4 examples" not in seen
     assert len(answered) <= 4  # two answers per example: the first, and at most the one under way at the cancel
+
+
+def test_an_adapter_whose_weights_do_not_fit_the_base_is_refused(
+    pattern_adapter: TrainedAdapter, tmp_path: Path
+) -> None:
+    narrow = build_tiny_model(tmp_path / "narrow-llama", "llama", hidden=32)
+    adapter = tmp_path / "adapter"
+    shutil.copytree(pattern_adapter.path, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = "someone/tiny-llama"  # a Hub id: nothing to compare configs with first
+    (adapter / "adapter_config.json").write_text(json.dumps(config), encoding="utf-8")
+    moved = TrainedAdapter(adapter, narrow.path, pattern_adapter.pattern)
+    with pytest.raises(LocalToolError, match=r"trained on another base model: .*size mismatch .*pass the --base"):
+        _compare(moved, write_pattern_jsonl(tmp_path / "eval.jsonl"))

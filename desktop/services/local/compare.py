@@ -123,8 +123,8 @@ def _no_rows_message(path: Path, report: DataReport) -> str:
     for code, summary in report.summaries.items():
         info = CODE_INFO[code]
         if info.severity is Severity.ERROR and summary.lines:
-            detail = f" ({summary.details[0]})" if summary.details else ""
-            return f"{path} has no usable chat row: line {summary.lines[0]}: {info.title}{detail}; {info.fix}"
+            where = summary.details[0] if summary.details else f"line {summary.lines[0]}"
+            return f"{path} has no usable chat row; the first problem: {info.title}, {where}; {info.fix}"
     return f'{path} has no chat rows; pass --eval a JSONL file of {{"messages": [...]}} rows'
 
 
@@ -248,15 +248,15 @@ def _with_adapter(model: Any, base: Path, adapter: Path) -> Any:
     try:
         tuned = PeftModel.from_pretrained(model, adapter)
     except Exception as exc:  # peft and safetensors raise many types; each becomes one line
-        text = _first_line(exc)
-        if "size mismatch" in text or "shape" in text.lower():
+        mismatch = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
+        if mismatch:
             raise LocalToolError(
-                f"this adapter was trained on another base model: its weights do not fit {base} ({text[:200]}); "
-                "pass the --base it was trained on"
+                f"this adapter was trained on another base model: its weights do not fit {base} "
+                f"({mismatch[0][:400]}); pass the --base it was trained on"
             ) from exc
         raise LocalToolError(
-            f"the adapter {adapter} does not load ({text[:200]}); its files are damaged: bring it home again "
-            "(rentune pull RUN) or pass another adapter"
+            f"the adapter {adapter} does not load ({_first_line(exc)[:200]}); its files are damaged: bring it home "
+            "again (rentune pull RUN) or pass another adapter"
         ) from exc
     tuned.eval()
     return tuned
