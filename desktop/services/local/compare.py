@@ -298,11 +298,11 @@ def _first_line(exc: BaseException) -> str:
 def _token_ids(tokenizer: Any, prompt: Messages, messages: Messages) -> tuple[list[int], list[int]]:
     """Token ids of the prompt (with the assistant's opening) and of the whole conversation."""
     try:
-        prompt_text_ = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        chat_prompt = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
         full_text = tokenizer.apply_chat_template(messages, tokenize=False)
     except Exception as exc:  # a template's own errors (jinja) vary
         raise LocalToolError(f"the base model's chat template cannot format a row ({_first_line(exc)})") from exc
-    prompt_ids = tokenizer(prompt_text_, add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenizer(chat_prompt, add_special_tokens=False)["input_ids"]
     full_ids = tokenizer(full_text, add_special_tokens=False)["input_ids"]
     if full_ids[: len(prompt_ids)] != prompt_ids:  # a template that rewrites earlier turns: score the answer alone
         answer = str(messages[-1].get("content") or "") + (tokenizer.eos_token or "")
