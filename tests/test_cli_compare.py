@@ -1,0 +1,111 @@
+"""``rentune compare``: the JSON it prints, a run id resolved to its adapter and eval file, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from desktop.cli.app import main
+from desktop.services.runs.store import RunStore
+from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
+from tests.fixtures.tiny_models import TinyModel
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("rentune: error: ")
+    return lines[-1]
+
+
+def test_json_has_the_losses_the_examples_and_the_report(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    out = tmp_path / "out"
+    argv = ["compare", str(pattern_adapter.path), "--base", str(pattern_adapter.base), "--eval", str(eval_file)]
+    assert main([*argv, "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {"base_loss", "tuned_loss", "examples", "report"}
+    assert printed["tuned_loss"] < printed["base_loss"] - 0.5
+    assert [set(e) for e in printed["examples"]] == [{"prompt", "reference", "base_answer", "tuned_answer"}] * 4
+    assert [(e["prompt"], e["tuned_answer"]) for e in printed["examples"]] == PATTERN
+    assert printed["report"] == str(out / "report.md")
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.md"]
+
+
+def test_a_run_id_brings_its_adapter_base_and_eval_file(
+    pattern_adapter: TrainedAdapter,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    eval_file = write_pattern_jsonl(tmp_path / "held-out.jsonl", PATTERN[:2])
+    store = RunStore()
+    record = store.create({"base_model": str(pattern_adapter.base), "eval_file": str(eval_file)}, None)
+    store.update(record.id, adapter=str(pattern_adapter.path))
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", record.id]) == 0
+    captured = capsys.readouterr()
+    assert "lower is better" in captured.out and "Rows compared: 2 of 2" in captured.out
+    assert "example 2 of 2" in captured.err
+    report = (tmp_path / f"{pattern_adapter.path.name}-compare" / "report.md").read_text(encoding="utf-8")
+    assert str(eval_file) in report and all(q in report for q, _ in PATTERN[:2])
+
+
+def test_no_eval_file_asks_for_eval(pattern_adapter: TrainedAdapter, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "pass --eval FILE" in _error(capsys, ["compare", str(pattern_adapter.path)])
+
+
+def test_a_missing_eval_file_is_named(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _error(capsys, ["compare", str(pattern_adapter.path), "--eval", str(tmp_path / "nope.jsonl")])
+    assert "nope.jsonl does not exist" in line
+
+
+def test_a_base_that_is_not_a_folder_asks_for_base(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    argv = ["compare", str(pattern_adapter.path), "--base", "someone/some-model", "--eval", str(eval_file)]
+    assert "pass --base FOLDER" in _error(capsys, argv)
+
+
+def test_an_eval_file_without_usable_rows_names_the_line_and_writes_nothing(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text('{"messages": []}\nnot json\n', encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["compare", str(pattern_adapter.path), "--eval", str(eval_file), "--out", str(out)]
+    assert "no usable chat row; the first problem: wrong field types, line 1: " in _error(capsys, argv)
+    assert not out.exists()
+
+
+def test_an_adapter_for_another_base_writes_nothing(
+    pattern_adapter: TrainedAdapter, tiny_qwen2_model: TinyModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    out = tmp_path / "out"
+    argv = ["compare", str(pattern_adapter.path), "--base", str(tiny_qwen2_model.path), "--eval", str(eval_file)]
+    line = _error(capsys, [*argv, "--out", str(out)])
+    assert "this adapter was trained on another base model: " in line
+    assert line.endswith("pass the --base it was trained on")
+    assert not out.exists()
+
+
+def test_a_corrupt_adapter_writes_nothing(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "adapter"
+    shutil.copytree(pattern_adapter.path, broken)
+    (broken / "adapter_model.safetensors").write_bytes(b"{not safetensors")
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    out = tmp_path / "out"
+    line = _error(capsys, ["compare", str(broken), "--eval", str(eval_file), "--out", str(out)])
+    assert "does not load" in line and "damaged" in line
+    assert not out.exists()
