@@ -14,8 +14,8 @@ from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
 from tests.fixtures.tiny_models import TinyModel
 
 
-def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert main(argv) == 2
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 2) -> str:
+    assert main(argv) == code
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("rentune: error: ")
     return lines[-1]
@@ -52,7 +52,7 @@ def test_a_run_id_brings_its_adapter_base_and_eval_file(
     captured = capsys.readouterr()
     assert "lower is better" in captured.out and "Rows compared: 2 of 2" in captured.out
     assert "example 2 of 2" in captured.err
-    report = (tmp_path / f"{pattern_adapter.path.name}-compare" / "report.md").read_text(encoding="utf-8")
+    report = (tmp_path / f"{record.id}-compare" / "report.md").read_text(encoding="utf-8")
     assert str(eval_file) in report and all(q in report for q, _ in PATTERN[:2])
 
 
@@ -67,12 +67,21 @@ def test_a_missing_eval_file_is_named(
     assert "nope.jsonl does not exist" in line
 
 
-def test_a_base_that_is_not_a_folder_asks_for_base(
+def test_a_hub_base_that_cannot_be_downloaded_is_named(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: the Hub is unreachable
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    argv = ["compare", str(pattern_adapter.path), "--base", "someone/some-model", "--eval", str(eval_file)]
+    assert "could not download someone/some-model" in _error(capsys, argv, code=1)  # not the input: the network
+
+
+def test_a_base_that_is_neither_folder_nor_hub_id_asks_for_base(
     pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
-    argv = ["compare", str(pattern_adapter.path), "--base", "someone/some-model", "--eval", str(eval_file)]
-    assert "pass --base FOLDER" in _error(capsys, argv)
+    argv = ["compare", str(pattern_adapter.path), "--base", "./no/such/model", "--eval", str(eval_file)]
+    assert "pass --base MODEL" in _error(capsys, argv)
 
 
 def test_an_eval_file_without_usable_rows_names_the_line_and_writes_nothing(
@@ -107,5 +116,5 @@ def test_a_corrupt_adapter_writes_nothing(
     eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
     out = tmp_path / "out"
     line = _error(capsys, ["compare", str(broken), "--eval", str(eval_file), "--out", str(out)])
-    assert "does not load" in line and "damaged" in line
+    assert "adapter_model.safetensors is damaged" in line
     assert not out.exists()

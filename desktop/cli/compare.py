@@ -8,8 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from desktop.cli.errors import EXIT_OK, CliError
-from desktop.services.local.common import LocalToolError
+from desktop.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from desktop.services.local.base_model import local_base
+from desktop.services.local.common import LocalInputError, LocalToolError
 from desktop.services.local.compare import CompareResult, compare_adapter
 from desktop.services.local.compare_report import summary_lines, write_compare_report
 from desktop.services.runs.outputs import AdapterSource, AdapterSourceError, resolve_adapter
@@ -21,24 +22,20 @@ def run_compare(args: argparse.Namespace) -> int:
         source = resolve_adapter(args.adapter)
     except AdapterSourceError as exc:
         raise CliError(str(exc)) from exc
-    base, eval_file = _base_folder(args.base or source.base), _eval_file(args.eval, source)
-    out: Path = args.out or Path.cwd() / f"{source.adapter.name}-compare"
+    eval_file = _eval_file(args.eval, source)
+    out: Path = args.out or source.default_out("compare")
     try:
-        result = asyncio.run(compare_adapter(base, source.adapter, eval_file, progress=_show_progress))
+        result = asyncio.run(_compare(args.base or source.base, source.adapter, eval_file))
         markdown, _html = write_compare_report(result, out)
     except LocalToolError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc), EXIT_USAGE if isinstance(exc, LocalInputError) else EXIT_FAILED) from exc
     _print_result(result, markdown, as_json=args.json)
     return EXIT_OK
 
 
-def _base_folder(base: str | None) -> Path:
-    if not base:
-        raise CliError("the adapter does not say which base model it was trained on; pass --base FOLDER")
-    path = Path(base).expanduser()
-    if not (path / "config.json").is_file():
-        raise CliError(f"base model {base} is not a model folder on this computer; pass --base FOLDER")
-    return path
+async def _compare(base: str | None, adapter: Path, eval_file: Path) -> CompareResult:
+    folder = await local_base(base, _show_progress)  # a Hub id is downloaded (cached) first
+    return await compare_adapter(folder, adapter, eval_file, progress=_show_progress)
 
 
 def _eval_file(given: Path | None, source: AdapterSource) -> Path:

@@ -44,17 +44,11 @@ def source_of(reference: str) -> AdapterSource:
         raise CliError(str(exc)) from exc
 
 
-def default_out(source: AdapterSource, suffix: str) -> Path:
-    """``./NAME-SUFFIX`` beside where the command runs, NAME the run id or the adapter folder's name."""
-    name = source.run_id or source.adapter.name
-    return Path.cwd() / f"{name}-{suffix}"
-
-
 def _request(args: argparse.Namespace, source: AdapterSource) -> ExportRequest:
     return ExportRequest(
         adapter=source.adapter,
         base=args.base or source.base,
-        out=(args.out or default_out(source, "export")).expanduser().resolve(),
+        out=(args.out or source.default_out("export")).expanduser().resolve(),
         merged=args.merge,
         gguf=tuple(dict.fromkeys(args.gguf or ())),
         lora_gguf=args.lora_gguf,

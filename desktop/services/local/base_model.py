@@ -7,6 +7,7 @@ A download's token (for gated models) comes from the secret store or ``HF_TOKEN`
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,12 @@ def _download(repo_id: str, progress: Progress, token: str | None) -> Path:
 
     try:
         folder = snapshot_download(
-            repo_id, cache_dir=str(hub_cache()), allow_patterns=_WANTED, token=token, tqdm_class=_progress_bar(progress)
+            repo_id,
+            cache_dir=str(hub_cache()),
+            allow_patterns=_WANTED,
+            token=token,
+            tqdm_class=_progress_bar(progress),
+            endpoint=os.environ.get("HF_ENDPOINT"),  # read now: huggingface_hub reads it once, at import
         )
     except GatedRepoError as exc:
         raise LocalToolError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +19,12 @@ from desktop.core.data.findings import CODE_INFO, Severity
 from desktop.core.data.report import DataReport
 from desktop.services.data.check import CheckOutcome, iter_conversations
 from desktop.services.data.reader import DatasetFileError
-from desktop.services.local.common import LocalToolError, Progress, no_progress
+from desktop.services.local.common import LocalInputError, LocalToolError, Progress, no_progress
+from desktop.services.local.fit import ensure_fits
 
 Messages = list[dict[str, Any]]
 
 #: Config fields that must agree between the base an adapter was trained on and the base it is used with.
-_SHAPE_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
 @dataclass(frozen=True)
@@ -111,11 +110,11 @@ def read_eval_rows(path: Path, max_examples: int) -> tuple[list[tuple[int, Messa
             if len(rows) < max_examples:
                 rows.append((line, messages))
     except DatasetFileError as exc:
-        raise LocalToolError(str(exc)) from exc
+        raise LocalInputError(str(exc)) from exc
     except OSError as exc:
-        raise LocalToolError(f"{path} cannot be read ({exc.strerror or exc}); check the file") from exc
+        raise LocalInputError(f"{path} cannot be read ({exc.strerror or exc}); check the file") from exc
     if not rows:
-        raise LocalToolError(_no_rows_message(path, outcome.report))
+        raise LocalInputError(_no_rows_message(path, outcome.report))
     return rows, usable
 
 
@@ -231,14 +230,14 @@ def load_tuned(base: Path, adapter: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    check_same_base(base, adapter)
+    ensure_fits(adapter, base)
     try:
         tokenizer = AutoTokenizer.from_pretrained(base)
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     except (OSError, ValueError, KeyError) as exc:
-        raise LocalToolError(f"the base model {base} does not load ({_first_line(exc)}); pass --base FOLDER") from exc
+        raise LocalInputError(f"the base model {base} does not load ({_first_line(exc)}); pass --base FOLDER") from exc
     if not tokenizer.chat_template:
-        raise LocalToolError(f"the base model {base} has no chat template; pass the --base it was trained on")
+        raise LocalInputError(f"the base model {base} has no chat template; pass the --base it was trained on")
     return _with_adapter(model, base, adapter), tokenizer
 
 
@@ -250,44 +249,16 @@ def _with_adapter(model: Any, base: Path, adapter: Path) -> Any:
     except Exception as exc:  # peft and safetensors raise many types; each becomes one line
         mismatch = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
         if mismatch:
-            raise LocalToolError(
+            raise LocalInputError(
                 f"this adapter was trained on another base model: its weights do not fit {base} "
                 f"({mismatch[0][:400]}); pass the --base it was trained on"
             ) from exc
-        raise LocalToolError(
+        raise LocalInputError(
             f"the adapter {adapter} does not load ({_first_line(exc)[:200]}); its files are damaged: bring it home "
             "again (rentune pull RUN) or pass another adapter"
         ) from exc
     tuned.eval()
     return tuned
-
-
-def check_same_base(base: Path, adapter: Path) -> None:
-    """Raises :class:`LocalToolError` when the adapter's recorded base is a folder here and differs in shape.
-
-    A LoRA for one architecture may load onto another of the same sizes without error and answer nonsense, so the
-    recorded base's config is compared with ``base``'s when both are at hand.
-    """
-    recorded = _json(adapter / "adapter_config.json").get("base_model_name_or_path")
-    if not isinstance(recorded, str) or not (Path(recorded) / "config.json").is_file():
-        return
-    theirs, ours = _json(Path(recorded) / "config.json"), _json(base / "config.json")
-    differs = [
-        f"{key} {theirs.get(key)} vs {ours.get(key)}" for key in _SHAPE_FIELDS if theirs.get(key) != ours.get(key)
-    ]
-    if differs:
-        raise LocalToolError(
-            f"this adapter was trained on another base model: {recorded}, not {base} ({', '.join(differs)}); "
-            "pass the --base it was trained on"
-        )
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LocalToolError(f"{path} is not readable JSON ({exc}); the folder is damaged") from exc
-    return data if isinstance(data, dict) else {}
 
 
 def _first_line(exc: BaseException) -> str:

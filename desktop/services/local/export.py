@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from desktop.core.export.compatibility import Compatibility, OutputFormat, Toolchain, check_compatibility
+from desktop.core.export.compatibility import Compatibility, OutputFormat, Toolchain
 from desktop.services.local.base_model import local_base
 from desktop.services.local.common import LocalInputError, Progress, no_progress
-from desktop.services.local.facts import adapter_facts, base_facts, mlx_model_types
+from desktop.services.local.facts import mlx_model_types
+from desktop.services.local.fit import ensure_fits
 from desktop.services.local.merge import MergeResult, merge_adapter
 
 #: What ``rentune export`` writes when no output is named.
@@ -106,10 +107,8 @@ async def check_export(request: ExportRequest, base: Path, progress: Progress = 
         LocalToolError: The adapter does not fit the base, or an asked-for output cannot be made (the message says
             which, and why).
     """
-    adapter, facts = await asyncio.to_thread(adapter_facts, request.adapter), await asyncio.to_thread(base_facts, base)
-    compatibility = check_compatibility(adapter, facts, await _toolchain(request, progress))
-    if not compatibility.fits:
-        raise LocalInputError(compatibility.problems[0] + "; pass the --base it was trained on")
+    tools = await _toolchain(request, progress)
+    compatibility = await asyncio.to_thread(ensure_fits, request.adapter, base, tools)
     for fmt in request.formats():
         verdict = compatibility.verdicts[fmt]
         if not verdict.possible:

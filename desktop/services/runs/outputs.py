@@ -35,6 +35,10 @@ class AdapterSource:
     eval_file: Path | None
     run_id: str | None
 
+    def default_out(self, suffix: str) -> Path:
+        """``./NAME-SUFFIX`` where the command runs: NAME is the run id, or the adapter folder's name."""
+        return Path.cwd() / f"{self.run_id or self.adapter.name}-{suffix}"
+
 
 def resolve_adapter(reference: str, store: RunStore | None = None) -> AdapterSource:
     """An adapter folder, or the adapter of the run whose id (or unique prefix) is ``reference``.
