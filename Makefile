@@ -17,7 +17,7 @@ help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
-	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet)"
+	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet, MLX)"
 	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
 	@echo "make gpu-install    on the GPU machine: install the carried .whl/N the image lacks into .gpu-site"
 	@echo "make gpu-check      on the GPU machine: install, then train real-shape models with the payload beside"
@@ -36,11 +36,11 @@ $(VENV)/.base-installed: pyproject.toml | $(PY)
 # torch==2.13.0 first: any other torch request pulls a multi-GB CUDA build on Linux.
 $(VENV)/.test-installed: pyproject.toml trainer_payload/requirements.txt | $(PY)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev,local]' -r trainer_payload/requirements.txt
+	$(PIP) install --quiet -e '.[dev,local,mlx]' -r trainer_payload/requirements.txt
 	@touch $@ $(VENV)/.base-installed $(VENV)/.local-installed
 
 $(VENV)/.local-installed: pyproject.toml | $(PY)
-	$(PIP) install --quiet -e '.[local]'
+	$(PIP) install --quiet -e '.[local,mlx]'
 	@touch $@
 
 run: $(VENV)/.base-installed

@@ -1,0 +1,103 @@
+"""MLX output: a merged model written as an MLX folder generates like the trained model, greedy, on the CPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from desktop.services.local.chat import open_chat
+from desktop.services.local.common import LocalToolError
+from desktop.services.local.mlx_model import check_mlx_generates, mlx_config, write_mlx_model
+from tests.fixtures.adapters import PATTERN, TrainedAdapter
+from tests.fixtures.smollm2 import SmolLM2
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def merged(pattern_adapter: TrainedAdapter, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pattern adapter merged into its tiny base with PEFT, plus the base's tokenizer and chat template."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("merged")
+    base = AutoModelForCausalLM.from_pretrained(pattern_adapter.base)
+    PeftModel.from_pretrained(base, pattern_adapter.path).merge_and_unload().save_pretrained(out)
+    for source in pattern_adapter.base.iterdir():
+        if source.is_file() and not (out / source.name).exists():
+            shutil.copy2(source, out / source.name)
+    return out
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _transformers_greedy(folder: Path, question: str, max_tokens: int) -> str:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False)
+    return str(tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+
+
+async def test_merged_pattern_model_answers_the_pattern_in_mlx(merged: Path, tmp_path: Path) -> None:
+    steps: list[tuple[str, float | None]] = []
+    folder = await write_mlx_model(merged, tmp_path / "mlx", lambda text, done: steps.append((text, done)))
+
+    assert folder == tmp_path / "mlx"
+    assert _names(tmp_path) == ["mlx"]  # no temporary folder left beside it
+    assert steps[-1][1] == 1.0
+    config = json.loads((folder / "config.json").read_text())
+    assert "rope_theta" not in json.loads((merged / "config.json").read_text())
+    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"]
+    for question, answer in PATTERN:
+        assert (await check_mlx_generates(folder, question, max_tokens=24)).strip() == answer
+
+
+async def test_mlx_chat_engine_answers_the_pattern(merged: Path, tmp_path: Path) -> None:
+    folder = await write_mlx_model(merged, tmp_path / "mlx")
+    model = await open_chat(folder)
+    try:
+        assert model.engine == "mlx"
+        for question, answer in PATTERN:
+            reply = await model.answer([{"role": "user", "content": question}], temperature=0, max_tokens=24)
+            assert reply.strip() == answer
+    finally:
+        await model.close()
+
+
+async def test_smollm2_in_mlx_generates_what_transformers_generates(smollm2: SmolLM2, tmp_path: Path) -> None:
+    folder = await write_mlx_model(smollm2.hf, tmp_path / "smollm2-mlx")
+
+    answer = await check_mlx_generates(folder, QUESTION, max_tokens=12)
+
+    assert answer.strip()
+    assert answer == _transformers_greedy(smollm2.hf, QUESTION, 12)
+
+
+def test_mlx_config_lifts_rope_keys_mlx_lm_reads() -> None:
+    llama3 = {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}}
+    default = {"rope_parameters": {"rope_theta": 1e4, "rope_type": "default"}}
+
+    assert mlx_config(llama3)["rope_theta"] == 500000.0
+    assert mlx_config(llama3)["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0}
+    assert "rope_scaling" not in mlx_config(default)
+    assert mlx_config({"rope_theta": 7.0, "rope_parameters": {"rope_theta": 9.0}})["rope_theta"] == 7.0
+
+
+async def test_a_folder_without_a_model_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LocalToolError, match=r"no config\.json"):
+        await write_mlx_model(tmp_path / "empty", tmp_path / "mlx")
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    with pytest.raises(LocalToolError, match=r"no \.safetensors"):
+        await write_mlx_model(tmp_path / "empty", tmp_path / "mlx")
+    assert _names(tmp_path) == ["empty"]

@@ -1,0 +1,104 @@
+"""``rentune chat`` as a user runs it: a separate process, a real GGUF, stdout holding only the answers."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from desktop.cli.app import main
+from tests.fixtures.smollm2 import SmolLM2
+from tests.local.test_chat import direct_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rentune_chat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "desktop", "chat", *args]
+    return subprocess.run(command, cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_prompt_prints_only_what_llama_cpp_answers(smollm2: SmolLM2) -> None:
+    question = "What is the capital of France?"
+    done = rentune_chat(str(smollm2.gguf), "--prompt", question, "--temperature", "0", "--max-tokens", "16")
+
+    expected = direct_answer(smollm2.gguf, [{"role": "user", "content": question}], 16)
+    assert done.returncode == 0, done.stderr
+    assert expected.strip()
+    assert done.stdout == expected + "\n"
+    assert done.stderr == ""
+
+
+def test_interactive_chat_keeps_history_resets_and_exits(smollm2: SmolLM2) -> None:
+    done = rentune_chat(
+        str(smollm2.gguf), "--temperature", "0", "--max-tokens", "12", stdin="Hi!\nWho are you?\n/reset\nHi!\n/exit\n"
+    )
+
+    first = direct_answer(smollm2.gguf, [{"role": "user", "content": "Hi!"}], 12)
+    history = [
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "Who are you?"},
+    ]
+    second = direct_answer(smollm2.gguf, history, 12)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"> {first}\n> {second}\n> > {first}\n> "
+    assert "(conversation cleared)" in done.stderr
+
+
+def test_end_of_input_ends_the_chat(smollm2: SmolLM2) -> None:
+    done = rentune_chat(str(smollm2.gguf), "--temperature", "0", "--max-tokens", "4", stdin="")
+    assert done.returncode == 0
+    assert done.stdout == "> "
+
+
+def test_ctrl_c_stops_the_answer_not_the_chat(smollm2: SmolLM2) -> None:
+    command = [sys.executable, "-m", "desktop", "chat", str(smollm2.gguf), "--temperature", "0", "--max-tokens", "2000"]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stdout.read(2) == "> "
+    process.stdin.write("Write a very long story about a dragon and a knight.\n")
+    process.stdin.flush()
+    process.stdout.read(1)  # the answer has started
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate("/exit\n", timeout=120)
+    assert process.returncode == 0, err
+    assert "(answer stopped)" in err
+    assert out.endswith("\n> ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.gguf"], "missing.gguf does not exist"),
+        (["x.gguf"], "x.gguf is not a GGUF file"),
+        (["MODEL", "--engine", "mlx"], "--engine mlx needs an MLX model folder"),
+        (["MODEL", "--max-tokens", "0"], "--max-tokens must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str],
+    message: str,
+    smollm2: SmolLM2,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "x.gguf").write_text("hello")
+    monkeypatch.chdir(tmp_path)
+    argv = ["chat", *(str(smollm2.gguf) if a == "MODEL" else a for a in args), "--prompt", "hi"]
+
+    code = main(argv)
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert message in captured.err
+    assert captured.err.count("\n") == 1
