@@ -73,8 +73,35 @@ def _architecture(model_dir: Path) -> str:
     return str(architectures[0])
 
 
+def check_safetensors(model_dir: Path) -> None:
+    """Raises :class:`LocalToolError` if a ``.safetensors`` file in ``model_dir`` is truncated or not safetensors.
+
+    Reads each file's header (its length, then JSON) and checks the tensors' data ends where the file ends.
+    """
+    for weights in sorted(model_dir.glob("*.safetensors")):
+        if not _whole_safetensors(weights):
+            raise LocalToolError(
+                f"{weights} is a corrupt or incomplete .safetensors file; download or merge the model again"
+            )
+
+
+def _whole_safetensors(path: Path) -> bool:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if size < 8 or length > size - 8:
+            return False
+        try:
+            header = json.loads(handle.read(length))
+        except (UnicodeDecodeError, ValueError):
+            return False
+    ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    return 8 + length + max(ends, default=0) == size
+
+
 def check_convertible(model_dir: Path, converters: Converters) -> None:
-    """Raises :class:`LocalToolError` unless llama.cpp's converter knows ``model_dir``'s architecture."""
+    """Raises :class:`LocalToolError` unless the weights in ``model_dir`` are whole and llama.cpp knows its model."""
+    check_safetensors(model_dir)
     architecture = _architecture(model_dir)
     if architecture not in convertible_architectures(converters):
         raise LocalToolError(
@@ -93,7 +120,7 @@ def _conversion_error(lines: list[str], model_dir: Path, error: LocalToolError) 
     for line in lines:
         if line.startswith("ERROR:") and "is not supported" in line:
             return LocalToolError(f"llama.cpp cannot convert {model_dir}: {line.split(':', 2)[-1]}; {_WORKS_ANYWAY}")
-    if "SafetensorError" in text or "Error while deserializing" in text:
+    if any(sign in text for sign in ("SafetensorError", "Error while deserializing", "mmap length is greater")):
         return LocalToolError(
             f"the weights in {model_dir} cannot be read (a corrupt or incomplete .safetensors file); "
             "download or merge the model again"
