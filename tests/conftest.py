@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures.adapters import TrainedAdapter, train_pattern_adapter
 from tests.fixtures.chat_data import write_chat_dataset
-from tests.fixtures.gguf_models import build_tiny_llama_with_tokenizer
+from tests.fixtures.gguf_models import build_once_per_run, build_tiny_llama_with_tokenizer
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.real_tokenizers import cache_root
 from tests.fixtures.smollm2 import SmolLM2, ensure_smollm2
@@ -118,13 +118,17 @@ def smollm2() -> SmolLM2:
 @pytest.fixture(scope="session")
 def gguf_tiny_model(smollm2: SmolLM2, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Llama (hidden 64) around SmolLM2's tokenizer and chat template, which llama.cpp can convert."""
-    return build_tiny_llama_with_tokenizer(smollm2.hf, tmp_path_factory.mktemp("gguf-tiny") / "model")
+    return build_once_per_run(
+        tmp_path_factory, "gguf-tiny", lambda d: build_tiny_llama_with_tokenizer(smollm2.hf, d / "model")
+    )
 
 
 @pytest.fixture(scope="session")
 def gguf_pattern_adapter(gguf_tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
     """A LoRA adapter over ``gguf_tiny_model`` that answers the PATTERN exactly (greedy)."""
-    return train_pattern_adapter(gguf_tiny_model, tmp_path_factory.mktemp("gguf-adapter") / "adapter", steps=120)
+    return build_once_per_run(
+        tmp_path_factory, "gguf-adapter", lambda d: train_pattern_adapter(gguf_tiny_model, d / "adapter", steps=120)
+    )
 
 
 @pytest.fixture

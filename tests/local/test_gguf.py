@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from desktop.services.local.common import no_progress
-from desktop.services.local.gguf import convert_lora_to_gguf, convert_to_gguf, quantize_gguf
+from desktop.services.local.gguf import QuantizeResult, convert_lora_to_gguf, convert_to_gguf, quantize_gguf
 from tests.fixtures.adapters import TrainedAdapter
+from tests.fixtures.gguf_models import build_once_per_run
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,8 @@ class Chain:
     peft_answers: list[str]
     merged: Path
     f16: Path
-    q8: Any
-    q4: Any
+    q8: QuantizeResult
+    q4: QuantizeResult
     base_f16: Path
     lora: Path
 
@@ -72,8 +72,10 @@ async def _build_chain(adapter: TrainedAdapter, folder: Path) -> Chain:
 
 @pytest.fixture(scope="module")
 def chain(gguf_pattern_adapter: TrainedAdapter, tmp_path_factory: pytest.TempPathFactory) -> Chain:
-    """The whole chain, built once for this module's tests."""
-    return asyncio.run(_build_chain(gguf_pattern_adapter, tmp_path_factory.mktemp("gguf-chain")))
+    """The whole chain, built once per test run (one xdist worker builds it, the others reuse it)."""
+    return build_once_per_run(
+        tmp_path_factory, "gguf-chain", lambda folder: asyncio.run(_build_chain(gguf_pattern_adapter, folder))
+    )
 
 
 def _gguf_answers(model: Path, questions: list[str], lora: Path | None = None) -> list[str]:
