@@ -86,23 +86,38 @@ def gguf_kind(path: Path) -> tuple[str, str]:
     Raises:
         LocalToolError: The file is not a GGUF file (wrong magic) or its header is cut short.
     """
+    found = gguf_metadata(path)
+    return str(found.get("general.type", "model")), str(found.get("general.architecture", "unknown"))
+
+
+def gguf_context_length(path: Path) -> int | None:
+    """The context length the model in a GGUF file was trained with, when its header says."""
+    found = gguf_metadata(path)
+    value = found.get(f"{found.get('general.architecture')}.context_length")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def gguf_metadata(path: Path) -> dict[str, object]:
+    """The model-level metadata of a GGUF file (``general.*`` and the architecture's keys; the tokenizer's are skipped).
+
+    Raises:
+        LocalToolError: The file is not a GGUF file (wrong magic) or its header is cut short.
+    """
     with path.open("rb") as stream:
         if stream.read(4) != b"GGUF":
             raise LocalToolError(f"{path} is not a GGUF file; pass a .gguf model (rentune export --gguf Q4_K_M)")
-        found: dict[str, str] = {}
+        found: dict[str, object] = {}
         try:
             _read(stream, "I")  # version
             _read(stream, "Q")  # tensor count
             for _ in range(_read(stream, "Q")):
                 key = _read_value(stream, _GGUF_STRING)
-                value = _read_value(stream, _read(stream, "I"))
-                if key in ("general.type", "general.architecture"):
-                    found[key] = str(value)
-                if len(found) == 2:
-                    break
+                if str(key).startswith("tokenizer."):
+                    break  # converters write general.* and the architecture's keys first, the large vocabulary last
+                found[str(key)] = _read_value(stream, _read(stream, "I"))
         except (EOFError, ValueError, MemoryError) as exc:
             raise LocalToolError(f"{path} is a damaged GGUF file (its header is cut short); export it again") from exc
-    return found.get("general.type", "model"), found.get("general.architecture", "unknown")
+    return found
 
 
 # -- engines ----------------------------------------------------------------------------------------------------------
@@ -323,7 +338,10 @@ async def open_chat(
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rentune-chat")
 
     def load() -> _Engine:
-        return _LlamaCppEngine(model, lora, n_ctx) if kind == "llama.cpp" else _MlxEngine(model)
+        if kind == "mlx":
+            return _MlxEngine(model)
+        trained = gguf_context_length(model)  # a longer context than trained only costs memory and draws a warning
+        return _LlamaCppEngine(model, lora, min(n_ctx, trained) if trained else n_ctx)
 
     try:
         loaded = await asyncio.get_running_loop().run_in_executor(worker, load)

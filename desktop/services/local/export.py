@@ -181,8 +181,7 @@ async def _write_gguf(
             continue
         quantized = await quantize_gguf(f16, request.out / f"model-{qtype}.gguf", qtype, progress=progress)
         result.gguf[qtype] = quantized.path
-        if quantized.fallback_note:
-            result.notes.append(quantized.fallback_note)
+        result.notes += [f"{qtype}: {line}" for line in quantized.fallbacks]
 
 
 async def _write_lora_gguf(
