@@ -1,4 +1,4 @@
-"""Local model tools: merging an adapter, validating with MLX, quantising to GGUF, chatting with the result.
+"""Local model tools, on the user's computer: base model, fit check, merge, GGUF, MLX, chat and comparison.
 
-Empty until the local delivery work lands; the import contracts already keep it independent of the providers.
+Heavy libraries are imported inside the functions (or child processes) that use them.
 """
