@@ -62,13 +62,17 @@ def test_ctrl_c_stops_the_answer_not_the_chat(smollm2: SmolLM2) -> None:
         command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert process.stdin is not None and process.stdout is not None
-    assert process.stdout.read(2) == "> "
-    process.stdin.write("Write a very long story about a dragon and a knight.\n")
-    process.stdin.flush()
-    process.stdout.read(1)  # the answer has started
-    time.sleep(0.3)
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate("/exit\n", timeout=120)
+    try:
+        assert process.stdout.read(2) == "> "
+        process.stdin.write("Write a very long story about a dragon and a knight.\n")
+        process.stdin.flush()
+        process.stdout.read(40)  # the answer is well under way
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate("/exit\n", timeout=120)
+    finally:
+        process.kill()
+        process.wait()
     assert process.returncode == 0, err
     assert "(answer stopped)" in err
     assert out.endswith("\n> ")

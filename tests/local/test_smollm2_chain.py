@@ -18,7 +18,8 @@ from tests.fixtures.adapters import PATTERN, TrainedAdapter, train_pattern_adapt
 from tests.fixtures.gguf_models import build_once_per_run
 from tests.fixtures.smollm2 import SmolLM2
 
-pytestmark = pytest.mark.slow
+# About two minutes alone; several times that beside the rest of the suite on two cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="session")
