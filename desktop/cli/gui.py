@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from desktop.cli.errors import CliError
+from desktop.core.settings import Theme
 
 
 def run_gui_command(args: argparse.Namespace) -> int:
@@ -17,6 +18,7 @@ def run_gui_command(args: argparse.Namespace) -> int:
         size=args.size,
         scale=args.scale,
         startup_probe=args.startup_probe,
+        theme=Theme(args.theme) if args.theme else None,
     )
     try:
         return run_gui(options)

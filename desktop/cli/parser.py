@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--page", metavar="NAME", help="the page to open (or to render with --screenshot)")
     parser.add_argument("--size", type=_size, default=(1280, 800), help="window size, e.g. 1280x800")
     parser.add_argument("--scale", type=_scale, default=1.0, help="UI scale factor, e.g. 2 for 200%%")
+    parser.add_argument("--theme", choices=["light", "dark"], help="draw the app light or dark, whatever Settings say")
     parser.add_argument("--startup-probe", action="store_true", help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("gui", help="open the desktop app (the default)")

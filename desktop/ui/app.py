@@ -12,15 +12,17 @@ from PySide6.QtWidgets import QApplication
 from qasync import QEventLoop
 
 from desktop import __version__
-from desktop.core.settings import Settings, SettingsError
+from desktop.core.settings import Settings, SettingsError, Theme
 from desktop.services.platform.logs import configure_logging, get_logger
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.platform.settings import load_settings
 from desktop.ui.background import spawn
+from desktop.ui.context import AppContext
 from desktop.ui.errors import ErrorReporter
 from desktop.ui.main_window import MainWindow, UnknownPageError
 from desktop.ui.screenshot import save_screenshot
-from desktop.ui.theme import apply_theme
+from desktop.ui.theme import apply_theme, force_theme
+from desktop.ui.widgets.blocks import install_wheel_guard
 
 _log = get_logger("app")
 
@@ -35,6 +37,7 @@ class GuiOptions:
         size: Window size in logical pixels (width, height).
         scale: UI scale factor (2.0 renders as on a 200 % display).
         startup_probe: Print ``first-window`` once the window is shown and exit (used by ``make bench``).
+        theme: Force light or dark for this session, whatever the settings say.
     """
 
     screenshot: Path | None = None
@@ -42,6 +45,7 @@ class GuiOptions:
     size: tuple[int, int] = (1280, 800)
     scale: float = 1.0
     startup_probe: bool = False
+    theme: Theme | None = None
 
 
 class GuiStartError(RuntimeError):
@@ -68,8 +72,13 @@ async def main(options: GuiOptions) -> int:
     settings, settings_problem = _load_settings_or_defaults()
     configure_logging(settings.log_level)
     _log.info("Rentune %s starting", __version__)
+    force_theme(options.theme)
     apply_theme(settings.theme)
-    window = MainWindow(settings, SecretStore())
+    app = QApplication.instance()
+    if app is not None:
+        install_wheel_guard(app)
+    context = AppContext(settings, SecretStore(), read_only=options.screenshot is not None)
+    window = MainWindow(settings, context.secrets, context)
     reporter = ErrorReporter(window)
     reporter.install()
     if options.page:

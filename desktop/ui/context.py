@@ -25,6 +25,7 @@ class AppContext:
         engine_options: Timing of the run engine (tests shorten the polling); the user's settings are applied on
             top (checkpoints kept per run).
         manager: Follows live runs in the background (launch, stop, pull, resume, reattach).
+        read_only: Nothing the pages do is saved (``rentune --screenshot`` renders without changing the draft).
     """
 
     settings: Settings
@@ -32,6 +33,7 @@ class AppContext:
     store: RunStore = field(default_factory=RunStore)
     draft: RunDraft = field(default_factory=load_draft)
     engine_options: EngineOptions | None = None
+    read_only: bool = False
     manager: RunManager = field(init=False)
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.orphans import find_orphans
 from desktop.ui.background import spawn
 from desktop.ui.context import AppContext
+from desktop.ui.design.icons import icon
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.home_page import HomePage
@@ -107,7 +108,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setObjectName("sidebar")
         self.sidebar.setAccessibleName("Sections")
         self.sidebar.setFixedWidth(200)
-        self.sidebar.setStyleSheet("QListWidget#sidebar::item { padding: 8px 12px; }")
+        self.sidebar.setIconSize(QSize(18, 18))
         self.stack = QStackedWidget()
         layout.addWidget(self.sidebar)
         layout.addWidget(self.stack, 1)
@@ -123,7 +124,8 @@ class MainWindow(QMainWindow):
         self.stack.addWidget(page)
         if in_sidebar:
             self._sidebar_pages.append(page.page_name)
-            QListWidgetItem(page.title if page.page_name != "home" else "Home", self.sidebar)
+            item = QListWidgetItem(page.title if page.page_name != "home" else "Home", self.sidebar)
+            item.setIcon(icon(page.icon_name))
 
     def page_names(self) -> list[str]:
         """Returns the names usable with :meth:`show_page` and ``--page``: pages, then the wizard's steps."""

@@ -34,6 +34,7 @@ class HomePage(BasePage):
 
     page_name = "home"
     title = "Welcome to Rentune"
+    icon_name = "house"
     purpose = (
         "Fine-tune open LLMs on a GPU server you rent and pay only for training: data is checked and the job is "
         "sized before the card bills, and checkpoints come home while it trains."

@@ -110,6 +110,8 @@ class MonitorPage(BasePage):
 
     page_name = "monitor"
     title = "Run monitor"
+    icon_name = "activity"
+    scrolls = False
     purpose = "Progress streams here from the machine; checkpoints come home while it trains."
 
     def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:

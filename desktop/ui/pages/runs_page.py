@@ -74,6 +74,8 @@ class RunsPage(BasePage):
 
     page_name = "runs"
     title = "Runs"
+    icon_name = "list-checks"
+    scrolls = False
     purpose = "Every fine-tune started on this computer. Open one to follow it; delete the files of ended ones."
     sig_open_run = Signal(str)
     sig_new_run = Signal()

@@ -49,6 +49,7 @@ class SettingsPage(BasePage):
 
     page_name = "settings"
     title = "Settings"
+    icon_name = "settings"
     purpose = "Preferences are saved in your config folder. API keys and tokens are kept in your system's keyring only."
     sig_settings_changed = Signal(object)
 

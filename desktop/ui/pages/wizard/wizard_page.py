@@ -21,6 +21,8 @@ class WizardPage(BasePage):
 
     page_name = "new"
     title = "New fine-tune"
+    icon_name = "wand-sparkles"
+    scrolls = False
     purpose = "From a chat dataset to a running fine-tune, one step at a time. Your choices are kept if you leave."
 
     #: Emitted with the run id when the review step has launched a run.
@@ -107,6 +109,8 @@ class WizardPage(BasePage):
         self.current.save_into(self.context.draft)
 
     def _persist(self) -> None:
+        if self.context.read_only:
+            return  # a screenshot render must never change what the user saved
         try:
             save_draft(self.context.draft)
         except OSError as exc:
