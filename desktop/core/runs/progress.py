@@ -252,6 +252,18 @@ def billable_seconds(transitions: Sequence[Mapping[str, Any]], now: float) -> fl
     return total
 
 
+def billing_now(transitions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the run's machine is billing after these transitions: billing started and has not ended since."""
+    since = None
+    for row in transitions:
+        state = RunState(row["to_state"])
+        if since is None and state in BILLING_STARTS:
+            since = state
+        elif since is not None and state in BILLING_ENDS:
+            since = None
+    return since is not None
+
+
 def cost_so_far(hourly_rate: float | None, transitions: Sequence[Mapping[str, Any]], now: float) -> float:
     """Dollars spent so far at ``hourly_rate`` (0 when no rate is set) over the billable time."""
     if not hourly_rate or hourly_rate <= 0:
