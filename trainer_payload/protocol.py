@@ -106,12 +106,15 @@ class StateEvent(_StateFields, total=False):
     """A phase of the job (``state`` is a :class:`JobState`; a newer payload may send one this app does not know).
 
     A ``failed`` state may say why (``reason``) and, when it is no failure, what stopped it (``stopped_by``, a
-    :class:`StopCause`); the bootstrap's last state says ``ready: true``. The payload adds details such as
-    ``detail`` or ``step``: free fields.
+    :class:`StopCause`) and the step of the checkpoint it saved on the way out (``checkpoint_step``; missing when
+    none was saved, and in files written before it existed: readers fall back to the newest checkpoint event); the
+    bootstrap's last state says ``ready: true``. The payload adds details such as ``detail`` or ``step``: free
+    fields.
     """
 
     reason: str | None
     stopped_by: str | None
+    checkpoint_step: int | None
     ready: bool | None
 
 

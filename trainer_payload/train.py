@@ -283,6 +283,7 @@ class PayloadRun:
             JobState.FAILED,
             reason=f"stopped by SIGTERM ({where}); start the job again to resume",
             stopped_by=StopCause.SIGNAL.value,
+            checkpoint_step=step or None,
         )
         return EXIT_TERMINATED
 

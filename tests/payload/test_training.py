@@ -110,6 +110,7 @@ def test_sigterm_saves_a_checkpoint_and_says_why(make_job: JobFactory, tmp_path:
         and "SIGTERM" in final["reason"]
         and f"step {checkpoint['step']}" in final["reason"]
     )
+    assert final["checkpoint_step"] == checkpoint["step"], "the saved step is a field, never read from the words"
 
 
 @pytest.mark.parametrize(("method", "folder"), [("qlora", "adapter"), ("full", "model"), ("full-8bit", "model")])

@@ -18,19 +18,28 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.spec import SshTarget
 from desktop.core.runs.states import RunState
-from desktop.core.settings import Settings
+from desktop.core.settings import Settings, Theme
+from desktop.services.billing.ledger import Ledger
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.engine import EngineOptions
+from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore
+from desktop.services.runs.transfer import UPLOAD_PROGRESS_NAME, UploadMeter
 from desktop.ui.context import AppContext
+from desktop.ui.design.palette import DARK, LIGHT
 from desktop.ui.pages import monitor_page
 from desktop.ui.pages.monitor_page import MonitorPage, read_event_chunk
-from desktop.ui.widgets.loss_chart import loss_axis_range, step_axis_end
+from desktop.ui.run_words import money
+from desktop.ui.theme import apply_theme
+from desktop.ui.widgets.loss_chart import EMPTY_TEXT, loss_axis_range, step_axis_end
+from tests.fixtures.recorded_run import record_finished_run, record_live_rented_run, seal
 from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory, make_spec  # noqa: F401 - the fixture, shared with the engine tests
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, EventWriter
 
 FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
+#: Words of the raw event dump the log must never show.
+RAW_WORDS = ("detail=", "ready_seconds", "[failed]", "SIGTERM", "stopped_by", "{")
 
 
 def closed_port() -> int:
@@ -100,9 +109,17 @@ def step_event(seq: int, ts: float, number: int, **extra: Any) -> dict[str, Any]
 
 
 def dollars(text: str) -> float:
-    match = re.match(r"\$([\d,]+\.\d\d) at \$", text)
+    match = re.match(r"\$([\d,]+\.\d\d)", text)
     assert match, text
     return float(match.group(1).replace(",", ""))
+
+
+def chip_names(page: MonitorPage) -> list[str]:
+    return [chip.text().split("\n")[0] for chip in page.timeline.chips]
+
+
+def log_text(page: MonitorPage) -> str:
+    return page.log_view.toPlainText()
 
 
 def test_monitor_follows_events_appended_while_it_polls(
@@ -111,18 +128,21 @@ def test_monitor_follows_events_appended_while_it_polls(
     run_id = make_run(context.store, FLOW, rate=36_000.0)  # $10 a second: the cost visibly grows
     path = events_of(context.store, run_id)
     page.show_run(run_id)
-    wait_for(lambda: page.state_label.text().startswith("Training"))
+    wait_for(lambda: page.state_badge.text() == "Training")
+    assert page.chart.empty_label.isVisibleTo(page) and page.chart.empty_label.text() == EMPTY_TEXT
+    assert not page.chart.showing_points(), "no empty grid before the first loss"
     train_curve, eval_curve = page.chart.train_curve, page.chart.eval_curve
     writer = EventWriter(path)  # the payload's own writer: complete lines, fsynced
     writer.emit(EventKind.STATE, state="training", loss_on="assistant turns")
     now = time.time()
     append(path, *(step_event(2 + i, now - 8 + 2 * i, 10 * (i + 1)) for i in range(5)))
     wait_for(lambda: page.chart.point_counts() == (5, 0))
+    assert page.chart.showing_points()
     assert page.stats["step"].text() == "50 of 100 · epoch 0.50"
     # 10 steps every 2 s: 50 steps left take 10 s, less the time since the last step.
     eta = re.fullmatch(r"about (\d+) s", page.stats["eta"].text())
     assert eta and 7 <= int(eta.group(1)) <= 10, page.stats["eta"].text()
-    first_cost = dollars(page.stats["cost"].text())
+    first_cost = dollars(page.machine["cost"].text())
     assert first_cost > 0
 
     half = json.dumps({"ts": time.time(), "seq": 7, "event": "eval", "step": 50, "eval_loss": 2.4}) + "\n"
@@ -144,15 +164,26 @@ def test_monitor_follows_events_appended_while_it_polls(
     assert page.stats["gpu_memory"].text() == "12.3 GB peak allocated · 14.0 GB reserved"
     assert page.stats["gpu_util"].text() == "87 %"
     assert page.busy_bar.maximum() == 100 and page.busy_bar.value() == 80
-    wait_for(lambda: dollars(page.stats["cost"].text()) > first_cost + 1)
-    assert [chip.text().split("\n")[0] for chip in page.timeline.chips] == [
-        "Planned",
+    assert page.busy_bar.format() == "Training: step 80 of 100 (80 %)"
+    wait_for(lambda: dollars(page.machine["cost"].text()) > first_cost + 1)
+    snapshot = page.snapshot
+    assert snapshot is not None
+    spent = run_spend(context.store, run_id, now=snapshot.now).usd  # the one count the status bar and tray use
+    assert page.machine["cost"].text() == money(spent)
+    assert page.machine["rate"].text() == "$36,000.00/h, as you stated"
+    assert page.machine["machine"].text().startswith("Your server me@127.0.0.1:")
+    assert chip_names(page) == [
+        "Waiting",
         "Connecting",
         "Uploading",
-        "Bootstrapping",
+        "Setting up",
         "Training",
+        "Saving",
+        "Bringing home",
+        "Finished",
     ]
-    assert page.timeline.chips[-1].accessibleName().endswith(", now")
+    names = [chip.accessibleName() for chip in page.timeline.chips]
+    assert names[4].endswith(", now") and all(name.endswith("to come") for name in names[5:])
 
 
 def test_a_recorded_finished_run_is_shown_from_its_files(
@@ -160,7 +191,8 @@ def test_a_recorded_finished_run_is_shown_from_its_files(
 ) -> None:
     store = context.store
     run_id = make_run(store, [*FLOW, RunState.SYNCING, RunState.PULLING], rate=2.0)
-    adapter = store.folder(run_id) / "adapter"
+    folder = store.folder(run_id)
+    adapter = folder / "adapter"
     adapter.mkdir()
     store.update(run_id, adapter=str(adapter))
     store.transition(run_id, RunState.FINISHED, f"adapter at {adapter}")
@@ -169,28 +201,52 @@ def test_a_recorded_finished_run_is_shown_from_its_files(
         writer.emit(EventKind.STEP, step=number, total_steps=20, epoch=number / 20, loss=2.0 / number, lr=1e-4)
         if number % 10 == 0:
             writer.emit(EventKind.EVAL, step=number, eval_loss=1.5 / number)
-            folder = f"checkpoints/checkpoint-{number}"
-            writer.emit(EventKind.CHECKPOINT, step=number, path=folder, bytes=2_500_000, sha256={})
+            writer.emit(
+                EventKind.CHECKPOINT, step=number, path=f"checkpoints/checkpoint-{number}", bytes=2_500_000, sha256={}
+            )
+    seal(folder / "checkpoints" / "checkpoint-20", {"adapter_model.safetensors": b"w"}, 20)
     writer.emit(EventKind.DONE, adapter_path="adapter", files={}, metrics={}, wall_seconds=30.0, train_seconds=20.0)
     writer.emit(EventKind.STATE, state="done")
 
     page.show_run(run_id)
     qloop.run_until_complete(page.refresh())
-    wait_for(lambda: page.state_label.text() == "Finished")
+    wait_for(lambda: page.state_badge.text() == "Finished")
     assert page.chart.point_counts() == (20, 2)
     assert page.stats["adapter"].text() == str(adapter)
-    assert page.stats["checkpoints"].text() == "2 saved · newest at step 20 (2.5 MB)"
+    assert page.stats["checkpoints"].text() == "1 checkpoint was kept on this computer · newest at step 20"
     assert page.stats["eta"].text() == "—"
-    assert page.stats["cost"].text().endswith("at $2.00/h")
+    assert page.banner.isVisibleTo(page) and page.banner.headline_label.text().startswith("Finished")
+    assert "1 checkpoint was kept" in page.banner.details_label.text()
     assert page.busy_bar.format().startswith("Finished")
-    assert [page.stop_button.isEnabled(), page.pull_button.isEnabled(), page.resume_button.isEnabled()] == [
-        False,
-        False,
-        False,
-    ]
+    assert not (page.stop_button.isEnabled() or page.pull_button.isEnabled() or page.resume_button.isEnabled())
+    assert page.stop_button.isHidden() and page.resume_button.isHidden(), "a finished run offers nothing to resume"
     assert page.folder_button.isEnabled()
-    assert page.timeline.chips[-1].text() == "Finished\n—"
-    assert page.problems_label.isHidden()
+    assert page.timeline.chips[-1].text().startswith("Finished\nat ")
+    log = log_text(page)
+    for words in ("Run created", "Checkpoint at step 10 saved on the machine (2.5 MB)", "Training done in 20 s"):
+        assert words in log
+    assert f"Finished: the adapter is on this computer, in {adapter}" in log
+    assert not any(raw in log for raw in RAW_WORDS), log
+
+
+def test_the_recorded_tiny_run_reads_as_a_story_with_real_phase_durations(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    run_id = record_finished_run(context.store)
+    page.show_run(run_id)
+    wait_for(lambda: page.state_badge.text() == "Finished" and "Training done" in log_text(page))
+    assert [chip.text() for chip in page.timeline.chips[:5]] == [
+        "Waiting\n2 s",
+        "Connecting\n6 s",
+        "Uploading\n10 s",
+        "Setting up\n3 min 00 s",
+        "Training\n5 s",
+    ]
+    log = log_text(page)
+    assert "Training on 64 examples" in log and "Eval loss 5.7316 at step 10" in log
+    assert "Training done in 1 s: final loss 5.3160" in log
+    assert not any(raw in log for raw in RAW_WORDS), log
+    assert page.stats["checkpoints"].text() == "3 checkpoints were kept on this computer · newest at step 60"
 
 
 @pytest.mark.parametrize(
@@ -198,11 +254,11 @@ def test_a_recorded_finished_run_is_shown_from_its_files(
     [
         ([], True, False, False, True),
         ([RunState.CONNECTING, RunState.UPLOADING], True, False, False, True),
-        (FLOW, True, True, False, False),
+        (FLOW, True, True, False, True),
         ([*FLOW, RunState.SYNCING], False, False, False, True),
         ([*FLOW, RunState.PAUSED], True, False, True, False),
         ([*FLOW, RunState.FAILED], False, False, True, False),
-        ([*FLOW, RunState.CANCELLED], False, False, False, False),
+        ([*FLOW, RunState.CANCELLED], False, False, True, False),
     ],
 )
 def test_buttons_follow_the_run_state(
@@ -217,45 +273,56 @@ def test_buttons_follow_the_run_state(
 ) -> None:
     run_id = make_run(context.store, states)
     page.show_run(run_id)
-    expected = (states[-1] if states else RunState.PLANNED).value.capitalize()
-    wait_for(lambda: page.state_label.text() == expected)
-    assert page.stop_button.isEnabled() is stop
+    wait_for(lambda: page.record is not None and page.state_badge.text() != "Reading…")
+    assert page.stop_button.isEnabled() is stop and page.stop_button.isHidden() is not stop
     assert page.pull_button.isEnabled() is pull
-    assert page.resume_button.isEnabled() is resume
+    assert page.resume_button.isEnabled() is resume and page.resume_button.isHidden() is not resume
+    assert page.move_button.isEnabled() is resume, "an own server's run can also move to another server"
     assert page.folder_button.isEnabled()
     assert (page.busy_bar.maximum() == 0) is busy, page.busy_bar.format()
 
 
-def test_trainer_errors_show_their_hint(page: MonitorPage, context: AppContext, wait_for: Callable[..., None]) -> None:
+def test_trainer_errors_show_what_to_do_in_the_apps_words(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
     run_id = make_run(context.store, FLOW)
     context.store.update(run_id, error="oom: CUDA out of memory — lower micro_batch")
     context.store.transition(run_id, RunState.FAILED, "oom")
     writer = EventWriter(events_of(context.store, run_id))
-    writer.emit(EventKind.ERROR, kind="oom", message="CUDA out of memory", hint="lower micro_batch or seq_len")
+    hint = "out of GPU memory: reduce --seq-len or --micro-batch, use qlora, or rent a larger GPU"
+    writer.emit(EventKind.ERROR, kind="oom", message="CUDA out of memory", hint=hint)
     writer.emit(EventKind.STATE, state="failed", reason="oom")
     page.show_run(run_id)
-    wait_for(lambda: page.state_label.text() == "Failed")
-    text = page.problems_label.text()
-    assert "<b>oom</b>: CUDA out of memory" in text
-    assert "What to do: lower micro_batch or seq_len" in text
-    assert text.count("CUDA out of memory") == 1, "the run's error repeating the event is not shown twice"
-    assert page.problems_label.isVisibleTo(page)
+    wait_for(lambda: page.state_badge.text() == "Failed")
+    assert page.banner.isVisibleTo(page) and page.banner.property("severity") == "danger"
+    assert page.banner.headline_label.text() == "Out of GPU memory"
+    details = page.banner.details_label.text()
+    assert details.startswith("CUDA out of memory\nWhat to do: Lower the sequence length")
+    assert "--" not in details and "--" not in log_text(page), "no command-line flags in the app"
     assert page.resume_button.isEnabled()
 
 
-def test_log_shows_the_lines_of_the_shown_run_only(
+def test_the_log_holds_the_runs_history_and_this_windows_notes_of_it_only(
     page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
 ) -> None:
+    from desktop.services.runs.events import EventLine
+
     shown, other = make_run(context.store, FLOW), make_run(context.store, FLOW)
     context.manager.engine(shown).report("said before the run was shown")
     page.show_run(shown)
-    wait_for(lambda: page.record is not None)
+    wait_for(lambda: page.record is not None and "Starting the trainer" in log_text(page))
     context.manager.engine(other).report("about another run")
     context.manager.engine(shown).report("trainer started (pid 42)")
-    log = page.log_view.toPlainText()
-    assert log.splitlines() == ["said before the run was shown", "trainer started (pid 42)"]
+    context.manager.engine(shown).report(EventLine("step 1: loss 2.0000"))  # the event itself is read from the file
+    log = log_text(page)
+    notes = [line.split("  ", 1)[1] for line in log.splitlines() if "  " in line]
+    assert notes.index("said before the run was shown") < notes.index("trainer started (pid 42)")
+    assert "said before the run was shown" in log and "about another run" not in log
+    assert "step 1: loss" not in log
+    for words in ("Run created", "Connecting to the machine", "Uploading the trainer and the data"):
+        assert words in log
     page.show_run(other)
-    assert page.log_view.toPlainText() == "about another run"
+    assert "about another run" in log_text(page) and "trainer started" not in log_text(page)
     wait_for(lambda: page.record is not None and page.record.id == other)
 
 
@@ -265,17 +332,44 @@ def test_stop_asks_first_and_ends_a_run_that_had_not_started_training(
     run_id = make_run(context.store, [RunState.CONNECTING, RunState.UPLOADING])
     page.show_run(run_id)
     wait_for(page.stop_button.isEnabled)
-    questions: list[str] = []
-    monkeypatch.setattr(monitor_page, "confirm", lambda _p, title, _q: questions.append(title) or False)
+    questions: list[tuple[str, str]] = []
+    monkeypatch.setattr(monitor_page, "confirm", lambda _p, title, text: questions.append((title, text)) or False)
     page.stop_button.click()
-    assert questions == ["Stop this run?"]
+    assert questions == [
+        ("Stop this run?", "Nothing has been trained yet: the run stops now. Resume starts it again later.")
+    ]
     assert context.store.get(run_id).state is RunState.UPLOADING, "answering No changes nothing"
     monkeypatch.setattr(monitor_page, "confirm", lambda *_args: True)
     page.stop_button.click()
-    wait_for(lambda: page.state_label.text() == "Cancelled")
+    wait_for(lambda: page.state_badge.text() == "Stopped")
     assert context.store.get(run_id).state is RunState.CANCELLED
-    assert page.action_label.text() == "Run cancelled."
+    assert page.action_label.text() == "Stopped. Resume continues from the newest checkpoint."
     assert not page.stop_button.isEnabled()
+    assert page.resume_button.isEnabled(), "what the Stop dialog promised: the run can be resumed"
+    assert page.banner.headline_label.text() == "Stopped by you before training began"
+    wait_for(lambda: "Stopped by you before training began" in log_text(page))
+
+
+def test_a_users_stop_is_logged_as_theirs_with_the_checkpoint_kept(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    store = context.store
+    new_run, old_run = make_run(store, FLOW), make_run(store, FLOW)
+    for run_id, field in ((new_run, {"checkpoint_step": 30}), (old_run, {})):  # an event file from before the field
+        writer = EventWriter(events_of(store, run_id))
+        writer.emit(EventKind.CHECKPOINT, step=30, path="checkpoints/checkpoint-30", bytes=1_000_000, sha256={})
+        reason = "stopped by SIGTERM (checkpoint saved at step 30); start the job again to resume"
+        writer.emit(EventKind.STATE, state="failed", reason=reason, stopped_by="signal", **field)
+        store.update(run_id, spec={**store.get(run_id).spec, "stop_requested": True})
+        store.transition(run_id, RunState.CANCELLED, reason)
+    for run_id in (new_run, old_run):
+        page.show_run(run_id)
+        wait_for(lambda: "Stopped by you — checkpoint at step 30 kept" in log_text(page))
+        assert page.banner.headline_label.text() == "Stopped by you — checkpoint at step 30 kept"
+        assert page.banner.details_label.text() == "Resume continues from that checkpoint."
+        said = "The trainer saved a checkpoint at step 30 and stopped" if run_id == new_run else "The trainer stopped"
+        assert f"  {said}\n" in log_text(page) + "\n"
+        assert not any(raw in log_text(page) for raw in RAW_WORDS), log_text(page)
 
 
 def test_pull_from_an_unreachable_machine_says_so(
@@ -299,10 +393,42 @@ def test_resume_reconnects_and_pauses_again_while_the_machine_is_unreachable(
     wait_for(page.resume_button.isEnabled)
     page.resume_button.click()
     assert page.action_label.text().startswith("Resuming")
+    wait_for(lambda: context.manager.is_driving(run_id) or len(context.store.transitions(run_id)) > 6)
     wait_for(lambda: not context.manager.is_driving(run_id))
     assert [t["to_state"] for t in context.store.transitions(run_id)][-2:] == ["connecting", "paused"]
-    wait_for(lambda: page.state_label.text() == "Paused" and page.resume_button.isEnabled())
-    assert "machine unreachable" in page.problems_label.text()
+    wait_for(lambda: page.state_badge.text() == "Paused" and page.resume_button.isEnabled())
+    assert "machine unreachable" in page.banner.details_label.text()
+
+
+def test_a_stopped_run_resumes_through_the_same_button(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    run_id = make_run(context.store, [*FLOW, RunState.CANCELLED])
+    page.show_run(run_id)
+    wait_for(page.resume_button.isEnabled)
+    page.resume_button.click()
+
+    def history() -> list[str]:
+        return [t["to_state"] for t in context.store.transitions(run_id)]
+
+    wait_for(
+        lambda: history()[-1] == "paused" and "connecting" in history()[-2:] and not context.manager.is_driving(run_id)
+    )
+    assert history()[-4:] == ["cancelled", "paused", "connecting", "paused"], "reopened, then driven (nothing answers)"
+    wait_for(lambda: "Resumed by you: continuing from the newest checkpoint" in log_text(page))
+
+
+def test_a_run_stopped_at_its_budget_says_why_it_cannot_resume(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    run_id = make_run(context.store, [*FLOW, RunState.CANCELLED])
+    spec = context.store.get(run_id).spec
+    context.store.update(run_id, spec={**spec, "budget_stop": "budget of $5.00 reached ($5.01 at $2.00/h)"})
+    page.show_run(run_id)
+    wait_for(lambda: page.state_badge.text() == "Stopped at budget")
+    assert page.resume_button.isVisibleTo(page) and not page.resume_button.isEnabled()
+    assert "stopped at its budget" in page.resume_button.toolTip()
+    assert page.banner.headline_label.text().startswith("Stopped at its budget")
 
 
 def test_resume_elsewhere_moves_the_run_to_the_server_entered(
@@ -316,10 +442,80 @@ def test_resume_elsewhere_moves_the_run_to_the_server_entered(
     wait_for(page.move_button.isEnabled)
     page.move_button.click()
     assert asked and asked[0] is not None and asked[0].user == "me", "the dialog starts from the present server"
-    assert context.store.get(run_id).target == other.url
     assert page.action_label.text().startswith(f"Moving to {other.url}")
-    wait_for(lambda: not context.manager.is_driving(run_id))  # nothing listens there: it pauses again
-    assert context.store.get(run_id).state is RunState.PAUSED
+    wait_for(lambda: context.store.get(run_id).target == other.url)
+    wait_for(lambda: not context.manager.is_driving(run_id) and context.store.get(run_id).state is RunState.PAUSED)
+
+
+def test_upload_shows_how_far_it_got(page: MonitorPage, context: AppContext, wait_for: Callable[..., None]) -> None:
+    run_id = make_run(context.store, [RunState.CONNECTING, RunState.UPLOADING])
+    meter = UploadMeter(context.store.folder(run_id) / UPLOAD_PROGRESS_NAME, [150_000_000, 50_000_000])
+    meter.on_file("train.jsonl", 12_300_000, 150_000_000)
+    meter._write(force=True)  # the meter writes about once a second; a test does not wait for it
+    page.show_run(run_id)
+    wait_for(lambda: "MB" in page.busy_bar.format())
+    assert page.busy_bar.format() == "Uploading the trainer and the data: 12.3 of 200.0 MB (6 %)"
+    assert (page.busy_bar.value(), page.busy_bar.maximum()) == (62, 1000)
+    meter.file_done()
+    meter.file_done()
+    wait_for(lambda: page.busy_bar.format().endswith("200.0 of 200.0 MB (100 %)"))
+
+
+def test_a_rented_run_shows_its_machines_rate_and_cost_against_the_estimate(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    run_id = record_live_rented_run(context.store, Ledger())
+    page.show_run(run_id)
+    wait_for(lambda: page.state_badge.text() == "Training" and page.chart.point_counts()[0] > 0)
+    names = chip_names(page)
+    assert names[:2] == ["Renting", "Machine 1"] and "Machine 2" in names
+    paused = names.index("Paused")
+    assert names[paused + 1] == "Machine 2", "the replacement machine starts where the lost one ended"
+    assert page.timeline.chips[1].text() == "Machine 1\nRTX 4090 · RunPod"
+    assert "spot machine outbid" in page.timeline.chips[1].toolTip()
+    machine = {key: label.text() for key, label in page.machine.items()}
+    assert machine["machine"] == "Vast.ai · spot · machine 2 of this run"
+    assert (machine["gpu"], machine["rate"]) == ("RTX 4090", "$0.41/h")
+    snapshot = page.snapshot
+    assert snapshot is not None and snapshot.spend is not None
+    assert machine["cost"].startswith(f"{money(snapshot.spend.usd)} of about $0.07 expected (")
+    assert machine["estimate"].startswith("$0.07 for about 12 min 36 s on RTX 4090")
+    log = log_text(page)
+    assert "Rented machine 1: RTX 4090 at RunPod for $0.34/h" in log
+    assert "Machine 1 let go after costing $0.02: the RunPod machine rp-7f3a was stopped" in log
+    assert "Training on 2,400 examples, continuing from checkpoint-20" in log
+    assert page.chart.point_counts()[0] == 38, "the steps trained again after the resume replace the lost ones"
+    assert not page.move_button.isVisibleTo(page), "a rented run resumes on a rented machine, never elsewhere"
+
+
+def test_switching_runs_never_keeps_the_previous_runs_axes_or_curves(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    long_run = record_finished_run(context.store)
+    fresh = make_run(context.store, FLOW)
+    page.show_run(long_run)
+    wait_for(lambda: page.chart.point_counts() == (60, 6))
+    assert page.chart.axis_ranges()[0] == 60.0
+    page.show_run(fresh)
+    assert page.chart.point_counts() == (0, 0) and page.chart.axis_ranges() == (0.0, (0.0, 0.0))
+    assert not page.chart.showing_points()
+    assert all(label.text() == "—" for label in page.stats.values())
+    append(events_of(context.store, fresh), step_event(1, time.time(), 3))
+    wait_for(lambda: page.chart.point_counts() == (1, 0))
+    assert page.chart.axis_ranges()[0] == 100.0, "the new run's own length"
+
+
+def test_the_chart_is_drawn_in_the_apps_palette_and_follows_a_theme_switch(page: MonitorPage) -> None:
+    chart = page.chart
+    try:
+        apply_theme(Theme.DARK)
+        assert chart.plot_widget.backgroundBrush().color().name() == DARK.surface
+        assert chart.train_curve.opts["pen"].color().name() == DARK.chart[0]
+        apply_theme(Theme.LIGHT)
+        assert chart.plot_widget.backgroundBrush().color().name() == LIGHT.surface
+        assert chart.eval_curve.opts["pen"].color().name() == LIGHT.chart[2]
+    finally:
+        apply_theme(Theme.LIGHT)
 
 
 class UrlCatcher(QObject):
@@ -352,11 +548,10 @@ def test_open_folder_opens_the_run_folder(
 def test_unknown_run_shows_the_empty_state(
     page: MonitorPage, wait_for: Callable[..., None], qloop: asyncio.AbstractEventLoop
 ) -> None:
-    assert page.views.currentIndex() == 0
+    assert page.views.currentWidget() is page.empty_state
     page.show_run("20990101-000000-dead")
     qloop.run_until_complete(page.refresh())
-    assert page.views.currentIndex() == 0
-    assert "no longer recorded" in page.empty_label.text()
+    assert page.views.currentWidget().accessibleName() == "Run 20990101-000000-dead is no longer recorded"
 
 
 def test_event_chunks_stop_at_the_last_complete_line_and_skip_junk(tmp_path: Path) -> None:
@@ -396,16 +591,72 @@ def test_a_real_run_on_the_loopback_machine_is_followed_to_its_adapter(
     record = context.manager.launch(spec)
     page.show_run(record.id)
     wait_for(lambda: not context.manager.is_driving(record.id), timeout=240)
-    wait_for(lambda: page.state_label.text() == "Finished")
+    wait_for(lambda: page.state_badge.text() == "Finished")
     final = context.store.get(record.id)
     assert page.chart.point_counts()[0] >= 2
     assert page.stats["step"].text().startswith("20 of 20")
     assert page.stats["adapter"].text() == final.adapter
-    assert page.stats["checkpoints"].text().startswith("2 saved")
-    assert "adapter verified and saved" in page.log_view.toPlainText()
+    assert page.stats["checkpoints"].text().startswith("2 checkpoints were kept on this computer")
+    log = log_text(page)
+    assert "adapter verified and saved" in log and "Machine ready after" in log
+    assert not any(raw in log for raw in RAW_WORDS), log
     assert not (page.stop_button.isEnabled() or page.pull_button.isEnabled() or page.resume_button.isEnabled())
-    chips = [chip.text().split("\n")[0] for chip in page.timeline.chips]
+    chips = chip_names(page)
     assert chips[-1] == "Finished" and "Training" in chips
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two uploads, two setups and two model loads on a loaded two-core machine
+def test_a_real_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_finishes(
+    page: MonitorPage,
+    context: AppContext,
+    wait_for: Callable[..., None],
+    ssh_host: SshHost,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the Stop dialog promises: stop keeps a checkpoint, Resume continues from it on the same machine."""
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+    from desktop.services.runs.events import mirrored_events
+
+    write_spec: SpecFactory = request.getfixturevalue("make_spec")
+    spec_path = write_spec(ssh_host, max_steps=400, checkpoint_steps=5)
+    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
+    record = context.manager.launch(spec)
+    page.show_run(record.id)
+    checkpoints = context.store.runs_dir / record.id / "checkpoints"
+    wait_for(lambda: checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*/rentune_checkpoint.json")), 240)
+    monkeypatch.setattr(monitor_page, "confirm", lambda *_args: True)
+    wait_for(page.stop_button.isEnabled)
+    page.stop_button.click()
+    wait_for(lambda: page.state_badge.text() == "Stopped" and page.resume_button.isEnabled(), timeout=120)
+    stopped = page.progress.stopped
+    assert stopped is not None and stopped.checkpoint_step is not None
+    headline = f"Stopped by you — checkpoint at step {stopped.checkpoint_step:,} kept"
+    assert page.banner.headline_label.text() == headline
+    wait_for(lambda: headline in log_text(page))
+
+    # The resumed trainer gets its job anew from the run's spec: a few more steps end this test's run soon.
+    end = stopped.checkpoint_step + 3
+    spec_after = context.store.get(record.id).spec
+    context.store.update(record.id, spec={**spec_after, "training": {**spec_after["training"], "max_steps": end}})
+    page.resume_button.click()
+    wait_for(
+        lambda: context.manager.is_driving(record.id) or context.store.get(record.id).state is not RunState.CANCELLED
+    )
+    wait_for(lambda: not context.manager.is_driving(record.id), timeout=300)
+    final = context.store.get(record.id)
+    assert final.state is RunState.FINISHED, final.error
+    events = mirrored_events(context.store.runs_dir / record.id)
+    resumed = next(e for e in reversed(events) if e["event"] is EventKind.STATE and e["state"] == "training")
+    assert resumed.get("resume_from") == f"checkpoint-{stopped.checkpoint_step}"
+    steps = [e for e in events if e["event"] is EventKind.STEP]
+    assert steps[-1]["step"] == end
+    assert next(e["step"] for e in steps if e["seq"] > resumed["seq"]) == stopped.checkpoint_step + 1
+    wait_for(lambda: page.state_badge.text() == "Finished")
+    assert "Resumed by you: continuing from the newest checkpoint" in log_text(page)
 
 
 def test_the_chart_axes_change_only_when_the_points_leave_them() -> None:

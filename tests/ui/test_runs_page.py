@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import filelock
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
+from desktop.services.billing.ledger import Ledger
 from desktop.services.machines.keys import create_run_key, load_run_key
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.engine import DRIVER_LOCK_NAME
+from desktop.services.runs.snapshot import footprint
+from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore, UnknownRunError
 from desktop.ui.context import AppContext
 from desktop.ui.pages import runs_page
-from desktop.ui.pages.runs_page import RunsPage
+from desktop.ui.pages.runs_page import RunsPage, delete_question
+from desktop.ui.run_words import money
+from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
+from tests.fixtures.recorded_run import record_live_rented_run
 
 FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
 
@@ -62,9 +70,12 @@ def with_checkpoint(store: RunStore, run_id: str) -> Path:
     return store.runs_dir / run_id
 
 
-def test_no_runs_points_to_a_new_fine_tune(page: RunsPage, qtbot: QtBot) -> None:
-    assert page.views.currentIndex() == 0
-    assert "New fine-tune" in page.empty_label.text()
+def test_no_runs_says_what_will_appear_and_leads_to_the_wizard(page: RunsPage, qtbot: QtBot) -> None:
+    assert page.views.currentWidget() is page.empty_state
+    assert page.empty_state.accessibleName() == "No runs yet"
+    words = " ".join(label.text() for label in page.empty_state.findChildren(QLabel))
+    assert "appears here" in words and "what it cost" in words
+    assert page.new_button.property("role") == "primary"
     with qtbot.waitSignal(page.sig_new_run):
         page.new_button.click()
 
@@ -81,10 +92,24 @@ def test_every_run_is_listed_newest_first(
     columns = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
     assert columns == ["Run", "State", "Model", "Method", "Started", "Duration", "Cost"]
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(2)]
-    assert [row[:4] for row in rows] == [[live, "Training", "org/live", "qlora"], [old, "Finished", "org/old", "qlora"]]
+    assert [row[:4] for row in rows] == [[live, "Training", "org/live", "QLoRA"], [old, "Finished", "org/old", "QLoRA"]]
     assert rows[0][6] == "—", "no hourly rate: no cost"
     assert rows[1][6] == "$0.00"
     assert rows[1][5].endswith(" s")
+    severities = [table.item(r, 1).data(SEVERITY_ROLE) for r in range(2)]
+    assert severities == ["info", "success"], "states are coloured badges (their words say it too)"
+    assert isinstance(table.itemDelegateForColumn(1), BadgeDelegate)
+
+
+def test_costs_come_from_the_one_count_of_spend(
+    page: RunsPage, context: AppContext, qloop: asyncio.AbstractEventLoop
+) -> None:
+    run_id = record_live_rented_run(context.store, Ledger())
+    reload(page, qloop)
+    cost = page.table.item(0, 6).text()
+    snapshot = page.rows[0].snapshot
+    assert snapshot.spend is not None and snapshot.spend.rented
+    assert cost == f"{money(run_spend(context.store, run_id, now=snapshot.now).usd)} · $0.41/h now"
 
 
 def test_enter_and_double_click_open_the_run(
@@ -124,13 +149,16 @@ def test_delete_asks_then_removes_the_folder_and_the_record(
     assert page.selected_record() is not None and page.selected_record().id == gone  # type: ignore[union-attr]
     assert page.delete_button.isEnabled()
 
-    questions: list[str] = []
-    monkeypatch.setattr(runs_page, "confirm", lambda _p, _t, question: questions.append(question) or False)
+    questions: list[tuple[str, str]] = []
+    monkeypatch.setattr(runs_page, "ask_delete", lambda _p, title, text: questions.append((title, text)) or False)
     page.delete_button.click()
-    assert len(questions) == 1 and gone in questions[0]
-    assert folder.is_dir() and store.get(gone).state is RunState.FAILED, "answering No keeps everything"
+    wait_for(lambda: len(questions) == 1)
+    title, text = questions[0]
+    assert title == f"Delete run {gone}?"
+    assert "1 checkpoint (4 KB): the run can no longer resume" in text and "cannot be undone" in text
+    assert folder.is_dir() and store.get(gone).state is RunState.FAILED, "answering Keep keeps everything"
 
-    monkeypatch.setattr(runs_page, "confirm", lambda *_args: True)
+    monkeypatch.setattr(runs_page, "ask_delete", lambda *_args: True)
     page.delete_button.click()
     wait_for(lambda: page.status_label.text() == f"Deleted run {gone} and its files." and page.table.rowCount() == 1)
     assert not folder.exists()
@@ -152,7 +180,7 @@ def test_live_runs_cannot_be_deleted(
     def never(*_args: object) -> bool:
         raise AssertionError("a live run must not even be offered for deletion")
 
-    monkeypatch.setattr(runs_page, "confirm", never)
+    monkeypatch.setattr(runs_page, "ask_delete", never)
     page.table.selectRow(0)
     assert page.selected_record().id == live  # type: ignore[union-attr]
     assert not page.delete_button.isEnabled()
@@ -180,10 +208,48 @@ def test_a_failed_run_another_process_just_resumed_is_not_deleted(
     try:
         reload(page, qloop)
         page.table.selectRow(0)
-        monkeypatch.setattr(runs_page, "confirm", lambda *_args: True)
+        monkeypatch.setattr(runs_page, "ask_delete", lambda *_args: True)
         page.delete_button.click()
         wait_for(lambda: page.status_label.text().startswith("Not deleted:"))
         assert "already being followed" in page.status_label.text()
         assert (folder / "checkpoints" / "checkpoint-20").is_dir() and store.get(run_id)
     finally:
         other_process.release()
+
+
+def test_the_adapter_a_run_paid_for_is_named_before_it_is_deleted(tmp_path: Path) -> None:
+    store = RunStore()
+    run_id = make_run(store, [*FLOW, RunState.SYNCING, RunState.PULLING])
+    adapter = store.folder(run_id) / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 2_500_000)
+    record = store.update(run_id, adapter=str(adapter))
+    _title, text = delete_question(record, footprint(store, record), 1.234)
+    assert "the trained adapter (2.5 MB), which cost $1.23 to train: it cannot be brought back" in text
+    assert "checkpoint" not in text, "nothing is said about checkpoints the run does not have"
+
+
+def test_a_stopped_run_is_resumed_from_the_list_and_opened_in_the_monitor(
+    page: RunsPage,
+    context: AppContext,
+    qloop: asyncio.AbstractEventLoop,
+    qtbot: QtBot,
+) -> None:
+    with socket.socket() as sock:  # nothing listens there: the resumed run tries, then pauses
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run_id = context.store.create({"base_model": "m", "training": {}}, f"ssh://me@127.0.0.1:{port}").id
+    for state in [*FLOW, RunState.CANCELLED]:
+        context.store.transition(run_id, state)
+    finished = make_run(context.store, [*FLOW, RunState.SYNCING, RunState.PULLING, RunState.FINISHED])
+    reload(page, qloop)
+    page.table.selectRow([row.record.id for row in page.rows].index(finished))
+    assert page.resume_button.isHidden(), "a finished run has nothing to resume"
+    page.table.selectRow([row.record.id for row in page.rows].index(run_id))
+    assert page.resume_button.isVisibleTo(page) and page.resume_button.isEnabled()
+    with qtbot.waitSignal(page.sig_open_run, timeout=10_000) as opened:
+        page.resume_button.click()
+    assert opened.args == [run_id]
+    assert page.status_label.text().startswith(f"Resumed run {run_id}")
+    assert context.manager.is_driving(run_id), "the run is followed again (the fixture stops following it)"
+    assert context.store.get(run_id).state in {RunState.PAUSED, RunState.CONNECTING}

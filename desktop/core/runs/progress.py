@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from desktop.core.runs.states import TERMINAL, RunState
+from trainer_payload.protocol import JobState
 
 #: Step events used for the step rate behind the ETA (the most recent ones).
 RATE_WINDOW = 20
+#: Events kept for the run's log (the oldest go first; the chart keeps every loss).
+MILESTONES = 400
 #: Entering one of these states starts the bill (the machine is being rented or reached).
 BILLING_STARTS = frozenset({RunState.PROVISIONING, RunState.CONNECTING})
 #: States after which a run goes no further on its own (a failed run may still be resumed by the user).
@@ -40,6 +43,21 @@ class ErrorInfo:
     kind: str
     message: str
     hint: str
+
+
+@dataclass(frozen=True)
+class StopInfo:
+    """The trainer stopped on request (a user's stop, a budget, the machine going away) rather than failing.
+
+    Attributes:
+        cause: What stopped it, as the trainer saw it (a :class:`~trainer_payload.protocol.StopCause` value).
+        checkpoint_step: The step of the checkpoint it saved on the way out (None when it saved none).
+        ts: When it stopped (epoch seconds).
+    """
+
+    cause: str
+    checkpoint_step: int | None
+    ts: float | None
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,14 @@ class RunProgress:
         checkpoints: Checkpoints sealed so far, oldest first.
         errors: Errors reported so far, oldest first.
         done: The final report, once training finished.
+        stopped: How the trainer last stopped on request (cleared when it trains again), None when it did not.
+        gpus: The machine's GPUs as its driver names them (from the bootstrap's look at the machine): None before
+            it looked, empty when it found none.
+        download_bytes: Bytes of the model downloaded so far and the total (None when the Hub does not say), while
+            the machine downloads it.
+        resume_from: The checkpoint the latest training session continued from.
+        milestones: The events worth a line in the run's log (phases, evals, checkpoints, errors, the first step of
+            each training session, the end), oldest first, at most :data:`MILESTONES`.
         last_seq: Sequence number of the last event applied (older or repeated events are ignored).
         last_ts: Time of the last event applied (epoch seconds).
     """
@@ -95,9 +121,15 @@ class RunProgress:
     checkpoints: list[CheckpointInfo] = field(default_factory=list)
     errors: list[ErrorInfo] = field(default_factory=list)
     done: DoneInfo | None = None
+    stopped: StopInfo | None = None
+    gpus: list[str] | None = None
+    download_bytes: tuple[float, float | None] | None = None
+    resume_from: str | None = None
+    milestones: deque[Mapping[str, Any]] = field(default_factory=lambda: deque(maxlen=MILESTONES))
     last_seq: int = 0
     last_ts: float | None = None
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW), repr=False)
+    _first_step_due: bool = field(default=False, repr=False)
 
     def apply_all(self, events: Sequence[Mapping[str, Any]]) -> bool:
         """Applies events in order; returns whether any of them was new."""
@@ -128,7 +160,30 @@ class RunProgress:
         return True
 
     def _on_state(self, event: Mapping[str, Any]) -> None:
-        self.job_state = str(event.get("state"))
+        state = str(event.get("state"))
+        self.job_state = state
+        gpus = event.get("gpus")
+        if isinstance(gpus, list):
+            self.gpus = [str(gpu) for gpu in gpus]
+        elif event.get("step") == "check":  # the bootstrap looked at the machine and found no NVIDIA driver
+            self.gpus = []
+        done = _number(event.get("bytes_done"))
+        if done is not None:  # a download's progress: shown as it goes, no line in the log
+            self.download_bytes = (done, _number(event.get("bytes_total")))
+            return
+        if state == JobState.TRAINING:  # a new session (a resume): its step rate starts afresh
+            self.stopped, self._first_step_due = None, True
+            self._recent.clear()
+            self.resume_from = str(event["resume_from"]) if event.get("resume_from") else None
+        elif state == JobState.FAILED and event.get("stopped_by"):
+            self._on_stopped(event)
+        self.milestones.append(event)
+
+    def _on_stopped(self, event: Mapping[str, Any]) -> None:
+        step = event.get("checkpoint_step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            step = self.checkpoints[-1].step if self.checkpoints else None  # files written before the field existed
+        self.stopped = StopInfo(str(event.get("stopped_by")), step, _number(event.get("ts")))
 
     def _on_step(self, event: Mapping[str, Any]) -> None:
         self.step = int(event.get("step", self.step))
@@ -137,6 +192,7 @@ class RunProgress:
         self.learning_rate = _number(event.get("lr"))
         loss = _number(event.get("loss"))
         if loss is not None:
+            _drop_from(self.step, self.loss_steps, self.losses)  # a resumed run retrained these steps
             self.loss_steps.append(self.step)
             self.losses.append(loss)
         rate = _number(event.get("tokens_per_s"))
@@ -147,17 +203,24 @@ class RunProgress:
                 setattr(self, name, _number(event.get(name)))
         if self.last_ts is not None:
             self._recent.append((self.last_ts, self.step))
+        if self._first_step_due:
+            self._first_step_due = False
+            self.milestones.append(event)
 
     def _on_eval(self, event: Mapping[str, Any]) -> None:
         loss = _number(event.get("eval_loss"))
         if loss is not None:
-            self.eval_steps.append(int(event.get("step", self.step)))
+            step = int(event.get("step", self.step))
+            _drop_from(step, self.eval_steps, self.eval_losses)
+            self.eval_steps.append(step)
             self.eval_losses.append(loss)
+            self.milestones.append(event)
 
     def _on_checkpoint(self, event: Mapping[str, Any]) -> None:
         self.checkpoints.append(
             CheckpointInfo(int(event.get("step", 0)), str(event.get("path", "")), int(event.get("bytes", 0) or 0))
         )
+        self.milestones.append(event)
 
     def _on_done(self, event: Mapping[str, Any]) -> None:
         metrics = event.get("metrics")
@@ -167,11 +230,13 @@ class RunProgress:
             _number(event.get("wall_seconds")),
             _number(event.get("train_seconds")),
         )
+        self.milestones.append(event)
 
     def _on_error(self, event: Mapping[str, Any]) -> None:
         self.errors.append(
             ErrorInfo(str(event.get("kind", "internal")), str(event.get("message", "")), str(event.get("hint", "")))
         )
+        self.milestones.append(event)
 
     @property
     def steps_per_second(self) -> float | None:
@@ -195,6 +260,13 @@ class RunProgress:
 _KINDS = frozenset({"state", "step", "eval", "checkpoint", "done", "error"})
 
 
+def _drop_from(step: int, steps: list[int], values: list[float]) -> None:
+    """Drops the points at ``step`` and after: a resumed session trains them again, and its points count."""
+    if steps and steps[-1] >= step:
+        keep = next((i for i in range(len(steps) - 1, -1, -1) if steps[i] < step), -1) + 1
+        del steps[keep:], values[keep:]
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -210,12 +282,14 @@ class PhaseSpan:
         started: When it entered it (epoch seconds).
         seconds: How long it stayed (until the next transition, or until ``now`` for the current state).
         current: Whether the run is still in it.
+        upcoming: A phase still to come (``started`` and ``seconds`` mean nothing yet).
     """
 
     state: RunState
     started: float
     seconds: float
     current: bool
+    upcoming: bool = False
 
 
 def phase_durations(transitions: Sequence[Mapping[str, Any]], now: float) -> list[PhaseSpan]:
@@ -292,3 +366,39 @@ def format_duration(seconds: float | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the run was expected to take and cost before it started (the run's stored prediction).
+
+    Attributes:
+        hours: Hours of training expected.
+        usd: Dollars expected (hours times the machine's rate), None when no rate is known.
+        gpu: The GPU the prediction was made for (None when it does not say).
+        tokens_per_s: The training speed expected (None when it does not say).
+    """
+
+    hours: float
+    usd: float | None
+    gpu: str | None = None
+    tokens_per_s: float | None = None
+
+
+def stored_estimate(spec: Mapping[str, Any]) -> Estimate | None:
+    """The run's stored prediction (``predicted`` in its spec: sizing's for the GPU it got), None without one.
+
+    A prediction without dollars (a run on the user's own server) is priced at the run's stated hourly rate.
+    """
+    predicted = spec.get("predicted")
+    if not isinstance(predicted, Mapping):
+        return None
+    hours = _number(predicted.get("hours"))
+    if hours is None or hours < 0:
+        return None
+    usd = _number(predicted.get("usd"))
+    rate = _number(spec.get("hourly_rate_usd"))
+    if usd is None and rate:
+        usd = hours * rate
+    gpu = predicted.get("gpu")
+    return Estimate(hours, usd, str(gpu) if gpu else None, _number(predicted.get("tokens_per_s")))

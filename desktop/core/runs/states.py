@@ -25,6 +25,9 @@ class RunState(StrEnum):
 TERMINAL = frozenset({RunState.FINISHED, RunState.CANCELLED})
 # Runs in these states can be continued with `rentune resume`.
 RESUMABLE = frozenset(set(RunState) - TERMINAL)
+#: Ended runs the user may take up again: a stopped run continues from its newest checkpoint. Only an explicit
+#: resume reopens one (:func:`check_transition` with ``reopen``); nothing the engine does on its own can.
+REOPENABLE = frozenset({RunState.CANCELLED})
 
 FLOW = [
     RunState.PLANNED,
@@ -50,11 +53,18 @@ class TransitionError(ValueError):
     """A transition the state machine does not allow."""
 
 
-def check_transition(current: RunState, target: RunState) -> None:
+def check_transition(current: RunState, target: RunState, *, reopen: bool = False) -> None:
     """Allows any step forward in the flow, pausing/failing/cancelling from any live state, and resuming.
 
+    Args:
+        current: The run's state now.
+        target: The state it is to move to.
+        reopen: The user resumes an ended run: a :data:`REOPENABLE` one may become paused (and is then driven on).
+
     Raises:
-        TransitionError: ``current`` is terminal.
+        TransitionError: ``current`` is terminal (and not being reopened).
     """
+    if reopen and current in REOPENABLE and target is RunState.PAUSED:
+        return
     if current in TERMINAL and target is not current:
         raise TransitionError(f"run is {current.value}; it cannot become {target.value}")

@@ -20,11 +20,12 @@ from typing import Any
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.services.machines.failures import MACHINE_ERRORS, Backoff, PermanentError, classify
-from desktop.services.machines.keys import create_run_key, delete_run_key
+from desktop.services.machines.keys import create_run_key, delete_run_key, load_run_key
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, self_stop, transfer
+from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.context import (
     DRIVER_LOCK_NAME,
     ENDED,
@@ -189,10 +190,25 @@ class RunEngine:
             delete_run_key(run_id)  # a key still on a machine keeps its private half until it is removed there
 
     def prepare_resume(self, run_id: str) -> RunRecord:
-        """Lets a failed run start its trainer again (from its newest checkpoint) when the user resumes it."""
+        """Lets a failed or stopped run start its trainer again (from its newest checkpoint) when the user resumes it.
+
+        A stopped run is reopened: it becomes paused, so driving it reconnects (or rents a new machine) and the
+        trainer continues from the newest checkpoint there or, on a new machine, the newest one on this computer.
+        Blocking: a rented run whose own SSH key was forgotten when it ended gets a new one from the keyring.
+
+        Raises:
+            RunError: The run cannot be resumed (finished, stopped at its budget, no keyring for a rented run's
+                key); the message says why.
+        """
         record = self.store.get(run_id)
-        if record.state is RunState.FAILED:
-            record = self.store.update(run_id, pid=None, relaunches=0, error=None)
+        refusal = resume_refusal(record)
+        if record.state in TERMINAL and refusal is not None:  # a live run is simply followed again
+            raise RunError(f"run {run_id} cannot be resumed: {refusal}")
+        if record.state in {RunState.FAILED, RunState.CANCELLED}:
+            spec = {key: value for key, value in record.spec.items() if key != "stop_requested"}
+            record = self.store.update(run_id, pid=None, relaunches=0, error=None, spec=_with_run_key(run_id, spec))
+        if record.state is RunState.CANCELLED:
+            record = self.store.transition(run_id, RunState.PAUSED, "resumed from the newest checkpoint", reopen=True)
         return record
 
     def folder(self, run_id: str) -> Path:
@@ -322,6 +338,8 @@ class RunEngine:
         reason = str(event.get("reason", ""))
         if event.get("stopped_by") == StopCause.SIGNAL:
             await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+            if not await monitor.until_exited(machine, self.store.get(run_id), self.options.poll_seconds):
+                self.report("the trainer said it stopped but its process is still there; ending the run anyway")
             return monitor.cancel_stopped(self.ctx, run_id, reason)
         record = self.store.get(run_id)
         return self.ctx.fail(run_id, record.error or reason)
@@ -450,3 +468,20 @@ class RunEngine:
             await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
         finally:
             await quietly_close(machine)
+
+
+def _with_run_key(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A rented run's spec with a run key the provider can be given (the old one went when the run ended).
+
+    Raises:
+        RunError: No keyring holds the new key.
+    """
+    if not spec.get("compute") or load_run_key(run_id) is not None:
+        return spec
+    public = create_run_key(run_id)
+    if public is None:
+        raise RunError(
+            "resuming a rented run needs the OS keyring for the run's new SSH key; install and unlock a Secret "
+            "Service such as gnome-keyring or KWallet, then resume again"
+        )
+    return {**spec, "run_key_public": public, "run_key_installed": False}

@@ -89,6 +89,16 @@ def newest_checkpoint_only(events: Sequence[Event]) -> list[Event]:
     return [e for i, e in enumerate(events) if e["event"] is not EventKind.CHECKPOINT or i == last]
 
 
+class EventLine(str):
+    """A report line that only retells one of the trainer's events.
+
+    A reader of the run's event file (the monitor) already has the event itself and words it its own way; it skips
+    these lines. Everywhere else (the CLI) they are plain lines.
+    """
+
+    __slots__ = ()
+
+
 def describe_event(event: Mapping[str, Any]) -> str:
     """One event as a line for people (what the machine sent is shown, never obeyed: escapes stay visible)."""
     text = _event_text(event)

@@ -163,11 +163,32 @@ class RunManager:
         return await self.engine(run_id).pull(run_id, driven_here=self.is_driving(run_id))
 
     def resume(self, run_id: str, target: SshTarget | None = None) -> None:
-        """Continues a paused or failed run, optionally on another machine."""
-        if target is not None:
-            self.engine(run_id).retarget(run_id, target)
-        self.engine(run_id).prepare_resume(run_id)
+        """Continues a paused, failed or stopped run, optionally on another machine (blocking: see below).
+
+        Raises:
+            RunError: The run cannot be resumed; the message says why.
+        """
+        self._prepare_resume(run_id, target)
         self.follow(run_id)
+
+    async def resume_in_background(self, run_id: str, target: SshTarget | None = None) -> RunRecord:
+        """:meth:`resume` for the UI: a rented run's new key goes to the keyring off the event loop (it may prompt).
+
+        Returns:
+            The run's record as it is driven on (a stopped run is paused now, on its way to its machine).
+
+        Raises:
+            RunError: The run cannot be resumed; the message says why.
+        """
+        record = await asyncio.to_thread(self._prepare_resume, run_id, target)
+        self.follow(run_id)
+        return record
+
+    def _prepare_resume(self, run_id: str, target: SshTarget | None) -> RunRecord:
+        engine = self.engine(run_id)
+        if target is not None:
+            engine.retarget(run_id, target)
+        return engine.prepare_resume(run_id)
 
     async def close(self) -> None:
         """Stops following runs (training goes on on the machines; the next start reattaches)."""

@@ -16,7 +16,7 @@ from desktop.services.machines.ssh import READ_LIMIT
 from desktop.services.platform.logs import get_logger
 from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.context import RunContext
-from desktop.services.runs.events import append_mirror, ascending, describe_event
+from desktop.services.runs.events import EventLine, append_mirror, ascending, describe_event
 from desktop.services.runs.store import RunRecord
 from trainer_payload.protocol import EVENTS_FILE_NAME, Event, UnsafePathError, parse_event_chunk
 
@@ -46,7 +46,7 @@ async def read_events(ctx: RunContext, run_id: str, machine: Machine) -> list[Ev
     last = await asyncio.to_thread(append_mirror, ctx.folder(run_id), fresh) if fresh else record.last_seq
     ctx.store.update(run_id, events_offset=record.events_offset + used, last_seq=max(last, record.last_seq))
     for event in fresh:
-        ctx.report(describe_event(event))
+        ctx.report(EventLine(describe_event(event)))
     return fresh
 
 
@@ -54,6 +54,20 @@ async def alive(machine: Machine, record: RunRecord) -> bool:
     """Whether the run's trainer process still runs (a zombie does not)."""
     status = await machine.run(f"cat /proc/{int(record.pid or 0)}/status 2>/dev/null || true")
     return bool(status) and "\nState:\tZ" not in status
+
+
+async def until_exited(machine: Machine, record: RunRecord, poll_seconds: float, limit: float = 120.0) -> bool:
+    """Waits (at most ``limit`` seconds) until the run's trainer process has exited; whether it did.
+
+    A stopped trainer says so before it is gone (it still writes its files and unloads); a resume must find no
+    trainer in the folder, or it would follow the one on its way out.
+    """
+    deadline = time.monotonic() + limit
+    while await alive(machine, record):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(poll_seconds)
+    return True
 
 
 def over_budget(ctx: RunContext, run_id: str) -> str | None:

@@ -168,10 +168,13 @@ class RunStore:
         with self._db() as db:
             return [_record(row) for row in db.execute("SELECT * FROM runs ORDER BY started")]
 
-    def transition(self, run_id: str, state: RunState, note: str = "") -> RunRecord:
-        """Moves a run to ``state`` and records the transition with the time."""
+    def transition(self, run_id: str, state: RunState, note: str = "", *, reopen: bool = False) -> RunRecord:
+        """Moves a run to ``state`` and records the transition with the time.
+
+        ``reopen`` lets the user's resume take up a stopped run again (see :func:`check_transition`).
+        """
         current = self.get(run_id)
-        check_transition(current.state, state)
+        check_transition(current.state, state, reopen=reopen)
         now = time.time()
         with self._db() as db:
             db.execute("UPDATE runs SET state = ?, updated = ? WHERE id = ?", (state.value, now, run_id))

@@ -8,19 +8,103 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
-from desktop.services.machines.machine import Machine
+from desktop.services.machines.machine import Machine, Progress
 from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.context import RunContext
 from trainer_payload.protocol import EVENTS_FILE_NAME, JOB_FILE_NAME
 
 #: What the job names a model folder uploaded from this computer.
 LOCAL_MODEL = "model"
+#: In the run's local folder: how far the latest upload got, for whoever shows the run (any process).
+UPLOAD_PROGRESS_NAME = "upload.json"
+#: Seconds between two writes of the upload's progress.
+PROGRESS_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class UploadProgress:
+    """How far an upload got: bytes and files sent (or found already there and verified) out of all.
+
+    Attributes:
+        bytes_done: Bytes sent or verified so far.
+        bytes_total: Bytes of every file of the upload.
+        files_done: Files complete on the machine.
+        files_total: Files of the upload.
+        ts: When this was measured (epoch seconds).
+    """
+
+    bytes_done: int
+    bytes_total: int
+    files_done: int
+    files_total: int
+    ts: float
+
+    @property
+    def fraction(self) -> float:
+        """The part done, from 0 to 1 (1 for an empty upload)."""
+        return min(1.0, self.bytes_done / self.bytes_total) if self.bytes_total > 0 else 1.0
+
+
+class UploadMeter:
+    """Adds an upload's files up into one measure, written to the run folder about once a second.
+
+    Its :meth:`on_file` is the per-file progress callback (and passes each call on to ``report``); call
+    :meth:`file_done` after each file.
+    """
+
+    def __init__(self, path: Path, files: list[int], report: Progress | None = None) -> None:
+        self.path, self._report = path, report
+        self._sizes, self._before, self._current, self._files = files, 0, 0, 0
+        self._written = 0.0
+        self._write(force=True)
+
+    def on_file(self, name: str, done: int, total: int) -> None:
+        """The progress of the file being sent."""
+        self._current = done
+        if self._report is not None:
+            self._report(name, done, total)
+        self._write()
+
+    def file_done(self) -> None:
+        """The file being sent is complete on the machine (sent now, or found there already)."""
+        self._before += self._sizes[self._files]
+        self._files, self._current = self._files + 1, 0
+        self._write(force=self._files == len(self._sizes))
+
+    def progress(self) -> UploadProgress:
+        """The measure now."""
+        total = sum(self._sizes)
+        done = min(total, self._before + self._current)
+        return UploadProgress(done, total, self._files, len(self._sizes), time.time())
+
+    def _write(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._written < PROGRESS_EVERY_S:
+            return
+        self._written = now
+        partial = self.path.with_suffix(".partial")
+        try:
+            partial.write_text(json.dumps(asdict(self.progress())), encoding="utf-8")
+            partial.replace(self.path)  # readers see the old measure or the new one, never half of one
+        except OSError:
+            return  # the measure is for show: a full or read-only disk must not stop the upload
+
+
+def read_upload_progress(folder: Path) -> UploadProgress | None:
+    """How far the run's latest upload got (None when it never uploaded or the measure cannot be read)."""
+    try:
+        data = json.loads((folder / UPLOAD_PROGRESS_NAME).read_text(encoding="utf-8"))
+        return UploadProgress(**{key: data[key] for key in UploadProgress.__dataclass_fields__})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
@@ -48,9 +132,12 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     (local / JOB_FILE_NAME).write_text(json.dumps(job, indent=2), encoding="utf-8")
     files.append((local / JOB_FILE_NAME, JOB_FILE_NAME))
     files += resume_files(ctx, run_id)
-    await check_workdir(machine, remote, sum(path.stat().st_size for path, _ in files))
+    sizes = [path.stat().st_size for path, _ in files]
+    await check_workdir(machine, remote, sum(sizes))
+    meter = UploadMeter(local / UPLOAD_PROGRESS_NAME, sizes, ctx.progress("upload"))
     for path, relative in files:
-        await machine.upload(path, f"{remote}/{relative}", ctx.progress("upload"))
+        await machine.upload(path, f"{remote}/{relative}", meter.on_file)
+        meter.file_done()
         ctx.made_progress(run_id)
     ctx.report(f"uploaded {len(files)} files to {record.target}")
 

@@ -1,8 +1,9 @@
-"""The live run monitor: phases, loss curves, throughput, GPU, ETA, cost, the log, and Stop / Pull / Resume.
+"""The run monitor: phases and machines, loss curves, training readings, machine and cost, the log, and the actions.
 
-The page tails the run's mirrored ``events.jsonl`` by byte offset every half second (reading only what is new,
-off the UI thread) and re-reads the run's record, so it shows a run driven by this window, by a detached
-``rentune`` process, or a run that ended long ago, all from the run's files.
+The page tails the run's mirrored ``events.jsonl`` by byte offset every half second (reading only what is new, a
+backlog off the UI thread) and re-reads the run's record, history, spend and files at home in a worker thread, so
+it shows a run driven by this window, by a detached ``rentune`` process, or a run that ended long ago, all from the
+run's files. Its words live in :mod:`.monitor_text` and :mod:`.monitor_log`.
 """
 
 from __future__ import annotations
@@ -11,40 +12,36 @@ import asyncio
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncssh
-from PySide6.QtCore import Qt, QTimer, QUrl
+import shiboken6
+from PySide6.QtCore import QTimer, QUrl
 from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
-from PySide6.QtWidgets import (
-    QFormLayout,
-    QGroupBox,
-    QHBoxLayout,
-    QLabel,
-    QPlainTextEdit,
-    QProgressBar,
-    QPushButton,
-    QScrollArea,
-    QStackedWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QStackedWidget, QWidget
 from qasync import asyncSlot
 
-from desktop.core.runs.progress import RunProgress, cost_so_far, format_duration, phase_durations
+from desktop.core.runs.progress import RunProgress
 from desktop.core.runs.spec import SshTarget, parse_ssh_url
 from desktop.core.runs.states import RunState, flow_through
+from desktop.core.runs.timeline import MachineMark, run_timeline
+from desktop.services.billing.ledger import Ledger, LedgerError
 from desktop.services.machines.ssh import RemoteError
+from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import RunError
+from desktop.services.runs.events import EventLine
+from desktop.services.runs.snapshot import RunSnapshot, read_snapshot
 from desktop.services.runs.store import RunRecord, UnknownRunError
-from desktop.ui.background import CoroutineOperation, cancel_group, off_ui_thread
+from desktop.ui.background import CoroutineOperation, cancel_group, off_ui_thread, spawn
 from desktop.ui.context import AppContext
+from desktop.ui.pages import monitor_log, monitor_text
 from desktop.ui.pages.base import BasePage
+from desktop.ui.pages.monitor_view import MonitorView
+from desktop.ui.run_words import is_rented, resume_question, state_badge
+from desktop.ui.widgets.blocks import EmptyState
 from desktop.ui.widgets.dialogs import ask_new_target, confirm
-from desktop.ui.widgets.loss_chart import LossChart
-from desktop.ui.widgets.phase_timeline import PhaseTimeline
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventTail, read_event_file
 
 T = TypeVar("T")
@@ -57,40 +54,12 @@ INLINE_BYTES = 64 << 10
 LOG_LINES = 500
 #: The operation group of the page's reading of the shown run.
 _READING = "reading"
-#: Errors an action on a run can meet: the machine unreachable, a refused login, a failed command.
+#: Errors an action on a run can meet: the machine unreachable, a refused login, a failed command, a refused resume.
 ACTION_ERRORS = (RunError, RemoteError, OSError, asyncssh.Error, asyncio.TimeoutError)
 
 #: Before the trainer's final work (syncing, pulling) a run can be stopped; a paused one too: its machine may answer.
 STOPPABLE = flow_through(RunState.TRAINING) | {RunState.PAUSED}
 PULLABLE = frozenset({RunState.TRAINING})
-RESUMABLE = frozenset({RunState.PAUSED, RunState.FAILED})
-BUSY_TEXT = {
-    RunState.PLANNED: "Waiting to start…",
-    RunState.PROVISIONING: "Renting the machine…",
-    RunState.CONNECTING: "Connecting to the machine…",
-    RunState.UPLOADING: "Uploading the trainer and the data…",
-    RunState.BOOTSTRAPPING: "Installing the trainer's packages on the machine…",
-    RunState.SYNCING: "Bringing the newest checkpoint home…",
-    RunState.PULLING: "Bringing the adapter home and verifying it…",
-}
-JOB_TEXT = {
-    "installing": "The trainer is installing its packages…",
-    "downloading": "The trainer is downloading the model…",
-    "preparing": "The trainer is loading the model and the data…",
-    "saving": "The trainer is saving the adapter…",
-}
-_STAT_ROWS = (
-    ("step", "Step"),
-    ("eta", "Time left"),
-    ("loss", "Loss"),
-    ("speed", "Throughput"),
-    ("gpu_memory", "GPU memory"),
-    ("gpu_util", "GPU use"),
-    ("lr", "Learning rate"),
-    ("cost", "Cost so far"),
-    ("checkpoints", "Checkpoints"),
-    ("adapter", "Adapter"),
-)
 
 
 def read_event_chunk(path: Path, offset: int, limit: int = CHUNK_BYTES) -> EventTail:
@@ -117,136 +86,72 @@ class MonitorPage(BasePage):
     def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
         self.context = context
         self.run_id: str | None = None
-        self.record: RunRecord | None = None
-        self.transitions: list[dict[str, Any]] = []
+        self.snapshot: RunSnapshot | None = None
         self.progress = RunProgress()
         self._offset = 0
         self._refreshing = False
-        self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull)
+        self._ledger: Ledger | None = None
+        self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull, Resume)
         self._shown_points = (-1, -1)
-        self._lines: dict[str, deque[str]] = {}
+        self._lines: dict[str, deque[monitor_log.LogEntry]] = {}
         super().__init__(parent)
         self.views = QStackedWidget()
-        self.empty_label = QLabel("No run is shown. Open one from Runs, or start one from New fine-tune.")
-        self.empty_label.setWordWrap(True)
-        self.empty_label.setAccessibleName("No run shown")
-        self.views.addWidget(self.empty_label)
-        self.views.addWidget(self._build_content())
+        self.empty_state = EmptyState(
+            "activity",
+            "No run is shown",
+            "A run's progress, its loss, what it costs and its log appear here. Open one from Runs, or start one "
+            "from New fine-tune.",
+        )
+        self.views.addWidget(self.empty_state)
+        self.view = MonitorView()
+        self.views.addWidget(self.view)
         self.body.addWidget(self.views, 1)
+        self._expose_view()
+        self._connect_actions()
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.on_timer)
         context.manager.add_listener(self.on_run_line)
 
-    # -- building ------------------------------------------------------------------------------------------------
+    def _expose_view(self) -> None:
+        """The view's parts under the names the page's callers and tests use."""
+        view = self.view
+        self.run_label, self.subtitle_label, self.state_badge = view.title_label, view.subtitle_label, view.badge
+        self.banner, self.timeline, self.busy_bar, self.chart = view.banner, view.timeline, view.busy_bar, view.chart
+        self.stats, self.machine = view.stats, view.machine
+        self.log_view, self.action_label = view.log_view, view.action_label
+        self.stop_button, self.pull_button, self.resume_button = view.stop_button, view.pull_button, view.resume_button
+        self.move_button, self.folder_button = view.move_button, view.folder_button
 
-    def _build_content(self) -> QWidget:
-        content = QWidget()
-        layout = QVBoxLayout(content)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(self._build_header())
-        self.timeline = PhaseTimeline()
-        layout.addWidget(self.timeline)
-        self.busy_bar = QProgressBar()
-        self.busy_bar.setAccessibleName("Run progress")
-        self.busy_bar.setTextVisible(True)
-        layout.addWidget(self.busy_bar)
-        middle = QHBoxLayout()
-        self.chart = LossChart()
-        middle.addWidget(self.chart, 3)
-        middle.addWidget(self._build_stats(), 2)
-        layout.addLayout(middle, 3)
-        self.problems_label = QLabel()
-        self.problems_label.setWordWrap(True)
-        self.problems_label.setAccessibleName("Problems")
-        self.problems_label.setStyleSheet("QLabel { color: #c62828; }")
-        layout.addWidget(self.problems_label)
-        layout.addWidget(self._build_log(), 1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setWidget(content)
-        page = QWidget()
-        outer = QVBoxLayout(page)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll, 1)
-        outer.addLayout(self._build_actions())  # outside the scrolled part: always in reach
-        return page
+    def _connect_actions(self) -> None:
+        for button, handler in (
+            (self.stop_button, self.on_stop_clicked),
+            (self.pull_button, self.on_pull_clicked),
+            (self.resume_button, self.on_resume_clicked),
+            (self.move_button, self.on_resume_elsewhere_clicked),
+            (self.folder_button, self.on_open_folder_clicked),
+        ):
+            button.clicked.connect(lambda _checked=False, handler=handler: handler())
 
-    def _build_header(self) -> QHBoxLayout:
-        row = QHBoxLayout()
-        self.run_label = QLabel()
-        self.run_label.setAccessibleName("Run")
-        self.run_label.setWordWrap(True)
-        self.state_label = QLabel()
-        self.state_label.setAccessibleName("Run state")
-        font = self.state_label.font()
-        font.setBold(True)
-        self.state_label.setFont(font)
-        row.addWidget(self.run_label, 1)
-        row.addWidget(self.state_label)
-        return row
-
-    def _build_stats(self) -> QGroupBox:
-        box = QGroupBox("Now")
-        form = QFormLayout(box)
-        self.stats: dict[str, QLabel] = {}
-        for key, label in _STAT_ROWS:
-            value = QLabel("—")
-            value.setAccessibleName(label)
-            value.setWordWrap(True)
-            form.addRow(label, value)
-            self.stats[key] = value
-        self.stats["adapter"].setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        return box
-
-    def _build_log(self) -> QGroupBox:
-        box = QGroupBox("Log")
-        layout = QVBoxLayout(box)
-        self.log_view = QPlainTextEdit()
-        self.log_view.setReadOnly(True)
-        self.log_view.setMaximumBlockCount(LOG_LINES)
-        self.log_view.setMinimumHeight(90)
-        self.log_view.setAccessibleName("Run log")
-        self.log_view.setPlaceholderText("Messages appear here while this window follows the run.")
-        layout.addWidget(self.log_view)
-        return box
-
-    def _build_actions(self) -> QHBoxLayout:
-        row = QHBoxLayout()
-        self.stop_button = _button(
-            "&Stop (keep checkpoint)", "Stop the run, keeping a checkpoint", self.on_stop_clicked
-        )
-        self.pull_button = _button("&Pull now", "Bring the newest checkpoint home now", self.on_pull_clicked)
-        self.resume_button = _button("&Resume", "Resume the run", self.on_resume_clicked)
-        self.move_button = _button(
-            "Resume &elsewhere…", "Continue the run on another server", self.on_resume_elsewhere_clicked
-        )
-        self.folder_button = _button("Open &folder", "Open the run's folder", self.on_open_folder_clicked)
-        self.action_label = QLabel()
-        self.action_label.setWordWrap(True)
-        self.action_label.setAccessibleName("Action status")
-        for button in (self.stop_button, self.pull_button, self.resume_button, self.move_button, self.folder_button):
-            row.addWidget(button)
-        row.addWidget(self.action_label, 1)
-        return row
+    @property
+    def record(self) -> RunRecord | None:
+        """The shown run's record as last read (None before the first reading)."""
+        return self.snapshot.record if self.snapshot else None
 
     # -- choosing the run ----------------------------------------------------------------------------------------
 
     def show_run(self, run_id: str) -> None:
         """Shows the run ``run_id`` (any recorded run, live or ended) and starts following it.
 
-        The first reading happens at once in the background; ``await page.refresh()`` to wait for it.
+        Nothing of the run shown before stays: its curves, axes, readings and log go. The first reading happens at
+        once in the background; ``await page.refresh()`` to wait for it.
         """
         cancel_group(self, _READING)  # a reading started for an earlier choice is dropped
-        self.run_id = run_id
-        self.record, self.transitions = None, []
+        self.run_id, self.snapshot = run_id, None
         self.progress, self._offset, self._shown_points = RunProgress(), 0, (-1, -1)
+        self.view.clear(f"Run {run_id}")
+        self._rebuild_log()
         self.action_label.setText(self._actions.get(run_id, ""))
-        self.log_view.setPlainText("\n".join(self._lines.get(run_id, ())))
-        self.chart.show_points([], [], [], [])
-        self.run_label.setText(f"Run {run_id}")
-        self.state_label.setText("Reading…")
         self.views.setCurrentIndex(1)
         self._set_buttons()
         self.timer.start()
@@ -289,11 +194,11 @@ class MonitorPage(BasePage):
             self._refreshing = False
 
     async def refresh(self) -> None:
-        """Reads the run's record and its new events and shows them (a reading for an earlier choice is dropped).
+        """Reads the run and its new events and shows them (a reading for an earlier choice is dropped).
 
-        The record is one small SQLite read (the engine writes it on this thread too) and a poll usually finds a
-        few hundred bytes of events, so both are read here; a backlog (a long run opened for the first time) is
-        read and parsed in a worker thread, a chunk at a time.
+        The record, history, spend and local files are read in a worker thread; a poll usually finds a few hundred
+        bytes of events, read here, and a backlog (a long run opened for the first time) is read and parsed in a
+        worker thread, a chunk at a time.
         """
         run_id = self.run_id
         if run_id is None:
@@ -301,28 +206,33 @@ class MonitorPage(BasePage):
         reading = CoroutineOperation(self, lambda _job: self._read(run_id), self._show_read, group=_READING)
         await reading.run().wait()
 
-    async def _read(self, run_id: str) -> tuple[RunRecord, list[dict[str, Any]]] | None:
-        """The run's record and transitions once its new events are applied; None when it cannot be read now."""
+    async def _read(self, run_id: str) -> RunSnapshot | None:
+        """The run's snapshot once its new events are applied; None when it cannot be read now."""
         try:
-            record, transitions = self._read_record(run_id)
+            snapshot = await off_ui_thread(self, read_snapshot, self.context.store, run_id, self._ledger_for_reading())
         except UnknownRunError:
             self._show_missing(run_id)
             return None
         except (sqlite3.Error, OSError) as exc:  # a locked or unreadable database: try again next poll
-            self.state_label.setText(f"Cannot read the run's record ({exc}); retrying")
+            self.view.subtitle_label.setText(f"Cannot read the run's record now ({exc}); trying again")
             return None
         if not await self._read_events(run_id):
             return None
-        return record, transitions
+        return snapshot
 
-    def _show_read(self, read: tuple[RunRecord, list[dict[str, Any]]] | None) -> None:
-        if read is not None:
-            self.record, self.transitions = read
-            self._show_all()
+    def _ledger_for_reading(self) -> Ledger | None:
+        """The ledger, opened once (None when it cannot be opened: a rented run's cost then says why)."""
+        if self._ledger is None:
+            try:
+                self._ledger = Ledger()
+            except LedgerError:
+                return None
+        return self._ledger
 
-    def _read_record(self, run_id: str) -> tuple[RunRecord, list[dict[str, Any]]]:
-        store = self.context.store
-        return store.get(run_id), store.transitions(run_id)
+    def _show_read(self, snapshot: RunSnapshot | None) -> None:
+        if snapshot is not None and snapshot.record.id == self.run_id:
+            self.snapshot = snapshot
+            self._show_all(snapshot)
 
     async def _read_events(self, run_id: str) -> bool:
         """Applies the new events, chunk by chunk; False when the events file cannot be read now."""
@@ -334,7 +244,7 @@ class MonitorPage(BasePage):
                 else:
                     chunk = await off_ui_thread(self, read_event_chunk, path, self._offset)
             except OSError as exc:
-                self.state_label.setText(f"Cannot read {path} ({exc}); retrying")
+                self.view.subtitle_label.setText(f"Cannot read {path} now ({exc}); trying again")
                 return False
             if chunk.restarted:
                 self.progress, self._shown_points = RunProgress(), (-1, -1)
@@ -344,50 +254,46 @@ class MonitorPage(BasePage):
                 return True
 
     def on_run_line(self, run_id: str, line: str) -> None:
-        """Keeps the progress lines of every run; shows those of the shown run."""
-        self._lines.setdefault(run_id, deque(maxlen=LOG_LINES)).append(line)
+        """Keeps the engine's notes on every run (not its retelling of events: those come from the file)."""
+        if isinstance(line, EventLine) or not shiboken6.isValid(self):  # a closed window hears nothing
+            return
+        self._lines.setdefault(run_id, deque(maxlen=LOG_LINES)).append(monitor_log.LogEntry(time.time(), line))
         if run_id == self.run_id:
-            self.log_view.appendPlainText(line)
+            self._rebuild_log()
 
     # -- showing -------------------------------------------------------------------------------------------------
 
     def _show_missing(self, run_id: str) -> None:
         self.timer.stop()
-        self.run_id, self.record = None, None
-        self.empty_label.setText(f"Run {run_id} is no longer recorded on this computer. Open another from Runs.")
-        self.views.setCurrentIndex(0)
+        self.run_id, self.snapshot = None, None
+        gone = EmptyState(
+            "activity",
+            "This run is gone",
+            f"Run {run_id} is no longer recorded on this computer. Open another from Runs.",
+        )
+        gone.setAccessibleName(f"Run {run_id} is no longer recorded")
+        old = self.views.widget(2)
+        if old is not None:
+            self.views.removeWidget(old)
+            old.deleteLater()
+        self.views.addWidget(gone)
+        self.views.setCurrentWidget(gone)
 
-    def _show_all(self) -> None:
-        record, now = self.record, time.time()
-        if record is None:
-            return
-        model, method = record.spec.get("base_model", "?"), record.spec.get("training", {}).get("method", "qlora")
-        self.run_label.setText(f"Run {record.id} · {model} · {method} · {record.target or 'no machine yet'}")
-        following = " (followed by this window)" if self.context.manager.is_driving(record.id) else ""
-        self.state_label.setText(record.state.value.capitalize() + following)
-        self.timeline.show_spans(phase_durations(self.transitions, now))
-        self._show_busy(record.state)
+    def _show_all(self, snapshot: RunSnapshot) -> None:
+        progress, record = self.progress, snapshot.record
+        following = self.context.manager.is_driving(record.id)
+        self.view.show_header(
+            monitor_text.title_text(snapshot), monitor_text.subtitle_text(snapshot, following), *state_badge(record)
+        )
+        self.view.show_notice(monitor_text.notice(progress, snapshot))
+        marks = monitor_text.machine_marks(snapshot)
+        self.timeline.show_items(run_timeline(snapshot.transitions, snapshot.now, marks), is_rented(record))
+        self.view.show_busy(monitor_text.busy(progress, snapshot))
         self._show_chart()
-        self._show_stats(record, now)
-        self._show_problems(record)
+        self.view.show_rows(self.stats, monitor_text.training_rows(progress, snapshot))
+        self.view.show_rows(self.machine, monitor_text.machine_rows(progress, snapshot))
+        self._rebuild_log()
         self._set_buttons()
-
-    def _show_busy(self, state: RunState) -> None:
-        progress, bar = self.progress, self.busy_bar
-        text = BUSY_TEXT.get(state) or (JOB_TEXT.get(progress.job_state or "") if state is RunState.TRAINING else None)
-        if text is None and state is RunState.TRAINING and progress.total_steps > 0:
-            bar.setRange(0, progress.total_steps)
-            bar.setValue(min(progress.step, progress.total_steps))
-            bar.setFormat("Training: step %v of %m (%p %)")
-        elif text is not None:
-            bar.setRange(0, 0)  # busy: no measure of how far along it is
-            bar.setFormat(text)
-        else:
-            done = state is RunState.FINISHED
-            bar.setRange(0, 1)
-            bar.setValue(1 if done else 0)
-            bar.setFormat(_END_TEXT.get(state, "Training is starting…"))
-        bar.setAccessibleDescription(bar.format())
 
     def _show_chart(self) -> None:
         counts = (len(self.progress.losses), len(self.progress.eval_losses))
@@ -399,42 +305,57 @@ class MonitorPage(BasePage):
         )
         self._shown_points = counts
 
-    def _show_stats(self, record: RunRecord, now: float) -> None:
-        for key, text in _stats_text(self.progress, record, self.transitions, now).items():
-            if self.stats[key].text() != text:
-                self.stats[key].setText(text)
-
-    def _show_problems(self, record: RunRecord) -> None:
-        lines = [
-            f"<b>{error.kind}</b>: {_escape(error.message)}<br>What to do: {_escape(error.hint)}"
-            for error in self.progress.errors[-3:]
+    def _rebuild_log(self) -> None:
+        """The run's history from its files (transitions, events, machines) merged with this window's notes."""
+        snapshot, notes = self.snapshot, list(self._lines.get(self.run_id or "", ()))
+        if snapshot is not None and snapshot.record.id != self.run_id:
+            snapshot = None
+        if snapshot is None:
+            self.view.show_log(monitor_log.log_lines(notes))
+            return
+        record = snapshot.record
+        stops = monitor_log.StopContext(
+            by_user=record.state is RunState.CANCELLED and not record.spec.get("budget_stop"),
+            budget=str(record.spec.get("budget_stop") or ""),
+            stop_steps=monitor_log.stop_steps(self.progress.milestones),
+        )
+        marks: list[MachineMark] = monitor_text.machine_marks(snapshot)
+        entries = [
+            *monitor_log.transition_entries(snapshot.transitions, stops),
+            *monitor_log.event_entries(self.progress.milestones),
+            *monitor_log.machine_entries(marks),
+            *notes,
         ]
-        if record.error and not any(error.message in record.error for error in self.progress.errors):
-            lines.append(_escape(record.error))
-        self.problems_label.setText("<br>".join(lines))
-        self.problems_label.setVisible(bool(lines))
+        self.view.show_log(monitor_log.log_lines(entries)[-LOG_LINES:])
 
     def _set_buttons(self) -> None:
-        state = self.record.state if self.record else None
-        idle = self.run_id not in self._actions and state is not None
-        self.stop_button.setEnabled(idle and state in STOPPABLE)
-        self.pull_button.setEnabled(idle and state in PULLABLE)
-        self.resume_button.setEnabled(idle and state in RESUMABLE)
-        self.move_button.setEnabled(idle and state in RESUMABLE)
+        """Shows the actions the run's state allows, enabled unless one is under way; says why Resume cannot."""
+        record = self.record
+        state = record.state if record else None
+        idle = self.run_id not in self._actions and record is not None
+        refusal = resume_refusal(record) if record is not None else "the run is being read"
+        resumable_state = state in {RunState.PAUSED, RunState.FAILED, RunState.CANCELLED}
+        own_server = record is not None and not is_rented(record)
+        for button, shown, usable in (
+            (self.stop_button, state in STOPPABLE, state in STOPPABLE),
+            (self.pull_button, state in PULLABLE, state in PULLABLE),
+            (self.resume_button, resumable_state, refusal is None),
+            (self.move_button, resumable_state and own_server, refusal is None),
+        ):
+            button.setVisible(shown or record is None)
+            button.setEnabled(idle and usable)
+        self.resume_button.setToolTip(f"Resume is not possible: {refusal}." if refusal else "")
         self.folder_button.setEnabled(self.run_id is not None)
 
     # -- actions -------------------------------------------------------------------------------------------------
 
     def on_stop_clicked(self) -> None:
-        """Asks first, then stops the run keeping a checkpoint."""
-        if self.run_id is None or not confirm(
-            self,
-            "Stop this run?",
-            "The trainer saves a checkpoint, it is brought home, and the run ends as cancelled. "
-            "You can start a new run from that checkpoint later. Stop now?",
-        ):
+        """Asks first (saying what Resume can do afterwards), then stops the run keeping a checkpoint."""
+        if self.run_id is None or self.snapshot is None:
             return
-        self.stop_run()
+        title, question = monitor_text.stop_question(self.snapshot)
+        if confirm(self, title, question):
+            self.stop_run()
 
     @asyncSlot()
     async def stop_run(self) -> None:
@@ -445,7 +366,7 @@ class MonitorPage(BasePage):
         busy = "Stopping: saving a checkpoint and bringing it home…"
         ok, record = await self._act(run_id, busy, self.context.manager.stop(run_id))
         if ok and record is not None:
-            self._done_acting(run_id, f"Run {record.state.value}." + (f" {record.error}" if record.error else ""))
+            self._done_acting(run_id, _stopped_words(record))
 
     @asyncSlot()
     async def on_pull_clicked(self) -> None:
@@ -454,29 +375,43 @@ class MonitorPage(BasePage):
         if run_id is None:
             return
         pulling = self.context.manager.pull(run_id)
-        ok, folder = await self._act(run_id, "Pulling the newest checkpoint…", pulling)
+        ok, folder = await self._act(run_id, "Bringing the newest checkpoint home…", pulling)
         if ok:
-            self._done_acting(run_id, f"Newest checkpoint is at {folder}" if folder else "No checkpoint saved yet.")
+            self._done_acting(run_id, f"The newest checkpoint is in {folder}" if folder else "No checkpoint yet.")
 
     def on_resume_clicked(self) -> None:
-        """Continues a paused or failed run on its machine."""
-        if self.run_id is None:
+        """Continues a paused, failed or stopped run (asking first when that rents a new machine)."""
+        if self.run_id is None or self.snapshot is None:
             return
-        self.context.manager.resume(self.run_id)
-        self.action_label.setText("Resuming: reconnecting to the machine…")
-        self.on_tick()
+        question = resume_question(self.snapshot)
+        if question is not None and not confirm(self, *question):
+            return
+        self._resume(None, "Resuming: reconnecting to the machine…")
 
     def on_resume_elsewhere_clicked(self) -> None:
-        """Continues a paused or failed run on another server (a lost spot machine, a broken box)."""
+        """Continues a paused, failed or stopped run on another server (a lost machine, a broken box)."""
         if self.run_id is None or self.record is None:
             return
         target = ask_new_target(self, _current_target(self.record))
         if target is None:
             self.action_label.setText("Not moved: enter the new server's host and user.")
             return
-        self.context.manager.resume(self.run_id, target)
-        self.action_label.setText(f"Moving to {target.url}: the newest checkpoint on this computer goes along…")
-        self.on_tick()
+        self._resume(target, f"Moving to {target.url}: the newest checkpoint on this computer goes along…")
+
+    def _resume(self, target: SshTarget | None, busy: str) -> None:
+        run_id = self.run_id
+        if run_id is None:
+            return
+        self._actions[run_id] = busy
+        self.action_label.setText(busy)
+        self._set_buttons()
+        spawn(self._resume_in_background(run_id, target, busy))
+
+    async def _resume_in_background(self, run_id: str, target: SshTarget | None, busy: str) -> None:
+        self._actions.pop(run_id, None)  # _act marks it busy again for as long as the preparation takes
+        ok, _record = await self._act(run_id, busy, self.context.manager.resume_in_background(run_id, target))
+        if ok:
+            self._done_acting(run_id, busy)
 
     def on_open_folder_clicked(self) -> None:
         """Opens the run's folder (events, checkpoints, adapter) in the file manager."""
@@ -509,19 +444,10 @@ class MonitorPage(BasePage):
             self.on_tick()
 
 
-_END_TEXT = {
-    RunState.FINISHED: "Finished: the adapter is on this computer",
-    RunState.PAUSED: "Paused: the machine could not be reached",
-    RunState.FAILED: "Failed",
-    RunState.CANCELLED: "Cancelled",
-}
-
-
-def _button(text: str, accessible: str, handler: Callable[[], object]) -> QPushButton:
-    button = QPushButton(text)
-    button.setAccessibleName(accessible)
-    button.clicked.connect(lambda _checked=False: handler())
-    return button
+def _stopped_words(record: RunRecord) -> str:
+    if record.state is RunState.CANCELLED:
+        return "Stopped. Resume continues from the newest checkpoint."
+    return f"The run is {record.state.value}." + (f" {record.error}" if record.error else "")
 
 
 def _waiting_bytes(path: Path, offset: int) -> int:
@@ -530,75 +456,6 @@ def _waiting_bytes(path: Path, offset: int) -> int:
         return path.stat().st_size - offset
     except FileNotFoundError:
         return 0
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _stats_text(
-    progress: RunProgress, record: RunRecord, transitions: list[dict[str, Any]], now: float
-) -> dict[str, str]:
-    """The text of each row of the "Now" box."""
-    rate = float(record.spec.get("hourly_rate_usd") or 0.0)
-    return {
-        "step": _step_text(progress),
-        "eta": _eta_text(progress, record.state, now),
-        "loss": _loss_text(progress),
-        "speed": f"{progress.tokens_per_s:,.0f} tokens/s" if progress.tokens_per_s is not None else "—",
-        "gpu_memory": _gpu_memory_text(progress),
-        "gpu_util": f"{progress.gpu_util:.0f} %" if progress.gpu_util is not None else "—",
-        "lr": f"{progress.learning_rate:.2e}" if progress.learning_rate is not None else "—",
-        "cost": f"${cost_so_far(rate, transitions, now):,.2f} at ${rate:,.2f}/h" if rate else "No hourly rate set",
-        "checkpoints": _checkpoints_text(progress),
-        "adapter": _adapter_text(progress, record),
-    }
-
-
-def _step_text(progress: RunProgress) -> str:
-    if not progress.step:
-        return "—"
-    total = f" of {progress.total_steps:,}" if progress.total_steps else ""
-    return f"{progress.step:,}{total} · epoch {progress.epoch:.2f}"
-
-
-def _eta_text(progress: RunProgress, state: RunState, now: float) -> str:
-    eta = progress.eta_seconds
-    if state is not RunState.TRAINING or eta is None:
-        return "—"
-    since = now - progress.last_ts if progress.last_ts else 0.0
-    return f"about {format_duration(max(0.0, eta - since))}"
-
-
-def _loss_text(progress: RunProgress) -> str:
-    if not progress.losses:
-        return "—"
-    text = f"{progress.losses[-1]:.4f}"
-    return text + (f" · eval {progress.eval_losses[-1]:.4f}" if progress.eval_losses else "")
-
-
-def _gpu_memory_text(progress: RunProgress) -> str:
-    if progress.gpu_mem_allocated_gb is None:
-        return "—"
-    reserved = progress.gpu_mem_reserved_gb
-    return f"{progress.gpu_mem_allocated_gb:.1f} GB peak allocated" + (
-        f" · {reserved:.1f} GB reserved" if reserved is not None else ""
-    )
-
-
-def _checkpoints_text(progress: RunProgress) -> str:
-    if not progress.checkpoints:
-        return "None yet"
-    newest = progress.checkpoints[-1]
-    return f"{len(progress.checkpoints)} saved · newest at step {newest.step:,} ({newest.bytes / 1e6:,.1f} MB)"
-
-
-def _adapter_text(progress: RunProgress, record: RunRecord) -> str:
-    if record.adapter:
-        return record.adapter
-    if progress.done is not None:
-        return "Saved on the machine; coming home…"
-    return "—"
 
 
 def _current_target(record: RunRecord) -> SshTarget | None:

@@ -1,67 +1,121 @@
-"""Every run recorded on this computer: state, model, method, when, how long, what it cost; open or delete one."""
+"""Every run recorded on this computer: its state as a badge, what it trained, when, how long and what it cost.
+
+From here a run is opened in the monitor, resumed, or its files deleted (after naming what is lost).
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
-from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QStackedWidget,
-    QTableWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QStackedWidget, QTableWidgetItem, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
-from desktop.core.runs.progress import cost_so_far, format_duration, run_duration
+from desktop.core.runs.progress import format_duration, run_duration
 from desktop.core.runs.states import RunState
-from desktop.services.runs.engine import RunBusyError
+from desktop.services.billing.ledger import Ledger, LedgerError
+from desktop.services.runs.actions import resume_refusal
+from desktop.services.runs.engine import RunBusyError, RunError
+from desktop.services.runs.snapshot import Footprint, RunSnapshot, footprint, read_snapshot
 from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, RunStore, UnknownRunError
 from desktop.ui.background import Operation, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
+from desktop.ui.run_words import method_word, money, rate, resume_question, state_badge
+from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
+from desktop.ui.widgets.blocks import EmptyState, caption, destructive_button, plain_button, primary_button
 from desktop.ui.widgets.dialogs import confirm
 from desktop.ui.widgets.tables import pick_one_table
 
 REFRESH_MS = 2000
 COLUMNS = ("Run", "State", "Model", "Method", "Started", "Duration", "Cost")
+STATE_COLUMN = COLUMNS.index("State")
 
 
 @dataclass(frozen=True)
 class RunRow:
-    """One line of the table, with the run's record."""
+    """One line of the table: the run as read, its cells and its state's badge colour."""
 
-    record: RunRecord
+    snapshot: RunSnapshot
     cells: tuple[str, ...]
+    severity: str
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's record."""
+        return self.snapshot.record
 
 
-def run_row(record: RunRecord, transitions: list[dict[str, object]], now: float) -> RunRow:
+def cost_cell(snapshot: RunSnapshot) -> str:
+    """What the run cost so far (the count the monitor, status bar and tray show), and its rate while it bills."""
+    spend = snapshot.spend
+    if spend is None:
+        return "Not known now"
+    if not spend.rented and not float(snapshot.record.spec.get("hourly_rate_usd") or 0.0):
+        return "—"
+    return money(spend.usd) + (f" · {rate(spend.rate_per_hour)} now" if spend.billing else "")
+
+
+def run_row(snapshot: RunSnapshot) -> RunRow:
     """The table cells of a run: id, state, model, method, start time, duration and cost so far."""
-    rate = float(record.spec.get("hourly_rate_usd") or 0.0)
-    cost = f"${cost_so_far(rate, transitions, now):,.2f}" if rate else "—"
-    return RunRow(
-        record,
-        (
-            record.id,
-            record.state.value.capitalize(),
-            str(record.spec.get("base_model", "?")),
-            str(record.spec.get("training", {}).get("method", "qlora")),
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started)),
-            format_duration(run_duration(transitions, now)),
-            cost,
-        ),
+    record = snapshot.record
+    words, severity = state_badge(record)
+    cells = (
+        record.id,
+        words,
+        str(record.spec.get("base_model", "?")),
+        method_word(str(record.spec.get("training", {}).get("method", "qlora"))),
+        time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started)),
+        format_duration(run_duration(snapshot.transitions, snapshot.now)),
+        cost_cell(snapshot),
     )
+    return RunRow(snapshot, cells, severity)
 
 
 def read_rows(store: RunStore) -> list[RunRow]:
-    """Every recorded run as a table row, newest first (blocking: reads the run database)."""
-    now = time.time()
-    return [run_row(record, store.transitions(record.id), now) for record in reversed(store.all())]
+    """Every recorded run as a table row, newest first (blocking: reads the run database and the ledger)."""
+    try:
+        ledger: Ledger | None = Ledger()
+    except LedgerError:
+        ledger = None  # rented runs' costs then say they are not known
+    rows = []
+    for record in reversed(store.all()):
+        try:
+            rows.append(run_row(read_snapshot(store, record.id, ledger)))
+        except UnknownRunError:  # deleted meanwhile
+            continue
+    return rows
+
+
+def delete_question(record: RunRecord, files: Footprint, spent: float | None) -> tuple[str, str]:
+    """What deleting a run's files loses, named: the adapter it paid for, its checkpoints, its log."""
+    lost = []
+    if files.adapter_bytes:
+        paid = f", which cost {money(spent)} to train" if spent else ""
+        lost.append(f"• the trained adapter ({_size(files.adapter_bytes)}){paid}: it cannot be brought back")
+    if files.checkpoints:
+        many = "checkpoint" if files.checkpoints == 1 else "checkpoints"
+        lost.append(f"• {files.checkpoints} {many} ({_size(files.checkpoint_bytes)}): the run can no longer resume")
+    lost.append("• its history: the log, the loss curve and its record in this list")
+    text = (
+        f"This removes {_size(files.total_bytes)} from this computer:\n"
+        + "\n".join(lost)
+        + "\n\nThis cannot be undone."
+    )
+    return f"Delete run {record.id}?", text
+
+
+def ask_delete(parent: QWidget, title: str, text: str) -> bool:
+    """Asks before deleting, "Keep" being the default; True when the user chose "Delete run files"."""
+    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.NoButton, parent)
+    delete = box.addButton("Delete run files", QMessageBox.ButtonRole.DestructiveRole)
+    keep = box.addButton("Keep", QMessageBox.ButtonRole.RejectRole)
+    box.setDefaultButton(keep)
+    box.setEscapeButton(keep)
+    box.exec()
+    return box.clickedButton() is delete
 
 
 class RunsPage(BasePage):
@@ -76,7 +130,7 @@ class RunsPage(BasePage):
     title = "Runs"
     icon_name = "list-checks"
     scrolls = False
-    purpose = "Every fine-tune started on this computer. Open one to follow it; delete the files of ended ones."
+    purpose = "Every fine-tune started on this computer. Open one to follow it; resume a stopped one; delete old ones."
     sig_open_run = Signal(str)
     sig_new_run = Signal()
 
@@ -94,52 +148,58 @@ class RunsPage(BasePage):
         self.timer.timeout.connect(self.on_refresh_due)
 
     def _build_empty(self) -> QWidget:
-        box = QWidget()
-        layout = QVBoxLayout(box)
-        self.empty_label = QLabel("No runs yet. Start your first one from New fine-tune.")
-        self.empty_label.setWordWrap(True)
-        self.empty_label.setAccessibleName("No runs yet")
-        self.new_button = QPushButton("Start a &new fine-tune")
-        self.new_button.setAccessibleName("Start a new fine-tune")
+        self.new_button = primary_button("Start a &new fine-tune", "wand-sparkles", "Start a new fine-tune")
         self.new_button.clicked.connect(lambda _checked=False: self.sig_new_run.emit())
-        layout.addWidget(self.empty_label)
-        layout.addWidget(self.new_button, 0, Qt.AlignmentFlag.AlignLeft)
-        layout.addStretch(1)
-        return box
+        self.empty_state = EmptyState(
+            "list-checks",
+            "No runs yet",
+            "Every fine-tune you start appears here with its state, what it cost and where its adapter is. Start "
+            "one: pick your data and a model, then a rented GPU or your own server.",
+            self.new_button,
+        )
+        return self.empty_state
 
     def _build_table(self) -> QWidget:
         box = QWidget()
         layout = QVBoxLayout(box)
         layout.setContentsMargins(0, 0, 0, 0)
         self.table = pick_one_table(COLUMNS, "Runs", stretch_column=2)
+        self.badges = BadgeDelegate(self.table)
+        self.table.setItemDelegateForColumn(STATE_COLUMN, self.badges)
+        self.table.verticalHeader().setDefaultSectionSize(34)
         self.table.activated.connect(self.on_row_activated)  # Enter, or a double-click
         self.table.itemSelectionChanged.connect(self.on_selection_changed)
         layout.addWidget(self.table, 1)
-        row = QHBoxLayout()
-        self.open_button = QPushButton("&Open in monitor")
-        self.open_button.setAccessibleName("Open the selected run in the monitor")
-        self.open_button.clicked.connect(lambda _checked=False: self.open_selected())
-        self.delete_button = QPushButton("&Delete local files…")
-        self.delete_button.setAccessibleName("Delete the selected run's local files")
-        self.delete_button.clicked.connect(lambda _checked=False: self.on_delete_clicked())
-        self.hint_label = QLabel()
-        self.hint_label.setWordWrap(True)
-        self.hint_label.setAccessibleName("About the selected run")
-        row.addWidget(self.open_button)
-        row.addWidget(self.delete_button)
-        row.addWidget(self.hint_label, 1)
-        layout.addLayout(row)
-        self.status_label = QLabel()
-        self.status_label.setWordWrap(True)
+        layout.addLayout(self._build_actions())
+        self.status_label = caption()
         self.status_label.setAccessibleName("Runs status")
         layout.addWidget(self.status_label)
         self.on_selection_changed()
         return box
 
+    def _build_actions(self) -> QVBoxLayout:
+        column = QVBoxLayout()
+        row = QHBoxLayout()
+        self.open_button = primary_button("&Open in monitor", "activity", "Open the selected run in the monitor")
+        self.open_button.clicked.connect(lambda _checked=False: self.open_selected())
+        self.resume_button = plain_button("&Resume", "play", "Resume the selected run from its newest checkpoint")
+        self.resume_button.clicked.connect(lambda _checked=False: self.on_resume_clicked())
+        self.delete_button = destructive_button("&Delete run files…", "trash-2", "Delete the selected run's files")
+        self.delete_button.clicked.connect(lambda _checked=False: self.on_delete_clicked())
+        row.addWidget(self.open_button)
+        row.addWidget(self.resume_button)
+        row.addStretch(1)
+        row.addWidget(self.delete_button)
+        column.addLayout(row)
+        self.hint_label = caption()
+        self.hint_label.setAccessibleName("About the selected run")
+        column.addWidget(self.hint_label)
+        return column
+
     # -- loading -------------------------------------------------------------------------------------------------
 
     async def load(self) -> None:
-        """Reads every run and its history (off the UI thread) and shows them."""
+        """Reads every run, its history and its spend (off the UI thread) and shows them."""
         store = self.context.store
         self._loading = True
         try:
@@ -174,9 +234,13 @@ class RunsPage(BasePage):
             for column, text in enumerate(row.cells):
                 item = table.item(index, column)
                 if item is None:
-                    table.setItem(index, column, QTableWidgetItem(text))
+                    item = QTableWidgetItem(text)
+                    table.setItem(index, column, item)
                 elif item.text() != text:
                     item.setText(text)
+            state = table.item(index, STATE_COLUMN)
+            if state is not None and state.data(SEVERITY_ROLE) != row.severity:
+                state.setData(SEVERITY_ROLE, row.severity)
         ids = [row.record.id for row in rows]
         if selected is not None and selected.id in ids:
             table.selectRow(ids.index(selected.id))
@@ -186,17 +250,27 @@ class RunsPage(BasePage):
 
     # -- acting on a run ----------------------------------------------------------------------------------------
 
-    def selected_record(self) -> RunRecord | None:
-        """The run of the selected row, if any."""
+    def selected_row(self) -> RunRow | None:
+        """The selected row, if any."""
         rows = self.table.selectionModel().selectedRows()
         if not rows or rows[0].row() >= len(self.rows):
             return None
-        return self.rows[rows[0].row()].record
+        return self.rows[rows[0].row()]
+
+    def selected_record(self) -> RunRecord | None:
+        """The run of the selected row, if any."""
+        row = self.selected_row()
+        return row.record if row is not None else None
 
     def on_selection_changed(self) -> None:
-        """Enables what the selected run allows and says why deleting is not possible for live runs."""
+        """Enables what the selected run allows and says why deleting or resuming is not possible."""
         record = self.selected_record()
         self.open_button.setEnabled(record is not None)
+        refusal = resume_refusal(record) if record is not None else None
+        resumable = record is not None and record.state in {RunState.PAUSED, RunState.FAILED, RunState.CANCELLED}
+        self.resume_button.setVisible(resumable)
+        self.resume_button.setEnabled(resumable and refusal is None and not self._driven(record))
+        self.resume_button.setToolTip(f"Resume is not possible: {refusal}." if refusal else "")
         deletable = record is not None and self._deletable(record)
         self.delete_button.setEnabled(deletable)
         self.hint_label.setText(_live_message(record) if record is not None and not deletable else "")
@@ -212,19 +286,43 @@ class RunsPage(BasePage):
         if record is not None:
             self.sig_open_run.emit(record.id)
 
+    def on_resume_clicked(self) -> None:
+        """Resumes the selected run (asking first when that rents a machine) and opens it in the monitor."""
+        row = self.selected_row()
+        if row is None:
+            return
+        question = resume_question(row.snapshot)
+        if question is not None and not confirm(self, *question):
+            return
+        self.resume_button.setEnabled(False)
+        self.status_label.setText(f"Resuming run {row.record.id}…")
+        spawn(self._resume(row.record.id))
+
+    async def _resume(self, run_id: str) -> None:
+        try:
+            await self.context.manager.resume_in_background(run_id)
+        except (RunError, UnknownRunError, OSError) as exc:
+            self.status_label.setText(f"Not resumed: {exc}")
+            self.on_selection_changed()
+            return
+        self.status_label.setText(f"Resumed run {run_id}: it continues from its newest checkpoint.")
+        self.sig_open_run.emit(run_id)
+
     def on_delete_clicked(self) -> None:
-        """Deletes the selected ended run's folder and record, after asking; refuses live runs."""
-        record = self.selected_record()
-        if record is None:
+        """Names what deleting the selected ended run loses (read off the UI thread), asks, then deletes."""
+        row = self.selected_row()
+        if row is None:
             return
-        if not self._deletable(record):
-            self.status_label.setText(_live_message(record))
+        if not self._deletable(row.record):
+            self.status_label.setText(_live_message(row.record))
             return
-        question = (
-            f"Delete everything Rentune keeps on this computer for run {record.id}: its checkpoints, "
-            f"{'adapter, ' if record.adapter else ''}event log and record? This cannot be undone."
-        )
-        if confirm(self, "Delete this run's files?", question):
+        store, record = self.context.store, row.record
+        spent = row.snapshot.spend.usd if row.snapshot.spend else None
+        reading = Operation(self, lambda _job: footprint(store, record), lambda f: self._ask_delete(record, f, spent))
+        reading.failure(self._not_deleted, OSError).run()
+
+    def _ask_delete(self, record: RunRecord, files: Footprint, spent: float | None) -> None:
+        if ask_delete(self, *delete_question(record, files, spent)):
             self.delete_run(record.id)
 
     def delete_run(self, run_id: str) -> None:
@@ -242,7 +340,18 @@ class RunsPage(BasePage):
         self.status_label.setText(f"Not deleted: {exc}")
 
     def _deletable(self, record: RunRecord) -> bool:
-        return record.state in DELETABLE and not self.context.manager.is_driving(record.id)
+        return record.state in DELETABLE and not self._driven(record)
+
+    def _driven(self, record: RunRecord | None) -> bool:
+        return record is not None and self.context.manager.is_driving(record.id)
+
+
+def _size(size: int) -> str:
+    if size >= 1e9:
+        return f"{size / 1e9:,.1f} GB"
+    if size >= 1e6:
+        return f"{size / 1e6:,.1f} MB"
+    return f"{max(size, 0) / 1e3:,.0f} KB"
 
 
 def _live_message(record: RunRecord) -> str:

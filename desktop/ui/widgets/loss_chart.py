@@ -6,14 +6,16 @@ import math
 from collections.abc import Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSize
-from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 
+from desktop.ui.design.palette import Palette
+from desktop.ui.theme import current_palette, theme_events
+from desktop.ui.widgets.blocks import set_role
 from desktop.ui.widgets.charts import plot_filling
 
-TRAIN_COLOUR = "#3b82f6"
-EVAL_COLOUR = "#f97316"
+#: What the chart says before the trainer reports its first loss.
+EMPTY_TEXT = "Loss appears after the first steps."
 
 
 def step_axis_end(last_step: int, total_steps: int, current: float) -> float:
@@ -44,17 +46,28 @@ def loss_axis_range(lowest: float, highest: float, current: tuple[float, float])
 class LossChart(QWidget):
     """Loss against step: a line for training loss, dots joined by a line for eval loss.
 
-    The two curves are created once; :meth:`show_points` replaces their data with ``setData``, so updating the
-    chart costs no more than drawing it. The axes do not auto-range: the step axis spans the run's steps, and the loss
-    axis changes only when a loss leaves it or the losses shrink into a corner of it (re-ranging with every point
-    rebuilt both axes at every poll: the chart's largest cost).
+    Before the first loss it says so instead of drawing an empty grid. The two curves are created once;
+    :meth:`show_points` replaces their data with ``setData``, so updating the chart costs no more than drawing it.
+    The axes do not auto-range: the step axis spans the run's steps, and the loss axis changes only when a loss
+    leaves it or the losses shrink into a corner of it (re-ranging with every point rebuilt both axes at every poll:
+    the chart's largest cost). :meth:`clear` forgets the axes, so another run never inherits them. Colours come from
+    the app's palette and follow a theme switch.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setAccessibleName("Loss chart: training and eval loss by step")
         self.setMinimumHeight(220)
-        self.plot_widget = plot_filling(self)
+        self._views = QStackedLayout(self)
+        self.empty_label = QLabel(EMPTY_TEXT)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAccessibleName(EMPTY_TEXT)
+        set_role(self.empty_label, "caption")
+        self._views.addWidget(self.empty_label)
+        holder = QWidget()
+        self._views.addWidget(holder)
+        self.plot_widget = plot_filling(holder)
         plot = self.plot_widget.getPlotItem()
         plot.showGrid(x=True, y=True, alpha=0.2)
         plot.setLabel("bottom", "Step")
@@ -63,19 +76,11 @@ class LossChart(QWidget):
         plot.disableAutoRange()
         self._step_end, self._loss_range = 0.0, (0.0, 0.0)
         plot.setDownsampling(auto=True, mode="peak")
-        plot.addLegend(offset=(-10, 10))
-        self.train_curve = plot.plot([], [], name="Training loss", pen=pg.mkPen(TRAIN_COLOUR, width=2))
-        self.eval_curve = plot.plot(
-            [],
-            [],
-            name="Eval loss",
-            pen=pg.mkPen(EVAL_COLOUR, width=2),
-            symbol="o",
-            symbolSize=7,
-            symbolBrush=EVAL_COLOUR,
-            symbolPen=None,
-        )
-        self._apply_palette()
+        self.legend = plot.addLegend(offset=(-10, 10))
+        self.train_curve = plot.plot([], [], name="Training loss")
+        self.eval_curve = plot.plot([], [], name="Eval loss", symbol="o", symbolSize=7)
+        self.apply_palette(current_palette())
+        theme_events().sig_changed.connect(self.apply_palette)
 
     def show_points(
         self,
@@ -86,6 +91,10 @@ class LossChart(QWidget):
         total_steps: int = 0,
     ) -> None:
         """Shows these points (the whole series each time; the curves keep their items) on a run of ``total_steps``."""
+        if not steps and not eval_steps:
+            self.clear()
+            return
+        self._views.setCurrentIndex(1)
         self.train_curve.setData(list(steps), list(losses))
         self.eval_curve.setData(list(eval_steps), list(eval_losses))
         last_step = max(steps[-1] if steps else 0, eval_steps[-1] if eval_steps else 0)
@@ -101,6 +110,21 @@ class LossChart(QWidget):
             self._loss_range = loss_range
             self.plot_widget.getPlotItem().setYRange(*loss_range, padding=0)
 
+    def clear(self) -> None:
+        """Shows no points and forgets the axes (another run starts afresh); says that the loss comes later."""
+        self.train_curve.setData([], [])
+        self.eval_curve.setData([], [])
+        self._step_end, self._loss_range = 0.0, (0.0, 0.0)
+        self._views.setCurrentIndex(0)
+
+    def showing_points(self) -> bool:
+        """Whether the plot is shown (False while the empty state is)."""
+        return self._views.currentIndex() == 1
+
+    def axis_ranges(self) -> tuple[float, tuple[float, float]]:
+        """Where the step axis ends and the loss axis's range, as last set."""
+        return self._step_end, self._loss_range
+
     def sizeHint(self) -> QSize:
         """A modest preferred size, so the chart grows into the space there is rather than asking for more."""
         return QSize(480, 260)
@@ -111,18 +135,22 @@ class LossChart(QWidget):
         eval_x, _ = self.eval_curve.getData()
         return (0 if train_x is None else len(train_x), 0 if eval_x is None else len(eval_x))
 
-    def changeEvent(self, event: QEvent) -> None:
-        """Follows light/dark switches."""
-        super().changeEvent(event)
-        if event.type() in {QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange}:
-            self._apply_palette()
-
-    def _apply_palette(self) -> None:
-        palette = self.palette()
-        self.plot_widget.setBackground(palette.color(QPalette.ColorRole.Base))
-        text = palette.color(QPalette.ColorRole.Text)
+    def apply_palette(self, palette: Palette) -> None:
+        """Draws the chart in ``palette``'s colours: its surface, muted axes, the first two chart colours."""
+        train, evaluation = palette.chart[0], palette.chart[2]
+        self.plot_widget.setBackground(palette.surface)
+        self.train_curve.setPen(pg.mkPen(train, width=2))
+        self.eval_curve.setPen(pg.mkPen(evaluation, width=2))
+        self.eval_curve.setSymbolBrush(evaluation)
+        self.eval_curve.setSymbolPen(None)
         plot = self.plot_widget.getPlotItem()
         for name in ("bottom", "left"):
             axis = plot.getAxis(name)
-            axis.setPen(text)
-            axis.setTextPen(text)
+            axis.setPen(palette.border)
+            axis.setTextPen(palette.text_muted)
+            axis.label.setDefaultTextColor(pg.mkColor(palette.text_muted))
+        self.legend.setLabelTextColor(palette.text)
+        self.legend.setBrush(pg.mkBrush(palette.surface))
+        self.legend.setPen(pg.mkPen(palette.border))
+        for _sample, label in self.legend.items:
+            label.setText(label.text, color=palette.text)

@@ -1,0 +1,434 @@
+"""The monitor's words, kept out of the widget (pure: no Qt): card rows, progress line, banner and questions.
+
+Everything here reads a :class:`~desktop.services.runs.snapshot.RunSnapshot` and a
+:class:`~desktop.core.runs.progress.RunProgress` and returns text, so each sentence is tested on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from desktop.core.runs.progress import Estimate, RunProgress, format_duration, run_duration, stored_estimate
+from desktop.core.runs.spec import parse_ssh_url
+from desktop.core.runs.states import RunState
+from desktop.core.runs.timeline import MachineMark
+from desktop.services.runs.actions import was_stopped_by_user
+from desktop.services.runs.rental import compute_of, rental_of
+from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
+from desktop.services.runs.transfer import UploadProgress
+from desktop.ui.run_words import is_rented, method_word, money, provider_word, rate
+from trainer_payload.protocol import ErrorKind, JobState
+
+#: The rows of the "Training" card: (key, label).
+TRAINING_ROWS = (
+    ("step", "Step"),
+    ("eta", "Time left"),
+    ("loss", "Loss"),
+    ("speed", "Throughput"),
+    ("gpu_memory", "GPU memory"),
+    ("gpu_util", "GPU use"),
+    ("lr", "Learning rate"),
+    ("checkpoints", "Checkpoints"),
+    ("adapter", "Adapter"),
+)
+#: The rows of the "Machine and cost" card: (key, label).
+MACHINE_ROWS = (
+    ("machine", "Machine"),
+    ("gpu", "GPU"),
+    ("rate", "Rate"),
+    ("cost", "Cost so far"),
+    ("estimate", "Estimate"),
+)
+#: What a run in a state is busy with (no measure of how far along it is).
+BUSY_TEXT = {
+    RunState.PLANNED: "Waiting to start…",
+    RunState.PROVISIONING: "Renting the machine…",
+    RunState.CONNECTING: "Connecting to the machine…",
+    RunState.UPLOADING: "Uploading the trainer and the data…",
+    RunState.BOOTSTRAPPING: "Setting up the machine: the trainer's packages and the model…",
+    RunState.SYNCING: "Bringing the newest checkpoint home…",
+    RunState.PULLING: "Bringing the adapter home and verifying it…",
+}
+#: What the trainer is busy with before and after its steps.
+JOB_TEXT = {
+    JobState.INSTALLING: "Installing the trainer's packages…",
+    JobState.DOWNLOADING: "Downloading the model…",
+    JobState.PREPARING: "Loading the model and the data…",
+    JobState.SAVING: "Saving the adapter…",
+}
+#: An ended run's progress line.
+END_TEXT = {
+    RunState.FINISHED: "Finished: the adapter is on this computer",
+    RunState.PAUSED: "Paused: the machine could not be reached",
+    RunState.FAILED: "Failed",
+    RunState.CANCELLED: "Stopped",
+}
+#: A trainer error's kind in words, and what to do about it (the payload's own hints name command-line flags).
+ERROR_WORDS: dict[str, tuple[str, str]] = {
+    ErrorKind.OOM: (
+        "Out of GPU memory",
+        "Lower the sequence length or the micro-batch size, use QLoRA, or choose a GPU with more memory.",
+    ),
+    ErrorKind.DATA: ("A problem in the data", "Fix the rows named above in the dataset, then start again."),
+    ErrorKind.DOWNLOAD: (
+        "The model could not be downloaded",
+        "Check the model's name, add a Hugging Face token in Settings for a gated model, and check the machine's "
+        "network.",
+    ),
+    ErrorKind.DISK: ("The machine's disk is full", "Keep fewer checkpoints, or choose a machine with more disk."),
+    ErrorKind.CONFIG: ("A training setting is not valid", "Change the setting named above and start again."),
+    ErrorKind.INSTALL: (
+        "The trainer's packages could not be installed",
+        "Check the machine's network, disk and Python version; its setup log has the installer's last lines.",
+    ),
+    ErrorKind.INTERNAL: (
+        "Something unexpected went wrong",
+        "Resume the run to try again from its newest checkpoint; the trainer's log on the machine has details.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Busy:
+    """The progress line: its words and how far along it is (``maximum`` 0: busy, no measure)."""
+
+    text: str
+    value: int = 0
+    maximum: int = 0
+
+
+@dataclass(frozen=True)
+class Notice:
+    """The banner over the run: a severity (``success``, ``info``, ``warning``, ``danger``), a headline, details."""
+
+    severity: str
+    headline: str
+    details: str = ""
+
+
+# -- the header ------------------------------------------------------------------------------------------------------
+
+
+def title_text(snapshot: RunSnapshot) -> str:
+    """The run's title: its model and method."""
+    spec = snapshot.record.spec
+    return f"{spec.get('base_model', '?')} · {method_word(str(spec.get('training', {}).get('method', 'qlora')))}"
+
+
+def subtitle_text(snapshot: RunSnapshot, following: bool) -> str:
+    """Under the title: the run's id, when it started, how long it has taken, and who follows it."""
+    record = snapshot.record
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started))
+    took = format_duration(run_duration(snapshot.transitions, snapshot.now))
+    return f"Run {record.id} · started {started} · {took}" + (" · followed by this window" if following else "")
+
+
+# -- the training card -----------------------------------------------------------------------------------------------
+
+
+def training_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]:
+    """The text of each row of the "Training" card."""
+    state = snapshot.record.state
+    return {
+        "step": step_text(progress),
+        "eta": eta_text(progress, state, snapshot.now),
+        "loss": loss_text(progress),
+        "speed": f"{progress.tokens_per_s:,.0f} tokens/s" if progress.tokens_per_s is not None else "—",
+        "gpu_memory": gpu_memory_text(progress),
+        "gpu_util": f"{progress.gpu_util:.0f} %" if progress.gpu_util is not None else "—",
+        "lr": f"{progress.learning_rate:.2e}" if progress.learning_rate is not None else "—",
+        "checkpoints": checkpoints_text(progress, snapshot.files, state),
+        "adapter": adapter_text(progress, snapshot),
+    }
+
+
+def step_text(progress: RunProgress) -> str:
+    """``80 of 100 · epoch 0.80``."""
+    if not progress.step:
+        return "—"
+    total = f" of {progress.total_steps:,}" if progress.total_steps else ""
+    return f"{progress.step:,}{total} · epoch {progress.epoch:.2f}"
+
+
+def eta_text(progress: RunProgress, state: RunState, now: float) -> str:
+    """Training time left at the recent step rate, counted down since the last step."""
+    eta = progress.eta_seconds
+    if state is not RunState.TRAINING or eta is None:
+        return "—"
+    since = now - progress.last_ts if progress.last_ts else 0.0
+    return f"about {format_duration(max(0.0, eta - since))}"
+
+
+def loss_text(progress: RunProgress) -> str:
+    """The latest training loss, and the latest eval loss."""
+    if not progress.losses:
+        return "—"
+    text = f"{progress.losses[-1]:.4f}"
+    return text + (f" · eval {progress.eval_losses[-1]:.4f}" if progress.eval_losses else "")
+
+
+def gpu_memory_text(progress: RunProgress) -> str:
+    """Peak allocated and reserved GPU memory."""
+    if progress.gpu_mem_allocated_gb is None:
+        return "—"
+    reserved = progress.gpu_mem_reserved_gb
+    return f"{progress.gpu_mem_allocated_gb:.1f} GB peak allocated" + (
+        f" · {reserved:.1f} GB reserved" if reserved is not None else ""
+    )
+
+
+def checkpoints_text(progress: RunProgress, files: LocalFiles, state: RunState) -> str:
+    """Checkpoints written and brought home; once the run is over, what it left on this computer."""
+    home, written = files.checkpoint_steps, progress.checkpoints
+    if state in {RunState.FINISHED, RunState.CANCELLED, RunState.FAILED, RunState.PAUSED}:
+        if home:
+            kept = "1 checkpoint was kept" if len(home) == 1 else f"{len(home)} checkpoints were kept"
+            return f"{kept} on this computer · newest at step {home[-1]:,}"
+        if written:
+            return f"{len(written)} written on the machine; none came home"
+        return "No checkpoint was written"
+    if not written:
+        return "None written yet"
+    newest = written[-1]
+    at_home = f" · {len(home)} at home" if home else ""
+    return f"{len(written)} saved · newest at step {newest.step:,} ({newest.bytes / 1e6:,.1f} MB){at_home}"
+
+
+def adapter_text(progress: RunProgress, snapshot: RunSnapshot) -> str:
+    """Where the adapter is: its folder at home, on its way, or not yet made."""
+    if snapshot.record.adapter:
+        return snapshot.record.adapter
+    if progress.done is not None:
+        return "Saved on the machine; coming home…"
+    return "—"
+
+
+# -- the machine and cost card ---------------------------------------------------------------------------------------
+
+
+def machine_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]:
+    """The text of each row of the "Machine and cost" card: where it trains, at what rate, spent and expected."""
+    rows = _rented_rows(snapshot) if is_rented(snapshot.record) else _own_server_rows(progress, snapshot)
+    estimate = stored_estimate(snapshot.record.spec)
+    rows["cost"] = cost_text(snapshot, estimate)
+    rows["estimate"] = estimate_text(estimate)
+    return rows
+
+
+def _rented_rows(snapshot: RunSnapshot) -> dict[str, str]:
+    record, spend = snapshot.record, snapshot.spend
+    rentals = spend.rentals if spend else ()
+    current = rental_of(record)
+    compute = compute_of(record)
+    count = f"{compute.count}x " if compute and compute.count > 1 else ""
+    if current is not None:
+        kind = "spot" if current.spot else "on-demand"
+        number = f" · machine {len(rentals)} of this run" if len(rentals) > 1 else ""
+        machine, gpu = f"{provider_word(current.provider.value)} · {kind}{number}", f"{count}{current.gpu}"
+    elif rentals:
+        last = rentals[-1]
+        machine = f"None rented now ({len(rentals)} so far, the last at {provider_word(last.provider)})"
+        gpu = f"{count}{last.gpu}"
+    else:
+        wanted = provider_word(compute.provider) if compute else "?"
+        machine, gpu = f"Not rented yet (at {wanted})", f"{count}{compute.gpu if compute and compute.gpu else 'any'}"
+    now = rate(spend.rate_per_hour) if spend is not None and spend.billing else "Not billing now"
+    return {"machine": machine, "gpu": gpu, "rate": now}
+
+
+def _own_server_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]:
+    record = snapshot.record
+    machine = "No server yet"
+    if record.target:
+        user, host, port = parse_ssh_url(record.target)
+        machine = f"Your server {user}@{host}" + (f":{port}" if port != 22 else "")
+    stated = float(record.spec.get("hourly_rate_usd") or 0.0)
+    return {
+        "machine": machine,
+        "gpu": gpus_text(progress.gpus),
+        "rate": f"{rate(stated)}, as you stated" if stated > 0 else "No hourly rate set",
+    }
+
+
+def gpus_text(gpus: list[str] | None) -> str:
+    """The GPUs the machine's driver listed (``2x NVIDIA A100-SXM4-80GB``), before or without any."""
+    if gpus is None:
+        return "Not known until the machine is set up"
+    if not gpus:
+        return "No NVIDIA GPU found"
+    names = [line.split(",")[0].strip() for line in gpus]
+    distinct = list(dict.fromkeys(names))
+    return ", ".join(f"{names.count(name)}x {name}" if names.count(name) > 1 else name for name in distinct)
+
+
+def cost_text(snapshot: RunSnapshot, estimate: Estimate | None) -> str:
+    """Dollars so far (the one count the status bar and the tray show), against the estimate when there is one."""
+    spend = snapshot.spend
+    if spend is None:
+        return f"Not known now ({snapshot.spend_problem})"
+    if not spend.rented and not float(snapshot.record.spec.get("hourly_rate_usd") or 0.0):
+        return "Not metered: no hourly rate set"
+    text = money(spend.usd)
+    if estimate is not None and estimate.usd:
+        text += f" of about {money(estimate.usd)} expected ({100 * spend.usd / estimate.usd:,.0f} %)"
+    return text
+
+
+def estimate_text(estimate: Estimate | None) -> str:
+    """What the run was expected to take and cost."""
+    if estimate is None:
+        return "None stored for this run"
+    on = f" on {estimate.gpu}" if estimate.gpu else ""
+    cost = f"{money(estimate.usd)} for " if estimate.usd is not None else ""
+    speed = f" at {estimate.tokens_per_s:,.0f} tokens/s" if estimate.tokens_per_s else ""
+    return f"{cost}about {format_duration(estimate.hours * 3600)}{on}{speed}"
+
+
+def machine_marks(snapshot: RunSnapshot) -> list[MachineMark]:
+    """The machines rented for the run, oldest first, each with why it was let go (from the run's history)."""
+    if snapshot.spend is None:
+        return []
+    history = snapshot.record.spec.get("machines") or []
+    whys = {str(m.get("instance_id")): str(m.get("why") or "") for m in history if isinstance(m, dict)}
+    return [
+        MachineMark(number, r.provider, r.gpu, r.price_per_hour, r.started, r.stopped, whys.get(r.instance_id, ""))
+        for number, r in enumerate(snapshot.spend.rentals, start=1)
+    ]
+
+
+# -- the progress line -----------------------------------------------------------------------------------------------
+
+
+def busy(progress: RunProgress, snapshot: RunSnapshot) -> Busy:
+    """What the run is doing now, with a measure where one is known (upload, model download, steps)."""
+    state = snapshot.record.state
+    if state is RunState.UPLOADING and snapshot.upload is not None:
+        return upload_busy(snapshot.upload)
+    if state is RunState.PLANNED and is_rented(snapshot.record):
+        return Busy("Renting a machine and waiting for it to come up…")
+    if state is RunState.BOOTSTRAPPING or (state is RunState.TRAINING and progress.job_state != JobState.TRAINING):
+        measured = download_busy(progress)
+        if measured is not None:
+            return measured
+    if state is RunState.TRAINING:
+        return training_busy(progress)
+    if state in BUSY_TEXT:
+        return Busy(BUSY_TEXT[state])
+    done = state is RunState.FINISHED
+    return Busy(END_TEXT.get(state, state.value.capitalize()), 1 if done else 0, 1)
+
+
+def upload_busy(upload: UploadProgress) -> Busy:
+    """``Uploading the trainer and the data: 12.3 of 200.0 MB (6 %)``."""
+    text = (
+        f"Uploading the trainer and the data: {upload.bytes_done / 1e6:,.1f} of {upload.bytes_total / 1e6:,.1f} MB "
+        f"({100 * upload.fraction:.0f} %)"
+    )
+    return Busy(text, round(1000 * upload.fraction), 1000)
+
+
+def download_busy(progress: RunProgress) -> Busy | None:
+    """The model's download on the machine, while it goes on (None when nothing is measured)."""
+    if progress.job_state != JobState.DOWNLOADING or progress.download_bytes is None:
+        return Busy(JOB_TEXT[JobState(progress.job_state)]) if progress.job_state in JOB_TEXT else None
+    done, total = progress.download_bytes
+    if not total:
+        return Busy(f"Downloading the model: {done / 1e9:,.2f} GB so far…")
+    fraction = min(1.0, done / total)
+    text = f"Downloading the model: {done / 1e9:,.2f} of {total / 1e9:,.2f} GB ({100 * fraction:.0f} %)"
+    return Busy(text, round(1000 * fraction), 1000)
+
+
+def training_busy(progress: RunProgress) -> Busy:
+    """``Training: step 20 of 60 (33 %)``, or what the trainer does before its first step."""
+    if progress.job_state in JOB_TEXT and progress.job_state != JobState.TRAINING:
+        return Busy(JOB_TEXT[JobState(progress.job_state)])
+    if progress.total_steps <= 0:
+        return Busy("Training is starting…")
+    step = min(progress.step, progress.total_steps)
+    percent = 100 * step / progress.total_steps
+    return Busy(f"Training: step {step:,} of {progress.total_steps:,} ({percent:.0f} %)", step, progress.total_steps)
+
+
+# -- the banner ------------------------------------------------------------------------------------------------------
+
+
+def notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice | None:
+    """What the user must know about the run now: how it ended, why it waits, what failed and what to do."""
+    record = snapshot.record
+    if record.state is RunState.FINISHED:
+        return Notice("success", "Finished: the adapter is on this computer", finished_details(snapshot))
+    if record.state is RunState.PAUSED:
+        return Notice(
+            "warning",
+            "Paused: the machine could not be reached",
+            f"{record.error or 'The connection was lost.'} Resume tries again; a run on your own server can also "
+            "continue elsewhere, from the newest checkpoint on this computer.",
+        )
+    if record.state is RunState.CANCELLED:
+        return stopped_notice(progress, snapshot)
+    if record.state is RunState.FAILED or progress.errors:
+        return failure_notice(progress, record.error)
+    return None
+
+
+def finished_details(snapshot: RunSnapshot) -> str:
+    """Where the adapter is, and the checkpoints kept beside it."""
+    where = f"It is in {snapshot.record.adapter}." if snapshot.record.adapter else ""
+    kept = len(snapshot.files.checkpoint_steps)
+    checkpoints = {0: " No checkpoint was kept.", 1: " 1 checkpoint was kept."}.get(
+        kept, f" {kept} checkpoints were kept."
+    )
+    return (where + checkpoints).strip()
+
+
+def stop_headline(progress: RunProgress, snapshot: RunSnapshot) -> str:
+    """``Stopped by you — checkpoint at step 30 kept`` (or at the budget, or before training began)."""
+    record = snapshot.record
+    step = progress.stopped.checkpoint_step if progress.stopped else None
+    home = snapshot.files.checkpoint_steps
+    step = step if step is not None else (home[-1] if home else None)
+    who = "Stopped by you" if was_stopped_by_user(record) else "Stopped at its budget"
+    if step is not None:
+        return f"{who} — checkpoint at step {step:,} kept"
+    if progress.step == 0 and not progress.checkpoints:
+        return f"{who} before training began"
+    return f"{who} — no checkpoint had been written"
+
+
+def stopped_notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice:
+    """How a stopped run ended and what Resume does with it."""
+    record = snapshot.record
+    headline = stop_headline(progress, snapshot)
+    if record.spec.get("budget_stop"):
+        return Notice("warning", headline, f"{record.spec['budget_stop']}. A resumed run would stop again at once.")
+    where = "rents a new machine and continues" if is_rented(record) else "continues"
+    start = "from that checkpoint" if "checkpoint at step" in headline else "from the beginning"
+    return Notice("info", headline, f"Resume {where} {start}.")
+
+
+def failure_notice(progress: RunProgress, run_error: str | None) -> Notice:
+    """The trainer's last error in words with what to do, or the run's own error."""
+    if progress.errors:
+        error = progress.errors[-1]
+        headline, fix = ERROR_WORDS.get(error.kind, ("The trainer failed", error.hint))
+        return Notice("danger", headline, f"{error.message}\nWhat to do: {fix}")
+    return Notice("danger", "The run failed", run_error or "The trainer stopped without saying why.")
+
+
+# -- the questions ---------------------------------------------------------------------------------------------------
+
+
+def stop_question(snapshot: RunSnapshot) -> tuple[str, str]:
+    """The Stop dialog's title and text: what stopping does, and what Resume can do afterwards."""
+    record = snapshot.record
+    if record.pid is None:
+        return "Stop this run?", "Nothing has been trained yet: the run stops now. Resume starts it again later."
+    machine = " The rented machine is terminated, so it stops billing." if is_rented(record) else ""
+    resume = "rents a new machine and continues" if is_rented(record) else "continues"
+    return (
+        "Stop this run?",
+        "The trainer saves a checkpoint, it is brought home, and the run stops."
+        f"{machine} Resume {resume} from that checkpoint later. Stop now?",
+    )

@@ -1,0 +1,219 @@
+"""The monitor's layout, built from the design system's blocks: it shows what it is given and decides nothing.
+
+Header (title, state badge, caption), a banner, the progress card (phase chips, progress line), the loss chart beside
+the training and machine cards, the log, and the actions, which stay in reach below the scrolled part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.ui.design.palette import METRICS
+from desktop.ui.pages.monitor_text import MACHINE_ROWS, TRAINING_ROWS, Busy, Notice
+from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, destructive_button, heading, plain_button
+from desktop.ui.widgets.loss_chart import LossChart
+from desktop.ui.widgets.phase_timeline import PhaseTimeline
+
+#: Lines the log keeps (older ones scroll away).
+LOG_LINES = 500
+
+
+class MonitorView(QWidget):
+    """The monitor's widgets; the page fills them with :meth:`show_header`, :meth:`show_rows` and the others."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(METRICS.gap // 2)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self._build_content())
+        outer.addWidget(scroll, 1)
+        outer.addLayout(self._build_actions())  # outside the scrolled part: always in reach
+        self._log_lines: list[str] = []
+
+    # -- building ------------------------------------------------------------------------------------------------
+
+    def _build_content(self) -> QWidget:
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 6, 0)
+        layout.setSpacing(METRICS.gap)
+        layout.addLayout(self._build_header())
+        self.banner = Banner()
+        layout.addWidget(self.banner)
+        layout.addWidget(self._build_progress())
+        middle = QHBoxLayout()
+        middle.setSpacing(METRICS.gap)
+        chart_card = Card("Loss")
+        self.chart = LossChart()
+        chart_card.body.addWidget(self.chart, 1)
+        middle.addWidget(chart_card, 3)
+        training, self.stats = _rows_card("Training", TRAINING_ROWS, columns=1)
+        middle.addWidget(training, 2)
+        layout.addLayout(middle)
+        machine, self.machine = _rows_card("Machine and cost", MACHINE_ROWS, columns=2)
+        layout.addWidget(machine)
+        layout.addWidget(self._build_log(), 1)
+        return content
+
+    def _build_header(self) -> QVBoxLayout:
+        column = QVBoxLayout()
+        column.setSpacing(2)
+        row = QHBoxLayout()
+        self.title_label = heading("")
+        self.title_label.setWordWrap(True)
+        self.title_label.setAccessibleName("Run")
+        self.badge = Badge("", "info")
+        row.addWidget(self.title_label, 1)
+        row.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignTop)
+        column.addLayout(row)
+        self.subtitle_label = caption()
+        self.subtitle_label.setAccessibleName("About the run")
+        column.addWidget(self.subtitle_label)
+        return column
+
+    def _build_progress(self) -> Card:
+        card = Card("Progress")
+        self.timeline = PhaseTimeline()
+        card.body.addWidget(self.timeline)
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setAccessibleName("Run progress")
+        self.busy_bar.setTextVisible(True)
+        card.body.addWidget(self.busy_bar)
+        return card
+
+    def _build_log(self) -> Card:
+        card = Card("Log", "The run's history: phases, checkpoints, machines and what went wrong.")
+        self.log_view = QPlainTextEdit()
+        self.log_view.setReadOnly(True)
+        self.log_view.setMaximumBlockCount(LOG_LINES)
+        self.log_view.setMinimumHeight(150)
+        self.log_view.setAccessibleName("Run log")
+        self.log_view.setPlaceholderText("The run's history appears here.")
+        card.body.addWidget(self.log_view)
+        return card
+
+    def _build_actions(self) -> QVBoxLayout:
+        column = QVBoxLayout()
+        column.setSpacing(4)
+        self.action_label = caption()
+        self.action_label.setAccessibleName("Action status")
+        column.addWidget(self.action_label)
+        row = QHBoxLayout()
+        self.stop_button = destructive_button("&Stop…", "circle-stop", "Stop the run, keeping a checkpoint")
+        self.pull_button = plain_button("&Pull checkpoint", "download", "Bring the newest checkpoint home now")
+        self.resume_button = plain_button("&Resume", "play", "Resume the run from its newest checkpoint")
+        self.move_button = plain_button("Resume &elsewhere…", "server", "Continue the run on another server")
+        self.folder_button = plain_button("Open &folder", "folder-open", "Open the run's folder")
+        for button in (self.resume_button, self.pull_button, self.move_button, self.folder_button):
+            row.addWidget(button)
+        row.addStretch(1)
+        row.addWidget(self.stop_button)
+        column.addLayout(row)
+        return column
+
+    # -- showing -------------------------------------------------------------------------------------------------
+
+    def clear(self, title: str) -> None:
+        """Forgets what was shown (another run comes): readings, chart, chips, log."""
+        self.show_header(title, "Reading the run…", "Reading…", "info")
+        self.banner.show_message("info", "")
+        self.timeline.show_items([])
+        self.show_busy(Busy("Reading the run…"))
+        self.chart.clear()
+        for rows in (self.stats, self.machine):
+            for label in rows.values():
+                label.setText("—")
+        self.show_log([])
+
+    def show_header(self, title: str, subtitle: str, state: str, severity: str) -> None:
+        """The run's title, the line under it and its state badge."""
+        if self.title_label.text() != title:
+            self.title_label.setText(title)
+        if self.subtitle_label.text() != subtitle:
+            self.subtitle_label.setText(subtitle)
+        if self.badge.text() != state or self.badge.property("severity") != severity:
+            self.badge.show_state(state, severity)
+
+    def show_notice(self, notice: Notice | None) -> None:
+        """The banner (hidden without a notice)."""
+        if notice is None:
+            self.banner.show_message("info", "")
+        elif (self.banner.headline_label.text(), self.banner.details_label.text()) != (notice.headline, notice.details):
+            self.banner.show_message(notice.severity, notice.headline, notice.details)
+
+    def show_busy(self, busy: Busy) -> None:
+        """The progress line: a measure when there is one, else a busy bar (a full one for a finished run)."""
+        bar = self.busy_bar
+        if (bar.maximum(), bar.value(), bar.format()) == (busy.maximum, busy.value, busy.text):
+            return
+        bar.setRange(0, busy.maximum)
+        bar.setValue(busy.value)
+        bar.setFormat(busy.text)  # no %p, %v or %m in it: Qt shows it as it is
+        bar.setAccessibleDescription(busy.text)
+
+    def show_rows(self, labels: dict[str, QLabel], texts: dict[str, str]) -> None:
+        """Sets the rows of a card whose text changed."""
+        for key, text in texts.items():
+            if labels[key].text() != text:
+                labels[key].setText(text)
+
+    def show_log(self, lines: Sequence[str]) -> None:
+        """Shows the log: appended to when only new lines came, rewritten when the history changed."""
+        lines = list(lines)
+        if lines == self._log_lines:
+            return
+        old = self._log_lines
+        if old and lines[: len(old)] == old:
+            for line in lines[len(old) :]:
+                self.log_view.appendPlainText(line)
+        else:
+            self.log_view.setPlainText("\n".join(lines))
+            self.log_view.moveCursor(QTextCursor.MoveOperation.End)
+        self._log_lines = lines
+
+
+def _rows_card(title: str, rows: Sequence[tuple[str, str]], columns: int) -> tuple[Card, dict[str, QLabel]]:
+    """A card of label/value rows in ``columns`` pairs of columns; the values wrap and can be selected (paths)."""
+    card = Card(title)
+    grid = QGridLayout()
+    grid.setHorizontalSpacing(12)
+    grid.setVerticalSpacing(6)
+    labels: dict[str, QLabel] = {}
+    for index, (key, text) in enumerate(rows):
+        row, column = divmod(index, columns)
+        value = QLabel("—")
+        value.setAccessibleName(text)
+        value.setWordWrap(True)
+        value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        value.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        name = caption(text)
+        name.setWordWrap(False)
+        name.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(name, row, 2 * column, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(value, row, 2 * column + 1, Qt.AlignmentFlag.AlignTop)
+        labels[key] = value
+    for column in range(columns):
+        grid.setColumnStretch(2 * column + 1, 1)
+    card.body.addLayout(grid)
+    card.body.addStretch(1)
+    return card, labels

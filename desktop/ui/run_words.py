@@ -1,0 +1,89 @@
+"""Words about runs that the monitor and the runs list share: states, their colours, money, machines."""
+
+from __future__ import annotations
+
+from desktop.core.runs.states import RunState
+from desktop.services.providers.base import ProviderName
+from desktop.services.runs.rental import compute_of, rental_of
+from desktop.services.runs.snapshot import RunSnapshot
+from desktop.services.runs.store import RunRecord
+
+#: A state as a word for people (a phase chip, a badge).
+STATE_WORDS = {
+    RunState.PLANNED: "Waiting",
+    RunState.PROVISIONING: "Renting",
+    RunState.CONNECTING: "Connecting",
+    RunState.UPLOADING: "Uploading",
+    RunState.BOOTSTRAPPING: "Setting up",
+    RunState.TRAINING: "Training",
+    RunState.SYNCING: "Saving",
+    RunState.PULLING: "Bringing home",
+    RunState.FINISHED: "Finished",
+    RunState.PAUSED: "Paused",
+    RunState.FAILED: "Failed",
+    RunState.CANCELLED: "Stopped",
+}
+#: The badge colour of each state: good, needs a look, broken; live runs are neutral.
+STATE_SEVERITY = {
+    RunState.FINISHED: "success",
+    RunState.PAUSED: "warning",
+    RunState.CANCELLED: "warning",
+    RunState.FAILED: "danger",
+}
+
+
+def phase_word(state: RunState, rented: bool = False) -> str:
+    """A phase's name; a rented run waits for its machine while planned, so that phase is its renting."""
+    if state is RunState.PLANNED and rented:
+        return "Renting"
+    return STATE_WORDS[state]
+
+
+def state_badge(record: RunRecord) -> tuple[str, str]:
+    """The run's state as a badge: its words and its severity."""
+    words = phase_word(record.state, is_rented(record))
+    if record.state is RunState.CANCELLED and record.spec.get("budget_stop"):
+        words = "Stopped at budget"
+    return words, STATE_SEVERITY.get(record.state, "info")
+
+
+def is_rented(record: RunRecord) -> bool:
+    """Whether the run trains on machines rented for it (rather than on the user's own server)."""
+    return compute_of(record) is not None
+
+
+def money(usd: float) -> str:
+    """Dollars to the cent, as the status bar and the tray say them: ``$1,234.56``."""
+    return f"${usd:,.2f}"
+
+
+def rate(usd_per_hour: float) -> str:
+    """An hourly rate: ``$0.44/h``."""
+    return f"${usd_per_hour:,.2f}/h"
+
+
+def provider_word(name: str) -> str:
+    """A provider's name as users know it (``runpod`` is RunPod); an unknown one as it was given."""
+    try:
+        return ProviderName(name).label
+    except ValueError:
+        return name
+
+
+def method_word(method: str) -> str:
+    """A training method as the wizard names it."""
+    return {"qlora": "QLoRA", "lora": "LoRA", "full": "Full fine-tune", "full-8bit": "Full fine-tune (8-bit)"}.get(
+        method, method
+    )
+
+
+def resume_question(snapshot: RunSnapshot) -> tuple[str, str] | None:
+    """The question before a resume that spends money on a new machine (None: resuming rents nothing)."""
+    record = snapshot.record
+    if not is_rented(record) or rental_of(record) is not None:
+        return None
+    rentals = snapshot.spend.rentals if snapshot.spend else ()
+    like = f" (the last one cost {rate(rentals[-1].price_per_hour)})" if rentals else ""
+    home = snapshot.files.checkpoint_steps
+    start = f"the checkpoint at step {home[-1]:,} on this computer" if home else "the beginning"
+    return "Rent a machine to resume?", f"Resuming rents a new machine{like} and continues from {start}. Resume now?"
