@@ -29,6 +29,7 @@ from desktop.services.platform.files import read_text
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import ProviderError, ProviderName
+from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
@@ -243,8 +244,9 @@ class RunsCommands:
     def resume(self, args: argparse.Namespace) -> int:
         """``rentune resume RUN [--target ...]``."""
         record = self._record(args.run_id)
-        if record.state in TERMINAL:
-            print(f"run {record.id} is already {record.state.value}")
+        refusal = resume_refusal(record)
+        if record.state in TERMINAL and refusal is not None:  # a run stopped by the user goes on, as in the app
+            print(f"run {record.id} is already {record.state.value}: {refusal}")
             return 0 if record.state is RunState.FINISHED else 1
         if args.target or args.identity or args.python:
             base = None
@@ -266,7 +268,10 @@ class RunsCommands:
                 self._release(record.id, f"the run moves to {target.url}")
             self.engine.retarget(record.id, target)
             self.engine.store.update(record.id, spec={**self.engine.store.get(record.id).spec, "compute": None})
-        self.engine.prepare_resume(record.id)
+        try:
+            self.engine.prepare_resume(record.id)
+        except RunError as exc:
+            raise self.error(str(exc)) from exc
         return self._follow(record.id)
 
     def stop(self, args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import pytest
 
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import RunState, TransitionError, check_transition
+from desktop.services.machines.keys import load_run_key
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
@@ -94,3 +95,37 @@ def test_only_an_explicit_resume_reopens_a_stopped_run() -> None:
 @pytest.fixture
 def host() -> FakeHost:
     return FakeHost()
+
+
+def test_rentune_resume_says_why_a_finished_or_budget_stopped_run_does_not_go_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from desktop.cli import main
+
+    store = RunStore()
+    finished = store.create({"base_model": "m", "training": {}}, "ssh://me@127.0.0.1:1").id
+    for state in (RunState.CONNECTING, RunState.TRAINING, RunState.SYNCING, RunState.PULLING, RunState.FINISHED):
+        store.transition(finished, state)
+    budget = store.create({"base_model": "m", "training": {}, "budget_stop": "budget of $1.00 reached"}, None).id
+    store.transition(budget, RunState.CANCELLED)
+
+    assert main(["resume", finished]) == 0
+    assert "already finished: it finished: its adapter is on this computer" in capsys.readouterr().out
+    assert main(["resume", budget]) == 1
+    assert "stopped at its budget" in capsys.readouterr().out
+    assert store.get(budget).state is RunState.CANCELLED
+
+
+def test_a_rented_run_whose_key_was_forgotten_gets_a_new_one_for_its_next_machine() -> None:
+    store = RunStore()
+    spec = {"base_model": "m", "training": {}, "compute": {"provider": "runpod"}, "run_key_public": "ssh-ed25519 OLD"}
+    run_id = store.create(spec, None).id
+    store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
+    assert load_run_key(run_id) is None
+    engine = RunEngine(store, SecretStore(), FAST)
+
+    resumed = engine.prepare_resume(run_id)
+
+    assert resumed.state is RunState.PAUSED
+    key = load_run_key(run_id)
+    assert key is not None and resumed.spec["run_key_public"] == key.export_public_key().decode().strip()

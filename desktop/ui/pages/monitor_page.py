@@ -94,6 +94,7 @@ class MonitorPage(BasePage):
         self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull, Resume)
         self._shown_points = (-1, -1)
         self._lines: dict[str, deque[monitor_log.LogEntry]] = {}
+        self._log_key: object = None
         super().__init__(parent)
         self.views = QStackedWidget()
         self.empty_state = EmptyState(
@@ -150,6 +151,7 @@ class MonitorPage(BasePage):
         self.run_id, self.snapshot = run_id, None
         self.progress, self._offset, self._shown_points = RunProgress(), 0, (-1, -1)
         self.view.clear(f"Run {run_id}")
+        self._log_key = None
         self._rebuild_log()
         self.action_label.setText(self._actions.get(run_id, ""))
         self.views.setCurrentIndex(1)
@@ -314,12 +316,25 @@ class MonitorPage(BasePage):
             self.view.show_log(monitor_log.log_lines(notes))
             return
         record = snapshot.record
+        marks: list[MachineMark] = monitor_text.machine_marks(snapshot)
+        last = self.progress.milestones[-1] if self.progress.milestones else None
+        key = (
+            record.id,
+            record.state,
+            record.spec.get("budget_stop"),
+            len(snapshot.transitions),
+            (len(self.progress.milestones), last.get("seq") if last else None),
+            (len(notes), id(notes[-1]) if notes else None),
+            tuple(marks),
+        )
+        if key == self._log_key:  # nothing new to tell: the log is not rebuilt at every poll
+            return
+        self._log_key = key
         stops = monitor_log.StopContext(
             by_user=record.state is RunState.CANCELLED and not record.spec.get("budget_stop"),
             budget=str(record.spec.get("budget_stop") or ""),
             stop_steps=monitor_log.stop_steps(self.progress.milestones),
         )
-        marks: list[MachineMark] = monitor_text.machine_marks(snapshot)
         entries = [
             *monitor_log.transition_entries(snapshot.transitions, stops),
             *monitor_log.event_entries(self.progress.milestones),
@@ -411,7 +426,7 @@ class MonitorPage(BasePage):
         self._actions.pop(run_id, None)  # _act marks it busy again for as long as the preparation takes
         ok, _record = await self._act(run_id, busy, self.context.manager.resume_in_background(run_id, target))
         if ok:
-            self._done_acting(run_id, busy)
+            self._done_acting(run_id, "Resumed: the run continues from its newest checkpoint.")
 
     def on_open_folder_clicked(self) -> None:
         """Opens the run's folder (events, checkpoints, adapter) in the file manager."""

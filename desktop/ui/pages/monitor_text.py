@@ -40,6 +40,8 @@ MACHINE_ROWS = (
     ("cost", "Cost so far"),
     ("estimate", "Estimate"),
 )
+#: States after which nothing trains until the user acts.
+OVER = frozenset({RunState.FINISHED, RunState.CANCELLED, RunState.FAILED})
 #: What a run in a state is busy with (no measure of how far along it is).
 BUSY_TEXT = {
     RunState.PLANNED: "Waiting to start…",
@@ -181,7 +183,7 @@ def gpu_memory_text(progress: RunProgress) -> str:
 def checkpoints_text(progress: RunProgress, files: LocalFiles, state: RunState) -> str:
     """Checkpoints written and brought home; once the run is over, what it left on this computer."""
     home, written = files.checkpoint_steps, progress.checkpoints
-    if state in {RunState.FINISHED, RunState.CANCELLED, RunState.FAILED, RunState.PAUSED}:
+    if state in OVER or state is RunState.PAUSED:
         if home:
             kept = "1 checkpoint was kept" if len(home) == 1 else f"{len(home)} checkpoints were kept"
             return f"{kept} on this computer · newest at step {home[-1]:,}"
@@ -246,15 +248,15 @@ def _own_server_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, 
     stated = float(record.spec.get("hourly_rate_usd") or 0.0)
     return {
         "machine": machine,
-        "gpu": gpus_text(progress.gpus),
+        "gpu": gpus_text(progress.gpus, ended=record.state in OVER),
         "rate": f"{rate(stated)}, as you stated" if stated > 0 else "No hourly rate set",
     }
 
 
-def gpus_text(gpus: list[str] | None) -> str:
+def gpus_text(gpus: list[str] | None, ended: bool = False) -> str:
     """The GPUs the machine's driver listed (``2x NVIDIA A100-SXM4-80GB``), before or without any."""
     if gpus is None:
-        return "Not known until the machine is set up"
+        return "Not recorded for this run" if ended else "Not known until the machine is set up"
     if not gpus:
         return "No NVIDIA GPU found"
     names = [line.split(",")[0].strip() for line in gpus]
@@ -315,8 +317,15 @@ def busy(progress: RunProgress, snapshot: RunSnapshot) -> Busy:
         return training_busy(progress)
     if state in BUSY_TEXT:
         return Busy(BUSY_TEXT[state])
-    done = state is RunState.FINISHED
-    return Busy(END_TEXT.get(state, state.value.capitalize()), 1 if done else 0, 1)
+    words = END_TEXT.get(state, state.value.capitalize())
+    if state is RunState.FINISHED:
+        return Busy(words, 1, 1)
+    if progress.total_steps > 0 and progress.step > 0:  # how far it got before it stopped, failed or lost its machine
+        step, total = min(progress.step, progress.total_steps), progress.total_steps
+        head, _, tail = words.partition(":")
+        text = f"{head} at step {step:,} of {total:,} ({100 * step / total:.0f} %)" + (f":{tail}" if tail else "")
+        return Busy(text, step, total)
+    return Busy(words, 0, 1)
 
 
 def upload_busy(upload: UploadProgress) -> Busy:
@@ -427,6 +436,13 @@ def stop_question(snapshot: RunSnapshot) -> tuple[str, str]:
         return "Stop this run?", "Nothing has been trained yet: the run stops now. Resume starts it again later."
     machine = " The rented machine is terminated, so it stops billing." if is_rented(record) else ""
     resume = "rents a new machine and continues" if is_rented(record) else "continues"
+    if record.state is RunState.PAUSED:
+        return (
+            "Stop this run?",
+            "The machine cannot be reached now. If it answers, the trainer saves a checkpoint and it comes home; if "
+            f"not, the run stops with the newest checkpoint on this computer.{machine} Resume {resume} from that "
+            "checkpoint later. Stop now?",
+        )
     return (
         "Stop this run?",
         "The trainer saves a checkpoint, it is brought home, and the run stops."

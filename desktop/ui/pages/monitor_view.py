@@ -25,7 +25,16 @@ from PySide6.QtWidgets import (
 
 from desktop.ui.design.palette import METRICS
 from desktop.ui.pages.monitor_text import MACHINE_ROWS, TRAINING_ROWS, Busy, Notice
-from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, destructive_button, heading, plain_button
+from desktop.ui.widgets.blocks import (
+    Badge,
+    Banner,
+    Card,
+    caption,
+    destructive_button,
+    heading,
+    plain_button,
+    primary_button,
+)
 from desktop.ui.widgets.loss_chart import LossChart
 from desktop.ui.widgets.phase_timeline import PhaseTimeline
 
@@ -121,7 +130,7 @@ class MonitorView(QWidget):
         row = QHBoxLayout()
         self.stop_button = destructive_button("&Stop…", "circle-stop", "Stop the run, keeping a checkpoint")
         self.pull_button = plain_button("&Pull checkpoint", "download", "Bring the newest checkpoint home now")
-        self.resume_button = plain_button("&Resume", "play", "Resume the run from its newest checkpoint")
+        self.resume_button = primary_button("&Resume", "play", "Resume the run from its newest checkpoint")
         self.move_button = plain_button("Resume &elsewhere…", "server", "Continue the run on another server")
         self.folder_button = plain_button("Open &folder", "folder-open", "Open the run's folder")
         for button in (self.resume_button, self.pull_button, self.move_button, self.folder_button):
@@ -156,10 +165,14 @@ class MonitorView(QWidget):
 
     def show_notice(self, notice: Notice | None) -> None:
         """The banner (hidden without a notice)."""
+        banner = self.banner
         if notice is None:
-            self.banner.show_message("info", "")
-        elif (self.banner.headline_label.text(), self.banner.details_label.text()) != (notice.headline, notice.details):
-            self.banner.show_message(notice.severity, notice.headline, notice.details)
+            if not banner.isHidden():
+                banner.show_message("info", "")
+            return
+        shown = (banner.property("severity"), banner.headline_label.text(), banner.details_label.text())
+        if banner.isHidden() or shown != (notice.severity, notice.headline, notice.details):
+            banner.show_message(notice.severity, notice.headline, notice.details)
 
     def show_busy(self, busy: Busy) -> None:
         """The progress line: a measure when there is one, else a busy bar (a full one for a finished run)."""
@@ -189,6 +202,7 @@ class MonitorView(QWidget):
         else:
             self.log_view.setPlainText("\n".join(lines))
             self.log_view.moveCursor(QTextCursor.MoveOperation.End)
+            self.log_view.ensureCursorVisible()  # the newest lines are what a reader looks for
         self._log_lines = lines
 
 

@@ -35,6 +35,7 @@ class PhaseTimeline(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self._flow = FlowLayout(self)
         self.chips: list[QLabel] = []
+        self._shown: list[tuple[str, str, str, str]] = []
         theme_events().sig_changed.connect(self._restyle)
 
     def show_items(self, items: Sequence[TimelineItem], rented: bool = False) -> None:
@@ -47,6 +48,9 @@ class PhaseTimeline(QWidget):
             chips.append((f"+{hidden}\nearlier", f"{hidden} earlier phases", "", "summary"))
         chips += [_chip(item, rented) for item in past[hidden:]]
         chips += [_chip(item, rented) for item in ahead]
+        if chips == self._shown:
+            return  # nothing changed (most polls): no text, style or layout work
+        self._shown = chips
         self._ensure_chips(len(chips))
         for label, (text, name, tip, kind) in zip(self.chips, chips, strict=True):
             if label.text() != text:

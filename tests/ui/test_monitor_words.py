@@ -1,0 +1,318 @@
+"""The monitor's words on their own (no Qt): every event and transition in readable sentences, the progress line's
+measures, the cost against the estimate, the questions before Stop and Resume.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from desktop.core.runs.progress import RunProgress
+from desktop.core.runs.states import RunState
+from desktop.services.billing.ledger import Rental
+from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
+from desktop.services.runs.spend import RunSpend
+from desktop.services.runs.store import RunRecord
+from desktop.services.runs.transfer import UploadProgress
+from desktop.ui.pages import monitor_log, monitor_text
+from desktop.ui.run_words import resume_question, state_badge
+
+RAW = ("=", "[", "{", "--", "SIGTERM", "stopped_by")
+RENTED = {"provider": "runpod", "gpu": "RTX 4090", "count": 1, "spot": True}
+
+
+def record(state: RunState = RunState.TRAINING, **spec: Any) -> RunRecord:
+    fields = {"base_model": "org/model", "training": {"method": "qlora"}, **spec}
+    ids = {"id": "20261202-000000-abcd", "target": "ssh://me@gpu.example:22", "pid": 42}
+    blank = {"host_key": None, "fingerprint": None, "remote_dir": None, "adapter": None, "error": None}
+    counts = {"events_offset": 0, "last_seq": 0, "relaunches": 0, "started": 1000.0, "updated": 1000.0}
+    return RunRecord(state=state, spec=fields, **ids, **blank, **counts)  # type: ignore[arg-type]
+
+
+def snapshot(run: RunRecord, spend: RunSpend | None = None, **extra: Any) -> RunSnapshot:
+    defaults: dict[str, Any] = {"transitions": [], "spend_problem": "", "files": LocalFiles((), None), "upload": None}
+    values = {**defaults, **extra}
+    return RunSnapshot(
+        run, values["transitions"], spend, values["spend_problem"], values["files"], values["upload"], 1e9
+    )
+
+
+def event(event_kind: str, /, **fields: Any) -> dict[str, Any]:
+    return {"ts": 1.0, "seq": 1, "event": event_kind, **fields}
+
+
+@pytest.mark.parametrize(
+    ("shown", "words"),
+    [
+        (
+            event(
+                "state",
+                state="installing",
+                step="check",
+                python="3.11.7",
+                gpus=["NVIDIA A100, 550, 80 GB"],
+                detail="every package is installed",
+            ),
+            "Machine checked: NVIDIA A100, Python 3.11.7; every package is installed",
+        ),
+        (event("state", state="installing", step="check", detail="ready"), "Machine checked: no NVIDIA GPU; ready"),
+        (
+            event("state", state="installing", step="environment", detail="x"),
+            "Creating the trainer's own Python environment",
+        ),
+        (
+            event("state", state="installing", step="packages", detail="installing torch, trl"),
+            "Installing the trainer's packages",
+        ),
+        (event("state", state="installing", step="packages", detail="Collecting torch"), None),
+        (
+            event("state", state="downloading", model="org/m", install_seconds=42.0),
+            "Packages ready after 42 s; downloading the model org/m",
+        ),
+        (
+            event("state", state="preparing", detail="machine ready", ready=True, ready_seconds=0.0),
+            "Machine ready after 0 s",
+        ),
+        (event("state", state="preparing", detail="loading x"), "Loading the model and the data"),
+        (
+            event("state", state="training", examples=64, resume_from="checkpoint-20"),
+            "Training on 64 examples, continuing from checkpoint-20",
+        ),
+        (event("state", state="saving"), "Saving the adapter"),
+        (event("state", state="done"), None),
+        (event("state", state="failed", reason="oom"), None),
+        (
+            event("state", state="failed", reason="stopped by SIGTERM", stopped_by="signal", checkpoint_step=30),
+            "The trainer saved a checkpoint at step 30 and stopped",
+        ),
+        (event("state", state="warming up"), "The trainer reports: warming up"),
+        (event("step", step=21, total_steps=60, loss=2.5), "First step of this session: step 21 of 60, loss 2.5000"),
+        (event("eval", step=10, eval_loss=1.25), "Eval loss 1.2500 at step 10"),
+        (
+            event("checkpoint", step=20, path="checkpoints/checkpoint-20", bytes=2_500_000, sha256={}),
+            "Checkpoint at step 20 saved on the machine (2.5 MB)",
+        ),
+        (
+            event("done", adapter_path="adapter", files={}, train_seconds=125.0, metrics={"final_loss": 0.5}),
+            "Training done in 2 min 05 s: final loss 0.5000",
+        ),
+        (
+            event("error", kind="oom", message="CUDA out of memory", hint="reduce --seq-len"),
+            "Out of GPU memory: CUDA out of memory. What to do: Lower the sequence length or the micro-batch size, "
+            "use QLoRA, or choose a GPU with more memory.",
+        ),
+    ],
+)
+def test_every_event_reads_as_a_sentence(shown: dict[str, Any], words: str | None) -> None:
+    assert monitor_log.event_text(shown) == words
+    assert words is None or not any(raw in words for raw in RAW)
+
+
+def row(state: str, note: str = "", ts: float = 100.0, from_state: str | None = None) -> dict[str, Any]:
+    return {"ts": ts, "from_state": from_state, "to_state": state, "note": note}
+
+
+NOBODY = monitor_log.StopContext(by_user=False, budget="", stop_steps=())
+
+
+@pytest.mark.parametrize(
+    ("transition", "stops", "last", "words"),
+    [
+        (row("planned", "created"), NOBODY, False, "Run created"),
+        (row("bootstrapping"), NOBODY, False, "Setting up the machine: the trainer's packages and the model"),
+        (
+            row("training", "following the trainer already running (pid 7)"),
+            NOBODY,
+            False,
+            "Following the trainer already running on the machine",
+        ),
+        (row("paused", "machine unreachable for 120 s"), NOBODY, False, "Paused: machine unreachable for 120 s"),
+        (
+            row("paused", "resumed from the newest checkpoint", from_state="cancelled"),
+            NOBODY,
+            False,
+            "Resumed by you: continuing from the newest checkpoint",
+        ),
+        (
+            row("finished", "adapter at /home/me/adapter"),
+            NOBODY,
+            False,
+            "Finished: the adapter is on this computer, in /home/me/adapter",
+        ),
+        (
+            row("cancelled", "stopped by SIGTERM (checkpoint saved at step 30)"),
+            monitor_log.StopContext(True, "", ((99.5, 30),)),
+            True,
+            "Stopped by you — checkpoint at step 30 kept",
+        ),
+        (
+            row("cancelled", "budget reached"),
+            monitor_log.StopContext(False, "budget of $5.00 reached", ((99.0, 12),)),
+            True,
+            "Stopped at its budget — checkpoint at step 12 kept",
+        ),
+        (
+            row("cancelled", "stopped before the trainer started"),
+            monitor_log.StopContext(True, "", ()),
+            True,
+            "Stopped by you before training began",
+        ),
+        (
+            row("cancelled", "stopped by SIGTERM (before training started)"),
+            monitor_log.StopContext(True, "", ((99.0, None),)),
+            True,
+            "Stopped by you — no checkpoint had been written",
+        ),
+        (
+            row("cancelled", "x", ts=50.0),
+            monitor_log.StopContext(True, "", ((99.0, 30),)),
+            False,
+            "Stopped — no checkpoint had been written",
+        ),
+    ],
+)
+def test_every_transition_reads_as_a_sentence(
+    transition: dict[str, Any], stops: monitor_log.StopContext, last: bool, words: str
+) -> None:
+    assert monitor_log.transition_text(transition, stops, last_stop=last) == words
+
+
+def test_the_log_is_in_time_order_with_the_day_written_once() -> None:
+    day = time.mktime((2026, 12, 2, 10, 0, 0, 0, 0, -1))
+    entries = [monitor_log.LogEntry(day + 5, "second"), monitor_log.LogEntry(day, "first")]
+    entries.append(monitor_log.LogEntry(day + 86_400, "next day"))
+    lines = monitor_log.log_lines(entries)
+    assert lines == [
+        "— Wednesday 02 December 2026 —",
+        "10:00:00  first",
+        "10:00:05  second",
+        "— Thursday 03 December 2026 —",
+        "10:00:00  next day",
+    ]
+
+
+def test_the_stop_steps_come_from_the_field_or_the_checkpoint_before() -> None:
+    milestones = [
+        {"ts": 1.0, "seq": 1, "event": "checkpoint", "step": 10},
+        {"ts": 2.0, "seq": 2, "event": "state", "state": "failed", "stopped_by": "signal"},
+        {"ts": 3.0, "seq": 3, "event": "state", "state": "failed", "stopped_by": "signal", "checkpoint_step": 15},
+    ]
+    assert monitor_log.stop_steps(milestones) == ((2.0, 10), (3.0, 15))
+
+
+def test_the_progress_line_measures_uploads_downloads_and_steps() -> None:
+    uploading = record(RunState.UPLOADING)
+    upload = UploadProgress(12_300_000, 200_000_000, 1, 7, 0.0)
+    busy = monitor_text.busy(RunProgress(), snapshot(uploading, upload=upload))
+    assert (busy.text, busy.value, busy.maximum) == (
+        "Uploading the trainer and the data: 12.3 of 200.0 MB (6 %)",
+        62,
+        1000,
+    )
+    downloading = RunProgress(job_state="downloading", download_bytes=(1.2e9, 15e9))
+    busy = monitor_text.busy(downloading, snapshot(record(RunState.BOOTSTRAPPING)))
+    assert busy.text == "Downloading the model: 1.20 of 15.00 GB (8 %)" and busy.maximum == 1000
+    unknown_size = RunProgress(job_state="downloading", download_bytes=(1.2e9, None))
+    busy = monitor_text.busy(unknown_size, snapshot(record(RunState.BOOTSTRAPPING)))
+    assert (busy.text, busy.maximum) == ("Downloading the model: 1.20 GB so far…", 0), "no made-up percentage"
+    training = RunProgress(job_state="training", step=20, total_steps=60)
+    assert monitor_text.busy(training, snapshot(record())).text == "Training: step 20 of 60 (33 %)"
+    assert monitor_text.busy(RunProgress(), snapshot(record(RunState.PLANNED, compute=RENTED))).text.startswith(
+        "Renting a machine"
+    )
+
+
+def rental(provider: str, price: float, started: float, stopped: float | None) -> Rental:
+    return Rental(1, "r", provider, f"{provider}-1", "RTX 4090", price, started, stopped)
+
+
+def test_a_rented_runs_machine_and_cost_against_its_estimate() -> None:
+    current = {
+        "provider": "vast",
+        "instance_id": "vast-1",
+        "gpu": "RTX 4090",
+        "price_per_hour": 0.41,
+        "spot": True,
+        "offer_id": "o",
+        "created": 0.0,
+    }
+    predicted = {"gpu": "RTX 4090", "hours": 0.5, "usd": 0.2, "tokens_per_s": 5000.0}
+    run = record(compute=RENTED, rental=current, predicted=predicted)
+    rentals = (rental("runpod", 0.34, 0.0, 600.0), rental("vast", 0.41, 700.0, None))
+    spend = RunSpend(run.id, 0.1, 0.41, billing=True, rented=True, rentals=rentals)
+    rows = monitor_text.machine_rows(RunProgress(), snapshot(run, spend))
+    assert rows == {
+        "machine": "Vast.ai · spot · machine 2 of this run",
+        "gpu": "RTX 4090",
+        "rate": "$0.41/h",
+        "cost": "$0.10 of about $0.20 expected (50 %)",
+        "estimate": "$0.20 for about 30 min 00 s on RTX 4090 at 5,000 tokens/s",
+    }
+    marks = monitor_text.machine_marks(snapshot(run, spend))
+    assert [(m.number, m.provider, m.stopped) for m in marks] == [(1, "runpod", 600.0), (2, "vast", None)]
+
+
+def test_an_own_servers_machine_and_cost() -> None:
+    run = record(hourly_rate_usd=2.4)
+    spend = RunSpend(run.id, 1.5, 2.4, billing=True, rented=False)
+    progress = RunProgress(gpus=["NVIDIA A100-SXM4-80GB, 550, 81920 MiB"] * 2)
+    rows = monitor_text.machine_rows(progress, snapshot(run, spend))
+    assert rows["machine"] == "Your server me@gpu.example"
+    assert rows["gpu"] == "2x NVIDIA A100-SXM4-80GB"
+    assert (rows["rate"], rows["cost"], rows["estimate"]) == (
+        "$2.40/h, as you stated",
+        "$1.50",
+        "None stored for this run",
+    )
+    unmetered = monitor_text.machine_rows(RunProgress(), snapshot(record(), RunSpend(run.id, 0, 0, False, False)))
+    assert unmetered["cost"] == "Not metered: no hourly rate set" and unmetered["rate"] == "No hourly rate set"
+
+
+def test_checkpoints_say_what_the_run_left_once_it_is_over() -> None:
+    progress = RunProgress()
+    files = LocalFiles((20, 40, 60), None)
+    assert monitor_text.checkpoints_text(progress, files, RunState.FINISHED) == (
+        "3 checkpoints were kept on this computer · newest at step 60"
+    )
+    assert monitor_text.checkpoints_text(progress, LocalFiles((), None), RunState.CANCELLED) == (
+        "No checkpoint was written"
+    )
+    assert monitor_text.checkpoints_text(progress, LocalFiles((), None), RunState.TRAINING) == "None written yet"
+
+
+def test_stop_and_resume_say_what_they_will_do() -> None:
+    assert monitor_text.stop_question(snapshot(record()))[1] == (
+        "The trainer saves a checkpoint, it is brought home, and the run stops. Resume continues from that checkpoint "
+        "later. Stop now?"
+    )
+    rented = record(compute=RENTED)
+    assert "The rented machine is terminated, so it stops billing." in monitor_text.stop_question(snapshot(rented))[1]
+    stopped = record(RunState.CANCELLED, compute=RENTED)
+    spend = RunSpend(stopped.id, 0.1, 0.0, False, True, (rental("runpod", 0.34, 0.0, 600.0),))
+    question = resume_question(snapshot(stopped, spend, files=LocalFiles((20,), None)))
+    assert question == (
+        "Rent a machine to resume?",
+        "Resuming rents a new machine (the last one cost $0.34/h) and continues from the checkpoint at step 20 on "
+        "this computer. Resume now?",
+    )
+    assert resume_question(snapshot(record(RunState.CANCELLED))) is None, "an own server's resume rents nothing"
+
+
+def test_the_badge_names_a_budget_stop() -> None:
+    assert state_badge(record(RunState.CANCELLED)) == ("Stopped", "warning")
+    assert state_badge(record(RunState.CANCELLED, budget_stop="budget reached")) == ("Stopped at budget", "warning")
+    assert state_badge(record(RunState.FINISHED)) == ("Finished", "success")
+    assert state_badge(record(RunState.PLANNED, compute=RENTED)) == ("Renting", "info")
+
+
+def test_an_ended_runs_progress_line_says_how_far_it_got() -> None:
+    progress = RunProgress(step=120, total_steps=300)
+    stopped = monitor_text.busy(progress, snapshot(record(RunState.CANCELLED)))
+    assert (stopped.text, stopped.value, stopped.maximum) == ("Stopped at step 120 of 300 (40 %)", 120, 300)
+    paused = monitor_text.busy(progress, snapshot(record(RunState.PAUSED)))
+    assert paused.text == "Paused at step 120 of 300 (40 %): the machine could not be reached"
+    finished = monitor_text.busy(progress, snapshot(record(RunState.FINISHED)))
+    assert (finished.value, finished.maximum) == (1, 1)
+    assert monitor_text.busy(RunProgress(), snapshot(record(RunState.FAILED))).text == "Failed"
