@@ -317,15 +317,20 @@ def busy(progress: RunProgress, snapshot: RunSnapshot) -> Busy:
         return training_busy(progress)
     if state in BUSY_TEXT:
         return Busy(BUSY_TEXT[state])
+    return end_busy(progress, state)
+
+
+def end_busy(progress: RunProgress, state: RunState) -> Busy:
+    """A run that ended or waits: a full bar once finished, else how far it got before it stopped, failed or paused."""
     words = END_TEXT.get(state, state.value.capitalize())
     if state is RunState.FINISHED:
         return Busy(words, 1, 1)
-    if progress.total_steps > 0 and progress.step > 0:  # how far it got before it stopped, failed or lost its machine
-        step, total = min(progress.step, progress.total_steps), progress.total_steps
-        head, _, tail = words.partition(":")
-        text = f"{head} at step {step:,} of {total:,} ({100 * step / total:.0f} %)" + (f":{tail}" if tail else "")
-        return Busy(text, step, total)
-    return Busy(words, 0, 1)
+    if progress.total_steps <= 0 or progress.step <= 0:
+        return Busy(words, 0, 1)
+    step, total = min(progress.step, progress.total_steps), progress.total_steps
+    head, _, tail = words.partition(":")
+    text = f"{head} at step {step:,} of {total:,} ({100 * step / total:.0f} %)" + (f":{tail}" if tail else "")
+    return Busy(text, step, total)
 
 
 def upload_busy(upload: UploadProgress) -> Busy:
