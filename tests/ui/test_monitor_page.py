@@ -247,6 +247,8 @@ def test_the_recorded_tiny_run_reads_as_a_story_with_real_phase_durations(
     assert "Training done in 1 s: final loss 5.3160" in log
     assert not any(raw in log for raw in RAW_WORDS), log
     assert page.stats["checkpoints"].text() == "3 checkpoints were kept on this computer · newest at step 60"
+    bar = page.log_view.verticalScrollBar()
+    wait_for(lambda: bar.maximum() > 0 and bar.value() == bar.maximum())  # the newest lines are in view
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
@@ -118,8 +118,20 @@ class MonitorView(QWidget):
         self.log_view.setMinimumHeight(150)
         self.log_view.setAccessibleName("Run log")
         self.log_view.setPlaceholderText("The run's history appears here.")
+        self._log_follows = True  # the newest lines stay in view, until the reader scrolls up to older ones
+        bar = self.log_view.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_log_range_changed)
+        bar.actionTriggered.connect(lambda _action: QTimer.singleShot(0, self._on_log_scrolled))  # the reader's own
         card.body.addWidget(self.log_view)
         return card
+
+    def _on_log_range_changed(self, _low: int, high: int) -> None:
+        if self._log_follows:
+            self.log_view.verticalScrollBar().setValue(high)
+
+    def _on_log_scrolled(self) -> None:
+        bar = self.log_view.verticalScrollBar()
+        self._log_follows = bar.value() >= bar.maximum() - 2
 
     def _build_actions(self) -> QVBoxLayout:
         column = QVBoxLayout()
@@ -200,9 +212,9 @@ class MonitorView(QWidget):
             for line in lines[len(old) :]:
                 self.log_view.appendPlainText(line)
         else:
+            self._log_follows = True  # another run, or its history read anew: its newest lines first
             self.log_view.setPlainText("\n".join(lines))
             self.log_view.moveCursor(QTextCursor.MoveOperation.End)
-            self.log_view.ensureCursorVisible()  # the newest lines are what a reader looks for
         self._log_lines = lines
 
 

@@ -96,6 +96,9 @@ class LossChart(QWidget):
             return
         self._views.setCurrentIndex(1)
         self.train_curve.setData(list(steps), list(losses))
+        lonely = len(steps) == 1  # a line of one point draws nothing: it gets a dot until the second comes
+        if (self.train_curve.opts["symbol"] is not None) != lonely:
+            self.train_curve.setSymbol("o" if lonely else None)
         self.eval_curve.setData(list(eval_steps), list(eval_losses))
         last_step = max(steps[-1] if steps else 0, eval_steps[-1] if eval_steps else 0)
         step_end = step_axis_end(last_step, total_steps, self._step_end)
@@ -143,6 +146,8 @@ class LossChart(QWidget):
         self.eval_curve.setPen(pg.mkPen(evaluation, width=2))
         self.eval_curve.setSymbolBrush(evaluation)
         self.eval_curve.setSymbolPen(None)
+        self.train_curve.setSymbolBrush(train)
+        self.train_curve.setSymbolPen(None)
         plot = self.plot_widget.getPlotItem()
         for name in ("bottom", "left"):
             axis = plot.getAxis(name)
