@@ -202,7 +202,6 @@ class EmptyState(QFrame):
         body = caption(text)
         body.setAlignment(Qt.AlignmentFlag.AlignCenter)
         body.setMaximumWidth(560)
-        body.setMinimumWidth(420)  # a wrapped label centred in a layout would otherwise narrow to a column
         layout.addWidget(body, 0, Qt.AlignmentFlag.AlignHCenter)
         if action is not None:
             layout.addWidget(action, 0, Qt.AlignmentFlag.AlignHCenter)
