@@ -81,7 +81,10 @@ class MainWindow(QMainWindow):
     def _add_pages(self, settings: Settings, secrets: SecretStore) -> None:
         self.orphans_banner = OrphansBanner(self.context.store, secrets)
         self.orphans_banner.sig_stopped.connect(self.on_orphans_stopped)
-        self.add_page(HomePage(banner=self.orphans_banner))
+        home = HomePage(banner=self.orphans_banner, draft=self.context.draft, secrets=secrets)
+        home.sig_start_wizard.connect(self.on_start_wizard)
+        home.sig_open_page.connect(self.show_page)
+        self.add_page(home)
         self.wizard = WizardPage(self.context, wizard_steps(self.context))
         self.wizard.sig_run_launched.connect(self.on_run_opened)
         review = self.wizard.step("review")
@@ -157,6 +160,11 @@ class MainWindow(QMainWindow):
                 self.sidebar.setCurrentRow(self._sidebar_pages.index(self.runs_page.page_name))
             self.stack.setCurrentWidget(page)
             self.sig_page_changed.emit(page.page_name)
+
+    def on_start_wizard(self, step: str) -> None:
+        """Opens the wizard at ``step`` (where the draft left off), or at its start if there is no such step."""
+        known = {candidate.step_name for candidate in self.wizard.steps}
+        self.show_page(step if step in known else self.wizard.page_name)
 
     def _show_newest_run(self) -> None:
         runs = self.context.store.all()

@@ -90,7 +90,7 @@ QListWidget#sidebar {{ background: {palette.surface_alt}; border: none; border-r
 QListWidget#sidebar::item {{ padding: 9px 12px; margin: 1px 8px; border-radius: 6px; color: {palette.text}; }}
 QListWidget#sidebar::item:selected {{ background: {palette.accent}; color: {palette.accent_text}; }}
 QListWidget#sidebar::item:hover:!selected {{ background: {palette.border}; }}
-QListWidget#sidebar:focus {{ border-right: 2px solid {palette.accent}; }}
+QListWidget#sidebar::item:focus {{ border: 2px solid {palette.text}; }}
 QStatusBar {{ background: {palette.surface_alt}; color: {palette.text_muted}; border-top: 1px solid {palette.border}; }}
 QTabWidget::pane {{ border: 1px solid {palette.border}; border-radius: {METRICS.radius}px;
     background: {palette.surface}; }}
@@ -102,6 +102,18 @@ QMenu::item:selected {{ background: {palette.accent}; color: {palette.accent_tex
 """
 
 
+def _scroll_bars(palette: Palette) -> str:
+    return f"""
+QScrollBar:vertical {{ background: transparent; width: 10px; margin: 2px; }}
+QScrollBar:horizontal {{ background: transparent; height: 10px; margin: 2px; }}
+QScrollBar::handle {{ background: {palette.border}; border-radius: 4px; min-height: 28px; min-width: 28px; }}
+QScrollBar::handle:hover {{ background: {palette.text_muted}; }}
+QScrollBar::add-line, QScrollBar::sub-line {{ width: 0; height: 0; }}
+QScrollBar::add-page, QScrollBar::sub-page {{ background: transparent; }}
+"""
+
+
 def build_stylesheet(palette: Palette) -> str:
     """Returns the whole app's stylesheet in ``palette``'s colours."""
-    return _frames(palette) + _fields(palette) + _buttons(palette) + _severity_rules(palette)
+    parts = (_frames, _fields, _buttons, _scroll_bars, _severity_rules)
+    return "".join(part(palette) for part in parts)

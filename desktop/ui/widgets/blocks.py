@@ -38,9 +38,11 @@ def set_role(widget: QWidget, role: str, severity: str | None = None) -> None:
 
 def primary_button(text: str, icon_name: str | None = None, accessible_name: str | None = None) -> QPushButton:
     """The one main action of a page or dialog (Next, Launch, Export), in the accent colour."""
+    from desktop.ui.theme import current_palette  # the theme module imports this one
+
     button = QPushButton(text)
     set_role(button, "primary")
-    _decorate(button, icon_name, accessible_name, "#ffffff")
+    _decorate(button, icon_name, accessible_name, current_palette().accent_text)
     return button
 
 
