@@ -86,6 +86,7 @@ class SettingsPage(BasePage):
         row = QHBoxLayout()
         self.preferences_status = QLabel("")
         self.save_button = QPushButton("Save preferences")
+        self.save_button.setAccessibleName("Save preferences")
         self.save_button.clicked.connect(self.on_save_clicked)
         row.addWidget(self.preferences_status, 1)
         row.addWidget(self.save_button)
