@@ -133,7 +133,7 @@ def _why_not_loaded(exc: Exception) -> str:
     if name in {"GatedRepoError", "RepositoryNotFoundError"}:
         return "the model is gated or private: accept its licence on huggingface.co and add an HF token in Settings"
     if name == "HFValidationError":
-        return "the name is not a Hugging Face model id (org/name) nor a model folder on this computer"
+        return "the name is neither a Hugging Face model id, written org/name, nor a model folder on this computer"
     if isinstance(exc, OSError):
         return "its tokenizer files are missing or unreadable; the log has the details"
     return "its tokenizer files could not be read; the log has the details"

@@ -42,6 +42,14 @@ QPushButton[role="primary"]:disabled {{ background: {palette.surface_alt}; color
 QPushButton[role="destructive"] {{ color: {palette.danger}; border: 1px solid {palette.danger}; font-weight: 600; }}
 QPushButton[role="destructive"]:hover {{ background: {palette.danger_bg}; }}
 QPushButton[role="link"] {{ border: none; background: transparent; color: {palette.accent}; padding: 2px 4px; }}
+QPushButton[role="link"]:focus {{ border: 2px solid {palette.accent}; }}
+QPushButton[role="step"] {{ border: 2px solid transparent; background: transparent; color: {palette.text};
+    padding: 5px 10px; }}
+QPushButton[role="step"]:hover {{ background: {palette.surface_alt}; }}
+QPushButton[role="step"][state="current"] {{ background: {palette.info_bg}; color: {palette.accent};
+    font-weight: 700; }}
+QPushButton[role="step"]:disabled {{ background: transparent; color: {palette.text_muted}; }}
+QPushButton[role="step"]:focus {{ border: 2px solid {palette.accent}; }}
 """
 
 
@@ -54,8 +62,11 @@ QLineEdit, QSpinBox, QDoubleSpinBox, QComboBox, QPlainTextEdit, QTextEdit, QText
     selection-color: {palette.accent_text}; }}
 QLineEdit:focus, QSpinBox:focus, QDoubleSpinBox:focus, QComboBox:focus, QPlainTextEdit:focus, QTextEdit:focus {{
     border: 2px solid {palette.accent}; }}
-QLineEdit[invalid="true"], QSpinBox[invalid="true"], QComboBox[invalid="true"] {{ border: 2px solid {palette.danger}; }}
-QCheckBox:focus, QRadioButton:focus {{ outline: 2px solid {palette.accent}; color: {palette.accent}; }}
+QLineEdit[invalid="true"], QSpinBox[invalid="true"], QDoubleSpinBox[invalid="true"], QComboBox[invalid="true"],
+QTableView[invalid="true"] {{ border: 2px solid {palette.danger}; }}
+QCheckBox, QRadioButton {{ padding: 2px 4px; border: 2px solid transparent; border-radius: 4px; }}
+QCheckBox:focus, QRadioButton:focus {{ border: 2px solid {palette.accent}; color: {palette.text};
+    background: {palette.info_bg}; }}
 QTableView, QTableWidget, QTreeView, QListView {{ background: {palette.surface}; color: {palette.text};
     alternate-background-color: {palette.surface_alt}; border: 1px solid {palette.border}; border-radius: {radius}px;
     gridline-color: {palette.border}; selection-background-color: {palette.accent};
