@@ -256,6 +256,7 @@ def test_the_model_step_fits_the_window_with_advanced_settings_open(
     for spin in step.spins.values():  # no field vanishes or is squeezed below what it needs
         assert spin.width() >= spin.minimumSizeHint().width() and spin.height() >= spin.minimumSizeHint().height()
         assert spin.geometry().right() <= step.advanced_box.width()
+        assert spin.lineEdit().width() >= spin.fontMetrics().horizontalAdvance(spin.text()), "its number shows"
     for button in step.method_buttons.values():
         assert button.width() >= button.sizeHint().width(), button.text()
     table = step.catalog_table

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractButton, QApplication, QWidget
+from PySide6.QtWidgets import QAbstractButton, QApplication, QLabel, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
@@ -101,6 +102,17 @@ def test_the_wizard_is_done_with_the_keyboard_alone_and_the_numbers_agree_on_eve
     assert data.check is not None and data.check.numbers == numbers
     assert f"{numbers.train_tokens:,} tokens trained per epoch" in data.details_label.text()
     assert "Counted with the tokenizer of" in data.details_label.text()
+    assert_words_for_people(wizard)
+
+
+def assert_words_for_people(wizard: WizardPage) -> None:
+    """No command-line flags, exception names or nested parentheses in any text the steps show."""
+    for step in wizard.steps:
+        for label in step.findChildren(QLabel):
+            text = label.text()
+            assert not re.search(r"--[a-z]", text), f"{step.step_name}: a CLI flag in {text!r}"
+            assert not re.search(r"\b[A-Z]\w+(Error|Exception)\b", text), f"{step.step_name}: {text!r}"
+            assert not re.search(r"\([^()]*\(", text), f"{step.step_name}: nested parentheses in {text!r}"
 
 
 def test_a_new_sequence_length_is_counted_again_before_sizing(

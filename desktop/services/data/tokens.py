@@ -7,6 +7,7 @@ says so.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 4
 
 _log = get_logger("tokens")
+_LOADING = threading.Lock()
 
 
 class TokenCounter(Protocol):
@@ -108,18 +110,24 @@ def _tokenizer_folder(model: str) -> Path:
 
 
 def load_token_counter(model: str | None) -> TokenCounter:
-    """Returns an exact counter for ``model`` when its tokenizer can be loaded, else the labelled estimate."""
+    """Returns an exact counter for ``model`` when its tokenizer can be loaded, else the labelled estimate.
+
+    Loads are one at a time: transformers' lazy imports are not safe to race, and two checks (the Data step's and
+    the Sizing step's recount) may ask at once.
+    """
     if not model:
         return EstimatedTokenCounter()
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return EstimatedTokenCounter("the transformers library is not installed", model)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
-    except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
-        _log.info("tokenizer of %s unavailable: %s", model, exc)
-        return EstimatedTokenCounter(f"the tokenizer of {model} could not be loaded: {_why_not_loaded(exc)}", model)
+    with _LOADING:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            return EstimatedTokenCounter("the transformers library is not installed", model)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
+        except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
+            _log.info("tokenizer of %s unavailable: %s", model, exc)
+            reason = f"the tokenizer of {model} could not be loaded: {_why_not_loaded(exc)}"
+            return EstimatedTokenCounter(reason, model)
     if not getattr(tokenizer, "chat_template", None):
         return EstimatedTokenCounter(f"{model} has no chat template", model)
     return ChatTemplateTokenCounter(tokenizer, model)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ CHECK_SHARE = 0.5
 
 Fraction = Callable[[float], None]
 _log = get_logger("datasets")
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
 
 
 class CheckCancelledError(Exception):
@@ -338,11 +341,38 @@ def check_and_prepare(
     source = source.expanduser().resolve()
     settings = _Settings(seq_len, model, dict(columns) if columns else None, leave_out_secrets)
     sha256 = sha256_file(source) if source.is_file() else ""
+    if not sha256:
+        return _check_and_prepare(source, sha256, settings, progress, cancel)
+    with _folder_lock(dataset_folder(source, sha256), cancel):
+        return _check_and_prepare(source, sha256, settings, progress, cancel)
+
+
+@contextmanager
+def _folder_lock(folder: Path, cancel: threading.Event | None) -> Iterator[None]:
+    """Holds the workspace folder while it is prepared: a second check of the same file waits, then reuses it."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(str(folder), threading.Lock())
+    while not lock.acquire(timeout=0.1):
+        if cancel is not None and cancel.is_set():
+            raise CheckCancelledError
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _check_and_prepare(
+    source: Path,
+    sha256: str,
+    settings: _Settings,
+    progress: Fraction | None,
+    cancel: threading.Event | None,
+) -> DatasetCheck:
     earlier = _prepared_before(source, sha256, settings) if sha256 else None
     if earlier is not None:
         _log.info("%s was prepared before, in %s", source, Path(earlier.train_file).parent)
         return earlier
-    counter = load_token_counter(model or None)
+    counter = load_token_counter(settings.model or None)
     phase = _phase(source, progress, cancel, (0.0, CHECK_SHARE))
     check, outcome = _checked(source, sha256=sha256, settings=settings, counter=counter, progress=phase)
     if not check.fatal:

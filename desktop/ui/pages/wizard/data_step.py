@@ -46,7 +46,7 @@ from desktop.ui.pages.wizard.data_words import (
 )
 from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
 from desktop.ui.theme import current_palette, theme_events
-from desktop.ui.widgets.blocks import Badge, Banner, Card, plain_button
+from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button
 
 FILE_FILTER = "Datasets (*.jsonl *.json *.ndjson *.csv *.tsv *.parquet *.pq);;All files (*)"
 PROGRESS_STEPS = 1000
@@ -97,13 +97,10 @@ class ColumnMappingBox(Card):
     sig_mapping_chosen = Signal(dict)
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(
-            "Columns",
-            "Which column holds what. Rentune guessed from the column names; change a choice and the file is "
-            "checked again.",
-            parent,
-        )
+        super().__init__("Columns", "", parent)
         self.setAccessibleName("Which column holds what")
+        self.hint_label = caption()
+        self.body.addWidget(self.hint_label)
         grid = QGridLayout()
         grid.setHorizontalSpacing(12)
         self.combos: dict[str, QComboBox] = {}
@@ -112,15 +109,22 @@ class ColumnMappingBox(Card):
             combo.setAccessibleName(f"Column for the {label.replace('&', '').lower()}")
             combo.setMinimumContentsLength(12)
             combo.activated.connect(self.on_choice)
-            caption = QLabel(label)
-            caption.setBuddy(combo)
-            grid.addWidget(caption, 0, column)
+            role_label = QLabel(label)
+            role_label.setBuddy(combo)
+            grid.addWidget(role_label, 0, column)
             grid.addWidget(combo, 1, column)
             self.combos[role] = combo
         self.body.addLayout(grid)
 
     def show_columns(self, fields: list[str], mapping: dict[str, str] | None) -> None:
         """Lists ``fields`` in each box with ``mapping``'s choice selected (nothing selected when unmapped)."""
+        self.hint_label.setText(
+            "Which column holds what. Rentune chose these from the column names; change a choice and the file is "
+            "checked again."
+            if mapping
+            else "Choose the column with the user's message and the one with the answer to learn; the file is "
+            "checked again once both are chosen."
+        )
         for role, _label, required in ROLES:
             combo = self.combos[role]
             combo.blockSignals(True)
@@ -501,8 +505,8 @@ class DataStep(WizardStep):
         self.summary_badge.show_state("Cannot be used", "danger")
         self.summary_badge.show()
         self.summary_label.setText(problem.headline)
-        self.details_label.setText(problem.details)
-        self.details_label.show()
+        self.details_label.clear()
+        self.details_label.hide()  # the banner above says what to do
         self.show_problem(problem, focus=False)
         self.sig_changed.emit()
 
@@ -534,7 +538,7 @@ class DataStep(WizardStep):
         self.summary_badge.show()
         self.summary_label.setText(shown.headline)
         self.details_label.setText("\n".join(shown.details))
-        self.details_label.setVisible(bool(shown.details))
+        self.details_label.setVisible(bool(shown.details) and check.usable)  # else the banner above says it
         self._show_mapping(check)
         self._show_secrets(check)
         self._show_findings(check.report.get("findings", []))

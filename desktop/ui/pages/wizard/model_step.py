@@ -10,7 +10,6 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
-    QAbstractSpinBox,
     QButtonGroup,
     QDoubleSpinBox,
     QFileDialog,
@@ -35,7 +34,7 @@ from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
-from desktop.ui.widgets.blocks import Card, caption, plain_button
+from desktop.ui.widgets.blocks import Card, caption, plain_button, set_role
 from desktop.ui.widgets.tables import pick_one_table
 from trainer_payload.protocol import JOB_INT_RANGES
 
@@ -159,8 +158,7 @@ def _spin_box(field: TrainingField) -> QSpinBox | QDoubleSpinBox:
         box.setSingleStep(field.step)
     box.setAccessibleName(field.label)
     box.setGroupSeparatorShown(field.decimals == 0)
-    # A plain number field: typed, or stepped with the arrow keys (the theme's stylesheet draws no arrow buttons).
-    box.setButtonSymbols(QAbstractSpinBox.ButtonSymbols.NoButtons)
+    set_role(box, "number")  # a plain field: typed, or stepped with the Up and Down keys; no arrow buttons
     box.setToolTip(f"{field.label}: type a number, or step it with the Up and Down keys")
     return box
 

@@ -31,7 +31,14 @@ from desktop.ui.background import Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.design.palette import Palette
 from desktop.ui.pages.wizard.data_words import counting_words, model_words
-from desktop.ui.pages.wizard.sizing_words import change_words, fit_severity, fit_text, method_words, split_words
+from desktop.ui.pages.wizard.sizing_words import (
+    change_words,
+    fit_severity,
+    fit_text,
+    method_words,
+    option_words,
+    split_words,
+)
 from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
 from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button
@@ -449,8 +456,8 @@ class SizingStep(WizardStep):
             self.memory_caption.setText("For the settings as chosen, on one GPU. Select an option to compare.")
         else:
             self.memory_caption.setText(
-                f"For {option_label(option)}: {memory.per_gpu_total:,.1f} GB {split_words(option)}; the GPU has "
-                f"{option.gpu.usable_gb:,.1f} GB usable."
+                f"For {option_words(option)}: {memory.per_gpu_total:,.1f} GB {split_words(option)}; "
+                f"{'each' if option.count > 1 else 'the'} {option.gpu.name} has {option.gpu.usable_gb:,.1f} GB usable."
             )
 
     def _selected_label(self) -> str | None:
@@ -497,7 +504,7 @@ def _recommendation_text(option: GpuOption | None) -> str:
     if option is None:
         return "Nothing fits as configured: see what to change below."
     return (
-        f"Recommended: {option_label(option)}, {fit_text(option)}, about {format_hours(option.hours)} and "
+        f"Recommended: {option_words(option)}, {fit_text(option)}, about {format_hours(option.hours)} and "
         f"${option.cost_usd:,.2f} at list price."
     )
 
@@ -510,7 +517,7 @@ def _suggestions_text(sizing: Sizing) -> str:
         option = suggestion.option
         changes = ", ".join(change_words(change) for change in suggestion.changes)
         lines.append(
-            f"• {changes}: {option_label(option)}, {option.memory.per_gpu_total:,.1f} GB per GPU, "
+            f"• {changes}: {option_words(option)}, {option.memory.per_gpu_total:,.1f} GB per GPU, "
             f"{format_hours(option.hours)}, ${option.cost_usd:,.2f}"
         )
     return "\n".join(lines)

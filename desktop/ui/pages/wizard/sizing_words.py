@@ -29,6 +29,13 @@ def method_words(method: Method) -> str:
     return _METHOD_LABELS[method]
 
 
+def option_words(option: GpuOption) -> str:
+    """An option as people read it: ``L40S``, or ``4 H100 SXM GPUs with FSDP``."""
+    if option.count == 1:
+        return option.gpu.name
+    return f"{option.count} {option.gpu.name} GPUs with {option.strategy.value.upper()}"
+
+
 def split_words(option: GpuOption) -> str:
     """How an option spreads the job: ``on one GPU`` or ``on each of 8 GPUs, sharded with FSDP``."""
     if option.count == 1:
