@@ -118,7 +118,11 @@ class MemoryBarChart(QWidget):
         self.card_label_spans: list[tuple[float, float]] = []
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        theme_events().sig_changed.connect(lambda _palette: self.update())
+        theme_events().sig_changed.connect(self.on_theme_changed)
+
+    def on_theme_changed(self, _palette: Palette) -> None:
+        """Repaints in the new theme's colours."""
+        self.update()
 
     def sizeHint(self) -> QSize:
         """Four rows of text and the bar."""
