@@ -94,6 +94,9 @@ class RunDraft(BaseModel):
         data_file: The dataset the user picked (JSONL, CSV or Parquet).
         train_file: The prepared ``messages`` JSONL to upload ("" until prepared).
         eval_file: The prepared eval split ("" for none).
+        data_columns: For a table (CSV, Parquet): role (``user``, ``assistant``, ``system``) → column; empty means
+            guessed from the column names.
+        leave_out_secrets: Leave rows with a suspected secret (API key, token) out of the prepared data.
         base_model: Hub id or local model folder.
         method: ``qlora``, ``lora``, ``full`` or ``full-8bit``.
         training: The payload's job keys (see :data:`DEFAULT_TRAINING`).
@@ -111,6 +114,8 @@ class RunDraft(BaseModel):
     data_file: str = ""
     train_file: str = ""
     eval_file: str = ""
+    data_columns: dict[str, str] = Field(default_factory=dict)
+    leave_out_secrets: bool = False
     base_model: str = ""
     method: str = "qlora"
     training: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_TRAINING))
