@@ -1,10 +1,11 @@
-"""The wizard's target step: your own server over SSH, tested (host key pinned, GPU and Python found) before a run."""
+"""Your own server over SSH, tested before a run: the host key pinned, the GPU and Python found (Compute step)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
@@ -16,38 +17,44 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 from qasync import asyncSlot
 
-from desktop.core.runs.draft import RunDraft, TargetDraft
+from desktop.core.runs.draft import TargetDraft
 from desktop.services.machines.probe import ProbeError, ProbeResult, probe_host
 from desktop.services.machines.ssh import Endpoint, HostKeyChangedError
-from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.widgets.blocks import caption
 
 NOT_TESTED = "Not tested yet: press Test connection."
+PURPOSE = (
+    "Train on a server you own over SSH. Test the connection: its host key is pinned, so the run refuses a machine "
+    "that later presents another key."
+)
 
 
-class TargetStep(WizardStep):
-    """Where to train: an SSH host the user owns, with the host key pinned by Test connection."""
+class OwnServerForm(QWidget):
+    """An SSH host the user owns, with the host key pinned by Test connection.
 
-    step_name = "target"
-    title = "Target"
-    purpose = (
-        "Train on your own server over SSH. Test the connection: its host key is pinned, so the run refuses a "
-        "machine that later presents another key."
-    )
+    ``sig_changed`` is emitted whenever what the form holds changes (a field edited, a test finished).
+    """
 
-    def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
-        super().__init__(context, parent)
+    sig_changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Your own server")
         self.host_key, self.fingerprint, self.gpu = "", "", ""
         self._pinned_for: tuple[str, int] | None = None
         self._python_ok = True  # until a test finds no working interpreter
         self._test_task: asyncio.Future[None] | None = None
-        self.body.addWidget(self._build_form())
-        self.body.addWidget(self._build_test())
-        self.body.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(10)
+        layout.addWidget(caption(PURPOSE))
+        layout.addWidget(self._build_form())
+        layout.addWidget(self._build_test())
 
     # -- building ------------------------------------------------------------------------------------------------
 
@@ -85,6 +92,7 @@ class TargetStep(WizardStep):
         self.rate_spin.setPrefix("$ ")
         self.rate_spin.setSuffix(" per hour")
         self.rate_spin.setAccessibleName("Hourly rate in US dollars, for the cost meter")
+        self.rate_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
         self.host_edit.textEdited.connect(self.on_address_changed)
         self.port_spin.valueChanged.connect(self.on_address_changed)
         self.port_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
@@ -135,11 +143,10 @@ class TargetStep(WizardStep):
         label.setAccessibleName(accessible)
         return label
 
-    # -- the wizard's hooks ---------------------------------------------------------------------------------------
+    # -- the draft ----------------------------------------------------------------------------------------------------
 
-    def show_draft(self) -> None:
-        """Fills the form from the draft, with its pinned key."""
-        target = self.draft.target
+    def show_target(self, target: TargetDraft, hourly_rate_usd: float) -> None:
+        """Fills the form from the draft's server, with its pinned key, and its hourly rate."""
         for widget, value in (
             (self.host_edit, target.host),
             (self.user_edit, target.user),
@@ -152,7 +159,7 @@ class TargetStep(WizardStep):
         self.port_spin.blockSignals(True)
         self.port_spin.setValue(target.port)
         self.port_spin.blockSignals(False)
-        self.rate_spin.setValue(self.draft.hourly_rate_usd)
+        self.rate_spin.setValue(hourly_rate_usd)
         self._set_pin(target.host_key, target.fingerprint, target.gpu)
         if target.host_key:
             self.status_label.setText("Tested earlier; test again to check the server now.")
@@ -175,10 +182,9 @@ class TargetStep(WizardStep):
             )
         return None
 
-    def save_into(self, draft: RunDraft) -> None:
-        """Copies the form and the pinned key into ``draft.target`` and the rate into ``draft.hourly_rate_usd``."""
-        draft.target = self.target_draft()
-        draft.hourly_rate_usd = self.rate_spin.value()
+    def hourly_rate(self) -> float:
+        """The server's hourly rate as entered (0: not metered)."""
+        return float(self.rate_spin.value())
 
     def target_draft(self) -> TargetDraft:
         """The target as the form shows it, with the pinned key."""
