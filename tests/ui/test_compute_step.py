@@ -207,7 +207,8 @@ def test_a_model_that_cannot_be_sized_still_lists_offers_unjudged(
 ) -> None:
     step = open_step(qtbot, RunDraft())
     offers_shown(step, wait_for)
-    assert step.problem_banner.isVisibleTo(step) and "choose a base model" in step.problem_banner.headline_label.text()
+    assert step.problem_banner.headline_label.text() == "The offers cannot be judged for this run"
+    assert step.problem_banner.isVisibleTo(step) and "Choose a base model" in step.problem_banner.details_label.text()
     assert step.offers.items and all(item.fit is None for item in step.offers.items)
     assert step.pick is None, "nothing is known to fit: the user picks"
     assert step.offers.table.cellWidget(0, 2).accessibleName() == "Unknown"

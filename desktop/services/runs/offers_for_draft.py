@@ -126,7 +126,7 @@ class JudgedOffers:
 
     Attributes:
         offers: Ranked: what fits first, cheapest total first, then the rest by price.
-        problem: Why the offers could not be judged (the draft cannot be sized), None when they were.
+        problem: Why the offers could not be judged (the draft cannot be sized, in a sentence), None when they were.
     """
 
     offers: list[DraftOffer]
@@ -294,7 +294,7 @@ def judge_offers(
     try:
         job = draft_job(draft, secrets)
     except SizingError as exc:
-        problem = f"The offers cannot be judged: {without_terminal_advice(str(exc))}."
+        problem = sentence(without_terminal_advice(str(exc)), keep=draft.base_model)
     ranked = size_offers(list(offers), job, gpus)
     judged = [_judged(sized.offer, sized.sizing, job, gpus) for sized in ranked]
     return JudgedOffers(judged, problem)
@@ -383,3 +383,11 @@ def judge_pick(draft: RunDraft, secrets: SecretStore | None = None, store: RunSt
         return None
     judged = judge_offers(draft, [offer_of_pick(draft.compute)], secrets, store)
     return judged.offers[0]
+
+
+def sentence(text: str, keep: str = "") -> str:
+    """``text`` as a sentence: a capital first (unless it starts with ``keep``, a name), a full stop last."""
+    text = text.strip()
+    if not (keep and text.startswith(keep)):
+        text = f"{text[:1].upper()}{text[1:]}"
+    return text + ("" if text.endswith((".", "!", "?")) else ".")

@@ -26,7 +26,7 @@ from desktop.services.models.sizing import Sizing, SizingError, server_gpu_gb
 from desktop.services.platform.secrets import SecretName, SecretSource, SecretStore
 from desktop.services.providers.words import without_terminal_advice
 from desktop.services.runs.drafts import size_draft
-from desktop.services.runs.offers_for_draft import DraftOffer, judge_pick
+from desktop.services.runs.offers_for_draft import DraftOffer, judge_pick, sentence
 from desktop.services.runs.store import RunStore
 
 #: Licences of catalog models whose Hub repositories are gated (a licence to accept, then a token to download).
@@ -137,14 +137,6 @@ def _secret_rows(path: str, _mtime_ns: int, _size: int) -> int:
                 continue
             count += any(f.code is Code.SECRET for f in check_messages(messages, number))
     return count
-
-
-def sentence(text: str, keep: str = "") -> str:
-    """``text`` as a sentence: a capital first (unless it starts with ``keep``, a name), a full stop last."""
-    text = text.strip()
-    if not (keep and text.startswith(keep)):
-        text = f"{text[:1].upper()}{text[1:]}"
-    return text + ("" if text.endswith((".", "!", "?")) else ".")
 
 
 # -- the checks -------------------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -25,7 +24,7 @@ from qasync import asyncSlot
 from desktop.core.runs.draft import TargetDraft
 from desktop.services.machines.probe import ProbeError, ProbeResult, probe_host
 from desktop.services.machines.ssh import Endpoint, HostKeyChangedError
-from desktop.ui.widgets.blocks import caption
+from desktop.ui.widgets.blocks import Card, primary_button
 
 NOT_TESTED = "Not tested yet: press Test connection."
 PURPOSE = (
@@ -52,7 +51,6 @@ class OwnServerForm(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(10)
-        layout.addWidget(caption(PURPOSE))
         layout.addWidget(self._build_form())
         layout.addWidget(self._build_test())
 
@@ -65,9 +63,11 @@ class OwnServerForm(QWidget):
         edit.textEdited.connect(lambda _text: self.sig_changed.emit())
         return edit
 
-    def _build_form(self) -> QGroupBox:
-        box = QGroupBox("Own server over SSH")
-        form = QFormLayout(box)
+    def _build_form(self) -> Card:
+        card = Card("Your server over SSH", PURPOSE)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        card.body.addLayout(form)
         self.host_edit = self._line("Host name or address", "gpu.example.com or 203.0.113.7")
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1, 65535)
@@ -106,13 +106,21 @@ class OwnServerForm(QWidget):
         form.addRow("Remote &work folder", self.workdir_edit)
         form.addRow("&authorized_keys (advanced)", self.authorized_edit)
         form.addRow("Hourly &rate (USD)", self.rate_spin)
-        return box
+        width = self.fontMetrics().horizontalAdvance("M") * 30
+        for edit in (self.host_edit, self.user_edit, self.python_edit, self.workdir_edit, self.authorized_edit):
+            edit.setMinimumWidth(width)
+        self.key_edit.setMinimumWidth(width - self.key_button.sizeHint().width() - 6)
+        for spin in (self.port_spin, self.rate_spin):
+            spin.setMinimumWidth(self.fontMetrics().horizontalAdvance("$ 1,000.00 per hour") + 40)
+        return card
 
-    def _build_test(self) -> QGroupBox:
-        box = QGroupBox("Connection")
-        form = QFormLayout(box)
-        self.test_button = QPushButton("&Test connection")
-        self.test_button.setAccessibleName("Test the SSH connection and pin the host key")
+    def _build_test(self) -> Card:
+        card = Card("Connection")
+        form = QFormLayout()
+        card.body.addLayout(form)
+        self.test_button = primary_button(
+            "&Test connection", "activity", "Test the SSH connection and pin the host key"
+        )
         self.test_button.clicked.connect(self.on_test_clicked)
         self.forget_button = QPushButton("&Forget pinned key")
         self.forget_button.setAccessibleName("Forget the pinned host key")
@@ -124,7 +132,9 @@ class OwnServerForm(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.test_button)
         row.addWidget(self.forget_button)
-        row.addWidget(self.progress, 1)
+        self.progress.setMaximumWidth(200)
+        row.addWidget(self.progress)
+        row.addStretch(1)
         self.status_label = self._result_label("Connection test result")
         self.fingerprint_label = self._result_label("Pinned host key fingerprint")
         self.gpu_label = self._result_label("GPU found on the server")
@@ -134,7 +144,7 @@ class OwnServerForm(QWidget):
         form.addRow("Host key", self.fingerprint_label)
         form.addRow("GPU", self.gpu_label)
         form.addRow("Python", self.python_label)
-        return box
+        return card
 
     @staticmethod
     def _result_label(accessible: str) -> QLabel:

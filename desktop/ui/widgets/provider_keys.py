@@ -82,7 +82,7 @@ class ProviderKeyRow(QFrame):
 
     def _build_editor(self) -> QWidget:
         editor = QWidget()
-        row = QHBoxLayout(editor)
+        row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         self.key_edit = QLineEdit()
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
@@ -96,6 +96,11 @@ class ProviderKeyRow(QFrame):
         row.addWidget(self.key_edit, 1)
         row.addWidget(self.save_button)
         row.addWidget(self.cancel_button)
+        outer = QVBoxLayout()
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addLayout(row)
+        outer.addWidget(caption(f"Checked with {self.name.label} first, then kept in your system's keyring."))
+        editor.setLayout(outer)
         return editor
 
     # -- showing ----------------------------------------------------------------------------------------------------
@@ -106,8 +111,8 @@ class ProviderKeyRow(QFrame):
         words, severity = badge_of(answer, asking, self.key)
         self.badge.show_state(words, severity)
         parts = [self.key.words + "." if self.key is not None and self.key.present else ""]
-        if answer is not None and not asking:
-            parts.append(answer.words)
+        if answer is not None and not asking and not (answer.status is ProviderStatus.ANSWERED and answer.count):
+            parts.append(answer.words)  # the badge already counts the offers
         self.words.setText(" ".join(part for part in parts if part))
         from_environment = self.key is not None and self.key.source is SecretSource.ENVIRONMENT
         self.key_button.setVisible(not from_environment)  # a variable wins over the keyring: replacing is moot
@@ -115,12 +120,13 @@ class ProviderKeyRow(QFrame):
         self.key_button.setText("Replace key" if has_key else "Add key")
         self.key_button.setAccessibleName(f"{'Replace the' if has_key else 'Add a'} {self.name.label} API key")
         if answer is not None and answer.status is ProviderStatus.REFUSED and not self.editor.isVisible():
-            self._open_editor()
+            self._open_editor(focus=False)  # a background answer never takes the focus from what the user does
 
-    def _open_editor(self) -> None:
+    def _open_editor(self, *, focus: bool = True) -> None:
         self.editor.setVisible(True)
         self.error.show_message("danger", "")
-        self.key_edit.setFocus()
+        if focus:
+            self.key_edit.setFocus()
 
     # -- adding a key ---------------------------------------------------------------------------------------------
 

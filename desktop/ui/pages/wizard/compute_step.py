@@ -131,11 +131,7 @@ class ComputeStep(WizardStep):
         layout = QVBoxLayout(panel)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(12)
-        providers = Card(
-            "Providers",
-            "Offers come from every provider with an API key. A key is checked with the provider, then kept in "
-            "your system's keyring.",
-        )
+        providers = Card("Providers")
         self.keys_panel = ProviderKeysPanel(self.context.secrets)
         self.keys_panel.sig_key_saved.connect(self.on_key_saved)
         providers.body.addWidget(self.keys_panel)
@@ -145,7 +141,7 @@ class ComputeStep(WizardStep):
         return panel
 
     def _build_offers(self) -> Card:
-        card = Card("Offers", "Judged for this run: whether it fits, how long it takes and what it costs in all.")
+        card = Card("Offers")
         self.refresh_button = plain_button("R&efresh", "refresh-cw", "Ask the providers for offers again")
         self.refresh_button.clicked.connect(self.on_refresh_clicked)
         card.add_header_widget(self.refresh_button)
@@ -496,7 +492,11 @@ class ComputeStep(WizardStep):
         items = self.visible_offers()
         self.offers.show_offers(items)
         problem = self.judged.problem if self.judged else None
-        self.problem_banner.show_message("warning", problem or "")
+        self.problem_banner.show_message(
+            "warning",
+            "The offers cannot be judged for this run" if problem else "",
+            f"{problem} Meanwhile the offers are listed by price, without fit or totals." if problem else "",
+        )
         self._show_empty(items)
         total = len(self.judged.offers) if self.judged else 0
         shown = min(len(items), MAX_ROWS)
