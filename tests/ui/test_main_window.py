@@ -49,7 +49,7 @@ def test_window_opens_on_home_with_the_environment_report(window: MainWindow) ->
         "data",
         "model",
         "sizing",
-        "target",
+        "compute",
         "review",
     ]
 
