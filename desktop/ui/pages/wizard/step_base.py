@@ -94,7 +94,7 @@ class WizardStep(QWidget):
     def _build_banner(self) -> Banner:
         self.problem_banner = Banner("danger")
         self.problem_banner.setObjectName(f"{self.step_name}_problem")
-        self.problem_action = plain_button("")
+        self.problem_action = plain_button("Go there", None, "Go to the step that fixes this")
         self.problem_action.clicked.connect(self._on_problem_action)
         self.problem_action.hide()
         self.problem_banner.add_action(self.problem_action)
