@@ -6,6 +6,8 @@ the stated rate for the user's own servers.
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel
 
@@ -16,6 +18,8 @@ from desktop.ui.cost_words import money
 from desktop.ui.meter import CostMeter
 
 IDLE_TEXT = "Ready. No machine is rented."
+#: Seconds a one-off message (reattached runs, orphans stopped) stays before the running line takes the place again.
+HOLD_S = 8.0
 
 
 def summary_line(reading: MeterReading) -> str:
@@ -40,15 +44,31 @@ def running_summary(context: AppContext) -> str:
 
 
 class RunningStatus(QObject):
-    """Rewrites the status bar line whenever the cost meter reads (every few seconds, off the UI thread)."""
+    """Rewrites the status bar line whenever the cost meter reads (every few seconds, off the UI thread).
+
+    A one-off message someone else put there stays for :data:`HOLD_S` seconds while runs go on, and until something
+    runs while nothing does.
+    """
 
     def __init__(self, meter: CostMeter, label: QLabel, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.label = label
+        self._written = label.text()
+        self._held, self._held_since = "", 0.0
         meter.sig_updated.connect(self.on_reading)
 
     def on_reading(self, reading: MeterReading) -> None:
-        """Rewrites the line (leaving one-off messages alone while nothing runs)."""
-        text = summary_line(reading)
-        if text != IDLE_TEXT or self.label.text().startswith("Running: "):
+        """Rewrites the line, unless a one-off message is still to be read."""
+        text, current = summary_line(reading), self.label.text()
+        if current != self._written and self._holding(current):
+            return
+        if text != IDLE_TEXT or current.startswith("Running: "):
             self.label.setText(text)
+            self._written = text
+
+    def _holding(self, message: str) -> bool:
+        """Whether a message not written here is still to be read (it stays :data:`HOLD_S` from when first seen)."""
+        now = time.monotonic()
+        if message != self._held:
+            self._held, self._held_since = message, now
+        return now - self._held_since < HOLD_S

@@ -27,7 +27,7 @@ from desktop.services.runs.meter import read_meter
 from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore
 from desktop.ui import app as app_module
-from desktop.ui import tray
+from desktop.ui import status, tray
 from desktop.ui.app import GuiOptions
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.settings_page import SettingsPage
@@ -329,3 +329,18 @@ def test_started_minimised_without_a_tray_the_window_starts_minimised(qtbot: QtB
     qtbot.addWidget(plain)
     app_module._show(plain, GuiOptions(minimized=True, screenshot=Path("x.png")))  # a render always shows it
     assert plain.isVisible() and not plain.isMinimized()
+
+
+def test_a_one_off_message_stays_a_while_before_the_running_line_returns(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RunStore()
+    record = store.create({"hourly_rate_usd": 1.0}, "ssh://me@box:22")
+    store.transition(record.id, RunState.TRAINING)
+    window = _window(qtbot, qloop)
+    window.status_label.setText("Reattached to 1 live run(s); their checkpoints keep coming home.")
+    qloop.run_until_complete(window.cost_tracker.meter.refresh(again=True).wait())
+    assert window.status_label.text().startswith("Reattached to 1 live run")
+    monkeypatch.setattr(status, "HOLD_S", 0.0)
+    qloop.run_until_complete(window.cost_tracker.meter.refresh(again=True).wait())
+    assert window.status_label.text() == "Running: training on ssh://me@box:22"
