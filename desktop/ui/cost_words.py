@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from desktop.core.runs.progress import format_duration
+from desktop.core.runs.states import RunState
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.meter import BillingMachine, MeterReading
 from desktop.services.runs.notices import Notice, NoticeKind
@@ -60,12 +61,6 @@ def machine_name(machine: BillingMachine) -> str:
     return f"{provider_label(machine.provider)} {machine.gpu}".strip()
 
 
-def machine_line(machine: BillingMachine) -> str:
-    """One line about a billing machine: what it is, its rate, and whose it is."""
-    owner = short_run(machine.run_id) if machine.owned else "no run uses it"
-    return f"{machine_name(machine)} · {rate(machine.rate_per_hour)} · {owner}"
-
-
 def stop_action_text(machine: BillingMachine) -> str:
     """The menu action that stops a machine."""
     if machine.owned:
@@ -89,27 +84,41 @@ def burn_line(reading: MeterReading) -> str:
 
 def _run_name(record: RunRecord) -> str:
     model = str(record.spec.get("base_model") or "")
-    return f"{short_run(record.id).capitalize()}" + (f" ({model})" if model else "")
+    return upper_first(short_run(record.id)) + (f" ({model})" if model else "")
+
+
+def upper_first(text: str) -> str:
+    """``text`` with its first letter in capitals (the rest as it is: ``RunPod`` stays ``RunPod``)."""
+    return text[:1].upper() + text[1:]
+
+
+def _live_line(record: RunRecord, machine: BillingMachine | None) -> str:
+    """What a live run does once Rentune has quit."""
+    bills = f"{machine_name(machine)}, billing {rate(machine.rate_per_hour)}" if machine else ""
+    if record.state is RunState.TRAINING:
+        return f"{_run_name(record)} keeps training" + (f" on {bills}." if bills else ".")
+    if record.state in (RunState.SYNCING, RunState.PULLING):
+        then = "has finished training: its adapter comes home when Rentune opens again"
+    else:
+        then = f"is {record.state.value}: Rentune carries on with it when it opens again"
+    return f"{_run_name(record)} {then}" + (f"; meanwhile {bills}." if bills else ".")
 
 
 def keeps_running_lines(reading: MeterReading) -> list[str]:
     """What goes on after Rentune quits: each live run and each billing machine, with its rate."""
-    lines = []
     machines_of = {machine.run_id: machine for machine in reading.machines if machine.owned}
-    for record in reading.live:
-        machine = machines_of.get(record.id)
-        where = f" on {machine_name(machine)}, billing {rate(machine.rate_per_hour)}" if machine else ""
-        lines.append(f"{_run_name(record)} keeps training{where}.")
+    lines = [_live_line(record, machines_of.get(record.id)) for record in reading.live]
+    live = {record.id for record in reading.live}
     for machine in reading.machines:
-        if machine.owned and machine.run_id in {record.id for record in reading.live}:
+        if machine.owned and machine.run_id in live:
             continue
         if machine.owned:
-            lines.append(
-                f"{machine_name(machine).capitalize()} of {short_run(machine.run_id)} keeps billing "
-                f"{rate(machine.rate_per_hour)}."
-            )
+            whose = f" of {short_run(machine.run_id)}"
+            lines.append(f"{upper_first(machine_name(machine))}{whose} keeps billing {rate(machine.rate_per_hour)}.")
         else:
-            lines.append(f"{machine_name(machine)} keeps billing {rate(machine.rate_per_hour)}: no run uses it.")
+            lines.append(
+                f"{upper_first(machine_name(machine))} keeps billing {rate(machine.rate_per_hour)}: no run uses it."
+            )
     return lines
 
 
@@ -126,7 +135,7 @@ def quit_question(lines: Sequence[str]) -> tuple[str, str]:
 
 def _about(notice: Notice) -> str:
     """``Run 20261201-… (model)``: what a notice is about."""
-    return short_run(notice.run_id).capitalize() + (f" ({notice.model})" if notice.model else "")
+    return upper_first(short_run(notice.run_id)) + (f" ({notice.model})" if notice.model else "")
 
 
 def _budget_words(notice: Notice) -> tuple[str, str, str]:

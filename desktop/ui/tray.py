@@ -55,6 +55,7 @@ from desktop.ui.cost_words import (
     spend_line,
     stop_action_text,
     tray_place,
+    upper_first,
 )
 from desktop.ui.design.icons import icon
 from desktop.ui.meter import CostMeter
@@ -402,7 +403,7 @@ class CostTracker(QObject):
         self.meter.refresh(again=True)
 
     def _say_stopped(self, record: RunRecord) -> None:
-        run = short_run(record.id).capitalize()
+        run = upper_first(short_run(record.id))
         if record.state in TERMINAL:
             self.say("Run stopped", f"{run} is {record.state.value}.", "success")
         else:  # another process (a rentune command) follows the run: it pulls the checkpoint and ends it

@@ -110,7 +110,8 @@ def _charge_machine(charge: Charge, records: dict[str, RunRecord], live: set[str
         where = (record.target if record else None) or "your server"
         return BillingMachine(OWN_SERVER, "", where, charge.rate_per_hour, charge.usd(now), charge.run_id, True)
     rental = rental_of(record) if record is not None else None
-    owned = charge.run_id in live and rental is not None and rental.instance_id == charge.instance_id
+    # As the orphan check counts it: a live run owns the machine it rents now (any, while it records none yet).
+    owned = charge.run_id in live and (rental is None or rental.instance_id == charge.instance_id)
     return BillingMachine(
         charge.provider, charge.instance_id, charge.gpu, charge.rate_per_hour, charge.usd(now), charge.run_id, owned
     )

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 
 from desktop.services.runs.meter import BillingMachine, MeterReading
 from desktop.services.runs.spend import RunCost, SpendOverview
-from desktop.ui.cost_words import machine_name, money, provider_label, rate, short_run
+from desktop.ui.cost_words import machine_name, money, provider_label, rate, short_run, upper_first
 from desktop.ui.design.palette import METRICS
 from desktop.ui.meter import CostMeter
 from desktop.ui.pages.base import BasePage
@@ -125,10 +125,10 @@ class MachineRow(QWidget):
     def show_machine(self, machine: BillingMachine) -> None:
         """Shows the machine's current numbers."""
         self.machine = machine
-        self.name_label.setText(machine_name(machine)[0].upper() + machine_name(machine)[1:])
+        self.name_label.setText(upper_first(machine_name(machine)))
         whose = short_run(machine.run_id) if machine.owned else "no run uses it: it bills for nothing"
         so_far = f" · {money(machine.usd)} so far" if machine.usd > 0 else ""
-        self.detail_label.setText(f"{whose.capitalize()}{so_far}")
+        self.detail_label.setText(f"{upper_first(whose)}{so_far}")
         self.rate_label.setText(rate(machine.rate_per_hour))
         verb = "Stop" if machine.owned else "Terminate"
         self.stop_button.setAccessibleName(f"{verb} {machine_name(machine)}, {rate(machine.rate_per_hour)}")
