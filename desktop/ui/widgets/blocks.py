@@ -193,7 +193,6 @@ class EmptyState(QFrame):
         super().__init__()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 32, 24, 32)
-        layout.setAlignment(Qt.AlignmentFlag.AlignCenter)
         picture = QLabel()
         picture.setPixmap(icon(icon_name, None, 40).pixmap(40, 40))
         picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -204,7 +203,12 @@ class EmptyState(QFrame):
         body = caption(text)
         body.setAlignment(Qt.AlignmentFlag.AlignCenter)
         body.setMaximumWidth(560)
-        layout.addWidget(body, 0, Qt.AlignmentFlag.AlignHCenter)
+        # No alignment flag on the wrapped text: an aligned item gets its one-line size hint and its lines clip.
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(body, 100)
+        row.addStretch(1)
+        layout.addLayout(row)
         if action is not None:
             layout.addWidget(action, 0, Qt.AlignmentFlag.AlignHCenter)
         self.setAccessibleName(title)
