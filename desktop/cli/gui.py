@@ -19,6 +19,7 @@ def run_gui_command(args: argparse.Namespace) -> int:
         scale=args.scale,
         startup_probe=args.startup_probe,
         theme=Theme(args.theme) if args.theme else None,
+        minimized=args.minimized,
     )
     try:
         return run_gui(options)

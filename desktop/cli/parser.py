@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scale", type=_scale, default=1.0, help="UI scale factor, e.g. 2 for 200%%")
     parser.add_argument("--theme", choices=["light", "dark"], help="draw the app light or dark, whatever Settings say")
     parser.add_argument("--startup-probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--minimized", action="store_true", help="start in the menu bar or tray without the window (used at login)"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("gui", help="open the desktop app (the default)")
     doctor = commands.add_parser("doctor", help="check this computer: Python, keyring, data folder, local tools")

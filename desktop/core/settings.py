@@ -33,6 +33,8 @@ class Settings(BaseModel):
         theme: Follow the OS, or force light or dark.
         keep_local_checkpoints: How many pulled checkpoints of a run to keep on this computer.
         log_level: Level of the log file in the app's data directory.
+        start_at_login: Start Rentune at login, minimised to the menu bar or tray (opt-in).
+        notifications: Announce budget thresholds, idle or orphaned machines and finished or failed runs.
     """
 
     # Keys this version does not know (one an older Rentune wrote, like allow_api_keys_on_remote) are dropped on load.
@@ -42,6 +44,8 @@ class Settings(BaseModel):
     theme: Theme = Theme.SYSTEM
     keep_local_checkpoints: int = Field(default=3, ge=1, le=100)
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    start_at_login: bool = False
+    notifications: bool = True
 
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:

@@ -38,6 +38,8 @@ class GuiOptions:
         scale: UI scale factor (2.0 renders as on a 200 % display).
         startup_probe: Print ``first-window`` once the window is shown and exit (used by ``make bench``).
         theme: Force light or dark for this session, whatever the settings say.
+        minimized: Start in the menu bar or tray without showing the window (starting at login); where there is no
+            tray, the window starts minimised.
     """
 
     screenshot: Path | None = None
@@ -46,6 +48,7 @@ class GuiOptions:
     scale: float = 1.0
     startup_probe: bool = False
     theme: Theme | None = None
+    minimized: bool = False
 
 
 class GuiStartError(RuntimeError):
@@ -86,7 +89,7 @@ async def main(options: GuiOptions) -> int:
     window.resize(*options.size)
     closed = asyncio.Event()
     window.sig_closed.connect(closed.set)
-    window.show()
+    _show(window, options)
     if settings_problem:
         window.status_label.setText(settings_problem)
     if options.startup_probe:
@@ -102,11 +105,33 @@ async def main(options: GuiOptions) -> int:
         await asyncio.sleep(0.2)  # let the loop lay out and paint what the page just scheduled
         save_screenshot(window, options.screenshot)
         return 0
+    _keep_in_tray(window)
     load = spawn(window.load_pages())
     await closed.wait()
     load.cancel()
     await window.context.manager.close()  # training goes on remotely; the next start reattaches
     return 0
+
+
+def _show(window: MainWindow, options: GuiOptions) -> None:
+    """Shows the window; started minimised, only the tray icon shows (or a minimised window, without a tray)."""
+    interactive = not (options.screenshot or options.startup_probe)
+    if interactive and options.minimized:
+        if not window.cost_tracker.has_tray:
+            window.showMinimized()
+        return
+    window.show()
+
+
+def _keep_in_tray(window: MainWindow) -> None:
+    """The running app: closing the window keeps Rentune in the tray (or asks) while something runs or bills.
+
+    The app ends when the window announces its close, never because Qt saw the last window go.
+    """
+    window.cost_tracker.guard_close = True
+    app = QApplication.instance()
+    if isinstance(app, QApplication):
+        app.setQuitOnLastWindowClosed(False)
 
 
 def _require_display() -> None:

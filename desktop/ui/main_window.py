@@ -18,6 +18,7 @@ from desktop.ui.context import AppContext
 from desktop.ui.design.icons import icon
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
+from desktop.ui.pages.costs_page import CostsPage
 from desktop.ui.pages.home_page import HomePage
 from desktop.ui.pages.monitor_page import MonitorPage
 from desktop.ui.pages.runs_page import RunsPage
@@ -27,6 +28,7 @@ from desktop.ui.pages.wizard.steps import wizard_steps
 from desktop.ui.pages.wizard.wizard_page import WizardPage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme
+from desktop.ui.tray import CostTracker
 from desktop.ui.widgets.orphans_banner import OrphansBanner
 
 
@@ -76,12 +78,18 @@ class MainWindow(QMainWindow):
         self.status_label = QLabel("Ready. No machine is rented.")
         self.status_label.setAccessibleName("What is running")
         self.statusBar().addWidget(self.status_label, 1)
-        self.running_status = RunningStatus(self.context, self.status_label, self)
+        self.cost_tracker = CostTracker(self, self.context, self.show_page)
+        self.costs_page.follow(self.cost_tracker.meter)
+        self.costs_page.sig_stop.connect(self.cost_tracker.on_stop_requested)
+        self.running_status = RunningStatus(self.cost_tracker.meter, self.status_label, self)
 
     def _add_pages(self, settings: Settings, secrets: SecretStore) -> None:
         self.orphans_banner = OrphansBanner(self.context.store, secrets)
         self.orphans_banner.sig_stopped.connect(self.on_orphans_stopped)
-        self.add_page(HomePage(banner=self.orphans_banner))
+        home = HomePage(banner=self.orphans_banner, draft=self.context.draft, secrets=secrets)
+        home.sig_start_wizard.connect(self.on_start_wizard)
+        home.sig_open_page.connect(self.show_page)
+        self.add_page(home)
         self.wizard = WizardPage(self.context, wizard_steps(self.context))
         self.wizard.sig_run_launched.connect(self.on_run_opened)
         review = self.wizard.step("review")
@@ -93,6 +101,8 @@ class MainWindow(QMainWindow):
         self.runs_page.sig_open_run.connect(self.on_run_opened)
         self.runs_page.sig_new_run.connect(lambda: self.show_page("new"))
         self.add_page(self.runs_page)
+        self.costs_page = CostsPage()
+        self.add_page(self.costs_page)
         settings_page = SettingsPage(settings, secrets)
         settings_page.sig_settings_changed.connect(self.on_settings_changed)
         self.add_page(settings_page)
@@ -158,6 +168,11 @@ class MainWindow(QMainWindow):
             self.stack.setCurrentWidget(page)
             self.sig_page_changed.emit(page.page_name)
 
+    def on_start_wizard(self, step: str) -> None:
+        """Opens the wizard at ``step`` (where the draft left off), or at its start if there is no such step."""
+        known = {candidate.step_name for candidate in self.wizard.steps}
+        self.show_page(step if step in known else self.wizard.page_name)
+
     def _show_newest_run(self) -> None:
         runs = self.context.store.all()
         if runs:
@@ -181,17 +196,20 @@ class MainWindow(QMainWindow):
                     f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
                 )
             spawn(self.check_orphans())
+        self.cost_tracker.start()
         await asyncio.gather(*(page.load() for page in self._pages.values()))
 
     def on_orphans_stopped(self, words: str) -> None:
         """Says in the status bar what terminating the orphans did."""
         self.status_label.setText(f"{words[0].upper()}{words[1:]}.")
+        self.cost_tracker.meter.set_orphans(None)
 
     async def check_orphans(self) -> None:
         """Asks the providers with a key for machines no live run owns; the Home page warns of them."""
         report = await find_orphans(self.context.store, self.context.secrets)
         if report is not None:
             self.orphans_banner.show_report(report)
+            self.cost_tracker.meter.set_orphans(report)
 
     def on_sidebar_row_changed(self, row: int) -> None:
         """Shows the page picked in the sidebar."""
@@ -207,6 +225,12 @@ class MainWindow(QMainWindow):
         self.context.apply_settings(settings)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Announces the close so the app's main coroutine can finish."""
+        """Announces the close so the app's main coroutine can finish, unless the cost tracker keeps the app open.
+
+        It does in the tray while something runs or bills, or when the user chose not to quit.
+        """
+        if self.cost_tracker.keeps_open(event):
+            return
+        self.cost_tracker.stop()
         self.sig_closed.emit()
         super().closeEvent(event)

@@ -1,24 +1,31 @@
-"""The status bar's line saying what is running (and so what is being paid for)."""
+"""The status bar's line saying what is running (and so what is being paid for), from the cost meter's reading.
+
+The dollars are :func:`~desktop.services.runs.spend.run_spend`'s, as everywhere: the ledger for rented machines,
+the stated rate for the user's own servers.
+"""
 
 from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel
 
-from desktop.core.runs.progress import cost_so_far
-from desktop.core.runs.states import LIVE, RunState
+from desktop.core.runs.states import RunState
+from desktop.services.runs.meter import MeterReading, read_meter
 from desktop.ui.context import AppContext
+from desktop.ui.cost_words import money
+from desktop.ui.meter import CostMeter
 
 IDLE_TEXT = "Ready. No machine is rented."
+#: Seconds a one-off message (reattached runs, orphans stopped) stays before the running line takes the place again.
+HOLD_S = 8.0
 
 
-def running_summary(context: AppContext) -> str:
-    """One line about the live runs: how many, in which state, and on which machines."""
-    runs = context.store.all()
-    live = [record for record in runs if record.state in LIVE]
-    paused = [record for record in runs if record.state is RunState.PAUSED]
+def summary_line(reading: MeterReading) -> str:
+    """One line about the live runs: how many, in which state, on which machines, and what they cost so far."""
+    live = list(reading.live)
+    paused = [record for record in reading.records if record.state is RunState.PAUSED]
     if not live and not paused:
         return IDLE_TEXT
     parts = [f"{record.state.value} on {record.target or 'no machine yet'}" for record in live[:2]]
@@ -26,27 +33,42 @@ def running_summary(context: AppContext) -> str:
         parts.append(f"{len(live) - 2} more live")
     if paused:
         parts.append(f"{len(paused)} paused (open Runs to resume)")
-    now = time.time()
-    spent = sum(
-        cost_so_far(record.spec.get("hourly_rate_usd"), context.store.transitions(record.id), now) for record in live
-    )
-    money = f" · ${spent:,.2f} so far at your hourly rates" if spent > 0 else ""
-    return "Running: " + "; ".join(parts) + money
+    live_ids = {record.id for record in live}
+    spent = sum(cost.spend.usd for cost in reading.overview.runs if cost.run_id in live_ids)
+    return "Running: " + "; ".join(parts) + (f" · {money(spent)} so far" if spent > 0 else "")
+
+
+def running_summary(context: AppContext) -> str:
+    """:func:`summary_line` of a fresh reading (blocking: a few SQLite reads)."""
+    return summary_line(read_meter(context.store))
 
 
 class RunningStatus(QObject):
-    """Refreshes the status bar line every few seconds from the run store (a cheap SQLite read)."""
+    """Rewrites the status bar line whenever the cost meter reads (every few seconds, off the UI thread).
 
-    def __init__(self, context: AppContext, label: QLabel, parent: QObject | None = None) -> None:
+    A one-off message someone else put there stays for :data:`HOLD_S` seconds while runs go on, and until something
+    runs while nothing does.
+    """
+
+    def __init__(self, meter: CostMeter, label: QLabel, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.context, self.label = context, label
-        self.timer = QTimer(self)
-        self.timer.setInterval(2000)
-        self.timer.timeout.connect(self.on_tick)
-        self.timer.start()
+        self.label = label
+        self._written = label.text()
+        self._held, self._held_since = "", 0.0
+        meter.sig_updated.connect(self.on_reading)
 
-    def on_tick(self) -> None:
-        """Rewrites the line (leaving one-off messages alone while nothing runs)."""
-        text = running_summary(self.context)
-        if text != IDLE_TEXT or self.label.text().startswith("Running: "):
+    def on_reading(self, reading: MeterReading) -> None:
+        """Rewrites the line, unless a one-off message is still to be read."""
+        text, current = summary_line(reading), self.label.text()
+        if current != self._written and self._holding(current):
+            return
+        if text != IDLE_TEXT or current.startswith("Running: "):
             self.label.setText(text)
+            self._written = text
+
+    def _holding(self, message: str) -> bool:
+        """Whether a message not written here is still to be read (it stays :data:`HOLD_S` from when first seen)."""
+        now = time.monotonic()
+        if message != self._held:
+            self._held, self._held_since = message, now
+        return now - self._held_since < HOLD_S

@@ -39,3 +39,15 @@ def test_invalid_values_name_the_field(raw: dict[str, object], field: str) -> No
 def test_bad_version_type() -> None:
     with pytest.raises(SettingsError, match="schema_version"):
         settings_from_dict({"schema_version": "one"})
+
+
+def test_a_file_from_before_the_cost_tracker_gets_its_defaults() -> None:
+    settings = settings_from_dict({"schema_version": 1, "theme": "light", "keep_local_checkpoints": 5})
+    assert settings.start_at_login is False and settings.notifications is True
+    assert settings.keep_local_checkpoints == 5
+    assert settings_from_dict(settings.model_dump()) == settings
+
+
+def test_start_at_login_and_notifications_must_be_yes_or_no() -> None:
+    with pytest.raises(SettingsError, match="start_at_login"):
+        settings_from_dict({"start_at_login": "sometimes"})

@@ -22,6 +22,11 @@ from desktop.services.models.sizing import (
 from desktop.services.runs.drafts import size_draft
 
 
+def train_rows(train_file: Path) -> list[list[dict[str, str]]]:
+    """The conversations of a prepared training file."""
+    return [json.loads(line)["messages"] for line in train_file.read_text(encoding="utf-8").splitlines()]
+
+
 @pytest.fixture
 def prepared(chat_dataset: Path, tmp_path: Path) -> Path:
     """The chat dataset prepared as the data step does; the training file's path."""
@@ -31,7 +36,10 @@ def prepared(chat_dataset: Path, tmp_path: Path) -> Path:
 def test_a_draft_with_prepared_data_is_sized_with_the_manifests_training_tokens(prepared: Path) -> None:
     manifest = json.loads((prepared.parent / "manifest.json").read_text(encoding="utf-8"))
     counts, trained = manifest["counts"], manifest["tokens"]["trained_per_epoch"]
-    expected = round(trained * counts["train"] / (counts["train"] + counts["eval"]))
+    # The training file's own examples, each cut to the sequence length: exactly what is trained per epoch.
+    expected = sum(
+        min(2048, round(sum(len(m["content"]) for m in row) / 4) + 4 * len(row)) for row in train_rows(prepared)
+    )
     sizing = size_draft(RunDraft(base_model="qwen2.5-0.5b", train_file=str(prepared)))
     assert sizing.plan.workload.tokens == expected and expected < trained  # the eval share is not trained
     assert sizing.plan.workload.epochs == 3.0

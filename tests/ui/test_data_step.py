@@ -23,6 +23,7 @@ from desktop.services.platform.paths import app_paths
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.data_step import DataStep
+from desktop.ui.widgets.blocks import Badge
 
 BAD = Path(__file__).parents[1] / "data" / "bad"
 
@@ -67,7 +68,7 @@ def prepared_rows(step: DataStep) -> list[dict[str, object]]:
 def test_chat_dataset_is_checked_shown_and_prepared(
     step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], chat_dataset: Path
 ) -> None:
-    assert step.validate() is not None and "Choose your dataset" in step.validate()  # type: ignore[operator]
+    assert "Choose your dataset" in (step.validate() or "")
     pick(step, qtbot, chat_dataset)
     assert step.running
     assert "still being checked" in (step.validate() or "")
@@ -78,8 +79,14 @@ def test_chat_dataset_is_checked_shown_and_prepared(
     assert step.findings_table.rowCount() == len(findings)
     total = sum(f["count"] for f in findings)
     assert step.tabs.tabText(0) == f"Fin&dings ({total})"
-    summary = step.summary_label.text()
-    assert f"{check.kept} of 96 rows kept" in summary and "0 errors" in summary
+    numbers = check.numbers
+    assert numbers is not None and numbers.kept == check.kept and numbers.rows_with_errors == 0
+    assert step.summary_label.text() == f"chat.jsonl: {check.kept} of 96 rows will be used"
+    assert step.summary_badge.text().startswith("Ready") and step.summary_badge.property("severity") == "success"
+    details = step.details_label.text()
+    assert f"{numbers.train_tokens:,} tokens trained per epoch" in details
+    assert "Estimated at about 4 characters per token, as no model is chosen yet" in details
+    assert "(" not in details, "no parentheses in the data summary"
     # Histogram: every kept example in a bar, the sequence length marked.
     bars = step.histogram_bars.opts
     assert sum(bars["height"]) == check.kept
@@ -111,12 +118,18 @@ def test_line_errors_are_listed_with_line_and_fix_and_the_rest_is_prepared(
     checked(step, wait_for)
     table = step.findings_table
     rows = {table.item(r, 1).text().splitlines()[0]: r for r in range(table.rowCount())}
-    row = rows["invalid JSON"]
-    assert table.item(row, 0).text() == "✖ Error"
+    row = rows["Invalid JSON"]
+    badge = table.cellWidget(row, 0).findChild(Badge)
+    assert (badge.text(), badge.property("severity")) == ("Error", "danger")
     assert table.item(row, 3).text() == "3"
-    assert table.item(row, 4).text() == "fix the line's JSON or delete the line"
+    assert table.item(row, 4).text() == "Fix the line's JSON or delete the line."
     assert "line 3:" in table.item(row, 1).text()
-    assert "1 error ·" in step.summary_label.text() and "left out" in step.summary_label.text()
+    # A file with an error gets no tick: an amber badge naming what was left out.
+    assert (step.summary_badge.text(), step.summary_badge.property("severity")) == (
+        "Usable · 1 row left out",
+        "warning",
+    )
+    assert "Left out: 1 row with errors." in step.details_label.text()
     assert step.validate() is None  # the good rows are prepared; the bad line is dropped
     assert len(prepared_rows(step)) == 4
 
@@ -132,17 +145,23 @@ def test_a_file_without_a_usable_row_blocks_next_with_the_reason(
     source.write_text("\n".join(bad_lines) + "\n", encoding="utf-8")
     pick(step, qtbot, source)
     checked(step, wait_for)
-    problem = step.validate()
-    assert problem is not None
-    assert "broken.jsonl cannot be used: no row is usable; fix the errors listed" in problem
+    problem = step.step_problem()
+    assert problem is not None and problem.field is step.path_edit
+    assert problem.headline == "No row of broken.jsonl can be used"
+    assert "fix the rows listed under Findings" in problem.details
+    # What blocks Next is shown at once, as a red banner at the top of the step, with the field marked.
+    assert step.problem_banner.isVisibleTo(step) and step.problem_banner.property("severity") == "danger"
+    assert step.problem_banner.headline_label.text() == problem.headline
+    assert step.path_edit.property("invalid") == "true"
+    assert (step.summary_badge.text(), step.summary_badge.property("severity")) == ("Cannot be used", "danger")
     table = step.findings_table
     found = {
         table.item(r, 1).text().splitlines()[0]: (table.item(r, 3).text(), table.item(r, 4).text())
         for r in range(table.rowCount())
     }
-    assert found["invalid JSON"] == ("1", "fix the line's JSON or delete the line")
-    assert found["no assistant turn"][0] == "2"
-    assert "add the answer the model should learn" in found["no assistant turn"][1]
+    assert found["Invalid JSON"] == ("1", "Fix the line's JSON or delete the line.")
+    assert found["No assistant turn"][0] == "2"
+    assert "Add the answer the model should learn" in found["No assistant turn"][1]
     assert step.draft.train_file == ""
     assert not (app_paths().data_dir / "datasets").exists()
 
@@ -150,7 +169,9 @@ def test_a_file_without_a_usable_row_blocks_next_with_the_reason(
 def test_missing_file_says_so(step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path) -> None:
     pick(step, qtbot, tmp_path / "nope.jsonl")
     checked(step, wait_for)
-    assert "does not exist" in (step.validate() or "")
+    problem = step.step_problem()
+    assert problem is not None and problem.headline == "nope.jsonl does not exist"
+    assert "Choose file" in problem.details and "pass the path" not in problem.text
 
 
 def test_csv_input_is_checked_and_prepared_as_messages(
@@ -242,3 +263,106 @@ def test_fields_have_names_and_are_reachable_with_tab(step: DataStep, qtbot: QtB
         assert widget.accessibleName()
     assert step.histogram_plot.accessibleName() and step.preview_text.accessibleName()
     assert step.progress_bar.accessibleName() and step.summary_label.accessibleName()
+
+
+def test_rows_left_out_and_errors_found_are_two_counts_named_apart(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path, chat_dataset: Path
+) -> None:
+    source = tmp_path / "two_errors.jsonl"
+    # One row with two errors (an unknown role and no assistant turn), and one with an invalid JSON line.
+    bad = [
+        json.dumps({"messages": [{"role": "bot", "content": "x"}, {"role": "user", "content": "y"}]}),
+        "{oops",
+    ]
+    source.write_text(chat_dataset.read_text(encoding="utf-8") + "\n".join(bad) + "\n", encoding="utf-8")
+    pick(step, qtbot, source)
+    checked(step, wait_for)
+    numbers = step.check.numbers if step.check else None
+    assert numbers is not None and (numbers.rows_with_errors, numbers.error_problems) == (2, 3)
+    details = step.details_label.text()
+    assert "Left out: 2 rows with errors" in details
+    assert "Those 2 rows hold 3 errors in all" in details
+    assert step.summary_badge.text() == "Usable · 2 rows left out"
+
+
+def test_rows_with_a_suspected_secret_can_be_left_out_and_the_prepared_data_follows(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    source = shutil.copy(BAD / "secret.jsonl", tmp_path / "secret.jsonl")
+    pick(step, qtbot, Path(source))
+    checked(step, wait_for)
+    assert step.secrets_box.isVisibleTo(step) and step.secrets_banner.property("severity") == "warning"
+    assert step.secrets_banner.headline_label.text() == "1 row seems to hold a secret: kept in the training data"
+    assert step.summary_badge.property("severity") == "warning"
+    assert any("hf_" in json.dumps(row) for row in prepared_rows(step))
+    kept_before = step.check.kept if step.check else 0
+    step.secrets_check.setFocus()
+    qtbot.keyClick(step.secrets_check, Qt.Key.Key_Space)  # by keyboard
+    assert step.draft.leave_out_secrets
+    wait_for(lambda: not step.running and step.check is not None and step.check.leave_out_secrets, 60)
+    check = step.check
+    assert check is not None and check.numbers is not None and check.numbers.secrets_left_out
+    assert check.kept == kept_before - 1
+    assert not any("hf_" in json.dumps(row) for row in prepared_rows(step)), "the prepared files leave it out"
+    assert "1 row with a suspected secret" in step.details_label.text()
+    assert "left out of the training data" in step.secrets_banner.headline_label.text()
+    assert "hf_" not in step.preview_text.toPlainText()
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def test_a_table_with_unknown_columns_is_mapped_with_the_column_boxes(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    rows = [[f"topic {n}", f"Tell me about {n}.", f"{n} is a number."] for n in range(12)]
+    source = write_csv(tmp_path / "notes.csv", ["topic", "ask", "reply"], rows)
+    pick(step, qtbot, source)
+    checked(step, wait_for)
+    problem = step.step_problem()
+    box = step.mapping_box
+    assert box.isVisibleTo(step) and problem is not None and problem.field is box.combos["user"]
+    assert problem.headline == "Which columns of notes.csv hold the conversation?"
+    assert "--columns" not in problem.text and "--columns" not in step.details_label.text()
+    assert [box.combos["user"].itemText(i) for i in range(box.combos["user"].count())] == ["topic", "ask", "reply"]
+    # Chosen by keyboard: the user's message, then the answer; the file is checked again with the mapping.
+    user, answer = box.combos["user"], box.combos["assistant"]
+    user.setFocus()
+    qtbot.keyClick(user, Qt.Key.Key_Down)
+    qtbot.keyClick(user, Qt.Key.Key_Down)
+    assert not step.running, "half a mapping is not checked yet"
+    answer.setFocus()
+    for _ in range(3):
+        qtbot.keyClick(answer, Qt.Key.Key_Down)
+    assert step.draft.data_columns == {"user": "ask", "assistant": "reply"}
+    wait_for(lambda: not step.running and step.check is not None, 60)
+    assert step.validate() is None
+    conversations = [row["messages"] for row in prepared_rows(step)]
+    assert len(conversations) == 12
+    pairs = {(m[0]["content"], m[1]["content"]) for m in conversations}  # type: ignore[index]
+    assert pairs == {(f"Tell me about {n}.", f"{n} is a number.") for n in range(12)}
+
+
+def test_a_guessed_column_mapping_is_shown_and_can_be_changed(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    rows = [[f"Q{n}?", f"A{n}.", f"Better answer {n}."] for n in range(15)]
+    source = write_csv(tmp_path / "qa.csv", ["question", "answer", "better"], rows)
+    pick(step, qtbot, source)
+    checked(step, wait_for)
+    box = step.mapping_box
+    assert box.isVisibleTo(step) and box.mapping() == {"user": "question", "assistant": "answer"}
+    assert box.combos["system"].currentText() == "(none)"
+    answer = box.combos["assistant"]
+    answer.setCurrentIndex(answer.findText("better"))
+    answer.activated.emit(answer.currentIndex())  # what choosing it in the list does
+    wait_for(lambda: not step.running and step.check is not None and step.check.columns is not None, 60)
+    answers = {row["messages"][-1]["content"] for row in prepared_rows(step)}  # type: ignore[index]
+    assert answers == {f"Better answer {n}." for n in range(15)}
+    assert step.check is not None and step.check.numbers is not None
+    assert step.check.numbers.columns == {"user": "question", "assistant": "better"}

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
@@ -17,7 +18,10 @@ from desktop.core.settings import Settings
 from desktop.services.models.configs import load_catalog
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
+from desktop.ui.design.palette import METRICS
+from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.wizard.model_step import METHODS, TRAINING_FIELDS, ModelStep
+from desktop.ui.widgets.blocks import install_wheel_guard
 from trainer_payload.protocol import JOB_INT_RANGES
 
 
@@ -134,7 +138,11 @@ def test_method_and_advanced_settings_round_trip_through_the_draft(step: ModelSt
 def test_sequence_length_beyond_the_models_context_is_refused(step: ModelStep) -> None:
     step.model_edit.setText("microsoft/phi-2")
     step.spins["seq_len"].setValue(4096)
-    assert "longer than microsoft/phi-2 handles (2,048 tokens)" in (step.validate() or "")
+    problem = step.step_problem()
+    assert problem is not None and problem.field is step.spins["seq_len"]
+    assert problem.headline == "The sequence length 4,096 is longer than microsoft/phi-2 handles: 2,048 tokens"
+    step.show_problem(problem)  # what the wizard does on Next: the advanced settings unfold, the box is marked
+    assert step.advanced_box.isVisible() and step.spins["seq_len"].property("invalid") == "true"
     step.spins["seq_len"].setValue(2048)
     assert step.validate() is None
 
@@ -177,3 +185,81 @@ def test_the_training_boxes_take_their_ranges_from_the_payload() -> None:
         if field.key in JOB_INT_RANGES:
             assert (field.low, field.high) == JOB_INT_RANGES[field.key], field.key
     assert {"lora_r", "seq_len", "micro_batch", "grad_accum", "keep_checkpoints"} <= {f.key for f in TRAINING_FIELDS}
+
+
+def wheel(widget: QWidget, steps: int) -> None:
+    """Turns the mouse wheel over ``widget`` (one notch is 120)."""
+    centre = QPointF(widget.width() / 2, widget.height() / 2)
+    event = QWheelEvent(
+        centre,
+        widget.mapToGlobal(centre),
+        QPoint(0, 0),
+        QPoint(0, 120 * steps),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
+    QApplication.sendEvent(widget, event)
+
+
+def test_the_wheel_over_an_unfocused_lora_rank_leaves_it_alone(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, context: AppContext
+) -> None:
+    app = QApplication.instance()
+    assert app is not None
+    guard = install_wheel_guard(app)  # as the app does at start, before any window exists
+    try:
+        step = ModelStep(context)
+        qtbot.addWidget(step)
+        step.resize(1100, 800)
+        step.show()
+        step.activateWindow()
+        qtbot.waitExposed(step)
+        step.advanced_toggle.setChecked(True)
+        rank = step.spins["lora_r"]
+        assert rank.focusPolicy() == Qt.FocusPolicy.StrongFocus, "a wheel never focuses a number field"
+        step.filter_edit.setFocus()
+        qtbot.waitUntil(step.filter_edit.hasFocus)
+        before = rank.value()
+        wheel(rank, -3)
+        wheel(rank, 2)
+        assert rank.value() == before, "scrolling the page over the box does not edit it"
+        rank.setFocus()
+        qtbot.waitUntil(rank.hasFocus)
+        wheel(rank, 1)
+        assert rank.value() == before + rank.singleStep(), "once focused, the wheel does step it"
+    finally:
+        app.removeEventFilter(guard)
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1280, 800), (1920, 1080)])
+def test_the_model_step_fits_the_window_with_advanced_settings_open(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, context: AppContext, size: tuple[int, int]
+) -> None:
+    window = MainWindow(context.settings, context.secrets, context)
+    qtbot.addWidget(window)
+    window.resize(*size)
+    window.show()
+    qtbot.waitExposed(window)
+    qloop.run_until_complete(window.wizard.load())
+    window.show_page("model")
+    step = window.wizard.current
+    assert isinstance(step, ModelStep)
+    step.advanced_toggle.setChecked(True)
+    qtbot.waitUntil(step.advanced_box.isVisible)
+    QApplication.processEvents()
+    scroll = step.scroll_area
+    assert scroll.horizontalScrollBar().maximum() == 0, "nothing scrolls sideways"
+    assert scroll.widget().width() <= scroll.viewport().width()
+    assert step.width() <= METRICS.content_width, "the content stays in its column"
+    for spin in step.spins.values():  # no field vanishes or is squeezed below what it needs
+        assert spin.width() >= spin.minimumSizeHint().width() and spin.height() >= spin.minimumSizeHint().height()
+        assert spin.geometry().right() <= step.advanced_box.width()
+        assert spin.lineEdit().width() >= spin.fontMetrics().horizontalAdvance(spin.text()), "its number shows"
+    for button in step.method_buttons.values():
+        assert button.width() >= button.sizeHint().width(), button.text()
+    table = step.catalog_table
+    widest = max((table.fontMetrics().horizontalAdvance(e.id) for e in load_catalog()), default=0)
+    assert table.columnWidth(0) >= widest, "model ids are shown whole"
+    assert table.horizontalScrollBar().maximum() == 0

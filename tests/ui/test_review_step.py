@@ -1,4 +1,5 @@
-"""The review step launches a real run against the loopback sshd through the CLI's SPEC.toml path."""
+"""The review step: the run in words, the checks before launching (red blocks Launch until "Launch anyway"), the one
+question naming what is rented and what it costs, a real launch against the loopback sshd, and Start over."""
 
 from __future__ import annotations
 
@@ -13,25 +14,28 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from desktop.core.runs.draft import RunDraft, TargetDraft
+from desktop.core.runs.draft import ComputeDraft, RunDraft, TargetDraft
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
 from desktop.services.data.prepare import prepare_dataset
+from desktop.services.machines.probe import NO_GPU
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard import review_step
 from desktop.ui.pages.wizard.review_step import ReviewStep
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 
 OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdo31IKuF9gfdhGO1Luivwf5G46hIgUGTgUCO2euLxU"
+Questions = list[dict[str, object]]
 
 
 @pytest.fixture
 def draft(ssh_host: SshHost, tiny_model: TinyModel, chat_dataset: Path, tmp_path: Path) -> RunDraft:
-    """A complete draft: prepared data, the tiny model, and the sshd as the tested own server."""
+    """A complete draft: prepared data, the tiny model, and the sshd as the tested own server (CPU only)."""
     prepared = prepare_dataset(chat_dataset, tmp_path / "prepared", seq_len=128, eval_fraction=0.1)
     training = {key: value for key, value in TINY_TRAINING.items() if key != "method"}
     target = TargetDraft(
@@ -44,7 +48,7 @@ def draft(ssh_host: SshHost, tiny_model: TinyModel, chat_dataset: Path, tmp_path
         authorized_keys=str(ssh_host.server.directory / "authorized_keys"),
         host_key=ssh_host.host_public_key,
         fingerprint=fingerprint(ssh_host.host_public_key),
-        gpu="no GPU found (CPU only)",
+        gpu=NO_GPU,
     )
     return RunDraft(
         data_file=str(chat_dataset),
@@ -54,6 +58,7 @@ def draft(ssh_host: SshHost, tiny_model: TinyModel, chat_dataset: Path, tmp_path
         method="lora",
         training=training,
         gpu_name="RTX 4090",
+        renting=False,
         target=target,
         hourly_rate_usd=1.5,
     )
@@ -66,8 +71,25 @@ def step(qtbot: QtBot, qloop: asyncio.AbstractEventLoop, draft: RunDraft) -> Ite
     widget.resize(1280, 800)
     widget.show()
     yield widget
-    assert widget.context.manager is not None
     qloop.run_until_complete(widget.context.manager.close())
+
+
+@pytest.fixture
+def questions(monkeypatch: pytest.MonkeyPatch) -> Questions:
+    """Records the confirmation's words and answers yes."""
+    asked: Questions = []
+
+    def confirm(_parent: object, title: str, summary: str, details: str, action: str, *, anyway: bool) -> bool:
+        asked.append({"title": title, "summary": summary, "details": details, "action": action, "anyway": anyway})
+        return True
+
+    monkeypatch.setattr(review_step, "confirm_launch", confirm)
+    return asked
+
+
+def checked(step: ReviewStep, wait_for: Callable[..., None]) -> None:
+    step.show_draft()
+    wait_for(lambda: step.facts is not None and not step.refreshing, timeout=40)
 
 
 def launched_ids(step: ReviewStep) -> list[str]:
@@ -76,63 +98,105 @@ def launched_ids(step: ReviewStep) -> list[str]:
     return ids
 
 
-def test_review_shows_the_whole_run_and_edit_links(
+def test_review_shows_the_whole_run_in_words_with_edit_links(
     step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
 ) -> None:
-    step.show_draft()
-    wait_for(lambda: "Pick:" in step.section_labels["sizing"].text(), timeout=30)
-    data = step.section_labels["data"].text()
-    assert draft.train_file in data and "training" in data and "Tokens per epoch" in data
-    model = step.section_labels["model"].text()
-    assert draft.base_model in model and "Method: lora" in model and "LoRA r 8" in model and "40 steps" in model
-    assert "RTX 4090" in step.section_labels["sizing"].text()
-    assert "At your server's $1.50 per hour" in step.section_labels["sizing"].text()
-    assert "Trains on 1 GPU" in step.section_labels["sizing"].text()
-    target = step.section_labels["target"].text()
-    assert draft.target.url in target and f"{draft.target.fingerprint} (pinned)" in target and "no GPU" in target
+    checked(step, wait_for)
+    data = step.section_text("data")
+    assert "Rows: " in data and "for training" in data and "Tokens per epoch: " in data
+    model = step.section_text("model")
+    assert f"Base model: {draft.base_model}" in model and "LoRA rank 8" in model
+    assert "Sequence length: 128 tokens" in model and "Length: 40 steps at most" in model
+    assert "seq_len" not in model and "micro_batch" not in model, "words, not the job's keys"
+    sizing = step.section_text("sizing")
+    assert "Your pick: RTX 4090: fits" in sizing and "At your server's rate" in sizing and "Trains on: 1 GPU" in sizing
+    compute = step.section_text("compute")
+    assert draft.target.url in compute and f"{draft.target.fingerprint} (pinned)" in compute and NO_GPU in compute
     edits: list[str] = []
     step.sig_edit.connect(edits.append)
-    for name in ("data", "model", "sizing", "target"):
-        step.edit_buttons[name].click()
-    assert edits == ["data", "model", "sizing", "target"]
+    for name in ("data", "model", "sizing", "compute"):
+        step.edit_buttons[name].click()  # type: ignore[attr-defined]
+    assert edits == ["data", "model", "sizing", "compute"]
+
+
+def test_the_numbers_follow_the_draft_when_it_changes(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
+) -> None:
+    checked(step, wait_for)
+    before = step.section_text("sizing")
+    draft.training = {**draft.training, "seq_len": 4096, "micro_batch": 16}
+    checked(step, wait_for)
+    assert "Sequence length: 4,096 tokens" in step.section_text("model")
+    assert step.section_text("sizing") != before, "sized again for the new settings, never a stale plan"
+
+
+def test_a_red_check_blocks_launch_until_the_user_launches_anyway(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None], questions: Questions
+) -> None:
+    ids = launched_ids(step)
+    checked(step, wait_for)
+    headlines = [row.check.headline for row in step.check_rows]
+    assert "Your server has no GPU" in headlines
+    assert step.checks_badge.text() == "1 red"
+    assert not step.launch_button.isEnabled(), "a red item blocks Launch"
+    assert step.launch_anyway_button.isVisibleTo(step) and step.launch_anyway_button.isEnabled()
+    assert step.launch_anyway_button.property("role") == "destructive"
+    assert step.launch_button.property("role") == "primary"
+    assert "Launch anyway" in step.launch_status.text()
+    step.launch_anyway_button.click()
+    wait_for(lambda: bool(ids), timeout=30)
+    (question,) = questions
+    assert question["anyway"] is True and question["action"] == "Launch anyway"
+    assert "Launching despite: Your server has no GPU." in str(question["details"])
+    assert f"Start training on {draft.target.url}?" in str(question["summary"])
+    assert "$1.50 per hour" in str(question["summary"])
+    assert not step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step)
+    assert step.launched_banner.isVisibleTo(step) and ids[0] in step.launched_banner.headline_label.text()
+
+
+def test_answering_no_launches_nothing(
+    step: ReviewStep, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(review_step, "confirm_launch", lambda *_args, **_kwargs: False)
+    checked(step, wait_for)
+    step.launch_anyway_button.click()
+    assert step.launch_status.text() == "Not launched: nothing was rented or started."
+    assert step.context.store.all() == []
 
 
 def test_launch_writes_spec_toml_and_records_the_run_with_the_pinned_key(
-    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None], qloop: asyncio.AbstractEventLoop
 ) -> None:
     ids = launched_ids(step)
-    step.launch_button.click()
-    assert not step.launch_button.isEnabled(), "disabled while launching"
-    wait_for(lambda: bool(ids), timeout=30)
-    assert ids[0] in step.launch_status.text()
+    checked(step, wait_for)
+    assert qloop.run_until_complete(step.launch()) is None, "red items block a plain launch"
+    assert "Your server has no GPU" in step.launch_status.text()
+    run_id = qloop.run_until_complete(step.launch(anyway=True))
+    assert run_id is not None and ids == [run_id]
     assert not step.launch_button.isEnabled(), "the same draft is not launched twice"
-    step.draft.hourly_rate_usd = 2.0
-    step.show_draft()
-    assert step.launch_button.isEnabled(), "a changed draft can be launched"
-    wait_for(lambda: step._task is None or step._task.done(), timeout=30)  # its refresh, inside the loop
     spec_path = step.launched_spec
     assert spec_path is not None and spec_path.parent.parent == app_paths().data_dir / "launches"
     spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
     assert spec.base_model == draft.base_model and str(spec.train_file) == draft.train_file
-    assert spec.target is not None and spec.target.url == draft.target.url
+    assert spec.target is not None and spec.target.url == draft.target.url and spec.compute is None
     assert spec.hourly_rate_usd == 1.5 and spec.training["max_steps"] == 40
     assert spec.training["num_gpus"] == 1, "the GPU count picked on the Sizing step"
-    record = step.context.store.get(ids[0])
+    record = step.context.store.get(run_id)
     assert record.target == draft.target.url
     assert record.host_key is not None and record.host_key.split()[:2] == draft.target.host_key.split()[:2]
-    assert record.fingerprint == draft.target.fingerprint
     assert record.spec["source"] == str(spec_path.resolve())
-    copied = step.context.store.folder(ids[0]) / "SPEC.toml"
-    assert copied.read_text() == spec_path.read_text()
+    assert (step.context.store.folder(run_id) / "SPEC.toml").read_text() == spec_path.read_text()
+    draft.hourly_rate_usd = 2.0
+    checked(step, wait_for)
+    assert step.launch_anyway_button.isEnabled(), "a changed draft can be launched"
 
 
 def test_a_server_with_another_key_than_the_tested_one_fails_the_run(
-    step: ReviewStep, draft: RunDraft, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+    step: ReviewStep, draft: RunDraft, qloop: asyncio.AbstractEventLoop
 ) -> None:
     draft.target = draft.target.model_copy(update={"host_key": OTHER_KEY, "fingerprint": fingerprint(OTHER_KEY)})
-    run_id = qloop.run_until_complete(step.launch())
+    run_id = qloop.run_until_complete(step.launch(anyway=True))
     assert run_id is not None
-    assert step.context.manager is not None
     record = qloop.run_until_complete(asyncio.wait_for(step.context.manager.wait(run_id), 30))
     assert record.state is RunState.FAILED and record.error is not None and "host key" in record.error
 
@@ -140,21 +204,41 @@ def test_a_server_with_another_key_than_the_tested_one_fails_the_run(
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"train_file": ""}, "Prepare the data first"),
+        ({"train_file": ""}, "The data is not prepared"),
         ({"train_file": "/nonexistent/train.jsonl"}, "does not exist"),
         ({"training": {"lora_r": 0}}, "the run is not complete: [training]"),
-        ({"target": TargetDraft(host="gpu.example.com", user="me")}, "Test the connection on the Target step"),
+        ({"target": TargetDraft(host="gpu.example.com", user="me")}, "The server's connection is not tested"),
+        ({"renting": True}, "No machine picked"),
     ],
 )
 def test_launch_problems_are_shown_in_words_and_nothing_is_recorded(
-    step: ReviewStep, draft: RunDraft, qloop: asyncio.AbstractEventLoop, change: dict[str, object], expected: str
+    step: ReviewStep,
+    draft: RunDraft,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    change: dict[str, object],
+    expected: str,
 ) -> None:
     for key, value in change.items():
         setattr(draft, key, value)
-    assert qloop.run_until_complete(step.launch()) is None
+    checked(step, wait_for)
+    assert qloop.run_until_complete(step.launch(anyway=True)) is None
     assert step.launch_status.text().startswith("Not launched:") and expected in step.launch_status.text()
-    assert step.launch_button.isEnabled()
     assert step.context.store.all() == []
+
+
+def test_a_missing_part_cannot_be_launched_anyway(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
+) -> None:
+    draft.train_file = ""
+    checked(step, wait_for)
+    required = [row for row in step.check_rows if row.check.required]
+    assert required and required[0].check.step == "data"
+    assert not step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step)
+    edits: list[str] = []
+    step.sig_edit.connect(edits.append)
+    required[0].fix_button.click()
+    assert edits == ["data"]
 
 
 def test_a_spec_toml_that_cannot_be_written_launches_nothing_and_leaves_no_spec(
@@ -163,10 +247,86 @@ def test_a_spec_toml_that_cannot_be_written_launches_nothing_and_leaves_no_spec(
     def disk_full(_fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    qloop.run_until_complete(step.refresh())
     monkeypatch.setattr(os, "fsync", disk_full)
-    assert qloop.run_until_complete(step.launch()) is None
+    assert qloop.run_until_complete(step.launch(anyway=True)) is None
     assert "SPEC.toml could not be written" in step.launch_status.text()
     assert "No space left on device" in step.launch_status.text()
     launches = app_paths().data_dir / "launches"
     assert [p for p in launches.rglob("*") if p.is_file()] == [], "no SPEC.toml that looks complete, no part file"
     assert step.context.store.all() == []
+
+
+def test_start_over_keeps_the_data_and_the_server_and_goes_to_the_data_step(
+    step: ReviewStep, draft: RunDraft, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    checked(step, wait_for)
+    assert not step.launched_banner.isVisibleTo(step)
+    run_id = qloop.run_until_complete(step.launch(anyway=True))
+    assert run_id is not None and step.start_over_button.isVisibleTo(step)
+    edits: list[str] = []
+    step.sig_edit.connect(edits.append)
+    train, target = draft.train_file, draft.target
+    step.start_over_button.click()
+    assert edits == ["data"] and step.draft is draft, "the wizard's draft, reset in place"
+    assert draft.train_file == train and draft.target == target and not draft.renting
+    assert draft.base_model == "" and draft.gpu_name == "" and draft.budget_usd == 0
+    assert not step.launched_banner.isVisibleTo(step)
+
+
+# -- a rented pick (no provider is asked: the pick is judged again on the draft as it is) --------------------------
+
+
+def rented(draft: RunDraft, **compute: object) -> None:
+    pick = {
+        "provider": "runpod",
+        "offer_id": "NVIDIA GeForce RTX 4090|COMMUNITY|1",
+        "gpu": "RTX 4090",
+        "gpu_id": "NVIDIA GeForce RTX 4090",
+        "vram_gb": 24.0,
+        "price_per_hour": 0.44,
+        "location": "community cloud (CA)",
+        **compute,
+    }
+    draft.renting = True
+    draft.compute = ComputeDraft.model_validate(pick)
+
+
+def test_a_rented_pick_the_job_does_not_fit_is_red(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
+) -> None:
+    rented(draft)
+    draft.base_model, draft.method = "qwen2.5-7b", "full"
+    checked(step, wait_for)
+    red = [row.check for row in step.check_rows if row.check.severity.value == "danger"]
+    assert [check.headline for check in red] == ["The job does not fit the picked machine"]
+    assert "24 GB per GPU" in red[0].details and red[0].step == "compute"
+    assert not step.launch_button.isEnabled() and step.launch_anyway_button.isVisibleTo(step)
+
+
+def test_the_question_before_renting_names_provider_gpu_rate_total_and_budget(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[tuple[str, str, str, str]] = []
+
+    def confirm(_parent: object, title: str, summary: str, details: str, action: str, *, anyway: bool) -> bool:
+        asked.append((title, summary, details, action))
+        return False
+
+    monkeypatch.setattr(review_step, "confirm_launch", confirm)
+    rented(draft, spot=True, price_per_hour=0.29)
+    draft.base_model, draft.method, draft.budget_usd = "qwen2.5-0.5b", "qlora", 25.0
+    checked(step, wait_for)
+    amber = [row.check.headline for row in step.check_rows]
+    assert amber == ["Spot machine: it can be taken away at any time"]
+    assert step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step)
+    assert "Price: $0.29 per hour" in step.section_text("compute")
+    step.launch_button.click()
+    ((title, summary, details, action),) = asked
+    pick = step.facts.pick  # type: ignore[union-attr]
+    assert pick is not None and pick.total_usd is not None
+    assert title == "Rent a machine and start training?" and action == "Rent and launch"
+    assert "Rent 1 x RTX 4090 (24 GB) from RunPod (spot) at $0.29 per hour" in summary
+    assert f"${pick.total_usd:,.2f} in all" in summary
+    assert "$25.00" in details and "terminated the moment the adapter is on this computer" in details
+    assert step.context.store.all() == [], "answered no: nothing rented"

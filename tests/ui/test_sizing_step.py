@@ -14,11 +14,14 @@ from pytestqt.qtbot import QtBot
 from desktop.cli import main
 from desktop.core.runs.draft import RunDraft, TargetDraft
 from desktop.core.settings import Settings
+from desktop.core.sizing.report import format_hours
 from desktop.services.data.prepare import prepare_dataset
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_step import write_launch_spec
-from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, SizingStep, option_label
+from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, HATCHED, SizingStep, option_label
+from desktop.ui.theme import current_palette
+from desktop.ui.widgets.charts import BarSegment, Capacity, MemoryBarChart
 from tests.fixtures.tiny_models import TinyModel
 
 
@@ -38,7 +41,7 @@ def make_step(qtbot: QtBot, draft: RunDraft) -> SizingStep:
 
 def sized(step: SizingStep, wait_for: Callable[..., None]) -> SizingStep:
     step.show_draft()
-    wait_for(lambda: step.sizing is not None or step.problem is not None, timeout=30)
+    wait_for(lambda: not step.running and step.facts is not None, timeout=60)
     return step
 
 
@@ -50,24 +53,24 @@ def test_a_catalog_model_is_sized_from_the_manifest_like_the_cli(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     step = sized(make_step(qtbot, RunDraft(base_model="qwen2.5-0.5b", train_file=str(prepared))), wait_for)
-    assert step.problem is None and step.sizing is not None
+    assert step.validate() is None and step.sizing is not None
     manifest = json.loads((prepared.parent / "manifest.json").read_text())
-    counts, trained = manifest["counts"], manifest["tokens"]["trained_per_epoch"]
-    tokens = round(trained * counts["train"] / (counts["train"] + counts["eval"]))
+    tokens = manifest["tokens"]["train_per_epoch"]  # the training split's own tokens
     plan = step.sizing.plan
-    assert plan.workload.tokens == tokens and f"{tokens:,} tokens x 3 epochs" in step.status_label.text()
+    assert plan.workload.tokens == tokens and f"Tokens: {tokens:,} per epoch for 3 epochs" in step.tokens_label.text()
 
     assert main(["plan", "--model", "qwen2.5-0.5b", "--tokens", str(tokens), "--epochs", "3", "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
     table = step.options_table
     assert table.rowCount() == len(cli["options"])
     shown = [(table.item(r, 1).text(), table.item(r, 4).text()) for r in range(table.rowCount())]
+    assert table.horizontalHeaderItem(3).text() == "Time"
     assert shown == [(str(o["count"]), f"${o['cost_usd']:,.2f}") for o in cli["options"]]
 
     items = {k: v for k, v in cli["memory_gb"].items() if k != "per_gpu_total" and v > 0}
     assert len(step.chart.segments) == len(items)
     assert step.chart.total() == pytest.approx(cli["memory_gb"]["per_gpu_total"], abs=0.05)
-    assert [line.value() for line in step.chart.card_lines] == list(CARD_SIZES_GB)
+    assert step.chart.card_sizes == CARD_SIZES_GB
     assert "Total:" in step.items_label.text()
 
     recommended = step.sizing.recommended
@@ -87,9 +90,9 @@ def test_a_local_model_folder_is_sized_from_its_config(
 ) -> None:
     draft = RunDraft(base_model=str(tiny_model.path), method="lora")
     step = sized(make_step(qtbot, draft), wait_for)
-    assert step.sizing is not None and step.problem is None
+    assert step.sizing is not None and step.validate() is None
     assert step.sizing.plan.arch.vocab_size == tiny_model.vocab_size
-    assert "prepare the data for exact counts" in step.status_label.text()
+    assert "as no dataset is prepared yet" in step.tokens_label.text()
     assert step.options_table.rowCount() > 0 and step.validate() is None
     draft.training["seq_len"] = 256
     step.show_draft()  # changed settings: sized again
@@ -100,17 +103,21 @@ def test_an_unreachable_hub_model_blocks_with_the_fix(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
 ) -> None:
     step = sized(make_step(qtbot, RunDraft(base_model="some-org/some-model-not-cached")), wait_for)
-    assert step.sizing is None and step.problem is not None
-    assert "offline" in step.problem and "local model folder" in step.problem
-    assert step.validate() == step.problem and step.status_label.text() == step.problem
+    problem = step.step_problem()
+    assert step.sizing is None and problem is not None
+    assert problem.headline == "The Hugging Face Hub cannot be reached" == step.status_label.text()
+    assert "offline" in problem.details and "local model folder" in problem.details
+    assert (problem.step, problem.setting, problem.action) == ("model", "base_model", "Change the model")
+    assert step.problem_banner.isVisibleTo(step) and step.problem_action.isVisibleTo(step)
     assert step.options_table.rowCount() == 0
+    assert not step.chart.segments and "cannot be sized" in step.chart.empty_text
 
 
 def test_no_model_yet_says_where_to_choose_one(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
 ) -> None:
     step = sized(make_step(qtbot, RunDraft()), wait_for)
-    assert step.validate() == "Choose a base model on the Model step first."
+    assert step.validate() == "No model chosen yet. Choose the model to fine-tune on the Model step."
 
 
 def test_nothing_fits_shows_what_to_change_without_blocking(
@@ -158,3 +165,68 @@ def test_the_picked_gpu_count_and_strategy_reach_the_launched_spec(
     table.selectRow(next(r for r, o in enumerate(options) if o.count == 1))
     _path, spec = write_launch_spec(step.context.draft)
     assert spec.training["num_gpus"] == 1
+
+
+def test_the_chart_shows_the_selected_options_memory_per_gpu_with_its_capacity(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    step = sized(make_step(qtbot, RunDraft(base_model="llama-3.3-70b", method="lora")), wait_for)
+    assert step.sizing is not None
+    options, table = step.sizing.plan.options, step.options_table
+    assert [table.horizontalHeaderItem(c).text() for c in range(5)] == ["GPU", "GPUs", "Fits", "Time", "Cost"]
+    row = next(r for r, o in enumerate(options) if o.count == 8)
+    table.selectRow(row)
+    picked = options[row]
+    # The bar is that option's memory on each GPU (the split the table shows), its GPU's usable memory across it.
+    assert step.chart.total() == pytest.approx(picked.memory.per_gpu_total, abs=0.01)
+    assert step.chart.capacity is not None and step.chart.capacity.value == picked.gpu.usable_gb
+    assert "on each of 8 GPUs" in step.memory_caption.text()
+    assert f"{picked.memory.per_gpu_total:,.2f} GB per GPU" in step.items_label.text()
+    single = next(r for r, o in enumerate(options) if o.count == 1)
+    table.selectRow(single)
+    assert step.chart.total() == pytest.approx(options[single].memory.per_gpu_total, abs=0.01)
+    assert "on one GPU" in step.memory_caption.text()
+    for r, option in enumerate(options):  # one way of writing a duration, under "Time"
+        assert table.item(r, 3).text() == format_hours(option.hours)
+
+
+def test_each_memory_component_keeps_its_colour_whatever_else_is_shown(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    lora = sized(make_step(qtbot, RunDraft(base_model="qwen2.5-0.5b", method="lora")), wait_for)
+    full = sized(make_step(qtbot, RunDraft(base_model="qwen2.5-0.5b", method="full")), wait_for)
+    palette = current_palette()
+    colours = [{s.key: s.colour for s in step.chart.segments} for step in (lora, full)]
+    assert "lora_adapter" in colours[0] and "optimizer" in colours[1], "the two plans show different components"
+    for key in colours[0].keys() & colours[1].keys():
+        assert colours[0][key] == colours[1][key], key
+    assert colours[1]["weights"] == palette.chart[0] and colours[1]["activations"] == palette.chart[2]
+    for shown in colours:
+        visible = [(colour, key in HATCHED) for key, colour in shown.items()]
+        assert len(set(visible)) == len(visible), "no two parts of one bar look the same"
+    assert [e.text().split("\N{NO-BREAK SPACE}")[0] for e in full.legend.entries] == [
+        s.label for s in full.chart.segments
+    ]
+
+
+def test_card_size_labels_never_overlap_and_an_empty_chart_says_so(qtbot: QtBot) -> None:
+    chart = MemoryBarChart(CARD_SIZES_GB)
+    qtbot.addWidget(chart)
+    chart.resize(700, chart.sizeHint().height())
+    chart.show()
+    qtbot.waitExposed(chart)
+    chart.show_empty("The memory the job needs appears here once it is sized.")
+    chart.grab()  # paints
+    assert chart.labelled_cards == [] and chart.accessibleDescription().startswith("The memory the job needs")
+    palette = current_palette()
+    # 3,200 GB per GPU: the card sizes crowd at the left edge; labels that would touch are left out.
+    chart.show_segments([BarSegment("weights", "Base weights", 3200.0, palette.chart[0])], Capacity("H100", 79.0))
+    chart.grab()
+    assert 0 < len(chart.labelled_cards) < len(CARD_SIZES_GB) and 141 in chart.labelled_cards
+    # 20 GB on a 44 GB card: room for every card in range.
+    chart.show_segments([BarSegment("weights", "Base weights", 20.0, palette.chart[0])], Capacity("L40S", 44.2))
+    chart.grab()
+    assert chart.labelled_cards == [48, 24]
+    (_, left_end), (right_start, _) = sorted(chart.card_label_spans)
+    assert left_end < right_start, "the labels do not touch"
+    assert "L40S has 44.2 GB usable" in chart.accessibleDescription()

@@ -1,17 +1,20 @@
-"""The whole app, driven like a user: the wizard launches a real run on the loopback sshd and the monitor follows it.
+"""The whole app, driven like a user: the wizard launches real runs and the monitor follows them.
 
-The tiny model trains for real on the CPU through the payload; the window is closed mid-run and a new one reattaches.
+On the own server (the loopback sshd) the window is closed mid-run and a new one reattaches; rented, the wizard
+lists a fake cloud's offers, picks the cheapest that fits, asks once and rents it, and the machine (a real sshd on
+loopback) is terminated at the fake when the adapter is home. The tiny model trains for real on the CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractButton,
     QAbstractItemView,
@@ -20,6 +23,8 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHeaderView,
     QLineEdit,
+    QMessageBox,
+    QPushButton,
     QWidget,
 )
 from pytestqt.qtbot import QtBot
@@ -28,18 +33,22 @@ from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.providers.base import ProviderName
 from desktop.services.runs.drafts import load_draft
 from desktop.services.runs.engine import EngineOptions
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.main_window import MainWindow
+from desktop.ui.pages.wizard.compute_step import ComputeStep
 from desktop.ui.pages.wizard.data_step import DataStep
 from desktop.ui.pages.wizard.model_step import ModelStep
-from desktop.ui.pages.wizard.target_step import TargetStep
+from desktop.ui.pages.wizard.review_step import ReviewStep
+from desktop.ui.widgets.launch_dialog import LAUNCH_BUTTON
+from tests.fakes.http import FakeCloud
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.tiny_models import TinyModel
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two real runs, on a loaded machine too
 
 
 def open_window(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> MainWindow:
@@ -86,20 +95,42 @@ def fill_data(qtbot: QtBot, window: MainWindow, wait_for: Callable[..., None], d
     assert step.validate() is None
 
 
-def fill_model(qtbot: QtBot, window: MainWindow, model: TinyModel) -> None:
+def fill_model(qtbot: QtBot, window: MainWindow, model: TinyModel, epochs: int = 5) -> None:
     step = window.wizard.current
     assert isinstance(step, ModelStep)
     type_into(qtbot, step.model_edit, str(model.path))
     step.method_buttons["lora"].click()
     step.advanced_toggle.click()
-    for key, value in {"seq_len": 128, "micro_batch": 4, "grad_accum": 1, "epochs": 5, "lora_r": 8}.items():
+    for key, value in {"seq_len": 128, "micro_batch": 4, "grad_accum": 1, "epochs": epochs, "lora_r": 8}.items():
         step.spins[key].setValue(value)
     step.spins["learning_rate"].setValue(0.003)
 
 
-def fill_target(qtbot: QtBot, window: MainWindow, wait_for: Callable[..., None], host: SshHost, remote: Path) -> None:
-    step = window.wizard.current
-    assert isinstance(step, TargetStep)
+def accept_the_question(asked: list[str]) -> None:
+    """Presses the launch button of the confirmation as soon as it is up (it runs its own event loop), keeping its
+    words in ``asked``."""
+
+    def press() -> None:
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(50, press)
+            return
+        asked.append(f"{box.text()}\n{box.informativeText()}")
+        button = box.findChild(QPushButton, LAUNCH_BUTTON)
+        assert button is not None
+        button.click()
+
+    QTimer.singleShot(50, press)
+
+
+def fill_own_server(
+    qtbot: QtBot, window: MainWindow, wait_for: Callable[..., None], host: SshHost, remote: Path
+) -> None:
+    compute = window.wizard.current
+    assert isinstance(compute, ComputeStep)
+    activate_by_keyboard(qtbot, window, compute.own_button)
+    assert compute.own_form.isVisible() and not compute.rent_panel.isVisible()
+    step = compute.own_form
     type_into(qtbot, step.host_edit, host.host)
     step.port_spin.setValue(host.port)
     type_into(qtbot, step.user_edit, host.user)
@@ -130,12 +161,18 @@ def test_the_wizard_launches_a_run_the_monitor_follows_and_a_new_window_reattach
     assert window.wizard.current.step_name == "sizing"
     wait_for(lambda: window.wizard.current.validate() is None, 60)
     press_next(qtbot, window)
-    fill_target(qtbot, window, wait_for, ssh_host, tmp_path / "remote")
+    fill_own_server(qtbot, window, wait_for, ssh_host, tmp_path / "remote")
     press_next(qtbot, window)
-    assert window.wizard.current.step_name == "review"
-    assert load_draft().target.host_key, "the wizard's state is saved as it goes"
     review = window.wizard.current
-    activate_by_keyboard(qtbot, window, review.launch_button)  # type: ignore[attr-defined]
+    assert isinstance(review, ReviewStep)
+    assert load_draft().target.host_key, "the wizard's state is saved as it goes"
+    wait_for(lambda: review.facts is not None and not review.refreshing, 60)
+    assert [check.headline for check in review.red_checks] == ["Your server has no GPU"]
+    assert not review.launch_button.isEnabled(), "the CPU-only server blocks Launch"
+    asked: list[str] = []
+    accept_the_question(asked)
+    activate_by_keyboard(qtbot, window, review.launch_anyway_button)
+    assert len(asked) == 1 and "Launching despite: Your server has no GPU." in asked[0]
     wait_for(lambda: window.stack.currentWidget() is window.monitor, 30)
     monitor = window.monitor
     run_id = monitor.run_id
@@ -159,6 +196,73 @@ def test_the_wizard_launches_a_run_the_monitor_follows_and_a_new_window_reattach
     qloop.run_until_complete(second.context.manager.close())
 
 
+@pytest.fixture
+def runpod(fake_runpod: FakeCloud, monkeypatch: pytest.MonkeyPatch) -> FakeCloud:
+    """The fake RunPod served over HTTP with a key in the environment; the other clouds have no key."""
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
+    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
+    for variable in ("VAST_API_KEY", "LAMBDA_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    return fake_runpod
+
+
+def test_the_wizard_rents_the_cheapest_machine_that_fits_and_the_run_follows_it_to_the_end(
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    runpod: FakeCloud,
+    tiny_model: TinyModel,
+    chat_dataset: Path,
+) -> None:
+    window = open_window(qtbot, qloop)
+    window.show_page("new")
+    fill_data(qtbot, window, wait_for, chat_dataset)
+    press_next(qtbot, window)
+    fill_model(qtbot, window, tiny_model, epochs=1)  # a short run: renting, not training, is under test
+    press_next(qtbot, window)
+    wait_for(lambda: window.wizard.current.validate() is None, 60)
+    press_next(qtbot, window)
+    compute = window.wizard.current
+    assert isinstance(compute, ComputeStep) and compute.renting, "renting is where a new run starts"
+    wait_for(lambda: not compute.fetching and compute.judged is not None, 60)
+    assert compute.keys_panel.rows[ProviderName.RUNPOD].badge.text().endswith("offers")
+    assert compute.keys_panel.rows[ProviderName.VAST].key_button.text() == "Add key"
+    shown = compute.offers.items
+    cheapest = min((item for item in shown if item.fits), key=lambda item: item.total_usd or 0.0)
+    assert compute.pick is not None and compute.pick.key == cheapest.key, "the cheapest that fits is picked"
+    assert compute.pick.offer.gpu == "RTX 4090" and not compute.pick.offer.spot
+    activate_by_keyboard(qtbot, window, compute.machine_toggle)
+    type_into(qtbot, compute.python_edit, sys.executable)  # the fake's machines are this computer's sshd
+    type_into(qtbot, compute.user_edit, getpass.getuser())
+    press_next(qtbot, window)
+    review = window.wizard.current
+    assert isinstance(review, ReviewStep)
+    wait_for(lambda: review.facts is not None and not review.refreshing, 60)
+    assert review.red_checks == [] and review.launch_button.isEnabled()
+    assert "Price: $0.44 per hour" in review.section_text("compute")
+    assert runpod.instances == {}, "nothing is rented before the question is answered"
+    asked: list[str] = []
+    accept_the_question(asked)
+    activate_by_keyboard(qtbot, window, review.launch_button)
+    (question,) = asked
+    assert "Rent 1 x RTX 4090 (24 GB) from RunPod (on-demand) at $0.44 per hour" in question
+    assert f"${cheapest.total_usd:,.2f} in all" in question and "No budget" in question
+    wait_for(lambda: window.stack.currentWidget() is window.monitor, 30)
+    run_id = window.monitor.run_id
+    assert run_id is not None
+    wait_for(lambda: bool(runpod.instances), 60)
+    (machine,) = runpod.instances.values()
+    assert machine.label == f"rentune-{run_id}" and machine.price_per_hour == 0.44
+    assert machine.extra["input"]["gpuTypeId"] == "NVIDIA GeForce RTX 4090"
+    wait_for(lambda: RunStore().get(run_id).state is RunState.FINISHED, 200)
+    record = RunStore().get(run_id)
+    assert record.adapter and (Path(record.adapter) / "adapter_model.safetensors").is_file()
+    wait_for(lambda: machine.terminated is not None, 60)
+    assert not runpod.pool.alive(machine.id), "the machine is gone once the adapter is home"
+    assert review.launched_run == run_id
+    qloop.run_until_complete(window.context.manager.close())
+
+
 def focusable(widget: QWidget) -> list[QWidget]:
     """Interactive widgets on a step that a keyboard user must reach."""
     kinds = (QLineEdit, QAbstractButton, QAbstractSpinBox, QAbstractItemView, QComboBox)
@@ -173,7 +277,7 @@ def focusable(widget: QWidget) -> list[QWidget]:
     ]
 
 
-@pytest.mark.parametrize("step_name", ["data", "model", "sizing", "target", "review"])
+@pytest.mark.parametrize("step_name", ["data", "model", "sizing", "compute", "review"])
 def test_every_wizard_step_is_reachable_by_tab_and_named_for_screen_readers(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, step_name: str
 ) -> None:
@@ -205,12 +309,12 @@ def test_a_reopened_wizard_continues_where_the_user_left(
     step = window.wizard.current
     assert isinstance(step, ModelStep)
     type_into(qtbot, step.model_edit, str(tiny_model.path))
-    window.show_page("target")  # leaving a step saves it
+    window.show_page("compute")  # leaving a step saves it
     window.close()
     draft: RunDraft = load_draft()
-    assert draft.base_model == str(tiny_model.path) and draft.step == "target"
+    assert draft.base_model == str(tiny_model.path) and draft.step == "compute"
     again = open_window(qtbot, qloop)
-    assert again.wizard.current.step_name == "target"
+    assert again.wizard.current.step_name == "compute"
     again.show_page("model")
     reopened = again.wizard.current
     assert isinstance(reopened, ModelStep) and reopened.model_edit.text() == str(tiny_model.path)

@@ -6,14 +6,17 @@ and the CLI launch runs the same way.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainer_payload.protocol import job_default
 
 DRAFT_SCHEMA_VERSION = 1
+#: A rented machine's price may rise this much between the pick and the rental before the rental is refused.
+PRICE_MARGIN = 1.10
 
 #: Training keys the wizard starts from: the payload's job keys and defaults (whole minutes and epochs for the
 #: wizard's boxes).
@@ -86,6 +89,78 @@ class TargetDraft(BaseModel):
         return f"ssh://{self.user}@{self.host}:{self.port}"
 
 
+class ComputeDraft(BaseModel):
+    """A machine to rent, as picked on the Compute step (the offer as the provider listed it).
+
+    Attributes:
+        provider: ``runpod``, ``vast`` or ``lambda`` ("" until an offer is picked).
+        offer_id: The provider's id of the picked offer (the first machine rents exactly this offer).
+        gpu: The GPU's display name ("RTX 4090").
+        gpu_id: The provider's own GPU or type id.
+        count: GPUs in the machine.
+        vram_gb: Memory per GPU, GB.
+        price_per_hour: The whole machine's price when it was picked (dollars per hour).
+        spot: Interruptible (cheaper; a machine taken away is replaced and the run resumes).
+        reliability: The provider's score from 0 to 1 (None where it publishes none).
+        location: Region or data centre.
+        strategy: How several GPUs share the job (``ddp`` or ``fsdp``), as the sizing judged best for the machine.
+        max_price_per_hour: The most the machine may cost per hour when it is rented (0: the pick's price plus
+            :data:`PRICE_MARGIN`).
+        python: The interpreter on the machine ("" for ``python3``).
+        user: The SSH login user ("" for the provider's usual one).
+        image: The container image ("" for a PyTorch image the provider is known to run).
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    provider: str = ""
+    offer_id: str = ""
+    gpu: str = ""
+    gpu_id: str = ""
+    count: int = Field(default=1, ge=1)
+    vram_gb: float = Field(default=0.0, ge=0.0)
+    price_per_hour: float = Field(default=0.0, ge=0.0)
+    spot: bool = False
+    reliability: float | None = None
+    location: str = ""
+    strategy: str = "ddp"
+    max_price_per_hour: float = Field(default=0.0, ge=0.0)
+    python: str = ""
+    user: str = ""
+    image: str = ""
+
+    @property
+    def picked(self) -> bool:
+        """Whether an offer was picked."""
+        return bool(self.provider and self.offer_id)
+
+    @property
+    def price_cap(self) -> float:
+        """The most the rental may cost per hour: the stated maximum, else the pick's price plus the margin."""
+        if self.max_price_per_hour > 0:
+            return self.max_price_per_hour
+        return math.ceil(self.price_per_hour * PRICE_MARGIN * 100 - 1e-9) / 100
+
+    def spec_section(self) -> dict[str, Any]:
+        """The pick as ``SPEC.toml``'s ``[compute]`` table (see :func:`desktop.core.runs.spec.compute_from_dict`)."""
+        section: dict[str, Any] = {
+            "provider": self.provider,
+            "gpu": self.gpu,
+            "count": self.count,
+            "spot": self.spot,
+            "offer": self.offer_id,
+        }
+        if self.price_cap > 0:
+            section["max_price_per_hour"] = self.price_cap
+        optional = {"python": self.python, "user": self.user, "image": self.image}
+        section.update({key: value for key, value in optional.items() if value})
+        return section
+
+    def training_keys(self) -> dict[str, Any]:
+        """The training keys the machine sets: its GPU count, and the strategy for several GPUs."""
+        return {"num_gpus": self.count} if self.count == 1 else {"num_gpus": self.count, "strategy": self.strategy}
+
+
 class RunDraft(BaseModel):
     """Everything the wizard collects, page by page.
 
@@ -94,12 +169,18 @@ class RunDraft(BaseModel):
         data_file: The dataset the user picked (JSONL, CSV or Parquet).
         train_file: The prepared ``messages`` JSONL to upload ("" until prepared).
         eval_file: The prepared eval split ("" for none).
+        data_columns: For a table (CSV, Parquet): role (``user``, ``assistant``, ``system``) → column; empty means
+            guessed from the column names.
+        leave_out_secrets: Leave rows with a suspected secret (API key, token) out of the prepared data.
         base_model: Hub id or local model folder.
         method: ``qlora``, ``lora``, ``full`` or ``full-8bit``.
         training: The payload's job keys (see :data:`DEFAULT_TRAINING`).
         gpu_name: The option picked on the sizing page (see :func:`gpu_pick_label`; "" for none yet); its GPU count
             (and strategy) go into the spec's training keys.
-        target: Where to train.
+        renting: Rent a machine (``compute``) rather than train on the own server (``target``). A draft that names
+            no choice (one saved before renting came to the wizard) rents unless it names a server.
+        compute: The machine to rent, as picked on the Compute step.
+        target: The own server.
         hourly_rate_usd: What the target costs per hour, as the user states it.
         budget_usd: Stop spending past this (0: no limit).
         step: The wizard page last shown, so a reopened wizard continues there.
@@ -111,17 +192,58 @@ class RunDraft(BaseModel):
     data_file: str = ""
     train_file: str = ""
     eval_file: str = ""
+    data_columns: dict[str, str] = Field(default_factory=dict)
+    leave_out_secrets: bool = False
     base_model: str = ""
     method: str = "qlora"
     training: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_TRAINING))
     gpu_name: str = ""
+    renting: bool = True
+    compute: ComputeDraft = Field(default_factory=ComputeDraft)
     target: TargetDraft = Field(default_factory=TargetDraft)
     hourly_rate_usd: float = Field(default=0.0, ge=0.0)
     budget_usd: float = Field(default=0.0, ge=0.0)
     step: str = "data"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _choose_renting(cls, data: Any) -> Any:
+        """A draft without ``renting`` rents, unless it names an own server (drafts from before renting did)."""
+        if isinstance(data, dict) and "renting" not in data:
+            target = data.get("target")
+            host = target.get("host") if isinstance(target, dict) else getattr(target, "host", "")
+            return {**data, "renting": not host}
+        return data
+
     def spec_dict(self) -> dict[str, Any]:
-        """The draft as a ``SPEC.toml`` document (the structure :func:`run_spec_from_dict` reads)."""
+        """The draft as a ``SPEC.toml`` document (the structure :func:`run_spec_from_dict` reads).
+
+        A renting draft writes ``[compute]`` (once an offer is picked), with the machine's GPU count in
+        ``[training]``; an own-server draft writes ``[target]`` and the Sizing step's GPU count.
+        """
+        data = {"train": self.train_file}
+        if self.eval_file:
+            data["eval"] = self.eval_file
+        spec: dict[str, Any] = {"model": {"base": self.base_model}, "data": data}
+        return spec | (self._rented_sections() if self.renting else self._own_sections())
+
+    def _rented_sections(self) -> dict[str, Any]:
+        picked = self.compute.picked
+        machine = self.compute.training_keys() if picked else {}
+        sections: dict[str, Any] = {"training": {"method": self.method, **self.training, **machine}}
+        if picked:
+            sections["compute"] = self.compute.spec_section()
+        sections["budget"] = {"max_usd": self.budget_usd}  # a rented machine's price is known: no rate
+        return sections
+
+    def _own_sections(self) -> dict[str, Any]:
+        return {
+            "training": {"method": self.method, **self.training, **gpu_pick_training(self.gpu_name)},
+            "target": self._target_section(),
+            "budget": {"hourly_rate_usd": self.hourly_rate_usd, "max_usd": self.budget_usd},
+        }
+
+    def _target_section(self) -> dict[str, Any]:
         target: dict[str, Any] = {"ssh": self.target.url, "python": self.target.python or "python3"}
         optional = {
             "identity": self.target.identity,
@@ -130,13 +252,4 @@ class RunDraft(BaseModel):
             "host_key": self.target.host_key,
         }
         target.update({key: value for key, value in optional.items() if value})
-        data = {"train": self.train_file}
-        if self.eval_file:
-            data["eval"] = self.eval_file
-        return {
-            "model": {"base": self.base_model},
-            "data": data,
-            "training": {"method": self.method, **self.training, **gpu_pick_training(self.gpu_name)},
-            "target": target,
-            "budget": {"hourly_rate_usd": self.hourly_rate_usd, "max_usd": self.budget_usd},
-        }
+        return target

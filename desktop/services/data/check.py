@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from desktop.core.data.findings import Code, Finding, Severity
+from desktop.core.data.findings import CODE_INFO, Code, Finding, Severity
 from desktop.core.data.formats import FORMAT_NAMES, ConversionError, DataFormat, to_messages
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.rules import check_messages, exact_key, near_key
-from desktop.services.data.reader import DatasetFileError, RawRow, choose_format, iter_rows
+from desktop.services.data.reader import DatasetFileError, FileProblem, RawRow, choose_format, iter_rows
 from desktop.services.data.tokens import Conversation, EstimatedTokenCounter, TokenCounter
 
 Progress = Callable[[int, int], None]
@@ -32,6 +32,9 @@ class CheckOutcome:
         duplicates: Row numbers that repeat an earlier row (exactly or nearly).
         fmt: The detected format.
         mapping: The column mapping used for tabular input.
+        secrets: Row numbers without errors that hold a suspected secret.
+        fields: The fields of the first readable row (a table's columns).
+        fatal_kind: Why the file is unusable as a whole, when ``report.fatal`` is set.
     """
 
     report: DataReport
@@ -39,10 +42,18 @@ class CheckOutcome:
     duplicates: set[int] = field(default_factory=set)
     fmt: DataFormat | None = None
     mapping: dict[str, str] | None = None
+    secrets: set[int] = field(default_factory=set)
+    fields: list[str] = field(default_factory=list)
+    fatal_kind: FileProblem | None = None
 
-    def kept_lengths(self) -> dict[int, int]:
-        """Lengths of the rows ``prepare`` keeps: no errors, first of their duplicates."""
-        return {line: n for line, n in self.lengths.items() if line not in self.duplicates}
+    def kept_lengths(self, leave_out_secrets: bool = False) -> dict[int, int]:
+        """Lengths of the rows ``prepare`` keeps: no errors, first of their duplicates, secrets left out if asked."""
+        dropped = self.duplicates | self.secrets if leave_out_secrets else self.duplicates
+        return {line: n for line, n in self.lengths.items() if line not in dropped}
+
+    def problems(self, severity: Severity) -> int:
+        """Findings of one severity (a row may have several)."""
+        return sum(s.count for code, s in self.report.summaries.items() if CODE_INFO[code].severity is severity)
 
 
 class _DuplicateFinder:
@@ -87,6 +98,7 @@ def iter_conversations(
             continue
         assert raw.data is not None
         if outcome.fmt is None:
+            outcome.fields = [str(name) for name in raw.data]
             outcome.fmt, outcome.mapping = choose_format(raw.data, columns)
             report.format = FORMAT_NAMES[outcome.fmt]
         messages, problem = _converted(raw, outcome.fmt, outcome.mapping)
@@ -95,6 +107,8 @@ def iter_conversations(
             report.add(finding)
         if any(f.severity is Severity.ERROR for f in findings):
             continue
+        if any(f.code is Code.SECRET for f in findings):
+            outcome.secrets.add(raw.line)
         repeat = duplicates.check(messages, raw.line)
         if repeat is not None:
             report.add(repeat)
@@ -144,16 +158,19 @@ def check_dataset(
                 _count_batch(batch, counter, outcome, seq_len)
                 batch.clear()
     except DatasetFileError as exc:
-        outcome.report.fatal = str(exc)
+        outcome.report.fatal, outcome.fatal_kind = str(exc), exc.kind
+        outcome.fields = exc.fields or outcome.fields
         return outcome
     except OSError as exc:
         outcome.report.fatal = f"{path} cannot be read ({exc.strerror or exc}); check the file and its permissions"
+        outcome.fatal_kind = FileProblem.UNREADABLE
         return outcome
     if batch:
         _count_batch(batch, counter, outcome, seq_len)
     if outcome.report.rows == 0:
-        outcome.report.fatal = f"{path.name} holds no rows"
+        outcome.report.fatal, outcome.fatal_kind = f"{path.name} holds no rows", FileProblem.EMPTY
     elif outcome.report.valid == 0:
         outcome.report.fatal = "no row is usable; fix the errors listed"
+        outcome.fatal_kind = FileProblem.NO_USABLE_ROW
     outcome.report.tokens = token_stats(list(outcome.lengths.values()), seq_len, counter.description)
     return outcome

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from desktop.core.data.findings import Severity
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.split import eval_indices
 from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_conversations
@@ -54,14 +55,20 @@ class Prepared:
 
 
 def _write_splits(
-    path: Path, staging: Path, outcome: CheckOutcome, evals: set[int], columns: Mapping[str, str] | None
+    path: Path,
+    staging: Path,
+    *,
+    kept: Mapping[int, int],
+    evals: set[int],
+    columns: Mapping[str, str] | None,
+    progress: Progress | None,
 ) -> tuple[int, int]:
     encoder = msgspec.json.Encoder()
     counts = [0, 0]
     replay = CheckOutcome(DataReport(str(path)))
     with atomic_writer(staging / TRAIN_NAME) as train, atomic_writer(staging / EVAL_NAME) as evaluation:
-        for line, messages in iter_conversations(path, replay, columns, None):
-            if line in outcome.duplicates or line not in outcome.lengths:
+        for line, messages in iter_conversations(path, replay, columns, progress):
+            if line not in kept:
                 continue
             target = evaluation if line in evals else train
             target.write(encoder.encode({"messages": messages}) + b"\n")
@@ -75,12 +82,14 @@ def _manifest(
     outcome: CheckOutcome,
     counts: tuple[int, int],
     options: dict[str, Any],
-    kept_lengths: list[int],
+    kept: Mapping[int, int],
+    evals: set[int],
     counter: TokenCounter,
     seq_len: int,
 ) -> dict[str, Any]:
     report = outcome.report
-    stats = token_stats(kept_lengths, seq_len, counter.description)
+    stats = token_stats(list(kept.values()), seq_len, counter.description)
+    train_tokens = sum(min(n, seq_len) for line, n in kept.items() if line not in evals)
     return {
         "schema_version": MANIFEST_VERSION,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -101,12 +110,18 @@ def _manifest(
             "method": stats.method,
             "seq_len": seq_len,
             "trained_per_epoch": stats.trained,
+            "train_per_epoch": train_tokens,
             "total": stats.total,
             "cut": stats.cut,
             "too_long": stats.too_long,
             "percentiles": stats.percentiles,
         },
         "tokenizer": counter.description,
+        "counted_with": {"model": counter.model, "exact": counter.exact, "reason": counter.reason},
+        "problems": {"errors": outcome.problems(Severity.ERROR), "warnings": outcome.problems(Severity.WARNING)},
+        "secrets": {"rows": len(outcome.secrets), "left_out": bool(options.get("leave_out_secrets"))},
+        "format": outcome.fmt.value if outcome.fmt else "",
+        "columns": outcome.mapping,
         **options,
     }
 
@@ -139,12 +154,28 @@ def prepare_dataset(
     counter: TokenCounter | None = None,
     columns: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    leave_out_secrets: bool = False,
+    checked: CheckOutcome | None = None,
 ) -> Prepared:
     """Checks ``path``, then writes ``train.jsonl``, ``eval.jsonl`` and ``manifest.json`` into ``out_dir``.
 
-    Rows with errors and repeated rows are left out; the split is seeded and stratified by length. The files are
-    written into a hidden folder inside ``out_dir`` first and moved in as a set, the manifest last: a folder with a
-    manifest always holds the set it describes, and a prepare that fails leaves the previous set as it was.
+    Rows with errors and repeated rows are left out (and rows with a suspected secret, if asked); the split is
+    seeded and stratified by length. The files are written into a hidden folder inside ``out_dir`` first and moved
+    in as a set, the manifest last: a folder with a manifest always holds the set it describes, and a prepare that
+    fails leaves the previous set as it was.
+
+    Args:
+        path: The JSONL, CSV or Parquet file.
+        out_dir: The folder for the prepared files (created when missing).
+        seq_len: The training sequence length (longer examples are counted as cut to it).
+        eval_fraction: Share of the examples held out for evaluation (0 for none).
+        seed: Seed of the train/eval split.
+        counter: Token counter; the labelled estimate by default.
+        columns: Role → column mapping for tabular files (guessed when omitted).
+        progress: Called with (bytes done, total bytes) now and then.
+        leave_out_secrets: Leave rows with a suspected secret out of both files.
+        checked: The outcome of checking ``path`` with the same counter, sequence length and columns, when the
+            caller has one (the check is then not repeated).
 
     Raises:
         PrepareError: The source is unusable, the eval fraction is out of range, or ``out_dir`` cannot be written.
@@ -152,21 +183,26 @@ def prepare_dataset(
     if not 0 <= eval_fraction < 0.5:
         raise PrepareError(f"--eval-fraction {eval_fraction:g} must be at least 0 and below 0.5")
     counter = counter or EstimatedTokenCounter()
-    outcome = check_dataset(path, seq_len=seq_len, counter=counter, columns=columns, progress=progress)
+    outcome = checked or check_dataset(path, seq_len=seq_len, counter=counter, columns=columns, progress=progress)
     if outcome.report.fatal:
         raise PrepareError(f"{path}: {outcome.report.fatal}")
     _make_out_dir(out_dir)
-    kept = outcome.kept_lengths()
+    kept = outcome.kept_lengths(leave_out_secrets)
     evals = eval_indices(kept, eval_fraction, seed)
+    options = {"seed": seed, "eval_fraction": eval_fraction, "leave_out_secrets": leave_out_secrets}
     try:
         with tempfile.TemporaryDirectory(prefix=".prepare-", dir=out_dir, ignore_cleanup_errors=True) as folder:
-            counts = _write_splits(path, Path(folder), outcome, evals, outcome.mapping or columns)
+            written = progress if checked is not None else None
+            counts = _write_splits(
+                path, Path(folder), kept=kept, evals=evals, columns=outcome.mapping or columns, progress=written
+            )
             manifest = _manifest(
                 path,
                 outcome=outcome,
                 counts=counts,
-                options={"seed": seed, "eval_fraction": eval_fraction},
-                kept_lengths=list(kept.values()),
+                options=options,
+                kept=kept,
+                evals=evals,
                 counter=counter,
                 seq_len=seq_len,
             )
@@ -193,13 +229,30 @@ def read_manifest(train_file: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def counted_words(manifest: dict[str, Any]) -> str:
+    """How a manifest's tokens were counted, in words: ``counted with the tokenizer of X`` or the estimate."""
+    counted = manifest.get("counted_with")
+    if isinstance(counted, dict) and counted.get("exact"):
+        return f"counted with the tokenizer of {counted.get('model') or 'the model'}"
+    if isinstance(counted, dict):
+        return "estimated at about 4 characters per token"
+    method = str(manifest.get("tokens", {}).get("method", "counted"))
+    return method if method.startswith("counted") else f"counted by the {method}"
+
+
 def manifest_tokens(manifest: dict[str, Any]) -> tuple[int, str] | None:
-    """Training tokens per epoch from a manifest (its eval share left out), and how they were counted."""
+    """Training tokens per epoch from a manifest (the eval split left out), and how they were counted.
+
+    Manifests written before the training split's own count share the total out by examples.
+    """
     try:
         tokens, counts = manifest["tokens"], manifest["counts"]
         trained, train, evaluation = int(tokens["trained_per_epoch"]), int(counts["train"]), int(counts["eval"])
+        exact = tokens.get("train_per_epoch")
+        if exact is None:
+            share = train / (train + evaluation) if train + evaluation else 1.0
+            exact = round(trained * share)
+        exact = int(exact)
     except (KeyError, TypeError, ValueError):
         return None
-    share = train / (train + evaluation) if train + evaluation else 1.0
-    source = f"{train:,} training examples of the prepared data ({tokens.get('method', 'counted')})"
-    return max(1, round(trained * share)), source
+    return max(1, exact), f"{train:,} training examples of the prepared data, {counted_words(manifest)}"

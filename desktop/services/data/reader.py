@@ -11,6 +11,7 @@ import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,36 @@ from desktop.services.platform.files import file_encoding
 _DECODER = msgspec.json.Decoder()
 
 
+class FileProblem(StrEnum):
+    """Why a file as a whole cannot be used: front ends word each kind their own way."""
+
+    MISSING = "missing"
+    FOLDER = "folder"
+    UNKNOWN_TYPE = "unknown-type"
+    NOT_TEXT = "not-text"
+    NOT_JSON = "not-json"
+    PRETTY_JSON = "pretty-json"
+    NOT_CSV = "not-csv"
+    NEEDS_PYARROW = "needs-pyarrow"
+    NOT_PARQUET = "not-parquet"
+    UNKNOWN_LAYOUT = "unknown-layout"
+    UNREADABLE = "unreadable"
+    EMPTY = "empty"
+    NO_USABLE_ROW = "no-usable-row"
+
+
 class DatasetFileError(ValueError):
-    """The file as a whole cannot be read; the message says why and what to do."""
+    """The file as a whole cannot be read; the message says why and what to do.
+
+    Attributes:
+        kind: Which problem it is.
+        fields: The fields the first row has (for :attr:`FileProblem.UNKNOWN_LAYOUT`).
+    """
+
+    def __init__(self, message: str, kind: FileProblem = FileProblem.UNREADABLE, fields: list[str] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.fields = fields or []
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +93,11 @@ def iter_json_array(path: Path, encoding: str = "utf-8") -> Iterator[RawRow]:
     try:
         items = _DECODER.decode(raw if encoding == "utf-8" else raw.decode(encoding).encode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise DatasetFileError(_not_text(path, encoding, exc)) from exc
+        raise DatasetFileError(_not_text(path, encoding, exc), FileProblem.NOT_TEXT) from exc
     except msgspec.DecodeError as exc:
-        raise DatasetFileError(f"{path} is not valid JSON ({exc}); fix it or export it as JSON Lines") from exc
+        raise DatasetFileError(
+            f"{path} is not valid JSON ({exc}); fix it or export it as JSON Lines", FileProblem.NOT_JSON
+        ) from exc
     done = path.stat().st_size
     for number, item in enumerate(items, start=1):
         if isinstance(item, dict):
@@ -100,7 +131,7 @@ def _utf8_lines(path: Path, encoding: str) -> Iterator[tuple[bytes, int]]:
             for line in text:
                 yield line.encode("utf-8"), binary.tell()
         except UnicodeDecodeError as exc:
-            raise DatasetFileError(_not_text(path, encoding, exc)) from exc
+            raise DatasetFileError(_not_text(path, encoding, exc), FileProblem.NOT_TEXT) from exc
 
 
 def iter_jsonl(path: Path) -> Iterator[RawRow]:
@@ -118,7 +149,8 @@ def iter_jsonl(path: Path) -> Iterator[RawRow]:
         if number == 1 and raw.strip() == b"{":
             raise DatasetFileError(
                 f"{path.name} is one pretty-printed JSON document, not JSON Lines (one object per line); "
-                "export one object per line (for example: jq -c '.' FILE > FILE.jsonl)"
+                "export one object per line (for example: jq -c '.' FILE > FILE.jsonl)",
+                FileProblem.PRETTY_JSON,
             )
         if raw.strip():
             yield _jsonl_row(number, raw, done)
@@ -143,10 +175,12 @@ def iter_csv(path: Path) -> Iterator[RawRow]:
                 yield RawRow(number, {k: _csv_value(v or "") for k, v in row.items() if k}, None, handle.buffer.tell())  # type: ignore[attr-defined]
     except UnicodeDecodeError as exc:
         if encoding == "utf-16":
-            raise DatasetFileError(_not_text(path, encoding, exc)) from exc
-        raise DatasetFileError(f"{path} is not UTF-8 ({exc.reason}); re-save it as UTF-8") from exc
+            raise DatasetFileError(_not_text(path, encoding, exc), FileProblem.NOT_TEXT) from exc
+        raise DatasetFileError(
+            f"{path} is not UTF-8 ({exc.reason}); re-save it as UTF-8", FileProblem.NOT_TEXT
+        ) from exc
     except csv.Error as exc:
-        raise DatasetFileError(f"{path} is not a readable CSV file ({exc})") from exc
+        raise DatasetFileError(f"{path} is not a readable CSV file ({exc})", FileProblem.NOT_CSV) from exc
 
 
 def iter_parquet(path: Path) -> Iterator[RawRow]:
@@ -154,11 +188,13 @@ def iter_parquet(path: Path) -> Iterator[RawRow]:
     try:
         import pyarrow.parquet as pq  # optional, heavy: only for Parquet input
     except ImportError as exc:
-        raise DatasetFileError("reading Parquet needs pyarrow: pip install pyarrow (or make install-local)") from exc
+        raise DatasetFileError(
+            "reading Parquet needs pyarrow: pip install pyarrow (or make install-local)", FileProblem.NEEDS_PYARROW
+        ) from exc
     try:
         parquet = pq.ParquetFile(path)
     except Exception as exc:
-        raise DatasetFileError(f"{path} is not a readable Parquet file ({exc})") from exc
+        raise DatasetFileError(f"{path} is not a readable Parquet file ({exc})", FileProblem.NOT_PARQUET) from exc
     number, total, rows = 0, path.stat().st_size, max(1, parquet.metadata.num_rows)
     for batch in parquet.iter_batches(batch_size=1024):
         for row in batch.to_pylist():
@@ -173,9 +209,13 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
         DatasetFileError: The file is missing, of an unknown type, or unreadable as a whole.
     """
     if path.is_dir():
-        raise DatasetFileError(f"{path} is a folder; pass the path of a JSONL, CSV or Parquet file inside it")
+        raise DatasetFileError(
+            f"{path} is a folder; pass the path of a JSONL, CSV or Parquet file inside it", FileProblem.FOLDER
+        )
     if not path.is_file():
-        raise DatasetFileError(f"{path} does not exist; pass the path of a JSONL, CSV or Parquet file")
+        raise DatasetFileError(
+            f"{path} does not exist; pass the path of a JSONL, CSV or Parquet file", FileProblem.MISSING
+        )
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".json", ".ndjson"}:
         return iter_jsonl(path)
@@ -183,7 +223,9 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
         return iter_csv(path)
     if suffix in {".parquet", ".pq"}:
         return iter_parquet(path)
-    raise DatasetFileError(f"{path.name}: unknown file type {suffix!r}; use .jsonl, .csv or .parquet")
+    raise DatasetFileError(
+        f"{path.name}: unknown file type {suffix!r}; use .jsonl, .csv or .parquet", FileProblem.UNKNOWN_TYPE
+    )
 
 
 def choose_format(
@@ -205,5 +247,7 @@ def choose_format(
     raise DatasetFileError(
         f"unknown row layout (fields: {', '.join(map(str, row))}); use 'messages', Alpaca "
         "(instruction/input/output), ShareGPT (conversations), prompt/completion, or map columns with "
-        "--columns user=COL,assistant=COL"
+        "--columns user=COL,assistant=COL",
+        FileProblem.UNKNOWN_LAYOUT,
+        [str(name) for name in row],
     )

@@ -7,6 +7,7 @@ says so.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,12 +32,23 @@ CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 4
 
 _log = get_logger("tokens")
+_LOADING = threading.Lock()
 
 
 class TokenCounter(Protocol):
-    """Counts the tokens each conversation becomes through the chat template."""
+    """Counts the tokens each conversation becomes through the chat template.
+
+    Attributes:
+        description: How tokens are counted, in one phrase (the CLI prints it).
+        exact: True when the model's own tokenizer counts; False for the estimate.
+        model: The model whose tokenizer counts, or was wanted when the estimate stands in ("" for none).
+        reason: Why the estimate is used ("" when exact).
+    """
 
     description: str
+    exact: bool
+    model: str
+    reason: str
 
     def count(self, conversations: Sequence[Conversation]) -> list[int]:
         """Returns one token count per conversation."""
@@ -46,7 +58,11 @@ class TokenCounter(Protocol):
 class EstimatedTokenCounter:
     """About four characters per token plus a few template tokens per message (no tokenizer needed)."""
 
-    def __init__(self, reason: str = "no model given") -> None:
+    exact = False
+
+    def __init__(self, reason: str = "no model given", model: str = "") -> None:
+        self.reason = reason
+        self.model = model  # the model whose tokenizer was wanted, if any
         self.description = f"estimate, ~4 characters per token ({reason})"
 
     def count(self, conversations: Sequence[Conversation]) -> list[int]:
@@ -60,8 +76,12 @@ class EstimatedTokenCounter:
 class ChatTemplateTokenCounter:
     """Exact counts: the model's chat template rendered for a batch, then the fast tokenizer's batch encode."""
 
+    exact = True
+    reason = ""
+
     def __init__(self, tokenizer: Any, name: str) -> None:
         self._tokenizer = tokenizer
+        self.model = name
         self.description = f"tokenizer and chat template of {name}"
 
     def count(self, conversations: Sequence[Conversation]) -> list[int]:
@@ -90,20 +110,26 @@ def _tokenizer_folder(model: str) -> Path:
 
 
 def load_token_counter(model: str | None) -> TokenCounter:
-    """Returns an exact counter for ``model`` when its tokenizer can be loaded, else the labelled estimate."""
+    """Returns an exact counter for ``model`` when its tokenizer can be loaded, else the labelled estimate.
+
+    Loads are one at a time: transformers' lazy imports are not safe to race, and two checks (the Data step's and
+    the Sizing step's recount) may ask at once.
+    """
     if not model:
         return EstimatedTokenCounter()
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return EstimatedTokenCounter("transformers is not installed: make install-local")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
-    except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
-        _log.info("tokenizer of %s unavailable: %s", model, exc)
-        return EstimatedTokenCounter(f"the tokenizer of {model} could not be loaded: {_why_not_loaded(exc)}")
+    with _LOADING:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            return EstimatedTokenCounter("the transformers library is not installed", model)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(_tokenizer_folder(model)))
+        except Exception as exc:  # noqa: BLE001 - Hub, file and tokenizer errors all mean "fall back to the estimate"
+            _log.info("tokenizer of %s unavailable: %s", model, exc)
+            reason = f"the tokenizer of {model} could not be loaded: {_why_not_loaded(exc)}"
+            return EstimatedTokenCounter(reason, model)
     if not getattr(tokenizer, "chat_template", None):
-        return EstimatedTokenCounter(f"{model} has no chat template")
+        return EstimatedTokenCounter(f"{model} has no chat template", model)
     return ChatTemplateTokenCounter(tokenizer, model)
 
 
@@ -111,7 +137,11 @@ def _why_not_loaded(exc: Exception) -> str:
     """A tokenizer failure in words a user can act on (not an exception class name)."""
     name = type(exc).__name__
     if name in {"LocalEntryNotFoundError", "ConnectError", "ConnectionError", "OfflineModeIsEnabled"}:
-        return "it is not downloaded yet and the Hugging Face Hub cannot be reached (check the network)"
+        return "it is not downloaded yet and the Hugging Face Hub cannot be reached; check the network"
     if name in {"GatedRepoError", "RepositoryNotFoundError"}:
         return "the model is gated or private: accept its licence on huggingface.co and add an HF token in Settings"
-    return f"{name}: {str(exc)[:200]}"
+    if name == "HFValidationError":
+        return "the name is neither a Hugging Face model id, written org/name, nor a model folder on this computer"
+    if isinstance(exc, OSError):
+        return "its tokenizer files are missing or unreadable; the log has the details"
+    return "its tokenizer files could not be read; the log has the details"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from typing import Any
 from desktop.core.data.findings import Severity
 from desktop.core.data.histogram import LengthBar, length_histogram
 from desktop.core.data.report import DataReport
+from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_conversations
+from desktop.services.data.numbers import DataNumbers, numbers_from_manifest
 from desktop.services.data.prepare import prepare_dataset
 from desktop.services.data.tokens import Conversation, TokenCounter, load_token_counter
 from desktop.services.platform.files import atomic_write_text, sha256_file
@@ -27,7 +30,7 @@ from desktop.services.platform.paths import app_paths
 
 DATASETS_DIR = "datasets"
 CHECK_FILE = "check.json"
-CHECK_VERSION = 1
+CHECK_VERSION = 2
 PREVIEW_EXAMPLES = 3
 SHORT_SHA = 12
 #: Share of the progress bar for the check; preparing re-reads the file for the rest.
@@ -35,6 +38,8 @@ CHECK_SHARE = 0.5
 
 Fraction = Callable[[float], None]
 _log = get_logger("datasets")
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
 
 
 class CheckCancelledError(Exception):
@@ -58,6 +63,14 @@ class DatasetCheck:
         preview: The first kept conversations.
         train_file: The prepared training file ("" when the file is unusable).
         eval_file: The prepared eval file ("" for none).
+        columns: The column mapping asked for (None: guessed from the column names).
+        leave_out_secrets: Whether rows with a suspected secret were left out.
+        data_format: The layout found (a :class:`~desktop.core.data.formats.DataFormat` value, "" when none).
+        mapping: The column mapping used for a table (None for other layouts).
+        fields: The first row's fields: a table's columns, for choosing a mapping.
+        fatal_kind: Why the file is unusable as a whole (a :class:`~desktop.services.data.reader.FileProblem`).
+        secret_rows: Rows without errors that hold a suspected secret.
+        numbers: The prepared data's numbers (None until prepared): what every step shows.
     """
 
     source: str
@@ -72,6 +85,14 @@ class DatasetCheck:
     preview: list[Conversation] = field(default_factory=list)
     train_file: str = ""
     eval_file: str = ""
+    columns: dict[str, str] | None = None
+    leave_out_secrets: bool = False
+    data_format: str = ""
+    mapping: dict[str, str] | None = None
+    fields: list[str] = field(default_factory=list)
+    fatal_kind: str = ""
+    secret_rows: int = 0
+    numbers: DataNumbers | None = None
 
     @property
     def fatal(self) -> str:
@@ -82,6 +103,11 @@ class DatasetCheck:
     def usable(self) -> bool:
         """Whether prepared files exist to train on."""
         return not self.fatal and self.kept > 0 and bool(self.train_file)
+
+    def answers(self, *, seq_len: int, model: str, columns: dict[str, str] | None, leave_out_secrets: bool) -> bool:
+        """Whether this check was made with these settings (else the file must be checked again)."""
+        asked = (self.seq_len, self.model, self.columns or None, self.leave_out_secrets)
+        return asked == (seq_len, model, columns or None, leave_out_secrets)
 
     def count(self, severity: Severity) -> int:
         """Findings of one severity."""
@@ -103,6 +129,8 @@ class DatasetCheck:
         if fields.pop("version", None) != CHECK_VERSION:
             raise ValueError(f"{CHECK_FILE} version is not {CHECK_VERSION}")
         fields["histogram"] = [LengthBar(**bar) for bar in fields["histogram"]]
+        if fields.get("numbers") is not None:
+            fields["numbers"] = DataNumbers(**fields["numbers"])
         return cls(**fields)
 
 
@@ -127,12 +155,13 @@ def _phase(
     return report
 
 
-def _preview(path: Path, outcome: CheckOutcome) -> list[Conversation]:
+def _preview(path: Path, outcome: CheckOutcome, leave_out_secrets: bool) -> list[Conversation]:
     """The first kept conversations (reads only as far as needed)."""
     replay = CheckOutcome(DataReport(str(path)))
+    kept = outcome.kept_lengths(leave_out_secrets)
     shown: list[Conversation] = []
     for line, messages in iter_conversations(path, replay, outcome.mapping, None):
-        if line in outcome.lengths and line not in outcome.duplicates:
+        if line in kept:
             shown.append(messages)
         if len(shown) == PREVIEW_EXAMPLES:
             break  # the generator is closed (and the file with it) when it goes out of scope
@@ -157,17 +186,27 @@ def _write_check(folder: Path, check: DatasetCheck) -> None:
     atomic_write_text(folder / CHECK_FILE, json.dumps(check.to_json(), indent=1) + "\n")
 
 
-def load_saved_check(source: Path, train_file: str, seq_len: int, model: str = "") -> DatasetCheck | None:
+def load_saved_check(
+    source: Path,
+    train_file: str,
+    seq_len: int,
+    model: str = "",
+    *,
+    columns: dict[str, str] | None = None,
+    leave_out_secrets: bool = False,
+) -> DatasetCheck | None:
     """The remembered check of ``source`` when still valid, without reading the source.
 
     Valid means: the prepared files still exist, the source has the size and modification time it had when
-    checked, and the sequence length and model are the same.
+    checked, and the settings (sequence length, model, columns, secrets) are the same.
 
     Args:
         source: The dataset file the user picked.
         train_file: The prepared training file the draft points at (its folder holds ``check.json``).
         seq_len: The sequence length wanted now.
         model: The model wanted now ("" for the estimate).
+        columns: The column mapping wanted now (None: guessed).
+        leave_out_secrets: Whether rows with suspected secrets are to be left out.
     """
     if not train_file:
         return None
@@ -178,18 +217,38 @@ def load_saved_check(source: Path, train_file: str, seq_len: int, model: str = "
         return None
     if check is None or check.source != str(source.expanduser().resolve()):
         return None
-    same = (check.size, check.mtime_ns, check.seq_len, check.model) == (stat.st_size, stat.st_mtime_ns, seq_len, model)
+    same_file = (check.size, check.mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    same = same_file and check.answers(
+        seq_len=seq_len, model=model, columns=columns, leave_out_secrets=leave_out_secrets
+    )
     return check if same and check.train_file == train_file and _files_exist(check) else None
 
 
-def _prepared_before(source: Path, sha256: str, seq_len: int, model: str) -> DatasetCheck | None:
+@dataclass(frozen=True)
+class _Settings:
+    """What a check and preparation depend on besides the file's content."""
+
+    seq_len: int
+    model: str
+    columns: dict[str, str] | None
+    leave_out_secrets: bool
+
+
+def _prepared_before(source: Path, sha256: str, settings: _Settings) -> DatasetCheck | None:
     """A check of the same content (wherever the file was then) with the same settings, files still there.
 
     The check is re-pointed at ``source`` as it is now, so :func:`load_saved_check` finds it next time.
     """
     folder = dataset_folder(source, sha256)
     check = _read_check(folder)
-    if check is None or (check.sha256, check.seq_len, check.model) != (sha256, seq_len, model):
+    if check is None or check.sha256 != sha256:
+        return None
+    if not check.answers(
+        seq_len=settings.seq_len,
+        model=settings.model,
+        columns=settings.columns,
+        leave_out_secrets=settings.leave_out_secrets,
+    ):
         return None
     if not _files_exist(check):
         return None
@@ -202,33 +261,53 @@ def _prepared_before(source: Path, sha256: str, seq_len: int, model: str) -> Dat
 
 
 def _checked(
-    source: Path, *, sha256: str, seq_len: int, model: str, counter: TokenCounter, progress: Progress
-) -> DatasetCheck:
+    source: Path, *, sha256: str, settings: _Settings, counter: TokenCounter, progress: Progress
+) -> tuple[DatasetCheck, CheckOutcome]:
     stat = source.stat() if sha256 else None
-    outcome = check_dataset(source, seq_len=seq_len, counter=counter, progress=progress)
-    kept = outcome.kept_lengths()
-    return DatasetCheck(
+    outcome = check_dataset(
+        source, seq_len=settings.seq_len, counter=counter, columns=settings.columns, progress=progress
+    )
+    kept = outcome.kept_lengths(settings.leave_out_secrets)
+    check = DatasetCheck(
         source=str(source),
         sha256=sha256,
         size=stat.st_size if stat else 0,
         mtime_ns=stat.st_mtime_ns if stat else 0,
-        seq_len=seq_len,
-        model=model,
+        seq_len=settings.seq_len,
+        model=settings.model,
         report=outcome.report.to_dict(),
         kept=len(kept),
-        histogram=length_histogram(list(kept.values()), seq_len),
-        preview=[] if outcome.report.fatal else _preview(source, outcome),
+        histogram=length_histogram(list(kept.values()), settings.seq_len),
+        preview=[] if outcome.report.fatal else _preview(source, outcome, settings.leave_out_secrets),
+        columns=settings.columns or None,
+        leave_out_secrets=settings.leave_out_secrets,
+        data_format=outcome.fmt.value if outcome.fmt else "",
+        mapping=outcome.mapping,
+        fields=outcome.fields,
+        fatal_kind=outcome.fatal_kind.value if outcome.fatal_kind else "",
+        secret_rows=len(outcome.secrets),
     )
+    return check, outcome
 
 
-def _prepare(check: DatasetCheck, counter: TokenCounter, progress: Progress) -> None:
+def _prepare(check: DatasetCheck, outcome: CheckOutcome, counter: TokenCounter, progress: Progress) -> None:
     source = Path(check.source)
     folder = dataset_folder(source, check.sha256)
-    prepared = prepare_dataset(source, folder, seq_len=check.seq_len, counter=counter, progress=progress)
+    prepared = prepare_dataset(
+        source,
+        folder,
+        seq_len=check.seq_len,
+        counter=counter,
+        columns=check.columns,
+        progress=progress,
+        leave_out_secrets=check.leave_out_secrets,
+        checked=outcome,
+    )
     counts = prepared.manifest_data["counts"]
     check.kept = counts["train"] + counts["eval"]
     check.train_file = str(prepared.train)
     check.eval_file = str(prepared.eval or "")
+    check.numbers = numbers_from_manifest(prepared.manifest_data, check.train_file)
     _write_check(folder, check)
     _log.info("prepared %s into %s (%d examples)", source, folder, check.kept)
 
@@ -238,6 +317,8 @@ def check_and_prepare(
     *,
     seq_len: int,
     model: str = "",
+    columns: dict[str, str] | None = None,
+    leave_out_secrets: bool = False,
     progress: Fraction | None = None,
     cancel: threading.Event | None = None,
 ) -> DatasetCheck:
@@ -247,6 +328,8 @@ def check_and_prepare(
         source: The JSONL, CSV or Parquet file picked.
         seq_len: The training sequence length.
         model: Hub id or model folder whose tokenizer counts tokens ("" for the labelled estimate).
+        columns: Role → column mapping for a table (None: guessed from the column names).
+        leave_out_secrets: Leave rows with a suspected secret out of the prepared files.
         progress: Called with the fraction done (0 to 1), from this thread.
         cancel: Set it to stop the work at the next progress point.
 
@@ -256,16 +339,77 @@ def check_and_prepare(
         PrepareError: The file changed into an unusable one between check and preparation.
     """
     source = source.expanduser().resolve()
+    settings = _Settings(seq_len, model, dict(columns) if columns else None, leave_out_secrets)
     sha256 = sha256_file(source) if source.is_file() else ""
-    earlier = _prepared_before(source, sha256, seq_len, model) if sha256 else None
+    if not sha256:
+        return _check_and_prepare(source, sha256, settings, progress, cancel)
+    with _folder_lock(dataset_folder(source, sha256), cancel):
+        return _check_and_prepare(source, sha256, settings, progress, cancel)
+
+
+@contextmanager
+def _folder_lock(folder: Path, cancel: threading.Event | None) -> Iterator[None]:
+    """Holds the workspace folder while it is prepared: a second check of the same file waits, then reuses it."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(str(folder), threading.Lock())
+    while not lock.acquire(timeout=0.1):
+        if cancel is not None and cancel.is_set():
+            raise CheckCancelledError
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _check_and_prepare(
+    source: Path,
+    sha256: str,
+    settings: _Settings,
+    progress: Fraction | None,
+    cancel: threading.Event | None,
+) -> DatasetCheck:
+    earlier = _prepared_before(source, sha256, settings) if sha256 else None
     if earlier is not None:
         _log.info("%s was prepared before, in %s", source, Path(earlier.train_file).parent)
         return earlier
-    counter = load_token_counter(model or None)
+    counter = load_token_counter(settings.model or None)
     phase = _phase(source, progress, cancel, (0.0, CHECK_SHARE))
-    check = _checked(source, sha256=sha256, seq_len=seq_len, model=model, counter=counter, progress=phase)
+    check, outcome = _checked(source, sha256=sha256, settings=settings, counter=counter, progress=phase)
     if not check.fatal:
-        _prepare(check, counter, _phase(source, progress, cancel, (CHECK_SHARE, 1.0 - CHECK_SHARE)))
+        _prepare(check, outcome, counter, _phase(source, progress, cancel, (CHECK_SHARE, 1.0 - CHECK_SHARE)))
     if progress is not None:
         progress(1.0)
     return check
+
+
+def draft_settings(draft: RunDraft) -> dict[str, Any]:
+    """The settings a draft's data is checked and prepared with (keyword arguments of :func:`check_and_prepare`)."""
+    return {
+        "seq_len": int(draft.training.get("seq_len", DEFAULT_TRAINING["seq_len"])),
+        "model": draft.base_model,
+        "columns": dict(draft.data_columns) or None,
+        "leave_out_secrets": draft.leave_out_secrets,
+    }
+
+
+def prepare_for_draft(
+    draft: RunDraft, *, progress: Fraction | None = None, cancel: threading.Event | None = None
+) -> DatasetCheck | None:
+    """The draft's dataset checked and prepared for its model, sequence length, columns and secrets choice.
+
+    The remembered check is used when it still answers for those settings; otherwise the file is checked and
+    prepared again (the tokens are counted with the chosen model's tokenizer). Blocking: call it off the UI thread.
+
+    Returns:
+        The check (its ``numbers`` are what every step shows), or None when the draft has no dataset file.
+
+    Raises:
+        CheckCancelledError: ``cancel`` was set.
+        OSError: The file or the workspace could not be read or written.
+        PrepareError: The file changed into an unusable one between check and preparation.
+    """
+    if not draft.data_file:
+        return None
+    source, settings = Path(draft.data_file), draft_settings(draft)
+    saved = load_saved_check(source, draft.train_file, **settings)
+    return saved or check_and_prepare(source, **settings, progress=progress, cancel=cancel)

@@ -25,7 +25,16 @@ _NOT_CAUSAL = {"bert", "roberta", "t5", "mt5", "bart", "distilbert", "deberta", 
 
 
 class ModelResolutionError(LookupError):
-    """``--model`` names nothing Rentune can size; the message says what to pass instead."""
+    """``--model`` names nothing Rentune can size; the message says what to pass instead.
+
+    Attributes:
+        reason: What went wrong, for front ends that word it themselves: ``no-config``, ``bad-config``,
+            ``invalid-id``, ``not-found``, ``unreachable`` or ``unknown``.
+    """
+
+    def __init__(self, message: str, reason: str = "unknown") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @lru_cache(maxsize=1)
@@ -43,13 +52,17 @@ def load_gpus() -> tuple[GpuSpec, ...]:
 def _read_config_file(path: Path) -> dict[str, Any]:
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
-        raise ModelResolutionError(f"{path} has no config.json; point --model at a model folder or its config.json")
+        raise ModelResolutionError(
+            f"{path} has no config.json; point --model at a model folder or its config.json", "no-config"
+        )
     try:
         data = json.loads(config_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelResolutionError(f"{config_file} is not valid JSON ({exc}); re-download the model's config") from exc
+        raise ModelResolutionError(
+            f"{config_file} is not valid JSON ({exc}); re-download the model's config", "bad-config"
+        ) from exc
     if not isinstance(data, dict):
-        raise ModelResolutionError(f"{config_file} must hold a JSON object")
+        raise ModelResolutionError(f"{config_file} must hold a JSON object", "bad-config")
     return data
 
 
@@ -73,16 +86,20 @@ def hub_config_fetcher(secrets: SecretStore | None = None) -> ConfigFetcher:
         try:
             path = hf_hub_download(repo_id, "config.json", cache_dir=str(cache), token=token)
         except HFValidationError as exc:
-            raise ModelResolutionError(f"{repo_id!r} is not a valid Hugging Face model id ({exc})") from exc
+            raise ModelResolutionError(
+                f"{repo_id!r} is not a valid Hugging Face model id ({exc})", "invalid-id"
+            ) from exc
         except RepositoryNotFoundError as exc:
             raise ModelResolutionError(
                 f"{repo_id} is not on the Hugging Face Hub (or is gated: store a Hugging Face token in Settings "
-                "or set HF_TOKEN)"
+                "or set HF_TOKEN)",
+                "not-found",
             ) from exc
         except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
             raise ModelResolutionError(
                 f"could not read {repo_id}/config.json from the Hugging Face Hub ({type(exc).__name__}); check "
-                "the connection, or pass a local model folder or a catalog model (rentune plan --list-models)"
+                "the connection, or pass a local model folder or a catalog model (rentune plan --list-models)",
+                "unreachable",
             ) from exc
         return _read_config_file(Path(path))
 

@@ -33,7 +33,19 @@ _ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
 class SizingError(ValueError):
-    """The job cannot be sized; the message says why and how to fix it."""
+    """The job cannot be sized; the message says why and how to fix it.
+
+    Attributes:
+        headline: The problem in a few words (what the app's banner says first).
+        details: What to do about it.
+        setting: What fixes it: a training key (``seq_len``, ``lora_r``...) or ``base_model``; "" for nothing.
+    """
+
+    def __init__(self, message: str, *, headline: str = "", details: str = "", setting: str = "") -> None:
+        super().__init__(message)
+        self.headline = headline or message[:1].upper() + message[1:]
+        self.details = details
+        self.setting = setting
 
 
 @dataclass(frozen=True)
@@ -96,9 +108,18 @@ def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
         )
     except SetupError as exc:
         label = SETTING_LABELS.get(exc.setting, exc.setting)
-        raise SizingError(f"{label} {exc.value!r} {exc.problem}; fix it on the Model step") from exc
+        raise SizingError(
+            f"{label} {exc.value!r} {exc.problem}; fix it on the Model step",
+            headline=f"The {label} {exc.value!r} {exc.problem}",
+            details="Change it under Advanced settings on the Model step.",
+            setting=exc.setting,
+        ) from exc
     except (ValueError, TypeError) as exc:
-        raise SizingError(f"the training settings cannot be sized ({exc}); fix them on the Model step") from exc
+        raise SizingError(
+            f"the training settings cannot be sized ({exc}); fix them on the Model step",
+            headline="The training settings cannot be sized",
+            details="A value under Advanced settings on the Model step is not a number the planner can use.",
+        ) from exc
 
 
 def draft_workload(
@@ -127,21 +148,53 @@ def draft_workload(
     return Workload(tokens=tokens, epochs=epochs, checkpoint_minutes=checkpoint), source
 
 
-def resolution_message(name: str, exc: ModelResolutionError) -> str:
-    """Why a model cannot be sized, in words: offline, gated, or unknown, each with its fix."""
+def resolution_problem(name: str, exc: ModelResolutionError) -> tuple[str, str]:
+    """Why a model cannot be sized, as (headline, what to do): offline, gated, not found or unknown."""
     causes = {cls.__name__ for cls in type(exc.__cause__).__mro__} if exc.__cause__ else set()
     if "GatedRepoError" in causes:
-        return (
-            f"{name} is gated on the Hugging Face Hub: accept its licence at https://huggingface.co/{name}, store a "
-            "Hugging Face token in Settings, then come back to this step"
+        return f"{name} is gated on the Hugging Face Hub", (
+            f"Accept its licence at https://huggingface.co/{name}, store a Hugging Face token in Settings, then "
+            "come back to this step."
         )
     if causes & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "TimeoutError"}:
-        return (
-            f"{name} cannot be sized: its config.json could not be fetched from the Hugging Face Hub (this computer "
-            "seems to be offline, or the Hub is unreachable). Connect and come back to this step, or choose a "
-            "catalog model or a local model folder on the Model step"
+        return "The Hugging Face Hub cannot be reached", (
+            f"The config.json of {name} could not be fetched: this computer seems to be offline, or the Hub is "
+            "unreachable. Connect and come back to this step, or choose a catalog model or a local model folder on "
+            "the Model step."
         )
-    return f"{name} cannot be sized: {exc}"
+    reasons = {
+        "not-found": (
+            f"{name} is not on the Hugging Face Hub",
+            "Check the spelling (org/name). If it is private or gated, store a Hugging Face token in Settings.",
+        ),
+        "invalid-id": (
+            f"{name} is not a Hugging Face model id",
+            "A Hub id looks like org/name, for example Qwen/Qwen2.5-7B-Instruct; or choose a local model folder.",
+        ),
+        "unreachable": (
+            f"The Hugging Face Hub did not answer for {name}",
+            "Try again in a moment, or choose a catalog model or a local model folder on the Model step.",
+        ),
+        "no-config": (
+            f"{name} has no config.json",
+            "Choose the folder that holds the model's files on the Model step.",
+        ),
+        "bad-config": (
+            f"The config.json of {name} cannot be read",
+            "Download the model again, or choose another model on the Model step.",
+        ),
+    }
+    return reasons.get(exc.reason) or (
+        f"{name} is not a model Rentune knows",
+        "Pick a model in the catalog, type a Hub id (org/name) or choose a local model folder on the Model step.",
+    )
+
+
+def resolution_message(name: str, exc: ModelResolutionError) -> str:
+    """Why a model cannot be sized, in one sentence: offline, gated, or unknown, each with its fix."""
+    headline, details = resolution_problem(name, exc)
+    lead = f"{name} cannot be sized" if name not in headline else headline
+    return f"{lead}: {details[:1].lower()}{details[1:].rstrip('.')}"
 
 
 def size_run(draft: RunDraft, counted: tuple[int, str] | None, secrets: SecretStore | None = None) -> Sizing:
@@ -158,14 +211,26 @@ def size_run(draft: RunDraft, counted: tuple[int, str] | None, secrets: SecretSt
         SizingError: No model chosen, the model cannot be resolved, or the settings are out of range.
     """
     if not draft.base_model:
-        raise SizingError("choose a base model on the Model step first")
+        raise SizingError(
+            "choose a base model on the Model step first",
+            headline="No model chosen yet",
+            details="Choose the model to fine-tune on the Model step.",
+            setting="base_model",
+        )
     setup = training_setup(draft.method, draft.training)
     try:
         arch = resolve_model(draft.base_model, hub_config_fetcher(secrets))
     except ModelResolutionError as exc:
-        raise SizingError(resolution_message(draft.base_model, exc)) from exc
+        headline, details = resolution_problem(draft.base_model, exc)
+        message = resolution_message(draft.base_model, exc)
+        raise SizingError(message, headline=headline, details=details, setting="base_model") from exc
     except ArchitectureError as exc:
-        raise SizingError(f"{draft.base_model} cannot be sized: {exc}; choose another model on the Model step") from exc
+        raise SizingError(
+            f"{draft.base_model} cannot be sized: {exc}; choose another model on the Model step",
+            headline=f"{draft.base_model} cannot be sized",
+            details=f"{str(exc)[:1].upper()}{str(exc)[1:]}. Choose another model on the Model step.",
+            setting="base_model",
+        ) from exc
     workload, source = draft_workload(draft.training, setup, counted)
     counts = GPU_COUNTS if setup.num_gpus == 1 else (setup.num_gpus,)
     strategy = setup.strategy if setup.num_gpus > 1 else None

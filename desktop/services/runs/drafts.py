@@ -8,7 +8,7 @@ from pathlib import Path
 import tomli_w
 from pydantic import ValidationError
 
-from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.draft import ComputeDraft, RunDraft
 from desktop.services.data.prepare import manifest_tokens, read_manifest
 from desktop.services.models.sizing import Sizing, size_run
 from desktop.services.platform.files import atomic_write_text
@@ -61,3 +61,22 @@ def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:
     """
     manifest = read_manifest(draft.train_file)
     return size_run(draft, manifest_tokens(manifest) if manifest else None, secrets)
+
+
+def fresh_draft(previous: RunDraft) -> RunDraft:
+    """The draft to start over with after a launch: the prepared data and the machine setup kept, the rest new.
+
+    The data (prepared, checked) and the own server (tested, its host key pinned) or the rented machine's settings
+    take effort to set up and rarely change between fine-tunes; the model, the method, the settings, the sizing
+    pick, the offer (prices move) and the budget start from the defaults.
+    """
+    machine = previous.compute.model_dump(include={"python", "user", "image"})
+    return RunDraft(
+        data_file=previous.data_file,
+        train_file=previous.train_file,
+        eval_file=previous.eval_file,
+        renting=previous.renting,
+        compute=ComputeDraft(**machine),
+        target=previous.target.model_copy(),
+        hourly_rate_usd=previous.hourly_rate_usd,
+    )

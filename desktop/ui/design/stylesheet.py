@@ -1,7 +1,8 @@
 """The app-wide Qt stylesheet, built from a palette.
 
 Widgets opt into a look with a dynamic property instead of their own stylesheet, so a theme switch restyles them:
-``role`` is ``primary``, ``destructive``, ``card``, ``caption``, ``heading``, ``section``, ``badge`` or ``banner``;
+``role`` is ``primary``, ``destructive``, ``card``, ``caption``, ``heading``, ``section``, ``badge``, ``banner``,
+``step`` (the wizard's step indicator) or ``number`` (a number field typed or stepped with the arrow keys);
 badges and banners carry ``severity`` (``success``, ``warning``, ``danger``, ``info``).
 """
 
@@ -42,6 +43,14 @@ QPushButton[role="primary"]:disabled {{ background: {palette.surface_alt}; color
 QPushButton[role="destructive"] {{ color: {palette.danger}; border: 1px solid {palette.danger}; font-weight: 600; }}
 QPushButton[role="destructive"]:hover {{ background: {palette.danger_bg}; }}
 QPushButton[role="link"] {{ border: none; background: transparent; color: {palette.accent}; padding: 2px 4px; }}
+QPushButton[role="link"]:focus {{ border: 2px solid {palette.accent}; }}
+QPushButton[role="step"] {{ border: 2px solid transparent; background: transparent; color: {palette.text};
+    padding: 5px 10px; }}
+QPushButton[role="step"]:hover {{ background: {palette.surface_alt}; }}
+QPushButton[role="step"][state="current"] {{ background: {palette.info_bg}; color: {palette.accent};
+    font-weight: 700; }}
+QPushButton[role="step"]:disabled {{ background: transparent; color: {palette.text_muted}; }}
+QPushButton[role="step"]:focus {{ border: 2px solid {palette.accent}; }}
 """
 
 
@@ -54,8 +63,11 @@ QLineEdit, QSpinBox, QDoubleSpinBox, QComboBox, QPlainTextEdit, QTextEdit, QText
     selection-color: {palette.accent_text}; }}
 QLineEdit:focus, QSpinBox:focus, QDoubleSpinBox:focus, QComboBox:focus, QPlainTextEdit:focus, QTextEdit:focus {{
     border: 2px solid {palette.accent}; }}
-QLineEdit[invalid="true"], QSpinBox[invalid="true"], QComboBox[invalid="true"] {{ border: 2px solid {palette.danger}; }}
-QCheckBox:focus, QRadioButton:focus {{ outline: 2px solid {palette.accent}; color: {palette.accent}; }}
+QLineEdit[invalid="true"], QSpinBox[invalid="true"], QDoubleSpinBox[invalid="true"], QComboBox[invalid="true"],
+QTableView[invalid="true"] {{ border: 2px solid {palette.danger}; }}
+QCheckBox, QRadioButton {{ padding: 2px 4px; border: 2px solid transparent; border-radius: 4px; }}
+QCheckBox:focus, QRadioButton:focus {{ border: 2px solid {palette.accent}; color: {palette.text};
+    background: {palette.info_bg}; }}
 QTableView, QTableWidget, QTreeView, QListView {{ background: {palette.surface}; color: {palette.text};
     alternate-background-color: {palette.surface_alt}; border: 1px solid {palette.border}; border-radius: {radius}px;
     gridline-color: {palette.border}; selection-background-color: {palette.accent};
@@ -63,6 +75,8 @@ QTableView, QTableWidget, QTreeView, QListView {{ background: {palette.surface};
 QTableView:focus, QTreeView:focus, QListView:focus {{ border: 2px solid {palette.accent}; }}
 QHeaderView::section {{ background: {palette.surface_alt}; color: {palette.text_muted}; border: none;
     border-bottom: 1px solid {palette.border}; padding: 6px; font-weight: 600; }}
+QSpinBox[role="number"]::up-button, QSpinBox[role="number"]::down-button,
+QDoubleSpinBox[role="number"]::up-button, QDoubleSpinBox[role="number"]::down-button {{ width: 0px; border: none; }}
 QProgressBar {{ background: {palette.surface_alt}; border: 1px solid {palette.border}; border-radius: {radius}px;
     text-align: center; color: {palette.text}; min-height: 14px; }}
 QProgressBar::chunk {{ background: {palette.accent}; border-radius: {radius}px; }}
@@ -90,7 +104,7 @@ QListWidget#sidebar {{ background: {palette.surface_alt}; border: none; border-r
 QListWidget#sidebar::item {{ padding: 9px 12px; margin: 1px 8px; border-radius: 6px; color: {palette.text}; }}
 QListWidget#sidebar::item:selected {{ background: {palette.accent}; color: {palette.accent_text}; }}
 QListWidget#sidebar::item:hover:!selected {{ background: {palette.border}; }}
-QListWidget#sidebar:focus {{ border-right: 2px solid {palette.accent}; }}
+QListWidget#sidebar::item:focus {{ border: 2px solid {palette.text}; }}
 QStatusBar {{ background: {palette.surface_alt}; color: {palette.text_muted}; border-top: 1px solid {palette.border}; }}
 QTabWidget::pane {{ border: 1px solid {palette.border}; border-radius: {METRICS.radius}px;
     background: {palette.surface}; }}
@@ -102,6 +116,18 @@ QMenu::item:selected {{ background: {palette.accent}; color: {palette.accent_tex
 """
 
 
+def _scroll_bars(palette: Palette) -> str:
+    return f"""
+QScrollBar:vertical {{ background: transparent; width: 10px; margin: 2px; }}
+QScrollBar:horizontal {{ background: transparent; height: 10px; margin: 2px; }}
+QScrollBar::handle {{ background: {palette.border}; border-radius: 4px; min-height: 28px; min-width: 28px; }}
+QScrollBar::handle:hover {{ background: {palette.text_muted}; }}
+QScrollBar::add-line, QScrollBar::sub-line {{ width: 0; height: 0; }}
+QScrollBar::add-page, QScrollBar::sub-page {{ background: transparent; }}
+"""
+
+
 def build_stylesheet(palette: Palette) -> str:
     """Returns the whole app's stylesheet in ``palette``'s colours."""
-    return _frames(palette) + _fields(palette) + _buttons(palette) + _severity_rules(palette)
+    parts = (_frames, _fields, _buttons, _scroll_bars, _severity_rules)
+    return "".join(part(palette) for part in parts)

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFormLayout,
     QGridLayout,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.settings import Settings, SettingsError, Theme
+from desktop.services.platform.autostart import set_autostart
 from desktop.services.platform.logs import LOG_FILE_NAME
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.secrets import (
@@ -83,9 +85,16 @@ class SettingsPage(BasePage):
         form.addRow("Theme", self.theme_combo)
         form.addRow("Checkpoints kept per run", self.keep_spin)
         form.addRow("Log level", self.log_combo)
+        self.login_check = QCheckBox("Start Rentune when I log in, in the menu bar or tray (the window stays closed)")
+        self.login_check.setAccessibleName("Start Rentune at login")
+        self.notify_check = QCheckBox("Notify me of budgets, idle or orphaned machines, and finished or failed runs")
+        self.notify_check.setAccessibleName("Notifications")
+        form.addRow("At login", self.login_check)
+        form.addRow("Notifications", self.notify_check)
         row = QHBoxLayout()
         self.preferences_status = QLabel("")
         self.save_button = QPushButton("Save preferences")
+        self.save_button.setAccessibleName("Save preferences")
         self.save_button.clicked.connect(self.on_save_clicked)
         row.addWidget(self.preferences_status, 1)
         row.addWidget(self.save_button)
@@ -97,6 +106,8 @@ class SettingsPage(BasePage):
         self.theme_combo.setCurrentIndex(self.theme_combo.findData(settings.theme))
         self.keep_spin.setValue(settings.keep_local_checkpoints)
         self.log_combo.setCurrentText(settings.log_level)
+        self.login_check.setChecked(settings.start_at_login)
+        self.notify_check.setChecked(settings.notifications)
 
     def _edited_settings(self) -> Settings:
         # model_validate (not model_copy) so the edited values are validated and coerced like a loaded file.
@@ -106,6 +117,8 @@ class SettingsPage(BasePage):
                 "theme": self.theme_combo.currentData(),
                 "keep_local_checkpoints": self.keep_spin.value(),
                 "log_level": self.log_combo.currentText(),
+                "start_at_login": self.login_check.isChecked(),
+                "notifications": self.notify_check.isChecked(),
             }
         )
 
@@ -116,7 +129,14 @@ class SettingsPage(BasePage):
         except (SettingsError, ValidationError) as exc:
             self._not_saved(exc)
             return
-        Operation(self, lambda _job: save_settings(edited), lambda path: self._saved(edited, path)).failure(
+        was_at_login = self.settings.start_at_login
+
+        def save(_job: object) -> Path:
+            if edited.start_at_login or was_at_login:
+                set_autostart(edited.start_at_login)  # first, so a refused login entry leaves the settings as they were
+            return save_settings(edited)
+
+        Operation(self, save, lambda path: self._saved(edited, path)).failure(
             self._not_saved, OSError, SettingsError, ValidationError
         ).run()
 

@@ -38,9 +38,11 @@ def set_role(widget: QWidget, role: str, severity: str | None = None) -> None:
 
 def primary_button(text: str, icon_name: str | None = None, accessible_name: str | None = None) -> QPushButton:
     """The one main action of a page or dialog (Next, Launch, Export), in the accent colour."""
+    from desktop.ui.theme import current_palette  # the theme module imports this one
+
     button = QPushButton(text)
     set_role(button, "primary")
-    _decorate(button, icon_name, accessible_name, "#ffffff")
+    _decorate(button, icon_name, accessible_name, current_palette().accent_text)
     return button
 
 
@@ -191,7 +193,6 @@ class EmptyState(QFrame):
         super().__init__()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 32, 24, 32)
-        layout.setAlignment(Qt.AlignmentFlag.AlignCenter)
         picture = QLabel()
         picture.setPixmap(icon(icon_name, None, 40).pixmap(40, 40))
         picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -202,7 +203,12 @@ class EmptyState(QFrame):
         body = caption(text)
         body.setAlignment(Qt.AlignmentFlag.AlignCenter)
         body.setMaximumWidth(560)
-        layout.addWidget(body, 0, Qt.AlignmentFlag.AlignHCenter)
+        # No alignment flag on the wrapped text: an aligned item gets its one-line size hint and its lines clip.
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(body, 100)
+        row.addStretch(1)
+        layout.addLayout(row)
         if action is not None:
             layout.addWidget(action, 0, Qt.AlignmentFlag.AlignHCenter)
         self.setAccessibleName(title)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QWidget
 from qasync import asyncSlot
 
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.orphans import MachinesReport, burn_rate, stop_orphans
 from desktop.services.runs.store import RunStore
+from desktop.ui.widgets.blocks import Banner, destructive_button
 from desktop.ui.widgets.dialogs import confirm
+
+DETAILS = "Rentune found them at your providers. Terminate them unless you started them yourself outside Rentune."
 
 
 def orphans_text(report: MachinesReport) -> str:
@@ -20,31 +23,26 @@ def orphans_text(report: MachinesReport) -> str:
         count = "1 rented machine that no run uses still bills"
     else:
         count = f"{len(orphans)} rented machines that no run uses still bill"
-    return f"⚠ {count} ${burn_rate(report):.2f}/h: {names}."
+    return f"{count} ${burn_rate(report):.2f}/h: {names}."
 
 
-class OrphansBanner(QFrame):
+class OrphansBanner(Banner):
     """Hidden until orphans are found; says what they burn, and terminates them on request (after asking)."""
 
     sig_stopped = Signal(str)
 
     def __init__(self, store: RunStore, secrets: SecretStore, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("warning")
+        if parent is not None:
+            self.setParent(parent)
         self.store, self.secrets = store, secrets
         self.report: MachinesReport | None = None
         self.setObjectName("orphans_banner")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        # Amber reads as "money is leaking" in light and dark alike; the text keeps the palette's colour.
-        self.setStyleSheet("#orphans_banner { border: 1px solid #d29a00; border-left: 5px solid #d29a00; }")
-        self.setAccessibleName("Orphaned machines")
-        row = QHBoxLayout(self)
-        self.text = QLabel()
-        self.text.setWordWrap(True)
-        self.stop_button = QPushButton("Terminate them…")
-        self.stop_button.setAccessibleName("Terminate the orphaned machines")
+        self.text = self.headline_label
+        self.stop_button = destructive_button("Terminate them…", "circle-stop", "Terminate the orphaned machines")
         self.stop_button.clicked.connect(self.on_stop_clicked)
-        row.addWidget(self.text, 1)
-        row.addWidget(self.stop_button)
+        self.add_action(self.stop_button)
+        self.setAccessibleName("Orphaned machines")
         self.hide()
 
     def show_report(self, report: MachinesReport) -> None:
@@ -53,9 +51,9 @@ class OrphansBanner(QFrame):
         if not report.orphans:
             self.hide()
             return
-        self.text.setText(orphans_text(report))
+        self.show_message("warning", orphans_text(report), DETAILS)
+        self.setAccessibleName("Orphaned machines")
         self.stop_button.setEnabled(True)
-        self.show()
 
     def on_stop_clicked(self) -> None:
         """Asks, then terminates the orphans in the background."""
@@ -75,7 +73,7 @@ class OrphansBanner(QFrame):
         stopped, problems = await stop_orphans(self.store, report, self.secrets)
         words = f"terminated {len(stopped)} orphaned machine{'s' if len(stopped) != 1 else ''}"
         if problems:
-            self.text.setText(f"⚠ {words}; not terminated: {'; '.join(problems)}")
+            self.show_message("danger", f"{words[0].upper()}{words[1:]}; not terminated: {'; '.join(problems)}")
             self.stop_button.setEnabled(True)
         else:
             self.hide()

@@ -8,17 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
     QFileDialog,
+    QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
-    QPushButton,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -27,45 +28,41 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.data.findings import Severity
-from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
+from desktop.core.data.formats import DataFormat
+from desktop.core.runs.draft import RunDraft
 from desktop.services.data.prepare import PrepareError
-from desktop.services.data.workspace import DatasetCheck, check_and_prepare, load_saved_check
+from desktop.services.data.reader import FileProblem
+from desktop.services.data.workspace import DatasetCheck, draft_settings, prepare_for_draft
 from desktop.services.platform.logs import get_logger
 from desktop.ui.background import Job, Operation, Running
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.design.palette import Palette
+from desktop.ui.pages.wizard.data_words import (
+    counted,
+    file_problem,
+    fix_words,
+    histogram_caption,
+    summary,
+)
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.theme import current_palette, theme_events
+from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button
 
 FILE_FILTER = "Datasets (*.jsonl *.json *.ndjson *.csv *.tsv *.parquet *.pq);;All files (*)"
 PROGRESS_STEPS = 1000
 PREVIEW_CHARS = 400
 LINES_SHOWN = 10
-_SEVERITY_TEXT = {Severity.ERROR.value: "✖ Error", Severity.WARNING.value: "⚠ Warning"}
+REPORT_MIN_HEIGHT = 260
+_SEVERITY_BADGES = {Severity.ERROR.value: ("Error", "danger"), Severity.WARNING.value: ("Warning", "warning")}
 _FINDING_COLUMNS = ["Severity", "Problem", "Rows", "Lines", "How to fix"]
+#: The roles a table's columns can be mapped to: (role, label, required).
+ROLES = (
+    ("user", "&User's message", True),
+    ("assistant", "&Answer to learn", True),
+    ("system", "S&ystem prompt", False),
+)
+NO_COLUMN = "(none)"
 _log = get_logger("ui.data_step")
-
-
-def counted(count: int, noun: str) -> str:
-    """``1 error``, ``3 errors``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
-def summary_text(check: DatasetCheck) -> str:
-    """One paragraph on the outcome: usable or not, rows kept, errors, warnings and tokens."""
-    name = Path(check.source).name
-    if check.fatal:
-        return f"✖ {name} cannot be used: {check.fatal}."
-    report = check.report
-    errors, warnings = check.count(Severity.ERROR), check.count(Severity.WARNING)
-    text = (
-        f"✔ {name} ({report['format'] or 'format unknown'}): {check.kept:,} of {report['rows']:,} rows kept for "
-        f"training · {counted(errors, 'error')} · {counted(warnings, 'warning')}"
-    )
-    tokens = report.get("tokens")
-    if tokens:
-        text += f" · {tokens['trained']:,} tokens trained per epoch ({tokens['method']})"
-    if check.kept < report["rows"]:
-        text += ". Rows with errors and repeated rows are left out of the prepared files"
-    return text + "."
 
 
 def lines_text(finding: dict[str, Any]) -> str:
@@ -87,6 +84,69 @@ def format_preview(conversations: list[list[dict[str, Any]]]) -> str:
     return "\n\n".join(blocks)
 
 
+def shows_mapping(check: DatasetCheck) -> bool:
+    """Whether the check is of a table whose columns the user maps to roles."""
+    mapped = check.data_format == DataFormat.COLUMNS.value
+    return bool(check.fields) and (mapped or check.fatal_kind == FileProblem.UNKNOWN_LAYOUT.value)
+
+
+class ColumnMappingBox(Card):
+    """Which column of a table holds the user's message, the answer and the system prompt: a choice per role."""
+
+    #: Emitted with the complete mapping (role → column) when the user changes a choice.
+    sig_mapping_chosen = Signal(dict)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Columns", "", parent)
+        self.setAccessibleName("Which column holds what")
+        self.hint_label = caption()
+        self.body.addWidget(self.hint_label)
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(12)
+        self.combos: dict[str, QComboBox] = {}
+        for column, (role, label, _required) in enumerate(ROLES):
+            combo = QComboBox()
+            combo.setAccessibleName(f"Column for the {label.replace('&', '').lower()}")
+            combo.setMinimumContentsLength(12)
+            combo.activated.connect(self.on_choice)
+            role_label = QLabel(label)
+            role_label.setBuddy(combo)
+            grid.addWidget(role_label, 0, column)
+            grid.addWidget(combo, 1, column)
+            self.combos[role] = combo
+        self.body.addLayout(grid)
+
+    def show_columns(self, fields: list[str], mapping: dict[str, str] | None) -> None:
+        """Lists ``fields`` in each box with ``mapping``'s choice selected (nothing selected when unmapped)."""
+        self.hint_label.setText(
+            "Which column holds what. Rentune chose these from the column names; change a choice and the file is "
+            "checked again."
+            if mapping
+            else "Choose the column with the user's message and the one with the answer to learn; the file is "
+            "checked again once both are chosen."
+        )
+        for role, _label, required in ROLES:
+            combo = self.combos[role]
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItems(fields if required else [NO_COLUMN, *fields])
+            chosen = (mapping or {}).get(role)
+            combo.setCurrentIndex(combo.findText(chosen) if chosen else (-1 if required else 0))
+            combo.blockSignals(False)
+
+    def mapping(self) -> dict[str, str] | None:
+        """The mapping chosen, or None while the user's message or the answer has no column."""
+        chosen = {role: combo.currentText() for role, combo in self.combos.items() if combo.currentIndex() >= 0}
+        chosen = {role: column for role, column in chosen.items() if column and column != NO_COLUMN}
+        return chosen if {"user", "assistant"} <= chosen.keys() else None
+
+    def on_choice(self) -> None:
+        """Announces a complete mapping."""
+        mapping = self.mapping()
+        if mapping is not None:
+            self.sig_mapping_chosen.emit(mapping)
+
+
 class DataStep(WizardStep):
     """Chooses the dataset file, checks it off the UI thread, shows the report and prepares the files to upload."""
 
@@ -101,20 +161,24 @@ class DataStep(WizardStep):
         super().__init__(context, parent)
         self.check: DatasetCheck | None = None
         self._checked_path = ""
-        self._problem = ""
+        self._failure: StepProblem | None = None
         self._checking: Running[DatasetCheck] | None = None
+        self._answered = True  # the latest check's outcome is shown (its task may still be finishing)
         self.body.addLayout(self._build_picker())
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, PROGRESS_STEPS)
         self.progress_bar.setAccessibleName("Dataset check progress")
         self.progress_bar.hide()
-        self.summary_label = QLabel("No file chosen yet.")
-        self.summary_label.setWordWrap(True)
-        self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.summary_label.setAccessibleName("Dataset check summary")
         self.body.addWidget(self.progress_bar)
-        self.body.addWidget(self.summary_label)
+        self.body.addWidget(self._build_summary())
+        self.mapping_box = ColumnMappingBox()
+        self.mapping_box.sig_mapping_chosen.connect(self.on_mapping_chosen)
+        self.mapping_box.hide()
+        self.body.addWidget(self.mapping_box)
+        self.body.addWidget(self._build_secrets())
         self.body.addWidget(self._build_tabs(), 1)
+        theme_events().sig_changed.connect(self._apply_palette)
+        self._apply_palette(current_palette())
 
     # -- layout ---------------------------------------------------------------------------------------------------
 
@@ -127,28 +191,66 @@ class DataStep(WizardStep):
         label.setBuddy(self.path_edit)
         self.path_edit.returnPressed.connect(self.on_path_confirmed)
         self.path_edit.editingFinished.connect(self.on_path_entered)
-        self.choose_button = QPushButton("&Choose file…")
-        self.choose_button.setAccessibleName("Choose the dataset file")
+        self.choose_button = plain_button("&Choose file…", "folder-open", "Choose the dataset file")
         self.choose_button.clicked.connect(self.on_choose_clicked)
         row.addWidget(label)
         row.addWidget(self.path_edit, 1)
         row.addWidget(self.choose_button)
         return row
 
+    def _build_summary(self) -> Card:
+        self.summary_card = Card()
+        self.summary_card.setAccessibleName("Dataset check summary")
+        head = QHBoxLayout()
+        self.summary_badge = Badge("", "info")
+        self.summary_badge.hide()
+        self.summary_label = QLabel("No file chosen yet.")
+        self.summary_label.setWordWrap(True)
+        self.summary_label.setAccessibleName("Dataset check summary")
+        font = self.summary_label.font()
+        font.setBold(True)
+        self.summary_label.setFont(font)
+        head.addWidget(self.summary_badge, 0, Qt.AlignmentFlag.AlignTop)
+        head.addWidget(self.summary_label, 1)
+        self.details_label = QLabel()
+        self.details_label.setWordWrap(True)
+        self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details_label.setAccessibleName("Dataset check details")
+        self.details_label.hide()
+        self.summary_card.body.addLayout(head)
+        self.summary_card.body.addWidget(self.details_label)
+        return self.summary_card
+
+    def _build_secrets(self) -> QWidget:
+        box = QWidget()
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.secrets_banner = Banner("warning")
+        self.secrets_check = QCheckBox("&Leave out rows with suspected secrets")
+        self.secrets_check.setAccessibleName("Leave out rows with suspected secrets")
+        self.secrets_check.toggled.connect(self.on_secrets_toggled)
+        layout.addWidget(self.secrets_banner)
+        layout.addWidget(self.secrets_check)
+        self.secrets_box = box
+        box.hide()
+        return box
+
     def _build_tabs(self) -> QTabWidget:
         self.tabs = QTabWidget()
         self.tabs.setAccessibleName("Dataset report")
+        self.tabs.tabBar().setAccessibleName("Dataset report: findings, token lengths or preview")
+        self.tabs.setMinimumHeight(REPORT_MIN_HEIGHT)
         self.findings_table = QTableWidget(0, len(_FINDING_COLUMNS))
         self.findings_table.setAccessibleName("Problems found, with their lines and how to fix them")
         self.findings_table.setHorizontalHeaderLabels(_FINDING_COLUMNS)
         self.findings_table.verticalHeader().setVisible(False)
         self.findings_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.findings_table.setWordWrap(True)
+        self.findings_table.setTabKeyNavigation(False)
         header = self.findings_table.horizontalHeader()
-        for column, mode in enumerate(
-            [QHeaderView.ResizeMode.ResizeToContents] * 3 + [QHeaderView.ResizeMode.Stretch] * 2
-        ):
+        for column, mode in enumerate([QHeaderView.ResizeMode.ResizeToContents] * 4 + [QHeaderView.ResizeMode.Stretch]):
             header.setSectionResizeMode(column, mode)
+        header.sectionResized.connect(lambda *_: self.findings_table.resizeRowsToContents())
         self.preview_text = QPlainTextEdit()
         self.preview_text.setReadOnly(True)
         self.preview_text.setAccessibleName("Preview of the first examples as the model will see them")
@@ -160,25 +262,19 @@ class DataStep(WizardStep):
     def _build_histogram(self) -> QWidget:
         box = QWidget()
         layout = QVBoxLayout(box)
-        layout.setContentsMargins(0, 0, 0, 0)
         self.histogram_plot = pg.PlotWidget()
         self.histogram_plot.setAccessibleName("Histogram of example lengths in tokens, against the sequence length")
         self.histogram_plot.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.histogram_plot.setBackground(None)
-        text = self.palette().color(QPalette.ColorRole.WindowText)
+        self.histogram_plot.getPlotItem().setMenuEnabled(False)
         plot = self.histogram_plot.getPlotItem()
-        for side, title in (("bottom", "tokens per example"), ("left", "examples")):
-            plot.setLabel(side, title, color=text.name())
-            plot.getAxis(side).setTextPen(text)
         plot.setMouseEnabled(x=False, y=False)
         plot.hideButtons()
-        self.histogram_bars = pg.BarGraphItem(x0=[], width=[], height=[], brush=pg.mkBrush(70, 130, 200))
+        self.histogram_bars = pg.BarGraphItem(x0=[], width=[], height=[])
         self.seq_len_line = pg.InfiniteLine(
             angle=90,
             movable=False,
-            pen=pg.mkPen(200, 60, 60, width=2),
             label="sequence length {value:.0f}",
-            labelOpts={"position": 0.9, "color": text, "anchors": [(1, 0), (1, 0)]},
+            labelOpts={"position": 0.9, "anchors": [(1, 0), (1, 0)]},
         )
         plot.addItem(self.histogram_bars)
         plot.addItem(self.seq_len_line)
@@ -189,12 +285,29 @@ class DataStep(WizardStep):
         layout.addWidget(self.histogram_caption)
         return box
 
+    def _apply_palette(self, palette: Palette) -> None:
+        """Draws the histogram in the theme's colours."""
+        self.histogram_plot.setBackground(palette.surface)
+        plot = self.histogram_plot.getPlotItem()
+        for side, title in (("bottom", "tokens per example"), ("left", "examples")):
+            plot.setLabel(side, title, color=palette.text_muted)
+            plot.getAxis(side).setTextPen(palette.text_muted)
+            plot.getAxis(side).setPen(palette.border)
+        self.histogram_bars.setOpts(brush=pg.mkBrush(palette.chart[0]), pen=pg.mkPen(palette.surface))
+        self.seq_len_line.setPen(pg.mkPen(palette.danger, width=2))
+        self.seq_len_line.label.setColor(palette.text)
+
     # -- the wizard's interface -----------------------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
         """Whether a check is in progress."""
-        return self._checking is not None and self._checking.active
+        return self._checking is not None and self._checking.active and not self._answered
+
+    @property
+    def busy(self) -> bool:
+        """A check in progress: Enter waits for it instead of warning."""
+        return self.running
 
     @property
     def _task(self) -> asyncio.Task[None] | None:
@@ -210,6 +323,8 @@ class DataStep(WizardStep):
         """Shows the draft's dataset: the remembered report when still valid, else checks the file again."""
         path = self.draft.data_file
         if self._is_current(path):
+            if not self.running and (self._failure or (self.check is not None and not self.check.usable)):
+                self.show_problem(self.step_problem(), focus=False)  # what still blocks Next, shown again
             return
         self.path_edit.setText(path)
         if path:
@@ -218,24 +333,37 @@ class DataStep(WizardStep):
             self._stop_running()
             self._reset("No file chosen yet.")
 
-    def validate(self) -> str | None:
-        """Blocks Next until a usable file has been checked and prepared; says what to do otherwise."""
+    def step_problem(self) -> StepProblem | None:
+        """Blocks Next until a usable file has been checked and prepared; says what to do, and where."""
         path = self.path_edit.text().strip()
         if not path:
-            return "Choose your dataset first: a JSONL, CSV or Parquet file of conversations (Choose file…)."
+            return StepProblem(
+                "Choose your dataset first",
+                "A JSONL, CSV or Parquet file of conversations: type its path and press Enter, or use Choose file….",
+                self.path_edit,
+            )
         if path != self._checked_path:
-            return f"Press Enter in the file field to check {path} first."
+            return StepProblem(
+                f"{Path(path).name} is not checked yet", "Press Enter in the file field to check it.", self.path_edit
+            )
         if self.running:
-            return "The dataset is still being checked; Next works once the check is done."
-        return self._problem or self._result_problem(Path(path).name)
+            return StepProblem("The dataset is still being checked", "Next works once the check is done.")
+        return self._failure or self._result_problem()
 
-    def _result_problem(self, name: str) -> str | None:
-        if self.check is None or self.check.fatal:
-            reason = self.check.fatal if self.check else "it was not checked"
-            return f"{name} cannot be used: {reason}. Fix it, then choose the file again."
-        if not self.check.usable:
-            return f"Nothing could be prepared from {name}; fix the rows listed under Findings."
-        return None
+    def _result_problem(self) -> StepProblem | None:
+        check = self.check
+        if check is None:
+            return StepProblem(
+                "The dataset was not checked", "Press Enter in the file field to check it.", self.path_edit
+            )
+        if check.usable:
+            return None
+        headline, details = file_problem(check)
+        unmapped = check.fatal_kind == FileProblem.UNKNOWN_LAYOUT.value or (
+            check.data_format == DataFormat.COLUMNS.value and check.fatal_kind == FileProblem.NO_USABLE_ROW.value
+        )
+        field = self.mapping_box.combos["user"] if unmapped and self.mapping_box.isVisibleTo(self) else self.path_edit
+        return StepProblem(headline, details, field)
 
     def save_into(self, draft: RunDraft) -> None:
         """Records the picked file and, when prepared, the files to upload."""
@@ -249,6 +377,12 @@ class DataStep(WizardStep):
         if self._checking is not None:
             await self._checking.wait()
 
+    def focus_field(self, setting: str) -> None:
+        """Focuses the file field (``data_file``) or the first column box (``data_columns``)."""
+        field = self.mapping_box.combos["user"] if setting == "data_columns" else self.path_edit
+        self.scroll_area.ensureWidgetVisible(field)
+        field.setFocus(Qt.FocusReason.OtherFocusReason)
+
     # -- handlers -------------------------------------------------------------------------------------------------
 
     def on_choose_clicked(self) -> None:
@@ -260,10 +394,15 @@ class DataStep(WizardStep):
             self.start_check(path)
 
     def on_path_confirmed(self) -> None:
-        """Enter in the path field checks the file (again, when it was checked before)."""
+        """Enter in the path field checks a new path, or one whose check failed; a checked file stays checked."""
         path = self.path_edit.text().strip()
-        if path and not (path == self._checked_path and self.running):
-            self.start_check(path)
+        if not path or (path == self._checked_path and (self.running or self._settled())):
+            return
+        self.start_check(path)
+
+    def _settled(self) -> bool:
+        """Whether the file on screen was checked with today's settings and can be used."""
+        return self.check is not None and self.check.usable and self._is_current(self._checked_path)
 
     def on_path_entered(self) -> None:
         """Leaving the path field checks a newly typed path."""
@@ -271,19 +410,29 @@ class DataStep(WizardStep):
         if path and path != self._checked_path:
             self.start_check(path)
 
-    # -- checking -------------------------------------------------------------------------------------------------
+    def on_mapping_chosen(self, mapping: dict[str, str]) -> None:
+        """A new column choice: the file is checked again with it."""
+        self.draft.data_columns = dict(mapping)
+        if self._checked_path:
+            self.start_check(self._checked_path)
 
-    def _seq_len(self) -> int:
-        return int(self.draft.training.get("seq_len", DEFAULT_TRAINING["seq_len"]))
+    def on_secrets_toggled(self, leave_out: bool) -> None:
+        """Leaving secrets out (or back in) prepares the data again."""
+        if leave_out == self.draft.leave_out_secrets:
+            return
+        self.draft.leave_out_secrets = leave_out
+        if self._checked_path:
+            self.start_check(self._checked_path)
+
+    # -- checking -------------------------------------------------------------------------------------------------
 
     def _is_current(self, path: str) -> bool:
         """Whether what is shown (or being checked) already answers for ``path`` with today's settings."""
         if not path or path != self._checked_path:
             return False
-        if self.running or self._problem:
+        if self.running or self._failure:
             return True
-        settings = (self._seq_len(), self.draft.base_model)
-        return self.check is not None and (self.check.seq_len, self.check.model) == settings
+        return self.check is not None and self.check.answers(**draft_settings(self.draft))
 
     def start_check(self, path: str, *, reuse: str = "") -> None:
         """Checks and prepares ``path`` off the UI thread, cancelling a check still running.
@@ -293,15 +442,19 @@ class DataStep(WizardStep):
             reuse: A prepared training file whose remembered report may be shown instead, if still valid.
         """
         self._stop_running()
+        self._answered = False
+        if path != self.draft.data_file:
+            self.draft.data_columns = {}  # a column mapping belongs to the file it was chosen for
         self._checked_path = path
         self.draft.data_file, self.draft.train_file, self.draft.eval_file = path, "", ""
         self._reset(f"Checking {Path(path).name}…")
         self.progress_bar.setValue(0)
         self.progress_bar.show()
-        seq_len, model = self._seq_len(), self.draft.base_model
-        _log.info("checking %s (seq_len %d)", path, seq_len)
+        snapshot = self.draft.model_copy(deep=True)
+        snapshot.train_file = reuse
+        _log.info("checking %s with %s", path, draft_settings(snapshot))
         self._checking = (
-            Operation(self, lambda job: _check(Path(path), reuse, seq_len, model, job), self._show_check, group="check")
+            Operation(self, lambda job: _check(snapshot, job), self._show_check, group="check")
             .with_progress(self._on_progress)
             .failure(lambda exc: self._show_failure(path, exc), OSError, PrepareError)
             .failure(self._show_unexpected)
@@ -311,9 +464,13 @@ class DataStep(WizardStep):
 
     def _show_unexpected(self, exc: Exception) -> None:
         """Says the check broke, then sends the error on to the app's error reporter."""
-        self._problem = f"The check stopped unexpectedly ({exc}); press Enter in the file field to try again."
-        self.progress_bar.hide()
-        self.summary_label.setText("✖ " + self._problem)
+        self._answered = True
+        self._failure = StepProblem(
+            "The check stopped unexpectedly",
+            "Press Enter in the file field to try again; the log has the details.",
+            self.path_edit,
+        )
+        self._show_failed(self._failure)
         raise exc
 
     def _stop_running(self) -> None:
@@ -326,50 +483,112 @@ class DataStep(WizardStep):
 
     def _show_failure(self, path: str, exc: OSError | PrepareError) -> None:
         _log.warning("checking %s failed: %s", path, exc)
+        self._answered = True
+        name = Path(path).name
         if isinstance(exc, OSError):
-            reason = exc.strerror or str(exc)
-            self._problem = (
-                f"Could not read {path} ({reason}). Check the file exists and is readable, then press Enter."
+            self._failure = StepProblem(
+                f"{name} could not be read",
+                f"{exc.strerror or 'The system refused it'}. Check that the file exists and that you may read it, "
+                "then press Enter in the file field.",
+                self.path_edit,
             )
         else:
-            self._problem = f"{exc}. Fix the file, then press Enter in the file field to check it again."
+            self._failure = StepProblem(
+                f"{name} could not be prepared",
+                f"{str(exc).removeprefix(f'{path}: ')}. Fix the file, then press Enter in the file field.",
+                self.path_edit,
+            )
+        self._show_failed(self._failure)
+
+    def _show_failed(self, problem: StepProblem) -> None:
         self.progress_bar.hide()
-        self.summary_label.setText("✖ " + self._problem)
+        self.summary_badge.show_state("Cannot be used", "danger")
+        self.summary_badge.show()
+        self.summary_label.setText(problem.headline)
+        self.details_label.clear()
+        self.details_label.hide()  # the banner above says what to do
+        self.show_problem(problem, focus=False)
         self.sig_changed.emit()
 
     # -- showing the report ---------------------------------------------------------------------------------------
 
     def _reset(self, message: str) -> None:
         self.check = None
-        self._problem = ""
+        self._failure = None
+        self.show_problem(None)
         self.progress_bar.hide()
+        self.summary_badge.hide()
         self.summary_label.setText(message)
+        self.details_label.clear()
+        self.details_label.hide()
         self.findings_table.setRowCount(0)
         self.tabs.setTabText(0, "Fin&dings")
         self.histogram_bars.setOpts(x0=[], width=[], height=[])
-        self.seq_len_line.setValue(self._seq_len())
+        self.seq_len_line.setValue(int(draft_settings(self.draft)["seq_len"]))
         self.histogram_caption.clear()
         self.preview_text.clear()
 
     def _show_check(self, check: DatasetCheck) -> None:
         _log.info("%s: %s", check.source, "usable" if check.usable else f"unusable ({check.fatal})")
+        self._answered = True
         self.check = check
         self.progress_bar.hide()
-        self.summary_label.setText(summary_text(check))
+        shown = summary(check)
+        self.summary_badge.show_state(shown.badge, shown.severity)
+        self.summary_badge.show()
+        self.summary_label.setText(shown.headline)
+        self.details_label.setText("\n".join(shown.details))
+        self.details_label.setVisible(bool(shown.details) and check.usable)  # else the banner above says it
+        self._show_mapping(check)
+        self._show_secrets(check)
         self._show_findings(check.report.get("findings", []))
         self._show_histogram(check)
         self.preview_text.setPlainText(format_preview(check.preview) or "No example could be kept to show.")
         if check.usable:
             self.save_into(self.draft)
+        else:
+            self.show_problem(self.step_problem(), focus=False)
         self.sig_changed.emit()
+
+    def _show_mapping(self, check: DatasetCheck) -> None:
+        self.mapping_box.setVisible(shows_mapping(check))
+        if shows_mapping(check):
+            self.mapping_box.show_columns(check.fields, check.mapping or check.columns)
+
+    def _show_secrets(self, check: DatasetCheck) -> None:
+        rows = check.secret_rows
+        self.secrets_box.setVisible(rows > 0)
+        if not rows:
+            return
+        kept = not check.leave_out_secrets
+        self.secrets_banner.show_message(
+            "warning" if kept else "info",
+            f"{counted(rows, 'row')} {'seems' if rows == 1 else 'seem'} to hold a secret"
+            + (": kept in the training data" if kept else ": left out of the training data"),
+            "An API key, token or private key. A model can learn a secret and repeat it to anyone who asks. "
+            "Leave such rows out, or remove the secrets from the file and check it again.",
+        )
+        self.secrets_check.blockSignals(True)
+        self.secrets_check.setChecked(check.leave_out_secrets)
+        self.secrets_check.blockSignals(False)
 
     def _show_findings(self, findings: list[dict[str, Any]]) -> None:
         table = self.findings_table
         table.setRowCount(len(findings))
         for row, finding in enumerate(findings):
-            problem = "\n".join([finding["title"], *finding["details"]])
-            cells = [_SEVERITY_TEXT[finding["severity"]], problem, f"{finding['count']:,}", lines_text(finding)]
-            for column, text in enumerate([*cells, finding["fix"]]):
+            words, severity = _SEVERITY_BADGES[finding["severity"]]
+            holder = QWidget()
+            layout = QHBoxLayout(holder)
+            layout.setContentsMargins(6, 2, 6, 2)
+            layout.addWidget(Badge(words, severity))
+            table.setCellWidget(row, 0, holder)
+            severity_item = QTableWidgetItem()  # the badge shows the words; the item keeps them for sorting and tests
+            severity_item.setData(Qt.ItemDataRole.UserRole, words)
+            severity_item.setToolTip(words)
+            table.setItem(row, 0, severity_item)
+            problem = "\n".join([finding["title"][:1].upper() + finding["title"][1:], *finding["details"]])
+            cells = [problem, f"{finding['count']:,}", lines_text(finding), fix_words(finding)]
+            for column, text in enumerate(cells, start=1):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
                 table.setItem(row, column, item)
@@ -382,23 +601,15 @@ class DataStep(WizardStep):
             x0=[bar.start for bar in bars], width=[bar.width for bar in bars], height=[bar.count for bar in bars]
         )
         self.seq_len_line.setValue(check.seq_len)
-        tokens = check.report.get("tokens")
-        if not tokens:
-            self.histogram_caption.setText("No example could be measured.")
-            return
-        p = tokens["percentiles"]
-        self.histogram_caption.setText(
-            f"Counted with the {tokens['method']}. Median {p['p50']:,} tokens, 90 % under {p['p90']:,}, longest "
-            f"{p['max']:,}. Truncation cuts {tokens['cut']:,} tokens from {counted(tokens['too_long'], 'example')} "
-            f"longer than the sequence length {check.seq_len:,}."
-        )
+        self.histogram_caption.setText(histogram_caption(check.numbers))
 
 
-def _check(path: Path, reuse: str, seq_len: int, model: str, job: Job) -> DatasetCheck:
-    """The remembered report of ``reuse`` when still valid, else a new check (blocking; stops when cancelled).
+def _check(draft: RunDraft, job: Job) -> DatasetCheck:
+    """The draft's dataset checked and prepared for its settings (blocking; stops when cancelled).
 
     Raises:
         CheckCancelledError: The job was cancelled (a newer check started).
     """
-    saved = load_saved_check(path, reuse, seq_len, model) if reuse else None
-    return saved or check_and_prepare(path, seq_len=seq_len, model=model, progress=job.report, cancel=job.cancel)
+    check = prepare_for_draft(draft, progress=job.report, cancel=job.cancel)
+    assert check is not None  # the draft names a file
+    return check

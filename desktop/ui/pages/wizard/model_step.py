@@ -13,14 +13,12 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QDoubleSpinBox,
     QFileDialog,
-    QFormLayout,
-    QGroupBox,
+    QGridLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
-    QPushButton,
     QRadioButton,
-    QScrollArea,
     QSpinBox,
     QTableWidgetItem,
     QToolButton,
@@ -35,13 +33,18 @@ from desktop.services.models.configs import load_catalog
 from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.widgets.blocks import Card, caption, plain_button, set_role
 from desktop.ui.widgets.tables import pick_one_table
 from trainer_payload.protocol import JOB_INT_RANGES
 
 _log = get_logger("ui.model_step")
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 _CATALOG_COLUMNS = ["Model (Hub id)", "Family", "Parameters", "Context", "Licence"]
+#: Rows of the catalog shown before it scrolls.
+CATALOG_ROWS = 7
+#: Columns of label and box pairs in the advanced settings grid.
+ADVANCED_COLUMNS = 2
 
 #: (value, radio label, one-line explanation) for each fine-tuning method.
 METHODS: list[tuple[str, str, str]] = [
@@ -155,6 +158,8 @@ def _spin_box(field: TrainingField) -> QSpinBox | QDoubleSpinBox:
         box.setSingleStep(field.step)
     box.setAccessibleName(field.label)
     box.setGroupSeparatorShown(field.decimals == 0)
+    set_role(box, "number")  # a plain field: typed, or stepped with the Up and Down keys; no arrow buttons
+    box.setToolTip(f"{field.label}: type a number, or step it with the Up and Down keys")
     return box
 
 
@@ -172,37 +177,38 @@ class ModelStep(WizardStep):
         super().__init__(context, parent)
         self.catalog: ModelCatalog | None = None
         self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
-        row = QHBoxLayout()
-        row.addWidget(self._build_catalog(), 2)
-        row.addWidget(self._build_options(), 1)
-        self.body.addLayout(row, 1)
+        self.body.addWidget(self._build_catalog())
+        self.body.addWidget(self._build_methods())
+        self.body.addWidget(self._build_advanced())
+        self.body.addStretch(1)
         self.show_draft()
 
     # -- layout ---------------------------------------------------------------------------------------------------
 
-    def _build_catalog(self) -> QGroupBox:
-        box = QGroupBox("Model")
-        layout = QVBoxLayout(box)
+    def _build_catalog(self) -> Card:
+        box = Card("Model")
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Type to filter: qwen, 8b, apache…")
         self.filter_edit.setAccessibleName("Filter the model catalog")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.on_filter_changed)
-        # The Hub id column takes the spare width; long ids shorten in the middle.
-        self.catalog_table = pick_one_table(_CATALOG_COLUMNS, "Model catalog", stretch_column=0)
-        self.catalog_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.catalog_table = pick_one_table(_CATALOG_COLUMNS, "Model catalog", stretch_column=4)
+        # Hub ids are shown whole; the licence column takes what is left.
+        self.catalog_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.catalog_table.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.catalog_table.setWordWrap(False)
+        rows = self.catalog_table.verticalHeader().defaultSectionSize() * CATALOG_ROWS
+        self.catalog_table.setMinimumHeight(rows + self.catalog_table.horizontalHeader().sizeHint().height() + 4)
         self.catalog_table.itemSelectionChanged.connect(self.on_catalog_selected)
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("e.g. Qwen/Qwen2.5-7B-Instruct or /path/to/model-folder")
         self.model_edit.setAccessibleName("Hub id or local model folder")
         self.model_edit.textEdited.connect(self.on_model_edited)
-        self.browse_button = QPushButton("Bro&wse…")
-        self.browse_button.setAccessibleName("Choose a local model folder")
+        self.browse_button = plain_button("Bro&wse…", "folder-open", "Choose a local model folder")
         self.browse_button.clicked.connect(self.on_browse_clicked)
-        layout.addLayout(self._labelled("&Search the catalog", self.filter_edit))
-        layout.addWidget(self.catalog_table, 1)
-        layout.addLayout(self._labelled("&Model: Hub id or local folder", self.model_edit, self.browse_button))
+        box.body.addLayout(self._labelled("&Search the catalog", self.filter_edit))
+        box.body.addWidget(self.catalog_table)
+        box.body.addLayout(self._labelled("&Model: Hub id or local folder", self.model_edit, self.browse_button))
         return box
 
     @staticmethod
@@ -216,11 +222,34 @@ class ModelStep(WizardStep):
             row.addWidget(widget)
         return row
 
-    def _build_options(self) -> QScrollArea:
-        content = QWidget()
-        layout = QVBoxLayout(content)
+    def _build_methods(self) -> Card:
+        box = Card("Method")
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(24)
+        grid.setVerticalSpacing(2)
+        self.method_group = QButtonGroup(self)
+        self.method_buttons: dict[str, QRadioButton] = {}
+        for index, (value, label, explanation) in enumerate(METHODS):
+            button = QRadioButton(label)
+            button.setAccessibleName(label.replace("&", "") + " method")
+            button.setAccessibleDescription(explanation)
+            button.toggled.connect(self.on_method_toggled)
+            note = caption(explanation)
+            note.setContentsMargins(28, 0, 0, 8)
+            self.method_group.addButton(button)
+            self.method_buttons[value] = button
+            row, column = divmod(index, 2)
+            grid.addWidget(button, row * 2, column)
+            grid.addWidget(note, row * 2 + 1, column, Qt.AlignmentFlag.AlignTop)
+        for column in range(2):
+            grid.setColumnStretch(column, 1)
+        box.body.addLayout(grid)
+        return box
+
+    def _build_advanced(self) -> QWidget:
+        holder = QWidget()
+        layout = QVBoxLayout(holder)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self._build_methods())
         self.advanced_toggle = QToolButton()
         self.advanced_toggle.setText("&Advanced settings")
         self.advanced_toggle.setAccessibleName("Show the advanced training settings")
@@ -229,50 +258,30 @@ class ModelStep(WizardStep):
         self.advanced_toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.advanced_toggle.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.advanced_toggle.toggled.connect(self.on_advanced_toggled)
-        layout.addWidget(self.advanced_toggle)
-        layout.addWidget(self._build_advanced())
-        layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setWidget(content)
-        return scroll
-
-    def _build_methods(self) -> QGroupBox:
-        box = QGroupBox("Method")
-        layout = QVBoxLayout(box)
-        self.method_group = QButtonGroup(self)
-        self.method_buttons: dict[str, QRadioButton] = {}
-        for value, label, explanation in METHODS:
-            button = QRadioButton(label)
-            button.setAccessibleName(label.replace("&", "") + " method")
-            button.setAccessibleDescription(explanation)
-            button.toggled.connect(self.on_method_toggled)
-            note = QLabel(explanation)
-            note.setWordWrap(True)
-            note.setContentsMargins(24, 0, 0, 4)
-            self.method_group.addButton(button)
-            self.method_buttons[value] = button
-            layout.addWidget(button)
-            layout.addWidget(note)
-        return box
-
-    def _build_advanced(self) -> QWidget:
-        self.advanced_box = QGroupBox()
+        layout.addWidget(self.advanced_toggle, 0, Qt.AlignmentFlag.AlignLeft)
+        self.advanced_box = Card()
         self.advanced_box.setAccessibleName("Advanced training settings")
-        form = QFormLayout(self.advanced_box)
-        for field in TRAINING_FIELDS:
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(16)
+        for index, field in enumerate(TRAINING_FIELDS):
             spin = _spin_box(field)
+            spin.setMinimumWidth(120)
             spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
             self.spins[field.key] = spin
             label = QLabel(field.label)
             label.setBuddy(spin)
-            form.addRow(label, spin)
-        self.lora_note = QLabel("LoRA rank and alpha only matter for LoRA and QLoRA.")
-        self.lora_note.setWordWrap(True)
-        form.addRow(self.lora_note)
+            label.setWordWrap(True)
+            row, pair = divmod(index, ADVANCED_COLUMNS)
+            grid.addWidget(label, row, pair * 2)
+            grid.addWidget(spin, row, pair * 2 + 1)
+        for pair in range(ADVANCED_COLUMNS):
+            grid.setColumnStretch(pair * 2, 1)
+        self.advanced_box.body.addLayout(grid)
+        self.lora_note = caption("LoRA rank and alpha only matter for LoRA and QLoRA.")
+        self.advanced_box.body.addWidget(self.lora_note)
         self.advanced_box.setVisible(False)
-        return self.advanced_box
+        layout.addWidget(self.advanced_box)
+        return holder
 
     # -- the wizard's interface -----------------------------------------------------------------------------------
 
@@ -294,15 +303,36 @@ class ModelStep(WizardStep):
             else:
                 spin.setValue(float(value))
 
-    def validate(self) -> str | None:
+    def step_problem(self) -> StepProblem | None:
         """A model is required and must look like something that can be loaded; the settings must suit it."""
         model = self.model_edit.text().strip()
         if not model:
-            return (
-                "Choose a model: pick one in the catalog, or type a Hugging Face Hub id (org/name) or the folder of "
-                "a model on this computer."
+            return StepProblem(
+                "Choose a model",
+                "Pick one in the catalog, or type a Hugging Face Hub id (org/name) or the folder of a model on this "
+                "computer.",
+                self.model_edit,
             )
         return self._model_problem(model) or self._context_problem(model)
+
+    def show_problem(self, problem: StepProblem | None, *, focus: bool = True) -> None:
+        """Unfolds the advanced settings first when the field that fixes the problem is one of them."""
+        if problem is not None and problem.field in self.spins.values():
+            self.advanced_toggle.setChecked(True)
+        super().show_problem(problem, focus=focus)
+
+    def focus_field(self, setting: str) -> None:
+        """Focuses the model field (``base_model``), the method, or a training setting's box (unfolding them)."""
+        field: QWidget | None = self.spins.get(setting)
+        if field is not None:
+            self.advanced_toggle.setChecked(True)
+        elif setting == "method":
+            field = self.method_buttons[self.method]
+        elif setting == "base_model":
+            field = self.model_edit
+        if field is not None:
+            self.scroll_area.ensureWidgetVisible(field)
+            field.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def save_into(self, draft: RunDraft) -> None:
         """Writes the model, the method and the training settings (other training keys are kept)."""
@@ -322,30 +352,42 @@ class ModelStep(WizardStep):
 
     # -- validation -----------------------------------------------------------------------------------------------
 
-    def _model_problem(self, model: str) -> str | None:
+    def _model_problem(self, model: str) -> StepProblem | None:
         if self.catalog is not None and self.catalog.entry(model) is not None:
             return None
         path = Path(model).expanduser()
         if path.is_absolute() or model.startswith((".", "~")):
             if not path.is_dir():
-                return f"There is no folder {model}; choose the folder holding the model's files (Browse…)."
+                return StepProblem(
+                    f"There is no folder {model}",
+                    "Choose the folder holding the model's files (Browse…).",
+                    self.model_edit,
+                )
             if not (path / "config.json").is_file():
-                return f"{model} has no config.json; choose the folder that holds the model's files."
+                return StepProblem(
+                    f"{model} has no config.json", "Choose the folder that holds the model's files.", self.model_edit
+                )
             return None
         if _HUB_ID.fullmatch(model):
             return None
         hints = self.catalog.suggestions(model) if self.catalog is not None else []
-        hint = f" Did you mean {', '.join(hints[:3])}?" if hints else ""
-        return f"{model} is not in the catalog, not a Hub id (org/name) and not a folder.{hint}"
+        hint = f"Did you mean {', '.join(hints[:3])}? " if hints else ""
+        return StepProblem(
+            f"{model} is not in the catalog, not a Hub id (org/name) and not a folder",
+            hint
+            + "Pick a model in the catalog, type a Hub id such as Qwen/Qwen2.5-7B-Instruct, or Browse… for a folder.",
+            self.model_edit,
+        )
 
-    def _context_problem(self, model: str) -> str | None:
+    def _context_problem(self, model: str) -> StepProblem | None:
         entry = self.catalog.entry(model) if self.catalog is not None else None
         seq_len = self.spins["seq_len"].value()
         if entry is None or not entry.arch.max_context or seq_len <= entry.arch.max_context:
             return None
-        return (
-            f"The sequence length {seq_len:,} is longer than {entry.id} handles ({entry.arch.max_context:,} tokens); "
-            "lower it under Advanced settings."
+        return StepProblem(
+            f"The sequence length {seq_len:,} is longer than {entry.id} handles: {entry.arch.max_context:,} tokens",
+            "Lower the sequence length under Advanced settings.",
+            self.spins["seq_len"],
         )
 
     # -- catalog --------------------------------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""The wizard's last step: the whole run on one page, then Launch (through the same SPEC.toml the CLI runs)."""
+"""The wizard's last step: the whole run on one page, the checks before launching, then Launch.
+
+Launch writes the run as the same ``SPEC.toml`` the command line runs, after one question naming what is rented, at
+what rate and for about how much. Red checks block Launch unless the user chooses "Launch anyway" (a missing part
+blocks it for good); once launched, "Start over" begins the next fine-tune.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,40 @@ import asyncio
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
-from desktop.core.runs.draft import RunDraft, gpu_pick_training
+from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
-from desktop.core.sizing.report import format_hours
-from desktop.services.data.prepare import read_manifest
-from desktop.services.models.sizing import Sizing, SizingError, option_label
 from desktop.services.platform.files import atomic_copy
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
-from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs.drafts import size_draft, write_spec_toml
+from desktop.services.runs.drafts import fresh_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
+from desktop.services.runs.preflight import Check, ReviewFacts, Severity, preflight, read_review_facts
 from desktop.ui.background import Operation, Running, off_ui_thread
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.sizing_words import fit_text
+from desktop.ui.pages.wizard.review_words import (
+    Rows,
+    compute_rows,
+    data_rows,
+    launch_question,
+    model_rows,
+    sizing_rows,
+)
 from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.widgets.blocks import (
+    Badge,
+    Banner,
+    Card,
+    caption,
+    destructive_button,
+    plain_button,
+    primary_button,
+)
+from desktop.ui.widgets.launch_dialog import confirm_launch
 
 SPEC_NAME = "SPEC.toml"
 #: The review's sections: (step to edit, heading).
@@ -34,8 +52,9 @@ SECTIONS = (
     ("data", "Data"),
     ("model", "Model and method"),
     ("sizing", "Sizing"),
-    ("target", "Target"),
+    ("compute", "Compute"),
 )
+STEP_TITLES = dict(SECTIONS)
 _log = get_logger("ui.review")
 
 
@@ -81,119 +100,84 @@ def write_launch_spec(draft: RunDraft) -> tuple[Path, RunSpec]:
     return path, load_spec(path)
 
 
-def missing_step(draft: RunDraft) -> str | None:
-    """What the draft still lacks before a launch, naming the step that fills it; None when complete."""
-    checks = (
-        (draft.train_file, "Prepare the data first (Edit next to Data)."),
-        (draft.base_model, "Choose a base model first (Edit next to Model and method)."),
-        (draft.target.host and draft.target.user, "Set up the server first (Edit next to Target)."),
-        (draft.target.host_key, "Test the connection on the Target step, so the server's host key is pinned."),
-    )
-    return next((message for value, message in checks if not value), None)
+class FactsForm(QWidget):
+    """A section's facts as label / value rows (rebuilt when they change)."""
+
+    def __init__(self, accessible: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName(accessible)
+        self.form = QFormLayout(self)
+        self.form.setContentsMargins(0, 0, 0, 0)
+        self.form.setHorizontalSpacing(18)
+        self.form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.rows: Rows = []
+
+    def show_rows(self, rows: Rows) -> None:
+        """Replaces the rows."""
+        if rows == self.rows:
+            return
+        self.rows = list(rows)
+        while self.form.rowCount():
+            self.form.removeRow(0)
+        for label, value in rows:
+            name = caption(label)
+            name.setWordWrap(False)
+            name.setMinimumWidth(name.fontMetrics().horizontalAdvance("Peak memory per GPU") + 8)  # cards align
+            shown = QLabel(value)
+            shown.setWordWrap(True)
+            shown.setTextFormat(Qt.TextFormat.PlainText)
+            shown.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            shown.setAccessibleName(f"{label}: {value}")
+            self.form.addRow(name, shown)
+
+    def text(self) -> str:
+        """The rows as ``label: value`` lines (what a screen reader reads)."""
+        return "\n".join(f"{label}: {value}" for label, value in self.rows)
 
 
-#: What the review shows besides the draft: the data's manifest, and the sizing or why there is none.
-_Facts = tuple[dict[str, Any] | None, Sizing | None, str | None]
+class CheckRow(QFrame):
+    """One pre-flight check: a badge, the headline, the details and the step that fixes it (``sig_fix``)."""
 
+    sig_fix = Signal(str)
 
-def read_facts(draft: RunDraft, secrets: SecretStore | None) -> _Facts:
-    """Reads the draft's data manifest and sizes its job (blocking: files, maybe the network)."""
-    manifest = read_manifest(draft.train_file)
-    try:
-        return manifest, size_draft(draft, secrets), None
-    except SizingError as exc:
-        return manifest, None, f"Cannot size the run: {exc}."
+    def __init__(self, check: Check) -> None:
+        super().__init__()
+        self.check = check
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        words = "Required" if check.required else "Blocks launch" if check.severity is Severity.DANGER else "Look"
+        badge = Badge(words, check.severity.value)
+        badge.setMinimumWidth(badge.fontMetrics().horizontalAdvance("Blocks launch") + 20)
+        layout.addWidget(badge, 0, Qt.AlignmentFlag.AlignTop)
+        texts = QVBoxLayout()
+        texts.setSpacing(2)
+        headline = QLabel(check.headline)
+        headline.setWordWrap(True)
+        font = headline.font()
+        font.setBold(True)
+        headline.setFont(font)
+        texts.addWidget(headline)
+        texts.addWidget(caption(check.details))
+        layout.addLayout(texts, 1)
+        self.fix_button = plain_button(f"Fix on {STEP_TITLES.get(check.step, check.step)}", None)
+        self.fix_button.setAccessibleName(f"{check.headline}: fix it on the {check.step} step")
+        self.fix_button.clicked.connect(self.on_fix_clicked)
+        layout.addWidget(self.fix_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.setAccessibleName(f"{words}: {check.headline}")
 
-
-def data_text(draft: RunDraft, manifest: dict[str, Any] | None) -> str:
-    """The Data section: files, rows and tokens."""
-    lines = [f"Data file: {draft.data_file or '(none)'}", f"Training file: {draft.train_file or 'not prepared yet'}"]
-    if draft.eval_file:
-        lines.append(f"Eval file: {draft.eval_file}")
-    if manifest:
-        counts, tokens = manifest.get("counts", {}), manifest.get("tokens", {})
-        lines.append(
-            f"Rows: {counts.get('train', 0):,} training, {counts.get('eval', 0):,} eval "
-            f"({counts.get('with_errors', 0):,} with errors and {counts.get('duplicates_removed', 0):,} duplicates "
-            "left out)"
-        )
-        lines.append(f"Tokens per epoch: {tokens.get('trained_per_epoch', 0):,} ({tokens.get('method', 'counted')})")
-    return "\n".join(lines)
-
-
-def model_text(draft: RunDraft) -> str:
-    """The Model section: base model, method and the settings that matter most."""
-    training = {"method": draft.method, **draft.training}
-    method = str(training["method"])
-    settings = [f"seq_len {training.get('seq_len', 2048)}", f"micro_batch {training.get('micro_batch', 2)}"]
-    settings.append(f"grad_accum {training.get('grad_accum', 4)}")
-    if method in {"qlora", "lora"}:
-        settings[:0] = [f"LoRA r {training.get('lora_r', 16)}", f"alpha {training.get('lora_alpha', 32)}"]
-    steps = int(training.get("max_steps", -1) or -1)
-    settings.append(f"{steps:,} steps" if steps > 0 else f"{training.get('epochs', 3)} epochs")
-    settings.append(f"learning rate {training.get('learning_rate', 2e-4):g}")
-    return f"Base model: {draft.base_model or '(none)'}\nMethod: {method}; " + ", ".join(settings)
-
-
-def sizing_text(draft: RunDraft, sizing: Sizing | None, problem: str | None) -> str:
-    """The Sizing section: the pick with its hours and dollars (and at the server's own rate)."""
-    if problem:
-        return problem
-    if sizing is None:
-        return "Sizing…"
-    lines = [f"Peak memory per GPU: {sizing.plan.memory.per_gpu_total:.1f} GB"]
-    option = sizing.option(draft.gpu_name) if draft.gpu_name else None
-    kind = "Pick"
-    if option is None:
-        option, kind = sizing.recommended, "Recommended"
-    if option is None:
-        lines.append("No GPU option fits (Edit to change the method or settings).")
-        return "\n".join(lines)
-    lines.append(
-        f"{kind}: {option_label(option)}, {fit_text(option)}; about {format_hours(option.hours)}, "
-        f"${option.cost_usd:,.2f} at list price"
-    )
-    if draft.hourly_rate_usd > 0:
-        own = option.hours * draft.hourly_rate_usd
-        lines.append(f"At your server's ${draft.hourly_rate_usd:,.2f} per hour: about ${own:,.2f}")
-    lines.append(gpus_text(draft))
-    return "\n".join(lines)
-
-
-def gpus_text(draft: RunDraft) -> str:
-    """How many GPUs the launched run trains on (the Sizing pick; one when nothing was picked)."""
-    keys = {"num_gpus": 1, **draft.training, **gpu_pick_training(draft.gpu_name)}
-    count = int(keys["num_gpus"])
-    return "Trains on 1 GPU" if count == 1 else f"Trains on {count} GPUs ({keys.get('strategy', 'ddp')})"
-
-
-def target_text(draft: RunDraft) -> str:
-    """The Target section: where, the pinned key, the GPU, the interpreter and the money."""
-    target = draft.target
-    if not target.host:
-        return "No server set up yet."
-    lines = [
-        f"Server: {target.url}" + (f" with key {target.identity}" if target.identity else ""),
-        f"Host key: {target.fingerprint} (pinned)" if target.host_key else "Host key: not tested yet",
-        f"GPU: {target.gpu or 'unknown (test the connection)'}",
-        f"Python: {target.python}; work folder: {target.workdir or '~/.rentune/runs'}",
-        f"Hourly rate: ${draft.hourly_rate_usd:,.2f}"
-        if draft.hourly_rate_usd
-        else "Hourly rate: not set (cost not metered)",
-    ]
-    if draft.budget_usd:
-        lines.append(f"Budget: stop past ${draft.budget_usd:,.2f}")
-    return "\n".join(lines)
+    def on_fix_clicked(self) -> None:
+        """Asks for the step that fixes the check."""
+        self.sig_fix.emit(self.check.step)
 
 
 class ReviewStep(WizardStep):
-    """Shows the run on one page with Edit links, and launches it."""
+    """Shows the run with its checks and Edit links, asks once, and launches it."""
 
     step_name = "review"
     title = "Review and launch"
     purpose = (
-        "Everything about the run on one page. Launch writes it as a SPEC.toml (run it again headless with "
-        "rentune run) and starts it; you can close the app while it trains."
+        "Everything about the run on one page, checked before anything is rented. Launch saves it as a "
+        "SPEC.toml (the command line can run it again) and starts it; you can close the app while it trains."
     )
 
     #: Emitted with a step name when the user wants to change that part.
@@ -203,141 +187,281 @@ class ReviewStep(WizardStep):
 
     def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self.sizing: Sizing | None = None
-        self.sizing_problem: str | None = None
-        self.manifest: dict[str, Any] | None = None
+        self.facts: ReviewFacts | None = None
+        self.checks: list[Check] = []
         self.launched_spec: Path | None = None
-        self._shown = ""  # the draft (as JSON) the sections were last refreshed for
+        self.launched_run: str | None = None
+        self._shown = ""  # the draft (as JSON) the facts were last read for
         self._launched = ""  # the draft (as JSON) last launched: Launch stays off until something changes
+        self._launching = False
         self._task: asyncio.Future[None] | None = None
         self._launch_task: asyncio.Future[None] | None = None
-        self.section_labels: dict[str, QLabel] = {}
-        self.edit_buttons: dict[str, QPushButton] = {}
+        self._refresh: Running[ReviewFacts] | None = None
+        self.sections: dict[str, FactsForm] = {}
+        self.edit_buttons: dict[str, object] = {}
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 8, 0)
+        layout.setSpacing(12)
+        self.launched_banner = self._build_launched()
+        layout.addWidget(self.launched_banner)
+        layout.addWidget(self._build_checks())
         for name, heading in SECTIONS:
-            self.body.addWidget(self._build_section(name, heading))
-        self.body.addStretch(1)
+            layout.addWidget(self._build_section(name, heading))
+        layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(content)
+        self.body.addWidget(scroll, 1)
         self.body.addLayout(self._build_launch())
 
-    def _build_section(self, name: str, heading: str) -> QGroupBox:
-        box = QGroupBox(heading)
-        row = QHBoxLayout(box)
-        label = QLabel()
-        label.setWordWrap(True)
-        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        label.setAccessibleName(f"{heading} of the run")
-        edit = QPushButton("Edit")
-        edit.setAccessibleName(f"Edit the {heading.lower()}")
+    # -- building ----------------------------------------------------------------------------------------------------
+
+    def _build_launched(self) -> Banner:
+        banner = Banner("success")
+        self.start_over_button = primary_button("Start &over", "plus", "Start over with a new fine-tune")
+        self.start_over_button.clicked.connect(self.on_start_over_clicked)
+        banner.add_action(self.start_over_button)
+        banner.show_message("success", "")
+        return banner
+
+    def _build_checks(self) -> Card:
+        card = Card("Before you launch")
+        summary = QHBoxLayout()
+        self.checks_badge = Badge("Checking", "info")
+        self.checks_status = caption("Checking the run…")
+        self.checks_status.setAccessibleName("Checks before launching")
+        summary.addWidget(self.checks_badge)
+        summary.addWidget(self.checks_status, 1)
+        card.body.addLayout(summary)
+        self.checks_box = QVBoxLayout()
+        self.checks_box.setSpacing(2)
+        card.body.addLayout(self.checks_box)
+        self.check_rows: list[CheckRow] = []
+        return card
+
+    def _build_section(self, name: str, heading: str) -> Card:
+        card = Card(heading)
+        edit = plain_button("Edit", None, f"Edit the {heading.lower()}")
         edit.clicked.connect(lambda _checked=False, step=name: self.sig_edit.emit(step))
-        column = QVBoxLayout()
-        column.addWidget(edit)
-        column.addStretch(1)
-        row.addWidget(label, 1)
-        row.addLayout(column)
-        self.section_labels[name], self.edit_buttons[name] = label, edit
-        return box
+        card.add_header_widget(edit)
+        form = FactsForm(f"{heading} of the run")
+        card.body.addWidget(form)
+        self.sections[name], self.edit_buttons[name] = form, edit
+        return card
 
     def _build_launch(self) -> QHBoxLayout:
-        self.launch_status = QLabel()
+        self.launch_status = caption()
         self.launch_status.setObjectName("launch_status")
-        self.launch_status.setWordWrap(True)
         self.launch_status.setAccessibleName("Launch result")
-        self.launch_button = QPushButton("&Launch")
-        self.launch_button.setAccessibleName("Launch the run")
+        self.launch_anyway_button = destructive_button(
+            "Launch &anyway…", "triangle-alert", "Launch anyway, despite the red items"
+        )
+        self.launch_anyway_button.clicked.connect(self.on_launch_anyway_clicked)
+        self.launch_button = primary_button("&Launch…", "rocket", "Launch the run")
         self.launch_button.clicked.connect(self.on_launch_clicked)
         row = QHBoxLayout()
         row.addWidget(self.launch_status, 1)
+        row.addWidget(self.launch_anyway_button)
         row.addWidget(self.launch_button)
         return row
 
     # -- the wizard's hooks ---------------------------------------------------------------------------------------
 
     def show_draft(self) -> None:
-        """Shows the draft; when it changed, reads the data manifest and sizes the pick again in the background."""
+        """Shows the draft; when it changed, reads its facts again in the background (numbers never go stale)."""
         self._show_sections()
-        launched = self.draft.model_dump_json() == self._launched
-        self.launch_button.setEnabled(not launched)
-        if self.draft.model_dump_json() != self._shown:
+        if self._draft_json() != self._shown:
             self._task = self._start_refresh().task
+        self._update_launch()
 
     async def load(self) -> None:
-        """Reads the manifest and sizes the saved draft once when the window opens."""
+        """Reads the facts of the saved draft once when the window opens."""
         await self.refresh()
 
-    def _show_sections(self) -> None:
-        draft = self.draft
-        self.section_labels["data"].setText(data_text(draft, self.manifest))
-        self.section_labels["model"].setText(model_text(draft))
-        self.section_labels["sizing"].setText(sizing_text(draft, self.sizing, self.sizing_problem))
-        self.section_labels["target"].setText(target_text(draft))
+    def _draft_json(self) -> str:
+        return self.draft.model_dump_json(exclude={"step"})
 
     async def refresh(self) -> None:
-        """Reads the manifest and makes the plan off the UI thread, then shows them (a newer refresh wins)."""
+        """Reads the facts off the UI thread, then shows them and the checks (a newer refresh wins)."""
         await self._start_refresh().wait()
 
-    def _start_refresh(self) -> Running[_Facts]:
-        snapshot, secrets = self.draft.model_copy(deep=True), self.context.secrets
-        self._shown = snapshot.model_dump_json()
-        return Operation(self, lambda _job: read_facts(snapshot, secrets), self._show_facts, group="facts").run()
+    @property
+    def refreshing(self) -> bool:
+        """Whether the facts are being read now."""
+        return self._refresh is not None and self._refresh.active
 
-    def _show_facts(self, facts: _Facts) -> None:
-        self.manifest, self.sizing, self.sizing_problem = facts
+    def _start_refresh(self) -> Running[ReviewFacts]:
+        snapshot, secrets, store = self.draft.model_copy(deep=True), self.context.secrets, self.context.store
+        self._shown = snapshot.model_dump_json(exclude={"step"})
+        self.facts = None
+        self.checks_badge.show_state("Checking", "info")
+        self.checks_status.setText("Checking the run…")
+        self._refresh = Operation(
+            self, lambda _job: read_review_facts(snapshot, secrets, store), self._show_facts, group="facts"
+        ).run()
+        self._update_launch()
+        return self._refresh
+
+    def _show_facts(self, facts: ReviewFacts) -> None:
+        self._refresh = None  # delivered: its task ends right after this
+        self.facts = facts
+        self.checks = preflight(self.draft, facts)
         self._show_sections()
+        self._show_checks()
+        self._update_launch()
+
+    def _show_sections(self) -> None:
+        draft, facts = self.draft, self.facts
+        self.sections["data"].show_rows(data_rows(draft, facts.manifest if facts else None))
+        self.sections["model"].show_rows(model_rows(draft))
+        self.sections["sizing"].show_rows(sizing_rows(draft, facts))
+        self.sections["compute"].show_rows(compute_rows(draft, facts))
+
+    def section_text(self, name: str) -> str:
+        """A section's facts as ``label: value`` lines."""
+        return self.sections[name].text()
+
+    def _show_checks(self) -> None:
+        for row in self.check_rows:
+            row.setParent(None)
+            row.deleteLater()
+        self.check_rows = []
+        for check in self.checks:
+            row = CheckRow(check)
+            row.sig_fix.connect(self.sig_edit)
+            self.checks_box.addWidget(row)
+            self.check_rows.append(row)
+        red = sum(check.severity is Severity.DANGER for check in self.checks)
+        amber = len(self.checks) - red
+        if not self.checks:
+            self.checks_badge.show_state("All clear", "success")
+            self.checks_status.setText("Nothing stands in the way of this run.")
+            return
+        self.checks_badge.show_state(f"{red} red" if red else "No red", "danger" if red else "success")
+        parts = [f"{red} to fix before launching" if red else "", f"{amber} worth a look" if amber else ""]
+        words = " · ".join(part for part in parts if part)
+        self.checks_status.setText(f"{words[:1].upper()}{words[1:]}.")
 
     # -- launching --------------------------------------------------------------------------------------------------
 
+    @property
+    def red_checks(self) -> list[Check]:
+        """The checks that block Launch."""
+        return [check for check in self.checks if check.severity is Severity.DANGER]
+
+    def _update_launch(self) -> None:
+        fresh = self.facts is not None and not self.refreshing and self._shown == self._draft_json()
+        launched = self._launched == self._draft_json()
+        red = self.red_checks
+        required = any(check.required for check in red)
+        idle = fresh and not launched and not self._launching
+        self.launch_button.setEnabled(idle and not red)
+        self.launch_anyway_button.setVisible(fresh and bool(red) and not required and not launched)
+        self.launch_anyway_button.setEnabled(idle)
+        if self._launching:
+            return
+        if launched:
+            self.launch_status.setText("Launched. Change something (Edit) to launch another run, or start over.")
+        elif not fresh:
+            self.launch_status.setText("Checking the run…")
+        elif required:
+            self.launch_status.setText("Fill in what is marked Required above, then launch.")
+        elif red:
+            self.launch_status.setText("Red items block Launch: fix them, or choose Launch anyway.")
+        else:
+            self.launch_status.setText("Ready: Launch asks once more, naming what it rents and costs.")
+
     def on_launch_clicked(self) -> None:
-        """Starts launching; the button stays disabled until the run is recorded or refused."""
-        self.launch_button.setEnabled(False)
-        self.launch_status.setText("Launching…")
-        self._launch_task = self._run_launch()
+        """Asks once (machine, rate, estimate, budget), then launches."""
+        self._ask_and_launch(anyway=False)
 
-    @asyncSlot()
-    async def _run_launch(self) -> None:
-        await self.launch()
+    def on_launch_anyway_clicked(self) -> None:
+        """Asks once, naming the red items launched despite, then launches."""
+        self._ask_and_launch(anyway=True)
 
-    async def launch(self) -> str | None:
+    def _ask_and_launch(self, *, anyway: bool) -> None:
+        question = launch_question(self.draft, self.facts, self.red_checks if anyway else [])
+        if not confirm_launch(self, question.title, question.summary, question.details, question.action, anyway=anyway):
+            self.launch_status.setText("Not launched: nothing was rented or started.")
+            return
+        self._launch_task = self._run_launch(anyway)
+
+    @asyncSlot(bool)
+    async def _run_launch(self, anyway: bool) -> None:
+        await self.launch(anyway=anyway)
+
+    async def launch(self, *, anyway: bool = False) -> str | None:
         """Writes SPEC.toml, reads it back as the CLI does, starts the run and copies the spec into its folder.
+
+        Args:
+            anyway: Launch despite red checks (a missing part still stops it).
 
         Returns:
             The new run's id, or None when it could not be launched (the reason is shown).
         """
-        self.launch_button.setEnabled(False)
+        self._launching = True
+        self._update_launch()
         self.launch_status.setText("Launching…")
         try:
-            run_id = await self._launch()
+            run_id = await self._launch(anyway)
         except LaunchError as exc:
+            self._launch_ended()
             self.launch_status.setText(f"Not launched: {exc}")
-            self.launch_button.setEnabled(True)
             return None
-        except Exception:
-            self.launch_button.setEnabled(True)
+        except BaseException:
+            self._launch_ended()
             raise
-        # Launch stays off for this exact draft: a second click would rent the same run twice.
-        self._launched = self.draft.model_dump_json()
-        self.launch_status.setText(
-            f"Run {run_id} launched. It trains in the background; follow it on the Runs page. "
-            "Change something (Edit) to launch another run."
-        )
+        self._launching = False
+        self._show_launched(run_id)
         self.sig_launched.emit(run_id)
         return run_id
 
-    async def _launch(self) -> str:
-        missing = missing_step(self.draft)
-        if missing:
-            raise LaunchError(missing)
-        manager = self.context.manager
-        if manager is None:
-            raise LaunchError("the run manager is not available; restart Rentune")
+    def _launch_ended(self) -> None:
+        self._launching = False
+        self._update_launch()
+
+    def _show_launched(self, run_id: str) -> None:
+        # Launch stays off for this exact draft: a second click would rent the same run twice.
+        self._launched, self.launched_run = self._draft_json(), run_id
+        self.launched_banner.show_message(
+            "success",
+            f"Run {run_id} launched",
+            "It trains in the background; the monitor follows it and the Runs page lists it. Start over for "
+            "another fine-tune: your prepared data and your machine setup stay, everything else starts fresh.",
+        )
+        self._update_launch()
+        self.launch_status.setText(f"Run {run_id} launched.")
+
+    async def _launch(self, anyway: bool) -> str:
+        if self._shown != self._draft_json() or self.facts is None:
+            await self.refresh()  # never launch on checks made for another draft
+        blockers = [check for check in self.red_checks if check.required or not anyway]
+        if blockers:
+            first = blockers[0]
+            extra = "" if first.required else " (or choose Launch anyway)"
+            raise LaunchError(f"{first.headline}. {first.details}{extra}")
         path, spec = await off_ui_thread(self, write_launch_spec, self.draft.model_copy(deep=True))
         try:
-            record = await manager.launch_in_background(spec)
+            record = await self.context.manager.launch_in_background(spec)
         except RunError as exc:
             raise LaunchError(f"{exc}. Fix it with the matching Edit button and launch again") from exc
         self.launched_spec = path
-        folder = manager.engine(record.id).folder(record.id)
+        folder = self.context.manager.engine(record.id).folder(record.id)
         try:
             await off_ui_thread(self, atomic_copy, path, folder / SPEC_NAME)
         except OSError as exc:  # the run is launched; only the copy beside it is missing
             _log.warning("could not copy %s into the run folder %s: %s", path, folder, exc)
         _log.info("launched run %s from %s", record.id, path)
         return record.id
+
+    def on_start_over_clicked(self) -> None:
+        """A fresh draft for the next fine-tune (the data and the machine setup kept), from the Data step."""
+        fresh = fresh_draft(self.draft)
+        for name in RunDraft.model_fields:
+            setattr(self.draft, name, getattr(fresh, name))
+        self._launched, self.launched_run = "", None
+        self.launched_banner.show_message("success", "")
+        self.sig_edit.emit("data")

@@ -1,34 +1,48 @@
 """The wizard's sizing step: peak memory per GPU, itemised, and the GPU options ranked by cost to finish.
 
-The planner is the one behind ``rentune plan``; the token count comes from the prepared data's manifest, so the
-hours and dollars shown are for the data that will really be uploaded.
+The planner is the one behind ``rentune plan``. The numbers come from
+:func:`desktop.services.runs.draft_facts.draft_facts`: when the model, the sequence length or the data settings
+changed since the data was prepared, it is prepared again (tokens counted with the chosen model's tokenizer), so
+the tokens, hours and dollars shown are for the data that will really be uploaded, the same the Data step shows.
 """
 
 from __future__ import annotations
 
 import json
 
-import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSignalBlocker, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPalette
+from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QGroupBox,
+    QGridLayout,
+    QHBoxLayout,
     QLabel,
+    QProgressBar,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
 from desktop.core.runs.draft import RunDraft
 from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
-from desktop.services.models.sizing import Sizing, SizingError, option_label, server_fit_warning
-from desktop.services.runs.drafts import size_draft
+from desktop.services.data.numbers import DataNumbers
+from desktop.services.models.sizing import SETTING_LABELS, Sizing, option_label, server_fit_warning
+from desktop.services.runs.draft_facts import DraftFacts, draft_facts
 from desktop.ui.background import Operation, Running
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.sizing_words import change_words, fit_text
-from desktop.ui.pages.wizard.step_base import WizardStep
-from desktop.ui.widgets.charts import plot_filling
+from desktop.ui.design.palette import Palette
+from desktop.ui.pages.wizard.data_words import counting_words, model_words
+from desktop.ui.pages.wizard.sizing_words import (
+    change_words,
+    fit_severity,
+    fit_text,
+    method_words,
+    option_words,
+    split_words,
+)
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.theme import current_palette, theme_events
+from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button
+from desktop.ui.widgets.charts import BarSegment, Capacity, MemoryBarChart, swatch
 from desktop.ui.widgets.tables import pick_one_table
 
 #: Common card sizes drawn as lines across the memory bar (GB).
@@ -44,85 +58,123 @@ ITEM_LABELS = {
     "allocator_overhead": "Allocator overhead",
     "cuda_context": "CUDA context",
 }
-ITEM_COLOURS = ("#3b82f6", "#10b981", "#f59e0b", "#ef4444", "#8b5cf6", "#ec4899", "#14b8a6", "#64748b", "#a3a3a3")
-RECOMMENDED_COLOUR = QColor(16, 185, 129, 70)
+#: Each memory component's place in the palette's chart colours, whatever else is shown. The LoRA adapter and the
+#: full gradients never appear together; the CUDA context is the allocator's colour, hatched.
+COMPONENT_COLOURS = {
+    "weights": 0,
+    "lora_adapter": 1,
+    "gradients": 1,
+    "activations": 2,
+    "logits": 3,
+    "optimizer": 4,
+    "fsdp_buffers": 5,
+    "allocator_overhead": 6,
+    "cuda_context": 6,
+}
+HATCHED = {"cuda_context"}
+OPTION_COLUMNS = ["GPU", "GPUs", "Fits", "Time", "Cost"]
+LEGEND_COLUMNS = 3
+TABLE_MIN_HEIGHT = 200
+_STEP_OF_SETTING = {"base_model": "model", **dict.fromkeys(SETTING_LABELS, "model"), "method": "model"}
 
 
 def _sizing_key(draft: RunDraft) -> str:
     """What the sizing depends on; a new plan is made only when it changes."""
-    return json.dumps([draft.base_model, draft.method, draft.training, draft.train_file], sort_keys=True, default=str)
+    parts: list[object] = [draft.base_model, draft.method, draft.training, draft.data_file, draft.train_file]
+    parts += [draft.data_columns, draft.leave_out_secrets]
+    return json.dumps(parts, sort_keys=True, default=str)
 
 
-def _chart_limit(total: float) -> float:
-    """The chart's width: the bar and the next two card sizes (so the card it fits and the one above show)."""
-    larger = [size for size in CARD_SIZES_GB if size >= total * 1.02]
-    return max(total, *larger[:2]) * 1.05 if larger else total * 1.08
+def memory_segments(items: dict[str, float], palette: Palette) -> list[BarSegment]:
+    """The memory items as bar segments, each in its component's colour."""
+    return [
+        BarSegment(
+            name,
+            ITEM_LABELS.get(name, name),
+            value,
+            palette.chart[COMPONENT_COLOURS.get(name, len(palette.chart) - 1) % len(palette.chart)],
+            name in HATCHED,
+        )
+        for name, value in items.items()
+        if value > 0
+    ]
 
 
-class MemoryChart(QWidget):
-    """Peak memory per GPU as one stacked horizontal bar, with lines at common card sizes."""
+def tokens_text(sizing: Sizing, numbers: DataNumbers | None) -> str:
+    """Where the token count comes from, in the Data step's words."""
+    workload = sizing.plan.workload
+    if sizing.tokens_source.endswith("steps at most"):
+        return f"Tokens: {workload.tokens:,} in {sizing.tokens_source}."
+    if numbers is None:
+        return (
+            f"Tokens: {workload.tokens:,} per epoch assumed, as no dataset is prepared yet. Choose one on the Data "
+            "step for exact counts."
+        )
+    return (
+        f"Tokens: {numbers.train_tokens:,} per epoch for {workload.epochs:g} epochs, from "
+        f"{numbers.train_examples:,} training examples. {counting_words(numbers)}"
+    )
+
+
+def count_words(count: float) -> str:
+    """A parameter count in words: ``7.62 billion``, ``40.4 million``, ``140 thousand``."""
+    for size, word, digits in ((1e9, "billion", 2), (1e6, "million", 1), (1e3, "thousand", 0)):
+        if count >= size:
+            return f"{count / size:,.{digits}f} {word}"
+    return f"{count:,.0f}"
+
+
+def gb_words(value: float) -> str:
+    """A memory size: ``5.55 GB``, and ``< 0.01 GB`` for a sliver."""
+    return f"{value:,.2f} GB" if value >= 0.005 else "< 0.01 GB"
+
+
+def plan_headline(sizing: Sizing) -> str:
+    """The model and method sized, with its size."""
+    plan = sizing.plan
+    trained = f"{count_words(plan.trainable_params)} of them trained" if plan.setup.method.is_peft else "all trained"
+    return (
+        f"{model_words(plan.arch.name)} with {method_words(plan.setup.method)}: "
+        f"{count_words(plan.arch.total_params)} parameters, {trained}"
+    )
+
+
+class MemoryLegend(QWidget):
+    """The bar's segments with their colour and size, in a grid that wraps instead of running over the axis."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setAccessibleName("Memory per GPU chart: one bar stacked by item, lines at 24, 48, 80 and 141 GB")
-        self.setMinimumHeight(120)
-        self.setMaximumHeight(180)
-        self.plot_widget = plot_filling(self)
-        plot = self.plot_widget.getPlotItem()
-        plot.setMouseEnabled(x=False, y=False)
-        plot.hideButtons()
-        plot.hideAxis("left")
-        plot.setLabel("bottom", "GB per GPU")
-        self.items: dict[str, float] = {}
-        self.segments: list[pg.BarGraphItem] = []
-        self.card_lines: list[pg.InfiniteLine] = []
-        self._apply_palette()
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(18)
+        self.grid.setVerticalSpacing(4)
+        self.entries: list[QLabel] = []
 
-    def show_items(self, items: dict[str, float]) -> None:
-        """Draws the non-zero items left to right, in order, and the card-size lines."""
-        plot = self.plot_widget.getPlotItem()
-        plot.clear()
-        self.items, self.segments, self.card_lines, start = dict(items), [], [], 0.0
-        for index, value in enumerate(v for v in items.values() if v > 0):
-            colour = ITEM_COLOURS[index % len(ITEM_COLOURS)]
-            bar = pg.BarGraphItem(x0=[start], y=[0.0], width=[value], height=0.6, brush=colour, pen=None)
-            plot.addItem(bar)
-            self.segments.append(bar)
-            start += value
-        text = self.palette().color(QPalette.ColorRole.Text)
-        for size in CARD_SIZES_GB:
-            pen = pg.mkPen(text, style=Qt.PenStyle.DashLine)
-            line = pg.InfiniteLine(pos=size, angle=90, pen=pen, label=f"{size} GB")
-            line.label.setColor(text)
-            line.label.setPosition(0.9)
-            plot.addItem(line)
-            self.card_lines.append(line)
-        plot.setXRange(0, _chart_limit(start), padding=0)
-        plot.setYRange(-0.6, 0.6, padding=0)
-
-    def clear(self) -> None:
-        """Removes the bar and the lines (nothing to show)."""
-        self.plot_widget.getPlotItem().clear()
-        self.items, self.segments, self.card_lines = {}, [], []
-
-    def total(self) -> float:
-        """The length of the stacked bar (GB)."""
-        return sum(float(bar.opts["width"][0]) for bar in self.segments)
-
-    def changeEvent(self, event: QEvent) -> None:
-        """Follows light/dark switches."""
-        super().changeEvent(event)
-        if event.type() in {QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange}:
-            self._apply_palette()
-            if self.items:
-                self.show_items(self.items)
-
-    def _apply_palette(self) -> None:
-        palette = self.palette()
-        self.plot_widget.setBackground(palette.color(QPalette.ColorRole.Base))
-        axis = self.plot_widget.getPlotItem().getAxis("bottom")
-        axis.setPen(palette.color(QPalette.ColorRole.Text))
-        axis.setTextPen(palette.color(QPalette.ColorRole.Text))
+    def show_segments(self, segments: list[BarSegment]) -> None:
+        """Lists ``segments`` in rows of :data:`LEGEND_COLUMNS`."""
+        while self.grid.count():
+            item = self.grid.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
+        self.entries = []
+        for index, segment in enumerate(segments):
+            mark = QLabel()
+            mark.setPixmap(swatch(segment))
+            text = QLabel(f"{segment.label}\N{NO-BREAK SPACE}{gb_words(segment.value).replace(' ', chr(0xA0))}")
+            text.setWordWrap(True)
+            row, column = divmod(index, LEGEND_COLUMNS)
+            entry = QHBoxLayout()
+            entry.setSpacing(6)
+            entry.addWidget(mark, 0, Qt.AlignmentFlag.AlignTop)
+            entry.addWidget(text, 1)
+            holder = QWidget()
+            holder.setLayout(entry)
+            entry.setContentsMargins(0, 0, 0, 0)
+            self.grid.addWidget(holder, row, column, Qt.AlignmentFlag.AlignTop)
+            self.entries.append(text)
+        for column in range(LEGEND_COLUMNS):
+            self.grid.setColumnStretch(column, 1)
 
 
 class SizingStep(WizardStep):
@@ -137,64 +189,115 @@ class SizingStep(WizardStep):
 
     def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self.sizing: Sizing | None = None
-        self.problem: str | None = None
+        self.facts: DraftFacts | None = None
         self._key: str | None = None
+        self._sizing: Running[DraftFacts] | None = None
+        self._answered = True  # the latest sizing is shown (its task may still be finishing)
+        self._failure: StepProblem | None = None
+        self.body.addWidget(self._build_summary())
+        self.body.addWidget(self._build_memory())
+        self.body.addWidget(self._build_options(), 1)
+        theme_events().sig_changed.connect(self._apply_palette)
+
+    # -- layout ---------------------------------------------------------------------------------------------------
+
+    def _build_summary(self) -> Card:
+        box = Card()
+        box.setAccessibleName("What is sized")
         self.status_label = QLabel("Choose a model on the Model step to size the job.")
         self.status_label.setObjectName("sizing_status")
         self.status_label.setWordWrap(True)
         self.status_label.setAccessibleName("Sizing status")
-        self.body.addWidget(self.status_label)
-        self.body.addWidget(self._build_memory())
-        self.body.addWidget(self._build_options(), 1)
-
-    def _build_memory(self) -> QGroupBox:
-        box = QGroupBox("Peak memory per GPU")
-        layout = QVBoxLayout(box)
-        self.chart = MemoryChart()
-        self.items_label = QLabel()
-        self.items_label.setTextFormat(Qt.TextFormat.RichText)
-        self.items_label.setWordWrap(True)
-        self.items_label.setAccessibleName("Memory items in GB")
-        layout.addWidget(self.chart)
-        layout.addWidget(self.items_label)
+        font = self.status_label.font()
+        font.setBold(True)
+        self.status_label.setFont(font)
+        self.tokens_label = caption()
+        self.tokens_label.setAccessibleName("Tokens the sizing is for")
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, 1000)
+        self.progress_bar.setAccessibleName("Counting the dataset's tokens")
+        self.progress_bar.hide()
+        self.data_banner = Banner("warning")
+        for widget in (self.status_label, self.tokens_label, self.progress_bar, self.data_banner):
+            box.body.addWidget(widget)
         return box
 
-    def _build_options(self) -> QGroupBox:
-        box = QGroupBox("GPU options, cheapest that fits first")
-        layout = QVBoxLayout(box)
+    def _build_memory(self) -> Card:
+        box = Card("Peak memory per GPU")
+        self.memory_caption = caption()
+        self.memory_caption.setAccessibleName("Which option the memory is shown for")
+        self.chart = MemoryBarChart(CARD_SIZES_GB)
+        self.chart.setAccessibleName("Memory per GPU: one bar stacked by item, card sizes and the picked GPU marked")
+        self.chart.show_empty("The memory the job needs appears here once it is sized.")
+        self.legend = MemoryLegend()
+        self.items_label = QLabel()
+        self.items_label.setAccessibleName("Memory per GPU in all")
+        font = self.items_label.font()
+        font.setBold(True)
+        self.items_label.setFont(font)
+        for widget in (self.memory_caption, self.chart, self.legend, self.items_label):
+            box.body.addWidget(widget)
+        return box
+
+    def _build_options(self) -> Card:
+        box = Card("GPU options, cheapest that fits first")
         self.recommendation_label = QLabel()
         self.recommendation_label.setWordWrap(True)
         self.recommendation_label.setAccessibleName("Recommended GPU")
-        self.options_table = pick_one_table(
-            ["GPU", "Count", "Fits", "Hours", "Dollars"],
-            "GPU options: select the one you plan to use",
-            stretch_column=2,
-        )
+        self.options_table = pick_one_table(OPTION_COLUMNS, "GPU options: select the one you plan to use", 2)
+        self.options_table.setMinimumHeight(TABLE_MIN_HEIGHT)
         self.options_table.itemSelectionChanged.connect(self.on_option_selected)
-        self.suggestions_label = QLabel()
-        self.suggestions_label.setWordWrap(True)
-        self.suggestions_label.setAccessibleName("What to change so the job fits")
+        self.suggestions_banner = Banner("warning")
+        self.suggestions_button = plain_button("Change the settings", None, "Change the settings on the Model step")
+        self.suggestions_button.clicked.connect(self.on_change_settings)
+        self.suggestions_banner.add_action(self.suggestions_button)
+        self.suggestions_label = self.suggestions_banner.details_label
         self.server_label = QLabel()
         self.server_label.setObjectName("sizing_server_warning")
         self.server_label.setWordWrap(True)
         self.server_label.setAccessibleName("Does the job fit your own server")
-        for widget in (self.recommendation_label, self.options_table, self.suggestions_label, self.server_label):
-            layout.addWidget(widget, 1 if widget is self.options_table else 0)
+        for widget in (self.recommendation_label, self.options_table, self.suggestions_banner, self.server_label):
+            box.body.addWidget(widget, 1 if widget is self.options_table else 0)
         return box
 
     # -- the wizard's hooks ---------------------------------------------------------------------------------------
 
+    @property
+    def sizing(self) -> Sizing | None:
+        """The plan shown (None while none could be made)."""
+        return self.facts.sizing if self.facts is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the job is being sized (its data maybe counted again)."""
+        return self._sizing is not None and self._sizing.active and not self._answered
+
+    @property
+    def busy(self) -> bool:
+        """Sizing in progress: Enter waits for it."""
+        return self.running
+
     def show_draft(self) -> None:
         """Sizes the job again when the model, method, settings or data changed since the last time."""
         if _sizing_key(self.draft) != self._key:
-            self._start_sizing()
+            self._sizing = self._start_sizing()
         elif self.sizing is not None:
             self._show_server_fit(self.sizing)
+        else:
+            self.show_problem(self.step_problem(), focus=False)  # what still blocks Next, shown again
 
-    def validate(self) -> str | None:
-        """Blocks only when the job cannot be sized at all; a job too big for every GPU is shown, not blocked."""
-        return self.problem
+    def step_problem(self) -> StepProblem | None:
+        """Blocks while sizing and when the job cannot be sized at all; a job too big for every GPU is not blocked."""
+        if self.running:
+            return StepProblem("The job is still being sized", "Next works once the sizing is done.")
+        if self._failure is not None:
+            return self._failure
+        error = self.facts.sizing_error if self.facts is not None else None
+        if error is None:
+            return None
+        step = _STEP_OF_SETTING.get(error.setting, "")
+        label = "the model" if error.setting == "base_model" else SETTING_LABELS.get(error.setting, "the settings")
+        return StepProblem(error.headline, error.details, step=step, setting=error.setting, action=f"Change {label}")
 
     def save_into(self, draft: RunDraft) -> None:
         """Nothing to copy: a row the user selects is written to ``draft.gpu_name`` at once (on_option_selected).
@@ -212,59 +315,98 @@ class SizingStep(WizardStep):
 
     async def refresh(self) -> None:
         """Makes a new plan for the draft off the UI thread and shows it (a newer refresh wins)."""
-        await self._start_sizing().wait()
+        self._sizing = self._start_sizing()
+        await self._sizing.wait()
 
-    def _start_sizing(self) -> Running[Sizing]:
+    def _start_sizing(self) -> Running[DraftFacts]:
         """Starts sizing a copy of the draft; an older sizing still running is dropped."""
-        key, snapshot, secrets = _sizing_key(self.draft), self.draft.model_copy(deep=True), self.context.secrets
-        self.status_label.setText(f"Sizing {snapshot.base_model or 'the job'}…")
-        return (
-            Operation(self, lambda _job: size_draft(snapshot, secrets), lambda s: self._sized(key, s), group="sizing")
-            .failure(lambda exc: self._sized(key, exc), SizingError)
+        snapshot, secrets = self.draft.model_copy(deep=True), self.context.secrets
+        self.status_label.setText(f"Sizing {model_words(snapshot.base_model) or 'the job'}…")
+        self.progress_bar.setValue(0)
+        self._answered, self._failure = False, None
+        running = (
+            Operation(
+                self,
+                lambda job: draft_facts(snapshot, secrets, progress=job.report, cancel=job.cancel),
+                self._sized,
+                group="sizing",
+            )
+            .with_progress(self._on_progress)
+            .failure(self._sizing_failed)
             .run()
         )
-
-    def _sized(self, key: str, outcome: Sizing | SizingError) -> None:
-        self._key = key
-        if isinstance(outcome, SizingError):
-            self._show_problem(_sentence(str(outcome)))
-        else:
-            self._show_sizing(outcome)
-
-    def _show_problem(self, message: str) -> None:
-        self.sizing, self.problem = None, message
-        self.status_label.setText(message)
-        self.chart.clear()
-        for label in (self.items_label, self.recommendation_label, self.suggestions_label, self.server_label):
-            label.clear()
-        self.options_table.setRowCount(0)
         self.sig_changed.emit()
+        return running
+
+    def _sizing_failed(self, exc: Exception) -> None:
+        """Says the sizing broke (Back and Next again retries), then sends the error on to the app's reporter."""
+        self._answered = True
+        self.progress_bar.hide()
+        self._key = None
+        self.status_label.setText("The sizing stopped unexpectedly.")
+        self._failure = StepProblem(
+            "The sizing stopped unexpectedly", "Go back a step and come here again to retry; the log has the details."
+        )
+        self.show_problem(self._failure, focus=False)
+        raise exc
+
+    def _on_progress(self, fraction: float) -> None:
+        self.progress_bar.show()
+        self.status_label.setText("Counting the dataset's tokens with the model's tokenizer…")
+        self.progress_bar.setValue(round(fraction * 1000))
+
+    def _sized(self, facts: DraftFacts) -> None:
+        self._answered = True
+        self.progress_bar.hide()
+        facts.apply(self.draft)  # the draft now points at the files these numbers describe
+        self.facts, self._key = facts, _sizing_key(self.draft)
+        self._show_data(facts)
+        if facts.sizing is None:
+            self._show_unsized()
+        else:
+            self._show_sizing(facts.sizing)
+        self.sig_changed.emit()
+
+    def _show_data(self, facts: DraftFacts) -> None:
+        self.data_banner.show_message(
+            "warning", "The data could not be counted again" if facts.data_error else "", facts.data_error
+        )
+
+    def _show_unsized(self) -> None:
+        problem = self.step_problem()
+        self.status_label.setText(problem.headline if problem else "The job cannot be sized.")
+        self.tokens_label.clear()
+        self.chart.show_empty("Nothing to draw: the job cannot be sized yet.")
+        self.legend.show_segments([])
+        self.memory_caption.clear()
+        for label in (self.items_label, self.recommendation_label, self.server_label):
+            label.clear()
+        self.suggestions_banner.show_message("warning", "")
+        self.options_table.setRowCount(0)
+        self.show_problem(problem, focus=False)
 
     def _show_sizing(self, sizing: Sizing) -> None:
-        self.sizing, self.problem = sizing, None
-        plan = sizing.plan
-        self.status_label.setText(_plan_summary(sizing))
-        self.chart.show_items(plan.memory.items)
-        self.items_label.setText(_items_html(plan.memory.items, plan.memory.per_gpu_total))
+        self.show_problem(None)
+        self.status_label.setText(plan_headline(sizing))
+        self.tokens_label.setText(tokens_text(sizing, self.facts.numbers if self.facts else None))
         self._fill_table(sizing)
-        self.suggestions_label.setText(_suggestions_text(sizing))
-        self.suggestions_label.setVisible(bool(self.suggestions_label.text()))
+        self._show_suggestions(sizing)
         self._show_server_fit(sizing)
         self._select(self.draft.gpu_name, sizing)
-        self.sig_changed.emit()
 
     def _fill_table(self, sizing: Sizing) -> None:
-        table, recommended = self.options_table, sizing.recommended
+        table, recommended, palette = self.options_table, sizing.recommended, current_palette()
         table.blockSignals(True)
         table.clearSelection()
         table.setRowCount(len(sizing.plan.options))
         for row, option in enumerate(sizing.plan.options):
-            name = option.gpu.name + (f" ({option.strategy.value})" if option.count > 1 else "")
-            cells = [name, str(option.count), fit_text(option), format_hours(option.hours), f"${option.cost_usd:,.2f}"]
+            name = option.gpu.name + (f", {option.strategy.value.upper()}" if option.count > 1 else "")
             if option is recommended:
-                cells[0] += " (recommended)"
+                name += " (recommended)"
+            cells = [name, str(option.count), "", format_hours(option.hours), f"${option.cost_usd:,.2f}"]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
+                item.setToolTip(text or fit_text(option))
                 item.setData(Qt.ItemDataRole.UserRole, option_label(option))
                 if column in (1, 3, 4):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -272,22 +414,51 @@ class SizingStep(WizardStep):
                     font = QFont(item.font())
                     font.setBold(True)
                     item.setFont(font)
-                    item.setBackground(QBrush(RECOMMENDED_COLOUR))
+                    item.setBackground(QBrush(QColor(palette.success_bg)))
                 table.setItem(row, column, item)
+            table.setCellWidget(row, 2, self._fit_badge(option))
+        table.resizeColumnsToContents()
         table.blockSignals(False)
         self.recommendation_label.setText(_recommendation_text(recommended))
 
+    @staticmethod
+    def _fit_badge(option: GpuOption) -> QWidget:
+        holder = QWidget()
+        layout = QHBoxLayout(holder)
+        layout.setContentsMargins(6, 2, 6, 2)
+        layout.addWidget(Badge(fit_text(option), fit_severity(option)))
+        layout.addStretch(1)
+        return holder
+
     def _select(self, label: str, sizing: Sizing) -> None:
-        """Selects the draft's pick when it is still an option, else the recommendation."""
+        """Selects the draft's pick when it is still an option, else the recommendation, and draws its memory."""
         labels = [option_label(o) for o in sizing.plan.options]
         recommended = sizing.recommended
         wanted = label if label in labels else (option_label(recommended) if recommended else None)
         if wanted is None:
             self.draft.gpu_name = ""
+            self._show_memory(sizing, None)
             return
         # A pre-selection is not the user's pick: it reaches the draft only when they move on (save_into).
         with QSignalBlocker(self.options_table.selectionModel()):
             self.options_table.selectRow(labels.index(wanted))
+        self._show_memory(sizing, sizing.option(wanted))
+
+    def _show_memory(self, sizing: Sizing, option: GpuOption | None) -> None:
+        """Draws the memory per GPU of ``option`` (the plan's own setup without one), its GPU's memory across it."""
+        memory = option.memory if option is not None else sizing.plan.memory
+        segments = memory_segments(memory.items, current_palette())
+        capacity = Capacity(option.gpu.name, option.gpu.usable_gb) if option is not None else None
+        self.chart.show_segments(segments, capacity)
+        self.legend.show_segments(segments)
+        self.items_label.setText(f"Total: {memory.per_gpu_total:,.2f} GB per GPU")
+        if option is None:
+            self.memory_caption.setText("For the settings as chosen, on one GPU. Select an option to compare.")
+        else:
+            self.memory_caption.setText(
+                f"For {option_words(option)}: {memory.per_gpu_total:,.1f} GB {split_words(option)}; "
+                f"{'each' if option.count > 1 else 'the'} {option.gpu.name} has {option.gpu.usable_gb:,.1f} GB usable."
+            )
 
     def _selected_label(self) -> str | None:
         rows = self.options_table.selectionModel().selectedRows()
@@ -295,62 +466,58 @@ class SizingStep(WizardStep):
         return str(item.data(Qt.ItemDataRole.UserRole)) if item is not None else None
 
     def on_option_selected(self) -> None:
-        """Records the selected option as the draft's GPU pick."""
+        """Records the selected option as the draft's GPU pick and draws its memory."""
         label = self._selected_label()
-        if label is not None and label != self.draft.gpu_name:
+        if label is None or self.sizing is None:
+            return
+        self._show_memory(self.sizing, self.sizing.option(label))
+        if label != self.draft.gpu_name:
             self.draft.gpu_name = label
             self.sig_changed.emit()
+
+    def _show_suggestions(self, sizing: Sizing) -> None:
+        if sizing.recommended is not None:
+            self.suggestions_banner.show_message("warning", "")
+            return
+        self.suggestions_button.setVisible(True)
+        self.suggestions_banner.show_message("danger", "Nothing fits any GPU as configured", _suggestions_text(sizing))
+
+    def on_change_settings(self) -> None:
+        """Goes to the Model step, at the first setting a suggestion changes."""
+        suggestions = self.sizing.plan.suggestions if self.sizing is not None else []
+        setting = suggestions[0].changes[0].setting if suggestions and suggestions[0].changes else "method"
+        self.sig_go_to.emit("model", setting if setting in SETTING_LABELS else "method")
 
     def _show_server_fit(self, sizing: Sizing) -> None:
         """Warns (without blocking) when the tested own server's GPU is too small for the job."""
         self.server_label.setText(server_fit_warning(self.draft.target.gpu, sizing))
         self.server_label.setVisible(bool(self.server_label.text()))
 
-
-def _sentence(text: str) -> str:
-    text = text.strip()
-    return (text[:1].upper() + text[1:]).rstrip(".") + "."
-
-
-def _plan_summary(sizing: Sizing) -> str:
-    plan, setup = sizing.plan, sizing.plan.setup
-    trainable = f"{plan.trainable_params / 1e6:,.1f} M trainable" if setup.method.is_peft else "all trainable"
-    return (
-        f"{plan.arch.name}: {plan.arch.total_params / 1e9:.2f} B parameters, {trainable} ({setup.method.value}); "
-        f"{plan.workload.tokens:,} tokens x {plan.workload.epochs:g} epochs ({sizing.tokens_source})."
-    )
-
-
-def _items_html(items: dict[str, float], total: float) -> str:
-    shown = [(name, value) for name, value in items.items() if value > 0]
-    parts = [
-        f'<span style="color:{ITEM_COLOURS[i % len(ITEM_COLOURS)]}">&#9632;</span> {ITEM_LABELS.get(name, name)} '
-        f"{value:.2f} GB"
-        for i, (name, value) in enumerate(shown)
-    ]
-    return "&nbsp;&nbsp; ".join(parts) + f"<br><b>Total: {total:.2f} GB per GPU</b>"
+    def _apply_palette(self, _palette: Palette) -> None:
+        """Redraws the bar and table in the new theme's colours."""
+        if self.sizing is not None:
+            self._fill_table(self.sizing)
+            self._select(self.draft.gpu_name, self.sizing)
 
 
 def _recommendation_text(option: GpuOption | None) -> str:
     if option is None:
-        return "Nothing fits as configured: see the changes below."
+        return "Nothing fits as configured: see what to change below."
     return (
-        f"Recommended: {option_label(option)}, {fit_text(option)}, about {format_hours(option.hours)} and "
+        f"Recommended: {option_words(option)}, {fit_text(option)}, about {format_hours(option.hours)} and "
         f"${option.cost_usd:,.2f} at list price."
     )
 
 
 def _suggestions_text(sizing: Sizing) -> str:
-    if sizing.recommended is not None:
-        return ""
     if not sizing.plan.suggestions:
-        return "Nothing fits any GPU even with smaller settings: choose a smaller model, or QLoRA, on the Model step."
-    lines = ["Changes that make it fit (on the Model step):"]
+        return "Even smaller settings do not fit: choose a smaller model, or QLoRA, on the Model step."
+    lines = ["These changes on the Model step make it fit:"]
     for suggestion in sizing.plan.suggestions:
         option = suggestion.option
         changes = ", ".join(change_words(change) for change in suggestion.changes)
         lines.append(
-            f"• {changes}: {option_label(option)}, {option.memory.per_gpu_total:.1f} GB per GPU, "
+            f"• {changes}: {option_words(option)}, {option.memory.per_gpu_total:,.1f} GB per GPU, "
             f"{format_hours(option.hours)}, ${option.cost_usd:,.2f}"
         )
     return "\n".join(lines)

@@ -11,12 +11,37 @@ from desktop.services.models.sizing import SETTING_LABELS
 
 
 def fit_text(option: GpuOption) -> str:
-    """Whether an option fits, with the memory to spare or missing."""
+    """Whether an option fits, with the memory to spare or missing per GPU."""
     if option.fit is Fit.FITS:
-        return f"fits, {option.headroom_gb:.1f} GB free"
+        return f"fits, {option.headroom_gb:,.1f} GB free"
     if option.fit is Fit.TIGHT:
-        return f"tight, {option.headroom_gb:.1f} GB left"
-    return f"does not fit ({-option.headroom_gb:.1f} GB over)"
+        return f"tight, {option.headroom_gb:,.1f} GB left"
+    return f"does not fit, {-option.headroom_gb:,.1f} GB over"
+
+
+def fit_severity(option: GpuOption) -> str:
+    """The colour of an option's fit: ``success``, ``warning`` (tight) or ``danger``."""
+    return {Fit.FITS: "success", Fit.TIGHT: "warning", Fit.NO: "danger"}[option.fit]
+
+
+def method_words(method: Method) -> str:
+    """A fine-tuning method as the Model step names it."""
+    return _METHOD_LABELS[method]
+
+
+def option_words(option: GpuOption) -> str:
+    """An option as people read it: ``L40S``, or ``4 H100 SXM GPUs with FSDP``."""
+    if option.count == 1:
+        return option.gpu.name
+    return f"{option.count} {option.gpu.name} GPUs with {option.strategy.value.upper()}"
+
+
+def split_words(option: GpuOption) -> str:
+    """How an option spreads the job: ``on one GPU`` or ``on each of 8 GPUs, sharded with FSDP``."""
+    if option.count == 1:
+        return "on one GPU"
+    how = "sharded with FSDP" if option.strategy is Strategy.FSDP else "a full copy on each, with DDP"
+    return f"on each of {option.count} GPUs, {how}"
 
 
 _METHOD_LABELS = {

@@ -1,23 +1,81 @@
-"""The New fine-tune page: the wizard's steps with Back / Next, validated and saved as the user goes."""
+"""The New fine-tune page: the wizard's steps with Back / Next, validated and saved as the user goes.
+
+The step indicator at the top is clickable: backwards always, forwards to a step already reached (each step on
+the way must be complete). Enter advances like Next when the step is complete; Back sits at the left and Next,
+the primary action, at the right, always in the same places.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QPushButton, QStackedWidget, QWidget
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QStackedWidget,
+    QWidget,
+)
 
 from desktop.services.platform.logs import get_logger
 from desktop.services.runs.drafts import save_draft
 from desktop.ui.context import AppContext
+from desktop.ui.design.icons import icon
 from desktop.ui.pages.base import BasePage
-from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.theme import current_palette
+from desktop.ui.widgets.blocks import plain_button, primary_button, set_role
 
 _log = get_logger("ui.wizard")
+_ENTER_KEYS = {Qt.Key.Key_Return, Qt.Key.Key_Enter}
+
+
+class StepIndicator(QWidget):
+    """The wizard's steps in a row: the current one marked, done ones ticked, those not reached yet disabled."""
+
+    #: Emitted with the index of the step the user clicked.
+    sig_step_clicked = Signal(int)
+
+    def __init__(self, titles: list[str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("wizard_steps")
+        self.setAccessibleName("Wizard steps")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(4)
+        self.buttons: list[QPushButton] = []
+        for index, title in enumerate(titles):
+            button = QPushButton(f"{index + 1}  {title}")
+            set_role(button, "step")
+            button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            button.clicked.connect(lambda _checked=False, i=index: self.sig_step_clicked.emit(i))
+            self.buttons.append(button)
+            row.addWidget(button)
+            if index < len(titles) - 1:
+                arrow = QLabel()
+                arrow.setPixmap(icon("chevron-right", current_palette().text_muted, 14).pixmap(14, 14))
+                row.addWidget(arrow)
+        row.addStretch(1)
+        self._titles = titles
+
+    def show_state(self, current: int, reached: int) -> None:
+        """Marks ``current``; steps up to ``reached`` can be clicked, later ones cannot."""
+        for index, button in enumerate(self.buttons):
+            state = "current" if index == current else ("done" if index < reached else "ahead")
+            button.setProperty("state", state)
+            button.setEnabled(index <= reached)
+            button.style().unpolish(button)
+            button.style().polish(button)
+            status = {"current": "current step", "done": "reached", "ahead": "not reached yet"}[state]
+            button.setAccessibleName(f"Step {index + 1}: {self._titles[index]}, {status}")
 
 
 class WizardPage(BasePage):
-    """Hosts the wizard's steps in order; each validates before Next and the draft is saved on every move."""
+    """Hosts the wizard's steps in order; each is checked before moving on and the draft is saved on every move."""
 
     page_name = "new"
     title = "New fine-tune"
@@ -34,36 +92,27 @@ class WizardPage(BasePage):
         self.steps = steps
         self._build(steps)
         start = next((i for i, s in enumerate(steps) if s.step_name == context.draft.step), 0)
+        self.reached = start  # a reopened wizard continues where it was, with the steps before it reached
         self._enter(start, save=False)  # opening the window changes nothing worth writing
 
     def _build(self, steps: list[WizardStep]) -> None:
-        self.step_list = QListWidget()
-        self.step_list.setAccessibleName("Wizard steps")
-        self.step_list.setFlow(QListWidget.Flow.LeftToRight)
-        self.step_list.setFixedHeight(self.step_list.fontMetrics().height() * 2 + 12)
-        self.step_list.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.step_list.setSelectionMode(QListWidget.SelectionMode.NoSelection)
+        self.indicator = StepIndicator([step.title for step in steps])
+        self.indicator.sig_step_clicked.connect(self.on_step_clicked)
         self.stack = QStackedWidget()
-        for number, step in enumerate(steps, start=1):
-            self.step_list.addItem(f"{number}. {step.title}   ")
+        for step in steps:
             self.stack.addWidget(step)
             step.sig_changed.connect(self.on_step_changed)
-        self.problem_label = QLabel()
-        self.problem_label.setObjectName("wizard_problem")
-        self.problem_label.setWordWrap(True)
-        self.problem_label.setAccessibleName("What to fix before going on")
-        self.back_button = QPushButton("&Back")
-        self.back_button.setAccessibleName("Back to the previous step")
-        self.next_button = QPushButton("&Next")
-        self.next_button.setAccessibleName("Next step")
+            step.sig_go_to.connect(self.go_to)
+        self.back_button = plain_button("&Back", "chevron-left", "Back to the previous step")
+        self.next_button = primary_button("&Next", None, "Next step")
         self.next_button.setDefault(True)
         self.back_button.clicked.connect(self.on_back)
         self.next_button.clicked.connect(self.on_next)
         buttons = QHBoxLayout()
-        buttons.addWidget(self.problem_label, 1)
         buttons.addWidget(self.back_button)
+        buttons.addStretch(1)
         buttons.addWidget(self.next_button)
-        self.body.addWidget(self.step_list)
+        self.body.addWidget(self.indicator)
         self.body.addWidget(self.stack, 1)
         self.body.addLayout(buttons)
 
@@ -71,6 +120,11 @@ class WizardPage(BasePage):
     def current(self) -> WizardStep:
         """The step on screen."""
         return self.steps[self.stack.currentIndex()]
+
+    @property
+    def problem_label(self) -> QLabel:
+        """The headline of what blocks the step on screen (its banner's first line)."""
+        return self.current.problem_banner.headline_label
 
     def step(self, name: str) -> WizardStep:
         """The step called ``name``.
@@ -88,19 +142,22 @@ class WizardPage(BasePage):
         self._collect_current()
         self._enter(self.steps.index(self.step(name)))
 
+    def go_to(self, name: str, setting: str = "") -> None:
+        """Shows the step called ``name`` with the field for ``setting`` focused (a banner's "Change…" button)."""
+        self.show_step(name)
+        if setting:
+            self.current.focus_field(setting)
+
     def _enter(self, index: int, *, save: bool = True) -> None:
         self.stack.setCurrentIndex(index)
-        for row in range(self.step_list.count()):
-            item = self.step_list.item(row)
-            font = item.font()
-            font.setBold(row == index)
-            item.setFont(font)
+        self.reached = max(self.reached, index)
+        self.indicator.show_state(index, self.reached)
         step = self.steps[index]
+        step.show_problem(None)
         step.show_draft()
         self.context.draft.step = step.step_name
         self.back_button.setEnabled(index > 0)
         self.next_button.setVisible(index < len(self.steps) - 1)
-        self.problem_label.clear()
         if save:
             self._persist()  # a reopened app continues on this step
 
@@ -115,27 +172,70 @@ class WizardPage(BasePage):
             save_draft(self.context.draft)
         except OSError as exc:
             _log.warning("could not save the wizard draft: %s", exc)
-            self.problem_label.setText(f"Your choices could not be saved ({exc}); check the disk has space.")
+            self.current.show_problem(
+                StepProblem(
+                    "Your choices could not be saved",
+                    f"{exc.strerror or 'The disk refused the file'}. Check that the disk has space; the wizard "
+                    "keeps your choices until you close the app.",
+                ),
+                focus=False,
+            )
 
     def on_step_changed(self) -> None:
-        """Clears a stale problem once the user changes something."""
-        self.problem_label.clear()
+        """Keeps the step's banner true to its state (hidden once the user fixed what it said)."""
+        step = self.sender()
+        if isinstance(step, WizardStep):
+            step.refresh_problem()
 
     def on_next(self) -> None:
-        """Validates the step; moves on when it is complete, or says what to fix."""
-        problem = self.current.validate()
-        if problem:
-            self.problem_label.setText(problem)
-            return
+        """Checks the step; moves on when it is complete, or shows what to fix and where."""
+        self._advance(self.stack.currentIndex() + 1)
+
+    def _advance(self, target: int) -> bool:
+        """Moves forward to ``target`` if every step on the way is complete; shows the first problem otherwise."""
+        index = self.stack.currentIndex()
+        target = min(target, len(self.steps) - 1)
+        if target <= index:
+            return False
+        while index < target:
+            problem = self.steps[index].step_problem()
+            if problem is not None:
+                if index != self.stack.currentIndex():
+                    self._collect_current()
+                    self._enter(index)
+                self.steps[index].show_problem(problem)
+                return False
+            index += 1
         self._collect_current()
-        self._enter(min(self.stack.currentIndex() + 1, len(self.steps) - 1))
+        self._enter(target)
         self.current.setFocus(Qt.FocusReason.TabFocusReason)
         self.current.focusNextChild()
+        return True
 
     def on_back(self) -> None:
         """Goes one step back, keeping what was entered."""
         self._collect_current()
         self._enter(max(self.stack.currentIndex() - 1, 0))
+
+    def on_step_clicked(self, index: int) -> None:
+        """A click in the step indicator: backwards always; forwards through complete steps only."""
+        if index < self.stack.currentIndex():
+            self._collect_current()
+            self._enter(index)
+        elif index > self.stack.currentIndex() and index <= self.reached:
+            self._advance(index)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Enter presses a focused button, or else advances like Next when the step is complete."""
+        if event.key() not in _ENTER_KEYS or event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            super().keyPressEvent(event)
+            return
+        event.accept()
+        focused = QApplication.focusWidget()
+        if isinstance(focused, QAbstractButton) and focused is not self.next_button and self.isAncestorOf(focused):
+            focused.click()
+        elif self.next_button.isVisible() and not self.current.busy:
+            self.on_next()
 
     async def load(self) -> None:
         """Lets every step fetch what it shows (catalogs, reports) concurrently."""

@@ -1,4 +1,5 @@
-"""The target step tests a real server (the loopback sshd) and pins its host key into the draft."""
+"""Your own server on the Compute step: Test connection reaches a real server (the loopback sshd) and pins its host
+key into the draft."""
 
 from __future__ import annotations
 
@@ -14,22 +15,30 @@ from desktop.services.machines.probe import probe_host
 from desktop.services.machines.ssh import Endpoint, fingerprint
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.target_step import TargetStep
+from desktop.ui.pages.wizard.compute_step import ComputeStep
+from desktop.ui.widgets.own_server_form import OwnServerForm
 from tests.fixtures.sshd import SshHost
 
 OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdo31IKuF9gfdhGO1Luivwf5G46hIgUGTgUCO2euLxU"
 
 
 @pytest.fixture
-def step(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> TargetStep:
-    widget = TargetStep(AppContext(Settings(), SecretStore(), draft=RunDraft()))
+def compute(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> ComputeStep:
+    widget = ComputeStep(AppContext(Settings(), SecretStore(), draft=RunDraft(renting=False)))
     qtbot.addWidget(widget)
     widget.show_draft()
     widget.show()
     return widget
 
 
-def fill(step: TargetStep, qtbot: QtBot, host: SshHost) -> None:
+@pytest.fixture
+def step(compute: ComputeStep) -> OwnServerForm:
+    assert compute.own_button.isChecked() and compute.own_form.isVisibleTo(compute)
+    assert not compute.rent_panel.isVisibleTo(compute)
+    return compute.own_form
+
+
+def fill(step: OwnServerForm, qtbot: QtBot, host: SshHost) -> None:
     qtbot.keyClicks(step.host_edit, host.host)
     step.port_spin.setValue(host.port)
     qtbot.keyClicks(step.user_edit, host.user)
@@ -42,7 +51,8 @@ def endpoint(host: SshHost) -> Endpoint:
 
 
 def test_test_connection_pins_the_key_and_reports_the_gpu(
-    step: TargetStep,
+    compute: ComputeStep,
+    step: OwnServerForm,
     qtbot: QtBot,
     ssh_host: SshHost,
     wait_for: Callable[..., None],
@@ -62,9 +72,10 @@ def test_test_connection_pins_the_key_and_reports_the_gpu(
     reported = qloop.run_until_complete(probe_host(endpoint(ssh_host), step.host_key, "python3"))
     assert step.gpu_label.text() == reported.gpu_summary != "", "what the probe found, on any host"
     assert step.python_label.text().startswith("Python 3.")
-    assert step.validate() is None
+    assert step.validate() is None and compute.validate() is None
     draft = RunDraft()
-    step.save_into(draft)
+    compute.save_into(draft)
+    assert not draft.renting, "the own server was chosen"
     assert draft.target.host == ssh_host.host and draft.target.port == ssh_host.port
     assert draft.target.user == ssh_host.user and draft.target.identity == str(ssh_host.client_key)
     assert draft.target.host_key.split()[:2] == ssh_host.host_public_key.split()[:2]
@@ -73,7 +84,7 @@ def test_test_connection_pins_the_key_and_reports_the_gpu(
 
 
 def test_changing_the_host_or_port_clears_the_pinned_key(
-    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+    step: OwnServerForm, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
 ) -> None:
     fill(step, qtbot, ssh_host)
     step.test_button.click()
@@ -89,9 +100,9 @@ def test_changing_the_host_or_port_clears_the_pinned_key(
 
 
 def test_a_changed_host_key_is_refused_until_forgotten(
-    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+    compute: ComputeStep, step: OwnServerForm, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
 ) -> None:
-    step.context.draft.target = step.context.draft.target.model_copy(
+    compute.draft.target = compute.draft.target.model_copy(
         update={
             "host": ssh_host.host,
             "port": ssh_host.port,
@@ -101,7 +112,7 @@ def test_a_changed_host_key_is_refused_until_forgotten(
             "fingerprint": fingerprint(OTHER_KEY),
         }
     )
-    step.show_draft()
+    compute.show_draft()
     assert step.validate() is None, "a key pinned earlier counts as tested"
     step.test_button.click()
     wait_for(lambda: step.status_label.text().startswith("Connection failed"), timeout=30)
@@ -115,7 +126,7 @@ def test_a_changed_host_key_is_refused_until_forgotten(
 
 
 def test_a_refused_login_is_shown_in_words(
-    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+    step: OwnServerForm, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
 ) -> None:
     fill(step, qtbot, ssh_host)
     step.user_edit.setText("nobody-here")
@@ -126,7 +137,7 @@ def test_a_refused_login_is_shown_in_words(
 
 
 def test_a_server_without_that_python_cannot_be_chosen(
-    step: TargetStep, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+    step: OwnServerForm, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
 ) -> None:
     fill(step, qtbot, ssh_host)
     step.python_edit.setText("/no/such/python3")
@@ -137,3 +148,21 @@ def test_a_server_without_that_python_cannot_be_chosen(
     step.python_edit.setText("python3")
     step.test_button.click()
     wait_for(lambda: step.test_button.isEnabled() and step.validate() is None, timeout=30)
+
+
+def test_a_budget_on_the_own_server_needs_its_hourly_rate(
+    compute: ComputeStep, step: OwnServerForm, qtbot: QtBot, ssh_host: SshHost, wait_for: Callable[..., None]
+) -> None:
+    fill(step, qtbot, ssh_host)
+    step.test_button.click()
+    wait_for(lambda: step.host_key != "", timeout=30)
+    compute.budget_spin.setValue(10.0)
+    problem = compute.validate()
+    assert problem is not None and "hourly rate" in problem
+    step.rate_spin.setValue(2.0)
+    assert compute.validate() is None
+    draft = RunDraft()
+    compute.save_into(draft)
+    spec = draft.spec_dict()
+    assert "compute" not in spec and spec["target"]["ssh"] == f"ssh://{ssh_host.user}@{ssh_host.host}:{ssh_host.port}"
+    assert spec["budget"] == {"hourly_rate_usd": 2.0, "max_usd": 10.0}

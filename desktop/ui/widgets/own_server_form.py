@@ -1,53 +1,58 @@
-"""The wizard's target step: your own server over SSH, tested (host key pinned, GPU and Python found) before a run."""
+"""Your own server over SSH, tested before a run: the host key pinned, the GPU and Python found (Compute step)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 from qasync import asyncSlot
 
-from desktop.core.runs.draft import RunDraft, TargetDraft
+from desktop.core.runs.draft import TargetDraft
 from desktop.services.machines.probe import ProbeError, ProbeResult, probe_host
 from desktop.services.machines.ssh import Endpoint, HostKeyChangedError
-from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.widgets.blocks import Card, primary_button
 
 NOT_TESTED = "Not tested yet: press Test connection."
+PURPOSE = (
+    "Train on a server you own over SSH. Test the connection: its host key is pinned, so the run refuses a machine "
+    "that later presents another key."
+)
 
 
-class TargetStep(WizardStep):
-    """Where to train: an SSH host the user owns, with the host key pinned by Test connection."""
+class OwnServerForm(QWidget):
+    """An SSH host the user owns, with the host key pinned by Test connection.
 
-    step_name = "target"
-    title = "Target"
-    purpose = (
-        "Train on your own server over SSH. Test the connection: its host key is pinned, so the run refuses a "
-        "machine that later presents another key."
-    )
+    ``sig_changed`` is emitted whenever what the form holds changes (a field edited, a test finished).
+    """
 
-    def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
-        super().__init__(context, parent)
+    sig_changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Your own server")
         self.host_key, self.fingerprint, self.gpu = "", "", ""
         self._pinned_for: tuple[str, int] | None = None
         self._python_ok = True  # until a test finds no working interpreter
         self._test_task: asyncio.Future[None] | None = None
-        self.body.addWidget(self._build_form())
-        self.body.addWidget(self._build_test())
-        self.body.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(10)
+        layout.addWidget(self._build_form())
+        layout.addWidget(self._build_test())
 
     # -- building ------------------------------------------------------------------------------------------------
 
@@ -58,9 +63,11 @@ class TargetStep(WizardStep):
         edit.textEdited.connect(lambda _text: self.sig_changed.emit())
         return edit
 
-    def _build_form(self) -> QGroupBox:
-        box = QGroupBox("Own server over SSH")
-        form = QFormLayout(box)
+    def _build_form(self) -> Card:
+        card = Card("Your server over SSH", PURPOSE)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        card.body.addLayout(form)
         self.host_edit = self._line("Host name or address", "gpu.example.com or 203.0.113.7")
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1, 65535)
@@ -85,6 +92,7 @@ class TargetStep(WizardStep):
         self.rate_spin.setPrefix("$ ")
         self.rate_spin.setSuffix(" per hour")
         self.rate_spin.setAccessibleName("Hourly rate in US dollars, for the cost meter")
+        self.rate_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
         self.host_edit.textEdited.connect(self.on_address_changed)
         self.port_spin.valueChanged.connect(self.on_address_changed)
         self.port_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
@@ -98,13 +106,21 @@ class TargetStep(WizardStep):
         form.addRow("Remote &work folder", self.workdir_edit)
         form.addRow("&authorized_keys (advanced)", self.authorized_edit)
         form.addRow("Hourly &rate (USD)", self.rate_spin)
-        return box
+        width = self.fontMetrics().horizontalAdvance("M") * 30
+        for edit in (self.host_edit, self.user_edit, self.python_edit, self.workdir_edit, self.authorized_edit):
+            edit.setMinimumWidth(width)
+        self.key_edit.setMinimumWidth(width - self.key_button.sizeHint().width() - 6)
+        for spin in (self.port_spin, self.rate_spin):
+            spin.setMinimumWidth(self.fontMetrics().horizontalAdvance("$ 1,000.00 per hour") + 40)
+        return card
 
-    def _build_test(self) -> QGroupBox:
-        box = QGroupBox("Connection")
-        form = QFormLayout(box)
-        self.test_button = QPushButton("&Test connection")
-        self.test_button.setAccessibleName("Test the SSH connection and pin the host key")
+    def _build_test(self) -> Card:
+        card = Card("Connection")
+        form = QFormLayout()
+        card.body.addLayout(form)
+        self.test_button = primary_button(
+            "&Test connection", "activity", "Test the SSH connection and pin the host key"
+        )
         self.test_button.clicked.connect(self.on_test_clicked)
         self.forget_button = QPushButton("&Forget pinned key")
         self.forget_button.setAccessibleName("Forget the pinned host key")
@@ -116,7 +132,9 @@ class TargetStep(WizardStep):
         row = QHBoxLayout()
         row.addWidget(self.test_button)
         row.addWidget(self.forget_button)
-        row.addWidget(self.progress, 1)
+        self.progress.setMaximumWidth(200)
+        row.addWidget(self.progress)
+        row.addStretch(1)
         self.status_label = self._result_label("Connection test result")
         self.fingerprint_label = self._result_label("Pinned host key fingerprint")
         self.gpu_label = self._result_label("GPU found on the server")
@@ -126,7 +144,7 @@ class TargetStep(WizardStep):
         form.addRow("Host key", self.fingerprint_label)
         form.addRow("GPU", self.gpu_label)
         form.addRow("Python", self.python_label)
-        return box
+        return card
 
     @staticmethod
     def _result_label(accessible: str) -> QLabel:
@@ -135,11 +153,10 @@ class TargetStep(WizardStep):
         label.setAccessibleName(accessible)
         return label
 
-    # -- the wizard's hooks ---------------------------------------------------------------------------------------
+    # -- the draft ----------------------------------------------------------------------------------------------------
 
-    def show_draft(self) -> None:
-        """Fills the form from the draft, with its pinned key."""
-        target = self.draft.target
+    def show_target(self, target: TargetDraft, hourly_rate_usd: float) -> None:
+        """Fills the form from the draft's server, with its pinned key, and its hourly rate."""
         for widget, value in (
             (self.host_edit, target.host),
             (self.user_edit, target.user),
@@ -152,7 +169,7 @@ class TargetStep(WizardStep):
         self.port_spin.blockSignals(True)
         self.port_spin.setValue(target.port)
         self.port_spin.blockSignals(False)
-        self.rate_spin.setValue(self.draft.hourly_rate_usd)
+        self.rate_spin.setValue(hourly_rate_usd)
         self._set_pin(target.host_key, target.fingerprint, target.gpu)
         if target.host_key:
             self.status_label.setText("Tested earlier; test again to check the server now.")
@@ -175,10 +192,9 @@ class TargetStep(WizardStep):
             )
         return None
 
-    def save_into(self, draft: RunDraft) -> None:
-        """Copies the form and the pinned key into ``draft.target`` and the rate into ``draft.hourly_rate_usd``."""
-        draft.target = self.target_draft()
-        draft.hourly_rate_usd = self.rate_spin.value()
+    def hourly_rate(self) -> float:
+        """The server's hourly rate as entered (0: not metered)."""
+        return float(self.rate_spin.value())
 
     def target_draft(self) -> TargetDraft:
         """The target as the form shows it, with the pinned key."""

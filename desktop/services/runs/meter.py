@@ -1,0 +1,242 @@
+"""What bills right now and how to stop it: the reading behind the tray menu, the status-bar meter and the Costs page.
+
+A :class:`MeterReading` joins the spend (:func:`~desktop.services.runs.spend.spend_overview`) with the machines that
+bill now: each live run's rented machine or own server (Stop ends the run through the run manager), and machines no
+live run uses (orphans found at the providers, or rentals the ledger still counts for an ended run): those are
+terminated at the provider with :func:`terminate_machine`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from desktop.core.runs.progress import ENDED
+from desktop.core.runs.states import LIVE
+from desktop.services.billing.ledger import Ledger
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.providers.base import Instance, InstanceState, ProviderName
+from desktop.services.providers.market import OpenProvider
+from desktop.services.providers.registry import open_provider
+from desktop.services.runs.orphans import BILLING, live_runs, owner
+from desktop.services.runs.rental import rental_of
+from desktop.services.runs.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
+from desktop.services.runs.store import RunRecord, RunStore
+from trainer_payload.protocol import EVENTS_FILE_NAME
+
+#: Bytes read from the end of a run's event mirror to find its newest event.
+_TAIL_BYTES = 16_384
+
+
+class MachineInUseError(RuntimeError):
+    """A live run uses the machine now: stop the run instead of terminating its machine."""
+
+
+@dataclass(frozen=True)
+class BillingMachine:
+    """A machine that bills now.
+
+    Attributes:
+        provider: ``ProviderName.value``, or :data:`~desktop.services.runs.spend.OWN_SERVER` for the user's server.
+        instance_id: The provider's id ("" for an own server).
+        gpu: The rented GPU, or the own server's address.
+        rate_per_hour: Dollars per hour.
+        usd: What it cost so far (0 when the ledger does not know the machine).
+        run_id: The run it was rented for (None for a machine of unknown origin).
+        owned: A live run uses it: stopping it means stopping that run.
+    """
+
+    provider: str
+    instance_id: str
+    gpu: str
+    rate_per_hour: float
+    usd: float
+    run_id: str | None
+    owned: bool
+
+    @property
+    def key(self) -> str:
+        """A stable name for the machine (menus and lists keep their rows by it)."""
+        return f"{self.provider}:{self.instance_id or self.run_id}"
+
+    @property
+    def rented(self) -> bool:
+        """Rented from a provider (not the user's own server)."""
+        return self.provider != OWN_SERVER
+
+
+@dataclass(frozen=True)
+class MeterReading:
+    """What is spent and what bills, as of ``overview.now``.
+
+    Attributes:
+        overview: Every dollar spent.
+        machines: The machines billing now, the ones live runs use first.
+        records: Every run.
+        live: The runs that go on without the app (training continues detached on their machines).
+        last_progress: When each live run last moved (unix time), for the idle notice.
+    """
+
+    overview: SpendOverview
+    machines: tuple[BillingMachine, ...]
+    records: tuple[RunRecord, ...]
+    live: tuple[RunRecord, ...]
+    last_progress: dict[str, float]
+
+    @property
+    def now(self) -> float:
+        """When the reading was taken."""
+        return self.overview.now
+
+    @property
+    def burn_per_hour(self) -> float:
+        """Dollars per hour every billing machine costs now (orphans included)."""
+        return sum(machine.rate_per_hour for machine in self.machines)
+
+    @property
+    def busy(self) -> bool:
+        """Something runs or bills: closing the app leaves it going."""
+        return bool(self.live or self.machines)
+
+
+def _charge_machine(charge: Charge, records: dict[str, RunRecord], live: set[str], now: float) -> BillingMachine:
+    record = records.get(charge.run_id)
+    if charge.provider == OWN_SERVER:
+        where = (record.target if record else None) or "your server"
+        return BillingMachine(OWN_SERVER, "", where, charge.rate_per_hour, charge.usd(now), charge.run_id, True)
+    rental = rental_of(record) if record is not None else None
+    # As the orphan check counts it: a live run owns the machine it rents now (any, while it records none yet).
+    owned = charge.run_id in live and (rental is None or rental.instance_id == charge.instance_id)
+    return BillingMachine(
+        charge.provider, charge.instance_id, charge.gpu, charge.rate_per_hour, charge.usd(now), charge.run_id, owned
+    )
+
+
+def _orphan_machine(instance: Instance) -> BillingMachine:
+    name = instance.name
+    run_id = name.removeprefix("rentune-") if name.startswith("rentune-") else None
+    gpu = instance.gpu or name
+    return BillingMachine(
+        instance.provider.value, instance.instance_id, gpu, instance.price_per_hour, 0.0, run_id, False
+    )
+
+
+def billing_machines(
+    overview: SpendOverview, records: Sequence[RunRecord], orphans: Sequence[Instance] = ()
+) -> tuple[BillingMachine, ...]:
+    """The machines billing now: from the charges still open, then orphans the ledger does not count."""
+    by_id = {record.id: record for record in records}
+    live = set(live_runs_of(records))
+    machines = [_charge_machine(charge, by_id, live, overview.now) for charge in overview.billing]
+    known = {(machine.provider, machine.instance_id) for machine in machines}
+    for instance in orphans:
+        if instance.state in BILLING and (instance.provider.value, instance.instance_id) not in known:
+            machines.append(_orphan_machine(instance))
+            known.add((instance.provider.value, instance.instance_id))
+    machines.sort(key=lambda machine: (not machine.owned, machine.provider, machine.instance_id))
+    return tuple(machines)
+
+
+def live_runs_of(records: Sequence[RunRecord]) -> list[str]:
+    """The runs that may still use a machine (not ended, not failed), as the orphan check counts them."""
+    return [record.id for record in records if record.state not in ENDED]
+
+
+def last_event_time(folder: Path) -> float | None:
+    """The time of the newest event mirrored for a run (reads only the file's end), None when there is none."""
+    try:
+        with (folder / EVENTS_FILE_NAME).open("rb") as mirror:
+            mirror.seek(0, 2)
+            size = mirror.tell()
+            mirror.seek(max(0, size - _TAIL_BYTES))
+            tail = mirror.read()
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        with suppress(ValueError, TypeError, AttributeError):
+            return float(json.loads(line).get("ts"))
+    return None
+
+
+def last_progress(record: RunRecord, transitions: Sequence[dict[str, object]], folder: Path) -> float:
+    """When a run last moved, counted as the rental driver's idle guard does.
+
+    A trainer event, a state change, or its machine coming up counts as moving.
+    """
+    times = [record.started]
+    rental = rental_of(record)
+    if rental is not None:
+        times.append(rental.ready or rental.created)
+    times += [float(str(row["ts"])) for row in transitions]
+    event = last_event_time(folder)
+    if event is not None:
+        times.append(event)
+    return max(times)
+
+
+def read_meter(
+    store: RunStore,
+    ledger: Ledger | None = None,
+    orphans: Sequence[Instance] = (),
+    now: float | None = None,
+) -> MeterReading:
+    """Reads what is spent and what bills now (blocking: short SQLite reads and the end of live runs' event files).
+
+    Args:
+        store: The runs.
+        ledger: The ledger (the app's by default).
+        orphans: Machines found at the providers that no live run owns (from the check at start).
+        now: The moment to read at (the current time by default).
+
+    Raises:
+        LedgerError: The ledger file cannot be read.
+    """
+    now = time.time() if now is None else now
+    overview = spend_overview(store, ledger=ledger, now=now)
+    records = store.all()
+    live = tuple(record for record in records if record.state in LIVE)
+    progress = {
+        record.id: last_progress(record, store.transitions(record.id), store.runs_dir / record.id) for record in live
+    }
+    machines = billing_machines(overview, records, orphans)
+    return MeterReading(overview, machines, tuple(records), live, progress)
+
+
+async def terminate_machine(
+    store: RunStore,
+    machine: BillingMachine,
+    secrets: SecretStore | None = None,
+    *,
+    ledger: Ledger | None = None,
+    open: OpenProvider = open_provider,
+) -> None:
+    """Terminates a machine no live run uses at its provider, and books its stop in the ledger.
+
+    Raises:
+        MachineInUseError: A live run uses it now (it came alive since the reading): stop the run instead.
+        ProviderError: The provider would not terminate it (the message says why).
+        SecretStoreError: The provider's API key cannot be read.
+    """
+    if not machine.rented:
+        raise MachineInUseError("an own server is not rented: stop its run instead")
+    provider = ProviderName(machine.provider)
+    probe = Instance(
+        provider, machine.instance_id, f"rentune-{machine.run_id}", InstanceState.RUNNING, machine.rate_per_hour
+    )
+    if machine.run_id is not None and owner(probe, live_runs(store)) is not None:
+        raise MachineInUseError(f"run {machine.run_id} uses this machine now: stop the run instead")
+    client = open(provider, secrets)
+    try:
+        await client.terminate(machine.instance_id)
+    finally:
+        await client.aclose()
+    await asyncio.to_thread(_book_stop, ledger, machine)
+
+
+def _book_stop(ledger: Ledger | None, machine: BillingMachine) -> None:
+    (ledger or Ledger()).close(machine.provider, machine.instance_id)

@@ -1,0 +1,62 @@
+"""How the Compute and Review steps word a machine: the pick, its estimate, the budget (shared words, no widgets)."""
+
+from __future__ import annotations
+
+from desktop.core.runs.draft import ComputeDraft
+from desktop.core.sizing.report import format_hours
+from desktop.services.providers.base import ProviderName
+from desktop.services.runs.offers_for_draft import DraftOffer
+
+
+def machine_words(count: int, gpu: str, vram_gb: float) -> str:
+    """``1 x RTX 4090 (24 GB)`` or ``2 x A100 PCIe (80 GB each)``."""
+    memory = f"{vram_gb:g} GB" + (" each" if count > 1 else "")
+    return f"{count} x {gpu} ({memory})"
+
+
+def kind_words(spot: bool) -> str:
+    """``spot`` or ``on-demand``."""
+    return "spot" if spot else "on-demand"
+
+
+def estimate_words(item: DraftOffer | None) -> str:
+    """``about 2 h 05 min, $1.38 in all`` (or why there is no estimate)."""
+    if item is None or item.fit is None:
+        return "no estimate (the run could not be sized)"
+    if item.hours is None or item.total_usd is None:
+        return "time and total unknown (no speed figures for this GPU)"
+    return f"about {format_hours(item.hours)}, ${item.total_usd:,.2f} in all"
+
+
+def pick_words(item: DraftOffer) -> str:
+    """The pick in one line: provider, machine, kind, price, estimate."""
+    offer = item.offer
+    where = f" in {offer.location}" if offer.location else ""
+    return (
+        f"{offer.provider.label}: {machine_words(offer.count, offer.gpu, offer.vram_gb)}, {kind_words(offer.spot)}"
+        f"{where}, ${offer.price_per_hour:,.2f} per hour; {estimate_words(item)}."
+    )
+
+
+def compute_pick_words(compute: ComputeDraft) -> str:
+    """The draft's pick when its offer is not judged (the market not asked yet)."""
+    machine = machine_words(compute.count, compute.gpu, compute.vram_gb)
+    provider = ProviderName(compute.provider).label
+    return f"{provider}: {machine}, {kind_words(compute.spot)}, ${compute.price_per_hour:,.2f} per hour"
+
+
+def budget_words(budget_usd: float, total_usd: float | None) -> tuple[str, str]:
+    """What the budget means for the estimate: (words, severity)."""
+    if budget_usd <= 0:
+        return (
+            "No budget: the run is not stopped for its cost. Set one to cap what it can spend.",
+            "info",
+        )
+    stop = (
+        f"The run is stopped (its newest checkpoint kept, the machine terminated) before it costs ${budget_usd:,.2f}."
+    )
+    if total_usd is None:
+        return stop, "info"
+    if total_usd > budget_usd:
+        return f"The estimate (${total_usd:,.2f}) is above the budget: {stop[0].lower()}{stop[1:]}", "warning"
+    return f"{stop} The estimate (${total_usd:,.2f}) is within it.", "success"

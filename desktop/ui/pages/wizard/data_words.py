@@ -1,0 +1,206 @@
+"""How the wizard words a dataset check: a summary (badge, headline, details), a file's problem, and the token count.
+
+The data services return data (a :class:`DatasetCheck` with its :class:`DataNumbers`, a problem kind); the CLI words
+them as a terminal report, the wizard's pages here. The Review can use the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from desktop.core.data.findings import Code
+from desktop.core.data.formats import DataFormat
+from desktop.services.data.numbers import DataNumbers
+from desktop.services.data.reader import FileProblem
+from desktop.services.data.workspace import DatasetCheck
+
+FORMAT_LABELS = {
+    DataFormat.MESSAGES.value: "chat messages",
+    DataFormat.ALPACA.value: "Alpaca: instruction, input and output",
+    DataFormat.SHAREGPT.value: "ShareGPT conversations",
+    DataFormat.PROMPT_COMPLETION.value: "prompt and completion",
+    DataFormat.COLUMNS.value: "table columns mapped to roles",
+}
+
+#: The fix the wizard gives for some kinds of findings, in its own words (others use the check's).
+FIX_WORDS = {
+    Code.NOT_UTF8.value: "Re-save the file as UTF-8: most editors offer it under Save as or Encoding.",
+    Code.TOO_LONG.value: (
+        "Raise the sequence length under Advanced settings on the Model step (more memory), or shorten or split "
+        "these examples; the excess is cut."
+    ),
+    Code.SECRET.value: (
+        "Tick “Leave out rows with suspected secrets” above, or remove the secrets from the file: a model can learn "
+        "and repeat them."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """The outcome of a check as the Data step shows it.
+
+    Attributes:
+        severity: ``success``, ``warning`` or ``danger`` (the badge's colour).
+        badge: The badge's words.
+        headline: One line on the outcome.
+        details: The lines under it.
+    """
+
+    severity: str
+    badge: str
+    headline: str
+    details: list[str]
+
+
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """``1 row``, ``3 rows`` (``plural`` for irregular nouns)."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def model_words(model: str) -> str:
+    """A model as people read it: a Hub id as it is, a local folder by its name."""
+    if model.startswith(("/", "~", ".")) or "\\" in model or model.count("/") > 1:
+        return Path(model).name or model
+    return model
+
+
+def counting_words(numbers: DataNumbers) -> str:
+    """How the tokens were counted: the model's tokenizer, or the estimate and why."""
+    if numbers.exact:
+        return f"Counted with the tokenizer of {model_words(numbers.model)}."
+    if not numbers.model:
+        return (
+            "Estimated at about 4 characters per token, as no model is chosen yet: the count becomes exact once "
+            "you choose a model on the next step."
+        )
+    reason = numbers.estimate_reason.removeprefix(f"the tokenizer of {numbers.model} could not be loaded: ")
+    return (
+        f"Estimated at about 4 characters per token: the tokenizer of {model_words(numbers.model)} could not be "
+        f"loaded, as {reason.rstrip('.')}."
+    )
+
+
+def tokens_words(numbers: DataNumbers) -> str:
+    """Tokens per epoch and the examples they come from."""
+    text = (
+        f"{numbers.train_tokens:,} tokens trained per epoch, from {counted(numbers.train_examples, 'training example')}"
+    )
+    if numbers.eval_examples:
+        text += f"; {counted(numbers.eval_examples, 'more example')} held out to evaluate the model"
+    return text + "."
+
+
+def left_out_words(numbers: DataNumbers) -> str:
+    """What the prepared data leaves out, or "" when it keeps every row."""
+    parts = []
+    if numbers.rows_with_errors:
+        parts.append(counted(numbers.rows_with_errors, "row") + " with errors")
+    if numbers.duplicates_removed:
+        parts.append(counted(numbers.duplicates_removed, "repeated row"))
+    if numbers.secrets_left_out and numbers.secret_rows:
+        parts.append(counted(numbers.secret_rows, "row") + " with a suspected secret")
+    return f"Left out: {', '.join(parts)}." if parts else ""
+
+
+def truncation_words(numbers: DataNumbers) -> str:
+    """How many examples the sequence length cuts, or "" when none."""
+    if not numbers.too_long:
+        return ""
+    return (
+        f"{counted(numbers.too_long, 'example')} {'is' if numbers.too_long == 1 else 'are'} longer than the "
+        f"sequence length of {numbers.seq_len:,} tokens: {numbers.cut_tokens:,} tokens are cut."
+    )
+
+
+def _badge(numbers: DataNumbers) -> tuple[str, str]:
+    if numbers.rows_with_errors:
+        return "warning", f"Usable · {counted(numbers.rows_with_errors, 'row')} left out"
+    if numbers.secret_rows and not numbers.secrets_left_out:
+        return "warning", f"Usable · {counted(numbers.secret_rows, 'suspected secret')}"
+    if numbers.warning_problems:
+        return "success", f"Ready · {counted(numbers.warning_problems, 'warning')}"
+    return "success", "Ready"
+
+
+def summary(check: DatasetCheck) -> DataSummary:
+    """The summary of a check: usable or not, what is kept and left out, the tokens and how they were counted."""
+    name = Path(check.source).name
+    numbers = check.numbers
+    if check.fatal or numbers is None or not check.usable:
+        headline, details = file_problem(check)
+        return DataSummary("danger", "Cannot be used", headline, [details])
+    severity, badge = _badge(numbers)
+    lines = [f"Layout: {FORMAT_LABELS.get(check.data_format, 'unknown')}."]
+    lines += [line for line in (left_out_words(numbers), _problems_line(numbers)) if line]
+    lines += [tokens_words(numbers), counting_words(numbers)]
+    lines += [line for line in (truncation_words(numbers),) if line]
+    headline = f"{name}: {numbers.kept:,} of {counted(numbers.rows, 'row')} will be used"
+    return DataSummary(severity, badge, headline, lines)
+
+
+def _problems_line(numbers: DataNumbers) -> str:
+    """How many errors the rows left out hold: rows and errors are different counts (a row may have several)."""
+    if numbers.error_problems <= numbers.rows_with_errors:
+        return ""  # one error per row: the rows left out say it all
+    rows = "The row holds" if numbers.rows_with_errors == 1 else f"Those {numbers.rows_with_errors:,} rows hold"
+    return f"{rows} {counted(numbers.error_problems, 'error')} in all, listed under Findings with their lines."
+
+
+def file_problem(check: DatasetCheck) -> tuple[str, str]:
+    """Why a checked file cannot be used, as (headline, what to do)."""
+    name = Path(check.source).name
+    kind = check.fatal_kind
+    words = {
+        FileProblem.MISSING.value: (f"{name} does not exist", "Check the path, or choose the file with Choose file…."),
+        FileProblem.FOLDER.value: (f"{name} is a folder", "Choose a JSONL, CSV or Parquet file inside it."),
+        FileProblem.UNKNOWN_TYPE.value: (
+            f"{name} is not a dataset file Rentune reads",
+            "Use a .jsonl, .csv or .parquet file of conversations.",
+        ),
+        FileProblem.PRETTY_JSON.value: (
+            f"{name} is one JSON document, not JSON Lines",
+            "Save it with one conversation object per line, then check it again.",
+        ),
+        FileProblem.NOT_TEXT.value: (f"{name} is not UTF-8 text", "Re-save it as UTF-8, then check it again."),
+        FileProblem.NEEDS_PYARROW.value: (
+            "Parquet files need the pyarrow library",
+            "Install the local tools (make install-local), or export the data as JSONL or CSV.",
+        ),
+        FileProblem.UNKNOWN_LAYOUT.value: (
+            f"Which columns of {name} hold the conversation?",
+            "Its rows are not in a chat layout Rentune knows. Choose the column with the user's message and the "
+            "one with the answer below.",
+        ),
+        FileProblem.EMPTY.value: (f"{name} holds no rows", "Choose a file with at least one conversation."),
+        FileProblem.NO_USABLE_ROW.value: (
+            f"No row of {name} can be used",
+            "Every row has an error: fix the rows listed under Findings, then check the file again.",
+        ),
+    }
+    fallback = (f"{name} cannot be used", _sentence(check.fatal or "Nothing could be prepared from it") + "")
+    return words.get(kind, fallback)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "."
+
+
+def fix_words(finding: dict[str, Any]) -> str:
+    """The fix for a finding, in the wizard's words."""
+    return FIX_WORDS.get(str(finding["code"]), _sentence(str(finding["fix"])))
+
+
+def histogram_caption(numbers: DataNumbers | None) -> str:
+    """Length statistics under the histogram."""
+    if numbers is None or not numbers.percentiles:
+        return "No example could be measured."
+    p = numbers.percentiles
+    cut = truncation_words(numbers) or f"None is longer than the sequence length of {numbers.seq_len:,} tokens."
+    return (
+        f"Median {p.get('p50', 0):,} tokens, 90 % under {p.get('p90', 0):,}, longest {p.get('max', 0):,}. {cut} "
+        f"{counting_words(numbers)}"
+    )

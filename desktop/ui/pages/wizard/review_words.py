@@ -1,0 +1,253 @@
+"""How the Review step words the run: each section as (label, value) rows, and the question before launching.
+
+The numbers come from the review's facts (the prepared data's manifest, the sizing of the draft as it is now, the
+picked offer judged again), so they match the Data, Sizing and Compute steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from desktop.core.runs.draft import RunDraft, gpu_pick_training
+from desktop.core.sizing.plan import GpuOption
+from desktop.core.sizing.report import format_hours
+from desktop.services.data.prepare import manifest_tokens
+from desktop.services.models.sizing import Sizing, option_label
+from desktop.services.providers.base import ProviderName
+from desktop.services.runs.preflight import Check, ReviewFacts
+from desktop.ui.pages.wizard.compute_words import estimate_words, kind_words, machine_words
+from desktop.ui.pages.wizard.sizing_words import fit_text
+
+Rows = list[tuple[str, str]]
+METHOD_WORDS = {
+    "qlora": "QLoRA (a LoRA adapter on a 4-bit base model)",
+    "lora": "LoRA (a small adapter on the base model)",
+    "full": "Full fine-tune (every weight trained)",
+    "full-8bit": "Full fine-tune with 8-bit AdamW",
+}
+
+
+def _name(path: str) -> str:
+    return Path(path).name if path else "none"
+
+
+def data_rows(draft: RunDraft, manifest: dict[str, Any] | None) -> Rows:
+    """The Data section: the files, the rows kept and left out, the tokens."""
+    rows: Rows = [("Dataset", draft.data_file or "none chosen")]
+    if not draft.train_file:
+        return [*rows, ("Prepared data", "not prepared yet")]
+    rows.append(("Prepared data", str(Path(draft.train_file).parent)))
+    if manifest is None:
+        return [*rows, ("Rows", "unknown: the prepared data has no readable summary (prepare it again)")]
+    counts = manifest.get("counts", {})
+    rows.append(("Rows", f"{counts.get('train', 0):,} for training, {counts.get('eval', 0):,} for evaluation"))
+    left_out = [
+        _count(counts.get("with_errors", 0), "row with errors", "rows with errors"),
+        _count(counts.get("duplicates_removed", 0), "repeated row", "repeated rows"),
+    ]
+    rows.append(("Left out", ", ".join(words for words in left_out if words) or "nothing"))
+    rows += _token_rows(manifest)
+    return rows
+
+
+def _count(value: object, one: str, many: str) -> str:
+    count = int(value or 0)  # type: ignore[call-overload]
+    return "" if not count else f"{count:,} {one if count == 1 else many}"
+
+
+def _token_rows(manifest: dict[str, Any]) -> Rows:
+    tokens = manifest.get("tokens", {})
+    trained = int(tokens.get("trained_per_epoch", 0) or 0)
+    counted = manifest_tokens(manifest)
+    if counted is None:
+        return [("Tokens per epoch", f"{trained:,}")]
+    in_training = counted[0]
+    words = f"{in_training:,} in the training rows"
+    if in_training != trained:
+        words += f" ({trained:,} with the evaluation rows)"
+    return [("Tokens per epoch", words), ("Counted with", str(manifest.get("tokenizer") or tokens.get("method", "")))]
+
+
+def model_rows(draft: RunDraft) -> Rows:
+    """The Model section: the base model, the method and the settings that matter most, in words."""
+    keys = {"method": draft.method, **draft.training}
+    method = str(keys["method"])
+    rows: Rows = [("Base model", draft.base_model or "none chosen"), ("Method", METHOD_WORDS.get(method, method))]
+    if method in {"qlora", "lora"}:
+        rows.append(("Adapter", f"LoRA rank {keys.get('lora_r', 16)}, alpha {keys.get('lora_alpha', 32)}"))
+    rows.append(("Sequence length", f"{int(keys.get('seq_len', 2048)):,} tokens"))
+    micro, accumulate = int(keys.get("micro_batch", 2)), int(keys.get("grad_accum", 4))
+    rows.append(
+        ("Batch", f"{micro} examples per step, {accumulate} steps accumulated: {micro * accumulate} per update")
+    )
+    steps = int(keys.get("max_steps", -1) or -1)
+    epochs = keys.get("epochs", 3)
+    rows.append(("Length", f"{steps:,} steps at most" if steps > 0 else f"{epochs:g} epochs over the data"))
+    rows.append(("Learning rate", f"{float(keys.get('learning_rate', 2e-4)):g}"))
+    rows.append(("Checkpoints", f"every {float(keys.get('checkpoint_minutes', 30)):g} minutes"))
+    return rows
+
+
+def sized_option(draft: RunDraft, sizing: Sizing | None) -> tuple[GpuOption | None, str]:
+    """The Sizing step's pick (else the recommended option) and which it is."""
+    if sizing is None:
+        return None, ""
+    picked = sizing.option(draft.gpu_name) if draft.gpu_name else None
+    if picked is not None:
+        return picked, "Your pick"
+    return sizing.recommended, "Recommended"
+
+
+def sizing_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
+    """The Sizing section: memory per GPU, the GPUs trained on, the estimate, where the tokens come from."""
+    if facts is None:
+        return [("Sizing", "checking…")]
+    if facts.sizing is None:
+        return [("Sizing", facts.sizing_problem or "not sized")]
+    if draft.renting:
+        return _rented_sizing(draft, facts)
+    option, kind = sized_option(draft, facts.sizing)
+    rows: Rows = [("Tokens", facts.sizing.tokens_source)]
+    if option is None:
+        return [*rows, ("GPU options", "none fits: change the method or the settings on the Model step")]
+    rows.append(("Peak memory per GPU", f"{option.memory.per_gpu_total:,.1f} GB"))
+    rows.append((kind, f"{option_label(option)}: {fit_text(option)}"))
+    rows.append(("Estimate at list price", f"about {format_hours(option.hours)}, ${option.cost_usd:,.2f}"))
+    if draft.hourly_rate_usd > 0:
+        own = option.hours * draft.hourly_rate_usd
+        rows.append(("At your server's rate", f"about ${own:,.2f} (${draft.hourly_rate_usd:,.2f} per hour)"))
+    rows.append(("Trains on", gpus_words({"num_gpus": 1, **draft.training, **gpu_pick_training(draft.gpu_name)})))
+    return rows
+
+
+def _rented_sizing(draft: RunDraft, facts: ReviewFacts) -> Rows:
+    assert facts.sizing is not None
+    rows: Rows = [("Tokens", facts.sizing.tokens_source)]
+    pick = facts.pick
+    if pick is None or pick.need_gb is None:
+        per_gpu = facts.sizing.plan.memory.per_gpu_total
+        return [*rows, ("Peak memory per GPU", f"{per_gpu:,.1f} GB on one GPU (no machine picked yet)")]
+    rows.append(("Peak memory per GPU", f"{pick.need_gb:,.1f} GB of the {pick.offer.vram_gb:g} GB each GPU has"))
+    keys = draft.compute.training_keys() | {"strategy": pick.strategy}
+    rows.append(("Trains on", gpus_words(keys)))
+    return rows
+
+
+def gpus_words(keys: dict[str, Any]) -> str:
+    """``1 GPU`` or ``2 GPUs, sharing the model (FSDP)`` / ``…, each with a copy (DDP)``."""
+    count = int(keys.get("num_gpus", 1))
+    if count == 1:
+        return "1 GPU"
+    how = "sharing the model (FSDP)" if keys.get("strategy") == "fsdp" else "each with a copy of the model (DDP)"
+    return f"{count} GPUs, {how}"
+
+
+def compute_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
+    """The Compute section: the machine (rented or own), its rate, the estimate, the budget."""
+    rows = _rented_rows(draft, facts) if draft.renting else _server_rows(draft)
+    return [*rows, ("Budget", budget_line(draft))]
+
+
+def budget_line(draft: RunDraft) -> str:
+    """The budget in words."""
+    if draft.budget_usd <= 0:
+        return "no limit"
+    return f"stopped before it costs ${draft.budget_usd:,.2f}, its newest checkpoint kept"
+
+
+def _rented_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
+    compute = draft.compute
+    if not compute.picked:
+        return [("Machine", "none picked yet")]
+    provider = ProviderName(compute.provider).label
+    where = f" in {compute.location}" if compute.location else ""
+    rows: Rows = [
+        ("Machine", f"{machine_words(compute.count, compute.gpu, compute.vram_gb)} from {provider}{where}"),
+        ("Kind", kind_words(compute.spot).capitalize() + (": it can be taken away" if compute.spot else "")),
+        ("Price", f"${compute.price_per_hour:,.2f} per hour (never rented above ${compute.price_cap:,.2f})"),
+    ]
+    pick = facts.pick if facts else None
+    rows.append(("Estimate", estimate_words(pick) if facts else "checking…"))
+    return rows
+
+
+def _server_rows(draft: RunDraft) -> Rows:
+    target = draft.target
+    if not target.host:
+        return [("Server", "none set up yet")]
+    rate = draft.hourly_rate_usd
+    return [
+        ("Server", target.url + (f", key file {target.identity}" if target.identity else "")),
+        ("Host key", f"{target.fingerprint} (pinned)" if target.host_key else "not tested yet"),
+        ("GPU", target.gpu or "unknown (test the connection)"),
+        ("Python", target.python),
+        ("Work folder", target.workdir or "~/.rentune/runs"),
+        ("Hourly rate", f"${rate:,.2f}" if rate else "not set: the cost is not metered"),
+    ]
+
+
+@dataclass(frozen=True)
+class LaunchQuestion:
+    """What the confirmation before a launch says.
+
+    Attributes:
+        title: The dialog's title.
+        summary: The question, naming the machine, the rate and the estimated total.
+        details: The budget, what happens to the machine, what is launched despite.
+        action: The launch button's words.
+    """
+
+    title: str
+    summary: str
+    details: str
+    action: str
+
+
+def launch_question(draft: RunDraft, facts: ReviewFacts | None, despite: list[Check]) -> LaunchQuestion:
+    """The one question before anything is rented or started."""
+    question = _rent_question(draft, facts) if draft.renting else _server_question(draft, facts)
+    if not despite:
+        return question
+    red = "; ".join(check.headline for check in despite)
+    return LaunchQuestion(
+        question.title,
+        question.summary,
+        f"{question.details}\n\nLaunching despite: {red}.",
+        question.action + " anyway",
+    )
+
+
+def _rent_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuestion:
+    compute = draft.compute
+    machine = machine_words(compute.count, compute.gpu, compute.vram_gb)
+    provider = ProviderName(compute.provider).label if compute.picked else "nobody"
+    estimate = estimate_words(facts.pick if facts else None)
+    summary = (
+        f"Rent {machine} from {provider} ({kind_words(compute.spot)}) at ${compute.price_per_hour:,.2f} per hour "
+        f"and start training? Estimated: {estimate}."
+    )
+    details = [
+        f"Budget: {budget_line(draft)}." if draft.budget_usd > 0 else "No budget: nothing stops the run for its cost.",
+        f"The machine is not rented if its price has risen above ${compute.price_cap:,.2f} per hour.",
+        "It is terminated the moment the adapter is on this computer, and whenever the run ends.",
+    ]
+    if compute.spot:
+        details.append("Spot: the provider may take it away; the run then continues on another machine.")
+    return LaunchQuestion("Rent a machine and start training?", summary, "\n".join(details), "Rent and launch")
+
+
+def _server_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuestion:
+    option, _ = sized_option(draft, facts.sizing if facts else None)
+    rate = draft.hourly_rate_usd
+    summary = f"Start training on {draft.target.url}?"
+    if rate > 0 and option is not None:
+        summary += (
+            f" At your rate of ${rate:,.2f} per hour: about {format_hours(option.hours)}, "
+            f"${option.hours * rate:,.2f} in all."
+        )
+    details = f"Budget: {budget_line(draft)}." if draft.budget_usd > 0 else "No budget set."
+    if rate <= 0:
+        details += " No hourly rate: the cost is not metered."
+    return LaunchQuestion("Start training on your server?", summary, details, "Launch")

@@ -1,0 +1,226 @@
+"""The Compute step against the fake clouds served over HTTP: live offers judged for the run, the cheapest that fits
+picked, filters, the budget, keys added inline (checked, kept in the keyring, masked) and refusals in words."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.spec import run_spec_from_dict
+from desktop.core.settings import Settings
+from desktop.services.platform.secrets import SecretName, SecretStore
+from desktop.services.providers.base import ProviderName
+from desktop.ui.context import AppContext
+from desktop.ui.pages.wizard.compute_step import ComputeStep
+from tests.fakes.http import FakeCloud
+from tests.fixtures.memory_keyring import MemoryKeyring
+
+RUNPOD, VAST, LAMBDA = ProviderName.RUNPOD, ProviderName.VAST, ProviderName.LAMBDA
+
+
+@pytest.fixture
+def clouds(
+    fake_runpod: FakeCloud, fake_vast: FakeCloud, fake_lambda: FakeCloud, monkeypatch: pytest.MonkeyPatch
+) -> dict[ProviderName, FakeCloud]:
+    """The three fake clouds served; RunPod and Vast.ai have keys in the environment, Lambda has none."""
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
+    monkeypatch.setenv("RENTUNE_VAST_URL", fake_vast.serve() + "/api/v0")
+    monkeypatch.setenv("RENTUNE_LAMBDA_URL", fake_lambda.serve() + "/api/v1")
+    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
+    monkeypatch.setenv("VAST_API_KEY", fake_vast.valid_key)
+    monkeypatch.delenv("LAMBDA_API_KEY", raising=False)
+    return {RUNPOD: fake_runpod, VAST: fake_vast, LAMBDA: fake_lambda}
+
+
+def open_step(qtbot: QtBot, draft: RunDraft) -> ComputeStep:
+    step = ComputeStep(AppContext(Settings(), SecretStore(), draft=draft))
+    qtbot.addWidget(step)
+    step.resize(1100, 900)
+    step.show()
+    step.show_draft()
+    return step
+
+
+def offers_shown(step: ComputeStep, wait_for: Callable[..., None]) -> None:
+    wait_for(lambda: not step.fetching and step.judged is not None, 40)
+
+
+@pytest.fixture
+def step(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> ComputeStep:
+    # A 7 B model in LoRA: too big for a 24 GB card, fine on 80 GB (and on two 3090s sharing it).
+    widget = open_step(qtbot, RunDraft(base_model="qwen2.5-7b", method="lora"))
+    assert widget.fetching and widget.progress.isVisibleTo(widget), "asking shows progress, the page stays usable"
+    assert not widget.refresh_button.isEnabled()
+    offers_shown(widget, wait_for)
+    return widget
+
+
+def test_offers_of_every_keyed_provider_are_judged_and_the_cheapest_that_fits_is_picked(step: ComputeStep) -> None:
+    assert not step.progress.isVisibleTo(step) and step.refresh_button.isEnabled()
+    rows = step.keys_panel.rows
+    assert rows[RUNPOD].badge.text() == "8 offers" and rows[VAST].badge.text() == "6 offers"
+    assert "RUNPOD_API_KEY" in rows[RUNPOD].words.text() and "test-key" not in rows[RUNPOD].words.text()
+    assert rows[LAMBDA].badge.text() == "No key" and rows[LAMBDA].key_button.text() == "Add key"
+    assert "No Lambda API key yet" in rows[LAMBDA].words.text()
+    shown = step.offers.items
+    assert {item.offer.provider for item in shown} == {RUNPOD, VAST}
+    assert all(not item.offer.spot for item in shown), "on-demand only until the user asks for spot"
+    cheapest = min((i for i in shown if i.fits), key=lambda i: i.total_usd or 0.0)
+    assert step.pick is not None and step.pick.key == cheapest.key
+    assert step.offers.selected() is step.pick
+    assert step.pick.offer.gpu == "A100 SXM4" and step.pick.offer.provider is VAST
+    table = step.offers.table
+    assert table.item(0, 1).text() == "A100 SXM4 · 80 GB" and table.item(0, 4).text() == f"${cheapest.total_usd:,.2f}"
+    assert "Vast.ai: 1 x A100 SXM4 (80 GB), on-demand" in step.pick_label.text()
+    assert step.validate() is None
+
+
+def test_the_pick_becomes_the_specs_compute_section(step: ComputeStep, tmp_path: Path) -> None:
+    draft = RunDraft(base_model="qwen2.5-7b", method="lora", train_file=str(tmp_path / "train.jsonl"))
+    step.python_edit.setText("/opt/conda/bin/python")
+    step.save_into(draft)
+    assert draft.renting and draft.compute.picked
+    spec = run_spec_from_dict(draft.spec_dict(), tmp_path)
+    pick = step.pick
+    assert pick is not None and spec.compute is not None and spec.target is None
+    assert (spec.compute.provider, spec.compute.gpu, spec.compute.count) == ("vast", "A100 SXM4", 1)
+    assert spec.compute.offer == pick.offer.offer_id and not spec.compute.spot
+    assert spec.compute.max_price_per_hour == pytest.approx(round(pick.offer.price_per_hour * 1.1, 2), abs=0.011)
+    assert spec.compute.python == "/opt/conda/bin/python"
+    assert spec.training["num_gpus"] == 1
+
+
+def test_filters_narrow_the_table_and_move_the_pick_only_when_it_is_filtered_out(step: ComputeStep) -> None:
+    before = step.pick
+    step.fits_check.setChecked(True)
+    assert all(item.fits for item in step.offers.items) and step.pick is before
+    step.provider_combo.setCurrentIndex(step.provider_combo.findData(RUNPOD.value))
+    assert {item.offer.provider for item in step.offers.items} == {RUNPOD}
+    assert step.pick is not None and step.pick.offer.provider is RUNPOD, "the cheapest that fits at RunPod"
+    step.kind_combo.setCurrentIndex(step.kind_combo.findData(True))
+    assert step.offers.items and all(item.offer.spot for item in step.offers.items)
+    assert step.pick is not None and step.pick.offer.spot
+    step.price_spin.setValue(0.7)
+    assert all(item.offer.price_per_hour <= 0.7 for item in step.offers.items)
+    step.price_spin.setValue(0.1)
+    assert step.offers.items == [] and step.pick is None
+    assert step.empty.isVisibleTo(step) and step.empty_title.text() == "No offer passes the filters"
+    assert "Pick an offer" in (step.validate() or "")
+
+
+def test_a_machine_of_several_gpus_carries_its_count_and_strategy_into_the_spec(
+    step: ComputeStep, tmp_path: Path
+) -> None:
+    step.kind_combo.setCurrentIndex(step.kind_combo.findData(None))
+    row = next(i for i, item in enumerate(step.offers.items) if item.offer.count == 2 and item.fits)
+    step.offers.table.selectRow(row)
+    pick = step.pick
+    assert pick is not None and pick.offer.count == 2 and pick.offer.gpu == "RTX 3090"
+    draft = RunDraft(base_model="qwen2.5-7b", method="lora", train_file=str(tmp_path / "train.jsonl"))
+    step.save_into(draft)
+    spec = run_spec_from_dict(draft.spec_dict(), tmp_path)
+    assert spec.training["num_gpus"] == 2 and spec.training["strategy"] == pick.strategy
+    assert spec.compute is not None and spec.compute.count == 2
+
+
+def test_the_budget_is_compared_with_the_estimate_and_saved(step: ComputeStep) -> None:
+    assert "No budget" in step.budget_label.text()
+    pick = step.pick
+    assert pick is not None and pick.total_usd is not None
+    step.budget_spin.setValue(round(pick.total_usd / 2, 2))
+    assert step.budget_banner.isVisibleTo(step) and "above the budget" in step.budget_banner.headline_label.text()
+    step.budget_spin.setValue(round(pick.total_usd * 2, 2))
+    assert not step.budget_banner.isVisibleTo(step) and "is within it" in step.budget_label.text()
+    draft = RunDraft()
+    step.save_into(draft)
+    assert draft.budget_usd == round(pick.total_usd * 2, 2) and draft.spec_dict()["budget"] == {
+        "max_usd": draft.budget_usd
+    }
+
+
+def test_a_key_added_inline_is_checked_kept_masked_and_brings_its_offers(
+    step: ComputeStep,
+    clouds: dict[ProviderName, FakeCloud],
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    memory_keyring: MemoryKeyring,
+) -> None:
+    clouds[LAMBDA].valid_key = "secret_lambda_0123456789abcd"  # type: ignore[misc]
+    row = step.keys_panel.rows[LAMBDA]
+    assert not row.editor.isVisibleTo(step)
+    row.key_button.click()
+    assert row.editor.isVisibleTo(step) and row.key_edit.echoMode() == row.key_edit.EchoMode.Password
+    qtbot.keyClicks(row.key_edit, "not-the-key-at-all")
+    row.save_button.click()
+    wait_for(row.save_button.isEnabled, 20)
+    assert row.error.headline_label.text() == "The key was not saved"
+    assert row.error.details_label.text().startswith("Lambda refused this key.")
+    assert "cloud.lambda.ai" in row.error.details_label.text() and "rentune" not in row.error.details_label.text()
+    assert SecretStore().get(SecretName.LAMBDA) is None, "a refused key is never stored"
+    row.key_edit.setText("secret_lambda_0123456789abcd")
+    qtbot.keyClick(row.key_edit, Qt.Key.Key_Return)
+    wait_for(lambda: step.keys_panel.rows[LAMBDA].key is not None and step.keys_panel.rows[LAMBDA].key.present, 20)
+    assert not row.editor.isVisibleTo(step) and row.key_edit.text() == ""
+    assert ("rentune", "lambda") in memory_keyring.passwords, "kept in the keyring"
+    offers_shown(step, wait_for)
+    assert row.badge.text().endswith("offers") and "0123456789" not in row.words.text()
+    assert "Key ••••abcd, in the keyring." in row.words.text()
+    assert LAMBDA in {item.offer.provider for item in step.judged.offers}  # type: ignore[union-attr]
+    assert row.key_button.text() == "Replace key"
+
+
+def test_a_refused_stored_key_says_so_and_opens_the_key_field(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    clouds[RUNPOD].faults.reject_key = True
+    step = open_step(qtbot, RunDraft(base_model="qwen2.5-7b", method="qlora"))
+    offers_shown(step, wait_for)
+    row = step.keys_panel.rows[RUNPOD]
+    assert row.badge.text() == "Key refused"
+    assert "RunPod refused the stored key" in row.words.text() and "rentune" not in row.words.text()
+    assert {item.offer.provider for item in step.judged.offers} == {VAST}  # type: ignore[union-attr]
+
+
+def test_without_any_key_the_step_says_how_to_get_offers(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    step = open_step(qtbot, RunDraft(base_model="qwen2.5-7b"))
+    offers_shown(step, wait_for)
+    assert all(row.badge.text() == "No key" for row in step.keys_panel.rows.values())
+    assert step.empty.isVisibleTo(step) and step.empty_title.text() == "Add an API key to see offers"
+    problem = step.validate()
+    assert problem is not None and "Add a provider's API key" in problem and "Your own server" in problem
+
+
+def test_a_model_that_cannot_be_sized_still_lists_offers_unjudged(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    step = open_step(qtbot, RunDraft())
+    offers_shown(step, wait_for)
+    assert step.problem_banner.headline_label.text() == "The offers cannot be judged for this run"
+    assert step.problem_banner.isVisibleTo(step) and "Choose a base model" in step.problem_banner.details_label.text()
+    assert step.offers.items and all(item.fit is None for item in step.offers.items)
+    assert step.pick is None, "nothing is known to fit: the user picks"
+    assert step.offers.table.cellWidget(0, 2).accessibleName() == "Unknown"
+
+
+def test_switching_to_the_own_server_hides_the_offers_and_keeps_the_pick_for_later(step: ComputeStep) -> None:
+    pick = step.pick
+    step.own_button.click()
+    assert not step.rent_panel.isVisibleTo(step) and step.own_form.isVisibleTo(step)
+    assert step.validate() == "Enter the server's host name or address."
+    draft = RunDraft()
+    step.save_into(draft)
+    assert not draft.renting and draft.compute.offer_id == pick.offer.offer_id  # type: ignore[union-attr]
+    step.rent_button.click()
+    assert step.rent_panel.isVisibleTo(step) and step.pick is pick

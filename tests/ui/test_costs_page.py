@@ -1,0 +1,124 @@
+"""The Costs page: the right sums per period, provider and run, the machines billing now with a Stop, an empty state,
+and a chart that renders in light and in dark."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from PySide6.QtGui import QColor, QImage
+from pytestqt.qtbot import QtBot
+
+from desktop.core.settings import Settings, Theme
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.spend import spend_overview
+from desktop.services.runs.store import RunStore
+from desktop.ui import tray
+from desktop.ui.cost_words import money
+from desktop.ui.main_window import MainWindow
+from desktop.ui.pages.costs_page import CostsPage
+from desktop.ui.theme import apply_theme
+from tests.fixtures.recorded_costs import SeededCosts, seed_spending
+
+
+@pytest.fixture
+def light_afterwards() -> Iterator[None]:
+    yield
+    apply_theme(Theme.LIGHT)
+
+
+def _costs(qtbot: QtBot, qloop: asyncio.AbstractEventLoop, size: tuple[int, int] = (1280, 800)) -> CostsPage:
+    window = MainWindow(Settings(), SecretStore())
+    qtbot.addWidget(window)
+    window.resize(*size)
+    window.show_page("costs")
+    window.show()
+    qtbot.waitExposed(window)
+    qloop.run_until_complete(window.load_pages(follow_runs=False))
+    page = window.page("costs")
+    assert isinstance(page, CostsPage)
+    return page
+
+
+def _cells(table: object) -> list[list[str]]:
+    from PySide6.QtWidgets import QTableWidget
+
+    assert isinstance(table, QTableWidget)
+    return [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]  # type: ignore[union-attr]
+
+
+def test_an_empty_profile_says_what_will_appear(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> None:
+    page = _costs(qtbot, qloop)
+    assert page.empty.isVisible() and not page.content.isVisible()
+    assert page.empty.accessibleName() == "Nothing spent yet"
+
+
+def test_the_page_shows_the_sums_the_providers_the_runs_and_the_machines_billing_now(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    seeded: SeededCosts = seed_spending()
+    page = _costs(qtbot, qloop)
+    reading = page.reading
+    assert reading is not None and page.content.isVisible() and not page.empty.isVisible()
+    expected = spend_overview(RunStore(), now=reading.now)
+    assert page.today_card.value_label.text() == money(expected.today_usd)
+    assert page.month_card.value_label.text() == money(expected.month_usd)
+    assert page.total_card.value_label.text() == money(expected.total_usd)
+    assert page.burn_card.value_label.text() == "$0.94/h"
+    providers = _cells(page.provider_table)
+    assert [row[0] for row in providers] == ["RunPod", "Lambda", "Vast.ai", "Your servers"]
+    assert providers[3][1:] == ["$7.20", f"{7.2 / expected.total_usd:.0%}"]  # 6 h at $1.20
+    runs = _cells(page.run_table)
+    assert len(runs) == 10 and [row[0] for row in runs[:2]] == [seeded.live_run, seeded.leftover_run], "newest first"
+    live = next(row for row in runs if row[0] == seeded.live_run)
+    assert live[1:4] == ["Qwen/Qwen2.5-7B-Instruct", "RunPod", "Training"] and live[5] == "$0.69/h"
+    assert list(page.rows) == [f"runpod:{seeded.live_instance}", f"vast:{seeded.leftover_instance}"]
+    live_row = page.rows[f"runpod:{seeded.live_instance}"]
+    assert live_row.rate_label.text() == "$0.69/h" and live_row.stop_button.text() == "Stop…"
+    leftover = page.rows[f"vast:{seeded.leftover_instance}"]
+    assert leftover.stop_button.text() == "Terminate…" and leftover.detail_label.text().startswith("No run uses it")
+    assert len(page.chart.bars) == 4, "one stack per provider"
+    month_total = sum(p.usd for p in expected.months)
+    legend = [page.chart.legend.itemAt(i).widget() for i in range(page.chart.legend.count() - 1)]
+    assert legend and all(item is not None for item in legend)
+    assert month_total == pytest.approx(expected.total_usd, abs=0.01), "every charge falls in the last 12 months"
+
+
+def test_stop_on_the_page_goes_through_the_trackers_question(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seeded = seed_spending()
+    page = _costs(qtbot, qloop)
+    asked: list[str] = []
+    monkeypatch.setattr(tray, "confirm", lambda _p, _t, question: asked.append(question) or False)
+    button = page.stop_button(f"runpod:{seeded.live_instance}")
+    assert button is not None
+    button.click()
+    assert asked and f"Stop run {seeded.live_run} on RunPod RTX 4090" in asked[0]
+
+
+def test_the_days_view_and_the_dark_theme_render(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, light_afterwards: None
+) -> None:
+    seed_spending()
+    page = _costs(qtbot, qloop, (1024, 700))
+    page.period_combo.setCurrentIndex(1)
+    assert len(page.chart.periods) == 30 and page.chart.by_month is False
+    for theme in (Theme.LIGHT, Theme.DARK):
+        palette = apply_theme(theme)
+        qloop.run_until_complete(asyncio.sleep(0.05))
+        image = page.grab().toImage()
+        colours = {image.pixel(x, y) for x in range(0, image.width(), 5) for y in range(0, image.height(), 5)}
+        assert len(colours) > 20, f"the {theme.value} render looks blank"
+        assert _lightness(image) < 0.35 if palette.is_dark else _lightness(image) > 0.75
+        chart = page.chart.plot_widget.grab().toImage()
+        corner = QColor(chart.pixel(chart.width() - 4, 4))
+        assert corner == QColor(palette.surface), "the chart's background follows the theme"
+
+
+def _lightness(image: QImage) -> float:
+    values = [
+        QColor(image.pixel(x, y)).lightnessF() for x in range(0, image.width(), 9) for y in range(0, image.height(), 9)
+    ]
+    return sum(values) / len(values)

@@ -1,0 +1,76 @@
+"""The first-run screen: what a fine-tune needs, what is ready, and the way into the wizard."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from desktop.core.runs.draft import RunDraft
+from desktop.core.settings import Settings
+from desktop.services.data.workspace import check_and_prepare
+from desktop.services.platform.secrets import SecretName, SecretStore
+from desktop.services.runs.drafts import save_draft
+from desktop.ui.main_window import MainWindow
+from desktop.ui.pages.home_page import HomePage
+from tests.fixtures.chat_data import write_chat_dataset
+
+
+def _open(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> MainWindow:
+    window = MainWindow(Settings(), SecretStore())
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    qloop.run_until_complete(window.load_pages())
+    return window
+
+
+def _home(window: MainWindow) -> HomePage:
+    page = window.page("home")
+    assert isinstance(page, HomePage)
+    return page
+
+
+def test_a_first_run_says_what_is_needed_and_starts_the_wizard(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    window = _open(qtbot, qloop)
+    home = _home(window)
+    wait_for(lambda: home.dataset_tile.badge.text() != "Checking")
+    assert home.dataset_tile.badge.text() == "Needed"
+    assert home.gpu_tile.badge.text() == "Needed"
+    assert "RunPod" in home.gpu_tile.text.text()
+    assert home.keys_button.isVisibleTo(home)
+    assert home.start_button.text().replace("&", "") == "Start a fine-tune"
+    home.start_button.click()
+    assert window.stack.currentWidget() is window.page("new")
+    assert window.wizard.current.step_name == "data"
+
+
+def test_a_stored_key_and_a_prepared_dataset_read_ready(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    SecretStore().set(SecretName.RUNPOD, "rk_test_" + "a1b2c3d4e5f6g7h8")
+    source = write_chat_dataset(tmp_path / "support.jsonl", count=24)
+    check = check_and_prepare(source, seq_len=512)
+    save_draft(RunDraft(data_file=str(source), train_file=check.train_file, step="sizing"))
+    window = _open(qtbot, qloop)
+    home = _home(window)
+    wait_for(lambda: home.dataset_tile.badge.text() == "Ready")
+    assert "support.jsonl" in home.dataset_tile.text.text()
+    wait_for(lambda: home.gpu_tile.badge.text() == "Ready")
+    assert "RunPod API key" in home.gpu_tile.text.text()
+    assert not home.keys_button.isVisibleTo(home)
+    assert home.start_button.text().replace("&", "") == "Continue: Sizing"
+    home.start_button.click()
+    assert window.wizard.current.step_name == "sizing"
+
+
+def test_a_draft_saved_at_an_unknown_step_opens_the_wizard_at_its_start(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    window = _open(qtbot, qloop)
+    window.on_start_wizard("no-such-step")
+    assert window.stack.currentWidget() is window.page("new")
