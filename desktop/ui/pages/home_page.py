@@ -134,6 +134,7 @@ class HomePage(BasePage):
     ) -> None:
         super().__init__(parent)
         self.draft, self.secrets = draft or RunDraft(), secrets or SecretStore()
+        self._loaded = False  # readiness is read in the background once the page is loaded, then on every show
         if banner is not None:
             self.body.addWidget(banner)  # orphaned machines: the first thing to see when something bills for nothing
         self.body.addWidget(self._build_start())
@@ -208,6 +209,7 @@ class HomePage(BasePage):
 
     async def load(self) -> None:
         """Runs the environment and readiness checks off the UI thread (the keyring can block) and shows them."""
+        self._loaded = True
         self.refresh_readiness()
         self.recheck_button.setEnabled(False)
         self.environment_summary.setText("Checking…")
@@ -226,7 +228,7 @@ class HomePage(BasePage):
     def showEvent(self, event: QShowEvent) -> None:
         """Shows the latest readiness each time the page comes back (a key added, a dataset prepared)."""
         super().showEvent(event)
-        if self.isVisible():
+        if self._loaded:
             self.refresh_readiness()
 
     @asyncSlot()
