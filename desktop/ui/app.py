@@ -109,7 +109,7 @@ async def main(options: GuiOptions) -> int:
     load = spawn(window.load_pages())
     await closed.wait()
     load.cancel()
-    await window.context.manager.close()  # training goes on remotely; the next start reattaches
+    await window.context.close()  # training goes on remotely; the next start reattaches
     return 0
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from desktop.core.runs.draft import RunDraft
 from desktop.core.settings import Settings
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.drafts import load_draft
-from desktop.services.runs.engine import EngineOptions
-from desktop.services.runs.manager import RunManager
 from desktop.services.runs.store import RunStore
+
+if TYPE_CHECKING:
+    from desktop.services.runs.engine import EngineOptions
+    from desktop.services.runs.manager import RunManager
 
 
 @dataclass
@@ -24,7 +27,8 @@ class AppContext:
         draft: The new-run wizard's state (saved with :func:`desktop.services.runs.drafts.save_draft`).
         engine_options: Timing of the run engine (tests shorten the polling); the user's settings are applied on
             top (checkpoints kept per run).
-        manager: Follows live runs in the background (launch, stop, pull, resume, reattach).
+        manager: Follows live runs in the background (launch, stop, pull, resume, reattach); made when first used,
+            so the window opens before the run engine (and SSH) is loaded.
         read_only: Nothing the pages do is saved (``rentune --screenshot`` renders without changing the draft).
     """
 
@@ -34,16 +38,29 @@ class AppContext:
     draft: RunDraft = field(default_factory=load_draft)
     engine_options: EngineOptions | None = None
     read_only: bool = False
-    manager: RunManager = field(init=False)
+    _manager: RunManager | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        """Builds the run manager on the shared store."""
-        self.manager = RunManager(self.store, self.secrets, self._options())
+    @property
+    def manager(self) -> RunManager:
+        """The run manager on the shared store (made on first use)."""
+        if self._manager is None:
+            from desktop.services.runs.manager import RunManager
+
+            self._manager = RunManager(self.store, self.secrets, self._options())
+        return self._manager
 
     def _options(self) -> EngineOptions:
+        from desktop.services.runs.engine import EngineOptions
+
         return (self.engine_options or EngineOptions()).with_settings(self.settings)
 
     def apply_settings(self, settings: Settings) -> None:
         """Takes saved preferences: runs followed from now on (and those followed now) keep that many checkpoints."""
         self.settings = settings
-        self.manager.use_options(self._options())
+        if self._manager is not None:
+            self._manager.use_options(self._options())
+
+    async def close(self) -> None:
+        """Lets go of the runs followed (training goes on remotely; the next start reattaches)."""
+        if self._manager is not None:
+            await self._manager.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, QSignalBlocker, QSize, Signal
 from PySide6.QtGui import QCloseEvent, QIcon, QPixmap
@@ -12,24 +13,23 @@ from desktop import __version__
 from desktop.core.settings import Settings
 from desktop.services.platform.resources import ResourceNotFoundError, resource_bytes
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs.orphans import find_orphans
 from desktop.ui.background import spawn
 from desktop.ui.context import AppContext
 from desktop.ui.design.icons import icon
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
-from desktop.ui.pages.costs_page import CostsPage
+from desktop.ui.pages.catalog import PAGES, WIZARD_STEPS, PageEntry, warm_up
 from desktop.ui.pages.home_page import HomePage
-from desktop.ui.pages.monitor_page import MonitorPage
-from desktop.ui.pages.runs_page import RunsPage
-from desktop.ui.pages.settings_page import SettingsPage
-from desktop.ui.pages.wizard.review_step import ReviewStep
-from desktop.ui.pages.wizard.steps import wizard_steps
-from desktop.ui.pages.wizard.wizard_page import WizardPage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme
 from desktop.ui.tray import CostTracker
 from desktop.ui.widgets.orphans_banner import OrphansBanner
+
+if TYPE_CHECKING:
+    from desktop.ui.pages.costs_page import CostsPage
+    from desktop.ui.pages.monitor_page import MonitorPage
+    from desktop.ui.pages.runs_page import RunsPage
+    from desktop.ui.pages.wizard.wizard_page import WizardPage
 
 
 class UnknownPageError(KeyError):
@@ -53,8 +53,9 @@ def app_icon() -> QIcon:
 class MainWindow(QMainWindow):
     """Rentune's main window.
 
-    Pages register by name; the sidebar lists them in order. Later pages (the wizard, runs, offers, costs, chat)
-    slot in through :meth:`add_page`.
+    The sidebar lists the pages of :data:`~desktop.ui.pages.catalog.PAGES`. Only the Home page is built before the
+    window first shows (so it opens fast); every other page is built the first time it is asked for, and
+    :meth:`load_pages` builds and loads them all in the background once the window is up.
     """
 
     sig_page_changed = Signal(str)
@@ -68,46 +69,107 @@ class MainWindow(QMainWindow):
         self.setAccessibleName("Rentune")
         self.resize(1280, 800)
         self.setMinimumSize(QSize(900, 600))
+        self.settings, self.secrets = settings, secrets
         self.context = context or AppContext(settings, secrets)
+        self._entries = {entry.name: entry for entry in PAGES}
         self._pages: dict[str, BasePage] = {}
-        self._sidebar_pages: list[str] = []
+        self._loading: dict[str, asyncio.Task[None]] | None = None  # page loads, once load_pages has begun
+        self._sidebar_pages = [entry.name for entry in PAGES if entry.in_sidebar]
         self._build_layout()
-        self._add_pages(settings, secrets)
-        make_tab_friendly(self)
+        self.orphans_banner = OrphansBanner(self.context.store, secrets)
+        self.orphans_banner.sig_stopped.connect(self.on_orphans_stopped)
         self.sidebar.setCurrentRow(0)
         self.status_label = QLabel("Ready. No machine is rented.")
         self.status_label.setAccessibleName("What is running")
         self.statusBar().addWidget(self.status_label, 1)
         self.cost_tracker = CostTracker(self, self.context, self.show_page)
-        self.costs_page.follow(self.cost_tracker.meter)
-        self.costs_page.sig_stop.connect(self.cost_tracker.on_stop_requested)
         self.running_status = RunningStatus(self.cost_tracker.meter, self.status_label, self)
 
-    def _add_pages(self, settings: Settings, secrets: SecretStore) -> None:
-        self.orphans_banner = OrphansBanner(self.context.store, secrets)
-        self.orphans_banner.sig_stopped.connect(self.on_orphans_stopped)
-        home = HomePage(banner=self.orphans_banner, draft=self.context.draft, secrets=secrets)
+    # -- building pages on demand ------------------------------------------------------------------------------
+
+    def _build_home(self) -> BasePage:
+        home = HomePage(banner=self.orphans_banner, draft=self.context.draft, secrets=self.secrets)
         home.sig_start_wizard.connect(self.on_start_wizard)
         home.sig_open_page.connect(self.show_page)
-        self.add_page(home)
-        self.wizard = WizardPage(self.context, wizard_steps(self.context))
-        self.wizard.sig_run_launched.connect(self.on_run_opened)
-        review = self.wizard.step("review")
+        return home
+
+    def _build_wizard(self) -> BasePage:
+        from desktop.ui.pages.wizard.review_step import ReviewStep
+        from desktop.ui.pages.wizard.steps import wizard_steps
+        from desktop.ui.pages.wizard.wizard_page import WizardPage
+
+        wizard = WizardPage(self.context, wizard_steps(self.context))
+        wizard.sig_run_launched.connect(self.on_run_opened)
+        review = wizard.step("review")
         assert isinstance(review, ReviewStep)
-        review.sig_edit.connect(self.wizard.show_step)
-        review.sig_launched.connect(self.wizard.sig_run_launched)
-        self.add_page(self.wizard)
-        self.runs_page = RunsPage(self.context)
-        self.runs_page.sig_open_run.connect(self.on_run_opened)
-        self.runs_page.sig_new_run.connect(lambda: self.show_page("new"))
-        self.add_page(self.runs_page)
-        self.costs_page = CostsPage()
-        self.add_page(self.costs_page)
-        settings_page = SettingsPage(settings, secrets)
-        settings_page.sig_settings_changed.connect(self.on_settings_changed)
-        self.add_page(settings_page)
-        self.monitor = MonitorPage(self.context)
-        self.add_page(self.monitor, in_sidebar=False)
+        review.sig_edit.connect(wizard.show_step)
+        review.sig_launched.connect(wizard.sig_run_launched)
+        return wizard
+
+    def _build_runs(self) -> BasePage:
+        from desktop.ui.pages.runs_page import RunsPage
+
+        runs = RunsPage(self.context)
+        runs.sig_open_run.connect(self.on_run_opened)
+        runs.sig_new_run.connect(lambda: self.show_page("new"))
+        return runs
+
+    def _build_costs(self) -> BasePage:
+        from desktop.ui.pages.costs_page import CostsPage
+
+        page = CostsPage()
+        page.follow(self.cost_tracker.meter)
+        page.sig_stop.connect(self.cost_tracker.on_stop_requested)
+        return page
+
+    def _build_settings(self) -> BasePage:
+        from desktop.ui.pages.settings_page import SettingsPage
+
+        page = SettingsPage(self.settings, self.secrets)
+        page.sig_settings_changed.connect(self.on_settings_changed)
+        return page
+
+    def _build_monitor(self) -> BasePage:
+        from desktop.ui.pages.monitor_page import MonitorPage
+
+        return MonitorPage(self.context)
+
+    def _build(self, entry: PageEntry) -> BasePage:
+        page: BasePage = getattr(self, f"_build_{entry.builder}")()
+        make_tab_friendly(page)
+        self._pages[entry.name] = page
+        self.stack.insertWidget(self._stack_index(entry.name), page)
+        if self._loading is not None:
+            self._loading[entry.name] = spawn(page.load())
+        return page
+
+    def _stack_index(self, name: str) -> int:
+        """Where a new page goes in the stack: after the built pages that come before it in the catalog."""
+        order = [entry.name for entry in PAGES]
+        return sum(1 for built in self._pages if order.index(built) < order.index(name))
+
+    def _built(self, name: str) -> BasePage:
+        return self._pages.get(name) or self._build(self._entries[name])
+
+    @property
+    def wizard(self) -> WizardPage:
+        """The New fine-tune page (built when first asked for)."""
+        return cast("WizardPage", self._built("new"))
+
+    @property
+    def runs_page(self) -> RunsPage:
+        """The Runs page (built when first asked for)."""
+        return cast("RunsPage", self._built("runs"))
+
+    @property
+    def costs_page(self) -> CostsPage:
+        """The Costs page (built when first asked for)."""
+        return cast("CostsPage", self._built("costs"))
+
+    @property
+    def monitor(self) -> MonitorPage:
+        """The run monitor (built when first asked for)."""
+        return cast("MonitorPage", self._built("monitor"))
 
     def _build_layout(self) -> None:
         central = QWidget()
@@ -119,6 +181,9 @@ class MainWindow(QMainWindow):
         self.sidebar.setAccessibleName("Sections")
         self.sidebar.setFixedWidth(200)
         self.sidebar.setIconSize(QSize(18, 18))
+        for entry in PAGES:
+            if entry.in_sidebar:
+                QListWidgetItem(icon(entry.icon), entry.label, self.sidebar)
         self.stack = QStackedWidget()
         layout.addWidget(self.sidebar)
         layout.addWidget(self.stack, 1)
@@ -128,50 +193,41 @@ class MainWindow(QMainWindow):
         self.sidebar.itemClicked.connect(lambda item: self.on_sidebar_row_changed(self.sidebar.row(item)))
         self.sidebar.itemActivated.connect(lambda item: self.on_sidebar_row_changed(self.sidebar.row(item)))
 
-    def add_page(self, page: BasePage, *, in_sidebar: bool = True) -> None:
-        """Adds a page to the stack, and to the sidebar unless it is reached from another page (the monitor)."""
-        self._pages[page.page_name] = page
-        self.stack.addWidget(page)
-        if in_sidebar:
-            self._sidebar_pages.append(page.page_name)
-            item = QListWidgetItem(page.title if page.page_name != "home" else "Home", self.sidebar)
-            item.setIcon(icon(page.icon_name))
-
     def page_names(self) -> list[str]:
         """Returns the names usable with :meth:`show_page` and ``--page``: pages, then the wizard's steps."""
-        return [*self._pages, *(step.step_name for step in self.wizard.steps)]
+        return [*(entry.name for entry in PAGES), *WIZARD_STEPS]
 
     def page(self, name: str) -> BasePage:
-        """Returns the page called ``name`` (a wizard step's name gives the wizard).
+        """Returns the page called ``name`` (a wizard step's name gives the wizard), building it if need be.
 
         Raises:
             UnknownPageError: No such page; the message lists the pages there are.
         """
-        if name in {step.step_name for step in self.wizard.steps}:
+        if name in WIZARD_STEPS:
             return self.wizard
-        if name not in self._pages:
+        if name not in self._entries:
             raise UnknownPageError(f"no page named {name!r}; choose one of: {', '.join(self.page_names())}")
-        return self._pages[name]
+        return self._built(name)
 
     def show_page(self, name: str) -> None:
         """Switches to the page (or wizard step) called ``name`` (see :meth:`page`)."""
         page = self.page(name)
-        if page is self.wizard and name != self.wizard.page_name:
+        if page is self._pages.get("new") and name != "new":
             self.wizard.show_step(name)
-        if page is self.monitor and self.monitor.run_id is None:
+        if page is self._pages.get("monitor") and self.monitor.run_id is None:
             self._show_newest_run()
         if page.page_name in self._sidebar_pages:
             self.sidebar.setCurrentRow(self._sidebar_pages.index(page.page_name))
+            self.stack.setCurrentWidget(page)
         else:
             with QSignalBlocker(self.sidebar):  # the monitor belongs under Runs: mark it, without switching there
-                self.sidebar.setCurrentRow(self._sidebar_pages.index(self.runs_page.page_name))
+                self.sidebar.setCurrentRow(self._sidebar_pages.index("runs"))
             self.stack.setCurrentWidget(page)
             self.sig_page_changed.emit(page.page_name)
 
     def on_start_wizard(self, step: str) -> None:
         """Opens the wizard at ``step`` (where the draft left off), or at its start if there is no such step."""
-        known = {candidate.step_name for candidate in self.wizard.steps}
-        self.show_page(step if step in known else self.wizard.page_name)
+        self.show_page(step if step in WIZARD_STEPS else "new")
 
     def _show_newest_run(self) -> None:
         runs = self.context.store.all()
@@ -184,20 +240,32 @@ class MainWindow(QMainWindow):
         self.show_page("monitor")
 
     async def load_pages(self, *, follow_runs: bool = True) -> None:
-        """Lets every page fetch what it shows.
+        """Builds every page and lets each fetch what it shows.
+
+        The pages' modules are imported in a worker thread first, and pages are built one per turn of the event
+        loop, so the window stays responsive while the rest of the app comes up behind the first page.
 
         Args:
             follow_runs: Also reattach to the runs that were live when the app last closed (not for screenshots).
         """
         if follow_runs:
-            reattached = self.context.manager.reattach_all()
-            if reattached:
-                self.status_label.setText(
-                    f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
-                )
+            self._reattach()
             spawn(self.check_orphans())
         self.cost_tracker.start()
-        await asyncio.gather(*(page.load() for page in self._pages.values()))
+        self._loading = {name: spawn(page.load()) for name, page in self._pages.items()}
+        await warm_up()
+        for entry in PAGES:
+            if entry.name not in self._pages:
+                self._build(entry)
+                await asyncio.sleep(0)
+        await asyncio.gather(*self._loading.values())
+
+    def _reattach(self) -> None:
+        reattached = self.context.manager.reattach_all()
+        if reattached:
+            self.status_label.setText(
+                f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
+            )
 
     def on_orphans_stopped(self, words: str) -> None:
         """Says in the status bar what terminating the orphans did."""
@@ -206,17 +274,19 @@ class MainWindow(QMainWindow):
 
     async def check_orphans(self) -> None:
         """Asks the providers with a key for machines no live run owns; the Home page warns of them."""
+        from desktop.services.runs.orphans import find_orphans
+
         report = await find_orphans(self.context.store, self.context.secrets)
         if report is not None:
             self.orphans_banner.show_report(report)
             self.cost_tracker.meter.set_orphans(report)
 
     def on_sidebar_row_changed(self, row: int) -> None:
-        """Shows the page picked in the sidebar."""
+        """Shows the page picked in the sidebar (building it if it is not built yet)."""
         if row < 0:
             return
         name = self._sidebar_pages[row]
-        self.stack.setCurrentWidget(self._pages[name])
+        self.stack.setCurrentWidget(self._built(name))
         self.sig_page_changed.emit(name)
 
     def on_settings_changed(self, settings: Settings) -> None:

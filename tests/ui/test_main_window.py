@@ -168,3 +168,28 @@ def test_the_settings_page_offers_no_option_that_nothing_uses(window: MainWindow
     page = window.page("settings")
     names = [widget.accessibleName() for widget in page.findChildren(QWidget)]
     assert not [name for name in names if "rented machines" in name], "cloud API keys never go to a machine yet"
+
+
+def test_the_page_catalog_matches_the_pages_built(window: MainWindow) -> None:
+    """The sidebar and --page names come from the catalog without importing the pages: it must say what they are."""
+    import sys
+
+    from desktop.ui.pages.catalog import PAGES, WIZARD_STEPS
+
+    assert [step.step_name for step in window.wizard.steps] == list(WIZARD_STEPS)
+    for entry in PAGES:
+        page = window.page(entry.name)
+        assert page.page_name == entry.name
+        assert entry.module in sys.modules
+    sidebar = [window.sidebar.item(row).text() for row in range(window.sidebar.count())]
+    assert sidebar == [entry.label for entry in PAGES if entry.in_sidebar]
+
+
+def test_only_the_home_page_is_built_before_the_window_first_shows(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    win = MainWindow(Settings(), SecretStore())
+    qtbot.addWidget(win)
+    assert [win.stack.widget(index).page_name for index in range(win.stack.count())] == ["home"]  # type: ignore[attr-defined]
+    qloop.run_until_complete(win.load_pages(follow_runs=False))
+    assert win.stack.count() == len(win.page_names()) - len(win.wizard.steps)

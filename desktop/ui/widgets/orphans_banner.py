@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 from qasync import asyncSlot
 
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs.orphans import MachinesReport, burn_rate, stop_orphans
 from desktop.services.runs.store import RunStore
 from desktop.ui.widgets.blocks import Banner, destructive_button
 from desktop.ui.widgets.dialogs import confirm
+
+if TYPE_CHECKING:  # the orphan search loads the providers and SSH: only once the window is up
+    from desktop.services.runs.orphans import MachinesReport
 
 DETAILS = "Rentune found them at your providers. Terminate them unless you started them yourself outside Rentune."
 
 
 def orphans_text(report: MachinesReport) -> str:
     """The banner's words: how many orphans, what they burn, and which they are."""
+    from desktop.services.runs.orphans import burn_rate
+
     orphans = report.orphans
     names = ", ".join(f"{m.instance.provider.label} {m.instance.name}" for m in orphans)
     if len(orphans) == 1:
@@ -70,6 +76,8 @@ class OrphansBanner(Banner):
 
     @asyncSlot()
     async def _terminate(self, report: MachinesReport) -> None:
+        from desktop.services.runs.orphans import stop_orphans
+
         stopped, problems = await stop_orphans(self.store, report, self.secrets)
         words = f"terminated {len(stopped)} orphaned machine{'s' if len(stopped) != 1 else ''}"
         if problems:
