@@ -17,7 +17,7 @@ from desktop.services.providers.market import gather_offers
 from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.runs import orphans
 from desktop.services.runs.orphans import burn_rate, list_machines, stop_orphans
-from desktop.services.runs.rental import Rental
+from desktop.services.runs.rentals import Rental
 from desktop.services.runs.store import RunStore
 from tests.fakes.http import FakeCloud
 from tests.fakes.lambda_cloud import FakeLambda

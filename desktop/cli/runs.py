@@ -33,7 +33,8 @@ from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
-from desktop.services.runs.rental import RentalDriver, compute_of, rental_of
+from desktop.services.runs.rental import RentalDriver
+from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.store import RunRecord, UnknownRunError
 from trainer_payload.protocol import EVENTS_FILE_NAME
 

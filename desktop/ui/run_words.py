@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from desktop.core.runs.states import RunState
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.rental import compute_of, rental_of
+from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.snapshot import RunSnapshot
 from desktop.services.runs.store import RunRecord
 

@@ -30,7 +30,7 @@ from desktop.core.runs.states import TERMINAL
 from desktop.services.billing.ledger import LedgerError
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.providers.base import ProviderError
-from desktop.services.runs.context import RunError
+from desktop.services.runs.errors import RunError
 from desktop.services.runs.meter import (
     BillingMachine,
     MachineInUseError,

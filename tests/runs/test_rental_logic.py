@@ -34,7 +34,8 @@ from desktop.services.providers.base import (
 )
 from desktop.services.runs import rental
 from desktop.services.runs.engine import DRIVER_LOCK_NAME, EngineOptions, RunBusyError, RunEngine
-from desktop.services.runs.rental import RentalDriver, RentalOptions, rental_of
+from desktop.services.runs.rental import RentalDriver, RentalOptions
+from desktop.services.runs.rentals import rental_of
 from desktop.services.runs.store import RunStore
 from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.memory_keyring import MemoryKeyring

@@ -102,7 +102,7 @@ def test_a_draft_that_cannot_be_sized_lists_its_offers_unjudged_by_price() -> No
     offers = [offer(VAST, "A100 SXM4", 1.1, vram=80), offer(RUNPOD, "RTX 4090", 0.44)]
     judged = judge_offers(RunDraft(base_model="no-such-model-anywhere"), offers)
     assert judged.problem is not None and judged.problem.startswith(
-        "no-such-model-anywhere cannot be sized: unknown model"
+        "no-such-model-anywhere is not a model Rentune knows"
     )
     assert "rentune" not in judged.problem
     assert [item.offer.price_per_hour for item in judged.offers] == [0.44, 1.1]

@@ -135,7 +135,7 @@ def test_a_model_that_cannot_be_sized_is_red_on_the_model_step() -> None:
     draft.base_model = "no-such-model-anywhere"
     facts = read_review_facts(draft, SecretStore())
     (check,) = [c for c in preflight(draft, facts) if c.headline == "The run cannot be sized"]
-    assert check.step == "model" and check.details.startswith("no-such-model-anywhere cannot be sized: unknown")
+    assert check.step == "model" and check.details.startswith("no-such-model-anywhere is not a model Rentune knows")
     assert check.details.endswith(".") and "rentune" not in check.details, "no command lines in the app"
 
 

@@ -16,7 +16,8 @@ from desktop.services.machines.failures import MACHINE_ERRORS, PermanentError, c
 from desktop.services.machines.keys import delete_run_key, load_run_key
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import Endpoint, RemoteMachine, fingerprint
-from desktop.services.runs.context import ENDED, RunContext, RunError, quietly_close
+from desktop.services.runs.context import ENDED, RunContext, quietly_close
+from desktop.services.runs.errors import RunError
 from desktop.services.runs.run_keys import install_run_key, release_key, remove_stale_keys_here
 from desktop.services.runs.store import RunRecord
 

@@ -20,6 +20,7 @@ from desktop.core.settings import Settings
 from desktop.services.machines.failures import MACHINE_ERRORS, Backoff
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.errors import RunBusyError
 from desktop.services.runs.store import RunRecord, RunStore
 
 Report = Callable[[str], None]
@@ -47,14 +48,6 @@ class EngineOptions:
     def with_settings(self, settings: Settings) -> EngineOptions:
         """These options with the user's preferences applied (how many pulled checkpoints a run keeps)."""
         return replace(self, keep_local_checkpoints=settings.keep_local_checkpoints)
-
-
-class RunError(RuntimeError):
-    """A run cannot go on; the message says why and what to do."""
-
-
-class RunBusyError(RunError):
-    """Another process is already driving the run."""
 
 
 @dataclass

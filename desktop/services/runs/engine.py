@@ -31,11 +31,10 @@ from desktop.services.runs.context import (
     ENDED,
     EngineOptions,
     Report,
-    RunBusyError,
     RunContext,
-    RunError,
     quietly_close,
 )
+from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import final_event, newest_checkpoint_only
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import DoneEvent, Event, EventKind, JobState, StateEvent, StopCause

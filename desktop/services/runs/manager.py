@@ -17,7 +17,8 @@ from desktop.services.platform.logs import get_logger
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import ProviderError
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine, RunError
-from desktop.services.runs.rental import RentalDriver, compute_of, rental_of
+from desktop.services.runs.rental import RentalDriver
+from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.store import RunRecord, RunStore
 
 #: Called with (run id, line) for every progress line of a driven run.

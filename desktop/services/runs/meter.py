@@ -24,7 +24,7 @@ from desktop.services.providers.base import Instance, InstanceState, ProviderNam
 from desktop.services.providers.market import OpenProvider
 from desktop.services.providers.registry import open_provider
 from desktop.services.runs.orphans import BILLING, live_runs, owner
-from desktop.services.runs.rental import rental_of
+from desktop.services.runs.rentals import rental_of
 from desktop.services.runs.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import EVENTS_FILE_NAME

@@ -18,7 +18,7 @@ from desktop.core.runs.progress import ENDED
 from desktop.core.runs.states import RunState
 from desktop.services.platform.files import atomic_write_text
 from desktop.services.runs.meter import MeterReading
-from desktop.services.runs.rental import compute_of
+from desktop.services.runs.rentals import compute_of
 from desktop.services.runs.store import RunRecord
 
 #: Percentages of a run's budget that are announced (each once).

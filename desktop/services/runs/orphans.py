@@ -15,7 +15,7 @@ from desktop.services.platform.secrets import SecretSource, SecretStore, SecretS
 from desktop.services.providers.base import GONE, Instance, InstanceState, ProviderError, ProviderName
 from desktop.services.providers.market import OpenProvider, gather_instances
 from desktop.services.providers.registry import PROVIDERS, open_provider
-from desktop.services.runs.rental import Rental, rental_of
+from desktop.services.runs.rentals import Rental, rental_of
 from desktop.services.runs.store import RunStore
 
 #: The prefix of the machines Rentune rents.

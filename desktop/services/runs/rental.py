@@ -35,9 +35,11 @@ from desktop.services.providers.base import (
     RentRequest,
 )
 from desktop.services.providers.registry import PROVIDERS, open_provider
-from desktop.services.runs.context import ENDED, RunBusyError, RunError, quietly_close
+from desktop.services.runs.context import ENDED, quietly_close
 from desktop.services.runs.engine import RunEngine
+from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.rentals import Rental, compute_of, rental_of
 from desktop.services.runs.store import RunRecord
 
 OpenProvider = Callable[[ProviderName, SecretStore], Provider]
@@ -67,43 +69,6 @@ class RentalOptions:
 
 class RentError(RunError):
     """No machine could be rented or brought up; nothing is left billing."""
-
-
-@dataclass(frozen=True)
-class Rental:
-    """The machine a run uses now (kept in the run's spec as ``rental``)."""
-
-    provider: ProviderName
-    instance_id: str
-    gpu: str
-    price_per_hour: float
-    spot: bool
-    offer_id: str
-    created: float
-    ready: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
-        return {**self.__dict__, "provider": self.provider.value}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Rental:
-        """Reads what :meth:`as_dict` wrote."""
-        return cls(**{**data, "provider": ProviderName(data["provider"])})
-
-
-def compute_of(record: RunRecord) -> ComputeSpec | None:
-    """The run's ``[compute]`` (None for a run on the user's own machine)."""
-    data = record.spec.get("compute")
-    if not data:
-        return None
-    return ComputeSpec(**{**data, "providers": tuple(data.get("providers") or ())})
-
-
-def rental_of(record: RunRecord) -> Rental | None:
-    """The machine the run rents now (None when it rents none)."""
-    data = record.spec.get("rental")
-    return Rental.from_dict(data) if data else None
 
 
 class RentalDriver:

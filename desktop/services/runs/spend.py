@@ -20,7 +20,7 @@ from typing import Any
 from desktop.core.runs.progress import BILLING_ENDS, BILLING_STARTS, billable_seconds, billing_now
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, Rental
-from desktop.services.runs.rental import compute_of
+from desktop.services.runs.rentals import compute_of
 from desktop.services.runs.store import RunRecord, RunStore
 
 #: The provider key of runs on the user's own servers, metered at the hourly rate they stated.

@@ -14,7 +14,7 @@ from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
 from desktop.services.runs.actions import was_stopped_by_user
-from desktop.services.runs.rental import compute_of, rental_of
+from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
 from desktop.ui.run_words import is_rented, method_word, money, provider_word, rate
