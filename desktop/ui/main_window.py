@@ -18,7 +18,9 @@ from desktop.ui.context import AppContext
 from desktop.ui.design.icons import icon
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
+from desktop.ui.pages.chat_page import ChatPage
 from desktop.ui.pages.home_page import HomePage
+from desktop.ui.pages.models_page import ModelsPage
 from desktop.ui.pages.monitor_page import MonitorPage
 from desktop.ui.pages.runs_page import RunsPage
 from desktop.ui.pages.settings_page import SettingsPage
@@ -93,6 +95,11 @@ class MainWindow(QMainWindow):
         self.runs_page.sig_open_run.connect(self.on_run_opened)
         self.runs_page.sig_new_run.connect(lambda: self.show_page("new"))
         self.add_page(self.runs_page)
+        self.models_page, self.chat_page = ModelsPage(self.context), ChatPage(self.context)
+        self.models_page.sig_new_run.connect(lambda: self.show_page("new"))
+        self.models_page.sig_chat.connect(self.on_chat_requested)
+        self.add_page(self.models_page)
+        self.add_page(self.chat_page)
         settings_page = SettingsPage(settings, secrets)
         settings_page.sig_settings_changed.connect(self.on_settings_changed)
         self.add_page(settings_page)
@@ -182,6 +189,11 @@ class MainWindow(QMainWindow):
                 )
             spawn(self.check_orphans())
         await asyncio.gather(*(page.load() for page in self._pages.values()))
+
+    def on_chat_requested(self, model: str, lora: str) -> None:
+        """Opens the chat on a model picked on the Models page."""
+        self.chat_page.open_model(model, lora)
+        self.show_page("chat")
 
     def on_orphans_stopped(self, words: str) -> None:
         """Says in the status bar what terminating the orphans did."""

@@ -44,6 +44,8 @@ def test_window_opens_on_home_with_the_environment_report(window: MainWindow) ->
         "home",
         "new",
         "runs",
+        "models",
+        "chat",
         "settings",
         "monitor",
         "data",
@@ -70,7 +72,7 @@ def test_sidebar_switches_pages_with_the_keyboard(window: MainWindow, qtbot: QtB
 
 
 def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
-    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, settings, monitor, data"):
+    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, models, chat, settings, monitor, data"):
         window.show_page("offers")
 
 

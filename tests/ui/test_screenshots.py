@@ -10,7 +10,7 @@ from desktop.services.runs.store import RunStore
 from tests.fixtures.recorded_run import record_finished_run
 from tests.test_cli import _non_blank, rentune
 
-PAGES = ["data", "model", "sizing", "target", "review", "monitor", "runs", "settings"]
+PAGES = ["data", "model", "sizing", "target", "review", "monitor", "runs", "models", "chat", "settings"]
 
 
 @pytest.mark.parametrize("scale", ["1", "2"])
