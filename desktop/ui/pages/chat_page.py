@@ -70,6 +70,7 @@ class ChatPage(BasePage):
         self.context = context
         self.inventory = Inventory()
         self.answering: dict[int, Running[Any]] = {}
+        self._second_chosen = False  # the user picked the second model (else it follows the first)
         super().__init__(parent)
         self.banner = Banner()
         self.body.addWidget(self.banner)
@@ -106,8 +107,8 @@ class ChatPage(BasePage):
             rows.append([model_label, self.pickers[index], lora_label, self.lora_pickers[index]])
             for column, widget in enumerate(rows[-1]):
                 grid.addWidget(widget, index, column)
-            self.pickers[index].sig_picked.connect(lambda i=index: self.on_model_picked(i))
-            self.lora_pickers[index].sig_picked.connect(lambda i=index: self.on_model_picked(i))
+            self.pickers[index].sig_picked.connect(lambda i=index: self.on_user_picked(i))
+            self.lora_pickers[index].sig_picked.connect(lambda i=index: self.on_user_picked(i))
         self._second_row = rows[1]
         self.system_edit = QLineEdit()
         self.system_edit.setPlaceholderText("Optional: how the model should behave (a system prompt)")
@@ -208,6 +209,11 @@ class ChatPage(BasePage):
         self.lora_pickers[0].set_path(Path(lora) if lora else None)
         self.on_model_picked(0)
 
+    def on_user_picked(self, index: int) -> None:
+        """The user chose a model or LoRA for column ``index``."""
+        self._second_chosen = self._second_chosen or index == 1
+        self.on_model_picked(index)
+
     def on_model_picked(self, index: int) -> None:
         """Describes the new choice and loads it in the background (not while rendering a screenshot)."""
         self._describe()
@@ -225,8 +231,8 @@ class ChatPage(BasePage):
             widget.setVisible(on)
         self.columns[1].setVisible(on)
         first = self.key(0)
-        if on and self.key(1) is None and first is not None:
-            self.pickers[1].set_path(first[0])
+        if on and not self._second_chosen and first is not None:
+            self.pickers[1].set_path(self._base_of(first))
             self.lora_pickers[1].set_path(None)
         if on:
             self.on_model_picked(1)
@@ -234,6 +240,14 @@ class ChatPage(BasePage):
             second = self.columns[1]
             CoroutineOperation(self, lambda _job: second.unload(), group="load-1").run()
         self._describe()
+
+    def _base_of(self, key: ModelKey) -> Path:
+        """The model to put beside ``key``: its own file without the LoRA, or the base GGUF exported beside it."""
+        model, lora = key
+        if lora is not None:
+            return model
+        bases = [item.path for _, item in self.inventory.all_exports() if item.of_base]
+        return next((base for base in bases if base.parent == model.parent), model)
 
     def _describe(self) -> None:
         bases = {item.path for _, item in self.inventory.all_exports() if item.of_base}

@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QTextBrowser, QWidget
 
 from desktop.services.local.chat import ChatModel, Conversation, open_chat
@@ -207,10 +207,12 @@ class ChatColumn(Card):
     def _write_heading(self, who: str) -> None:
         cursor = self._cursor()
         if not self.transcript.document().isEmpty():
-            cursor.insertBlock()
+            spaced = QTextBlockFormat()
+            spaced.setTopMargin(10 if who == "You" else 4)  # a turn starts a little apart from the last one
+            cursor.insertBlock(spaced)
         color = current_palette().accent if who == "You" else current_palette().text_muted
         cursor.insertHtml(f'<b style="color:{color}">{html.escape(who)}</b>')
-        cursor.insertBlock()
+        cursor.insertBlock(QTextBlockFormat())
         self.transcript.setTextCursor(cursor)
 
     def _write_turn(self, who: str, text: str) -> None:

@@ -32,6 +32,10 @@ _CLI_HINTS: list[tuple[str, str]] = [
 ]
 
 
+#: Names that keep their lower-case first letter at the start of a sentence.
+_LOWER_CASE_NAMES = ("llama.cpp", "mlx-lm", "mlx_lm", "llama-cpp-python")
+
+
 def people_words(message: str) -> str:
     """A service's message as a sentence for the app: command-line hints replaced, a capital and a full stop."""
     text = message
@@ -45,7 +49,8 @@ def sentence(text: str) -> str:
     """``text`` with a capital first letter and a full stop."""
     if not text:
         return text
-    text = text[0].upper() + text[1:]
+    if not text.startswith(_LOWER_CASE_NAMES):
+        text = text[0].upper() + text[1:]
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
