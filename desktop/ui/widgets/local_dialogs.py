@@ -7,6 +7,7 @@ its start button stays disabled while a library is missing or the base model can
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,13 +111,10 @@ class _LocalStepDialog(QDialog):
             self.base_edit.setText(folder)
             self.refresh_needs()
 
-    def steps(self) -> list[LocalStep]:
-        """The local steps chosen (subclasses say)."""
-        raise NotImplementedError
-
-    def problem(self) -> str:
-        """Why the choice cannot start, beyond what the needs panel says ("" when it can)."""
-        return ""
+    #: The local steps chosen (each dialog says which).
+    steps: Callable[[], list[LocalStep]]
+    #: Why the choice cannot start, beyond what the needs panel says ("" when it can).
+    problem: Callable[[], str]
 
     def refresh_needs(self) -> None:
         """Reads what the chosen steps need now, then asks the Hub for the base model's size when it must come."""
