@@ -66,8 +66,8 @@ def test_screenshot_of_an_unknown_page_is_a_clear_error(tmp_path: Path) -> None:
     result = rentune("--screenshot", str(tmp_path / "x.png"), "--page", "nope")
     assert result.returncode == 2
     assert (
-        "no page named 'nope'; choose one of: home, new, runs, costs, settings, monitor, data, model, sizing, compute, "
-        "review" in result.stderr
+        "no page named 'nope'; choose one of: home, new, runs, models, chat, costs, settings, monitor, data, model, "
+        "sizing, compute, review" in result.stderr
     )
     assert "Traceback" not in result.stderr
 

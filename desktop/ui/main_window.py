@@ -26,6 +26,7 @@ from desktop.ui.tray import CostTracker
 from desktop.ui.widgets.orphans_banner import OrphansBanner
 
 if TYPE_CHECKING:
+    from desktop.ui.pages.chat_page import ChatPage
     from desktop.ui.pages.costs_page import CostsPage
     from desktop.ui.pages.monitor_page import MonitorPage
     from desktop.ui.pages.runs_page import RunsPage
@@ -113,6 +114,19 @@ class MainWindow(QMainWindow):
         runs.sig_open_run.connect(self.on_run_opened)
         runs.sig_new_run.connect(lambda: self.show_page("new"))
         return runs
+
+    def _build_models(self) -> BasePage:
+        from desktop.ui.pages.models_page import ModelsPage
+
+        page = ModelsPage(self.context)
+        page.sig_new_run.connect(lambda: self.show_page("new"))
+        page.sig_chat.connect(self.on_chat_requested)
+        return page
+
+    def _build_chat(self) -> BasePage:
+        from desktop.ui.pages.chat_page import ChatPage
+
+        return ChatPage(self.context)
 
     def _build_costs(self) -> BasePage:
         from desktop.ui.pages.costs_page import CostsPage
@@ -266,6 +280,12 @@ class MainWindow(QMainWindow):
             self.status_label.setText(
                 f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
             )
+
+    def on_chat_requested(self, model: str, lora: str) -> None:
+        """Opens the chat on a model picked on the Models page."""
+        chat = cast("ChatPage", self._built("chat"))
+        chat.open_model(model, lora)
+        self.show_page("chat")
 
     def on_orphans_stopped(self, words: str) -> None:
         """Says in the status bar what terminating the orphans did."""

@@ -44,6 +44,8 @@ def test_window_opens_on_home_with_the_environment_report(window: MainWindow) ->
         "home",
         "new",
         "runs",
+        "models",
+        "chat",
         "costs",
         "settings",
         "monitor",
@@ -73,7 +75,7 @@ def test_sidebar_switches_pages_with_the_keyboard(window: MainWindow, qtbot: QtB
 
 
 def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
-    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, costs, settings, monitor, data"):
+    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, models, chat, costs, settings, monitor"):
         window.show_page("offers")
 
 

@@ -11,7 +11,7 @@ from tests.fixtures.recorded_costs import seed_spending
 from tests.fixtures.recorded_run import record_finished_run
 from tests.test_cli import _non_blank, rentune
 
-PAGES = ["data", "model", "sizing", "compute", "review", "monitor", "runs", "costs", "settings"]
+PAGES = ["data", "model", "sizing", "compute", "review", "monitor", "runs", "models", "chat", "costs", "settings"]
 
 
 @pytest.mark.parametrize("scale", ["1", "2"])

@@ -6,12 +6,15 @@ than any run of backticks inside it, in HTML it is escaped inside ``<pre>``.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 from pathlib import Path
 
-from desktop.services.local.common import finished_file
-from desktop.services.local.compare import CompareResult
+from desktop.services.local.base_model import local_base
+from desktop.services.local.common import Progress, finished_file, no_progress
+from desktop.services.local.compare import CompareResult, compare_adapter
+from desktop.services.platform.secrets import SecretStore
 
 _FIELDS = (
     ("Prompt", "prompt"),
@@ -33,6 +36,37 @@ def write_compare_report(result: CompareResult, out: Path) -> tuple[Path, Path]:
             work.write_text(text, encoding="utf-8")
         written.append(out / name)
     return written[0], written[1]
+
+
+async def compare_and_report(
+    base: str | None,
+    adapter: Path,
+    eval_file: Path,
+    out: Path,
+    *,
+    max_examples: int = 50,
+    max_new_tokens: int = 128,
+    progress: Progress = no_progress,
+    secrets: SecretStore | None = None,
+) -> tuple[CompareResult, Path, Path]:
+    """Finds (or downloads) the base, compares it with the adapter on ``eval_file`` and writes the report to ``out``.
+
+    Cancelling the awaiting task stops a download at its next chunk and the comparison before its next example;
+    no report is written then.
+
+    Returns:
+        The comparison, and the Markdown and HTML reports.
+
+    Raises:
+        LocalToolError: The base cannot be found or downloaded, or the comparison failed (see
+            :func:`desktop.services.local.compare.compare_adapter`).
+    """
+    folder = await local_base(base, progress, secrets)
+    result = await compare_adapter(
+        folder, adapter, eval_file, max_examples=max_examples, max_new_tokens=max_new_tokens, progress=progress
+    )
+    markdown, page = await asyncio.to_thread(write_compare_report, result, out)
+    return result, markdown, page
 
 
 def summary_lines(result: CompareResult) -> list[str]:

@@ -88,6 +88,19 @@ def _converters(root: Path, version: str) -> Converters:
     return Converters(root, root / "convert_hf_to_gguf.py", root / "convert_lora_to_gguf.py", root / "gguf-py", version)
 
 
+#: About how many megabytes the first GGUF step downloads (llama-cpp-python's source, for its converters).
+CONVERTERS_DOWNLOAD_MB = 80
+
+
+def converters_cached() -> bool:
+    """Whether llama.cpp's converters for the installed llama-cpp-python are cached (False when it is missing)."""
+    try:
+        version = installed_version()
+    except LocalToolError:
+        return False
+    return (tools_cache() / f"llama.cpp-{version}").is_dir()
+
+
 async def llama_cpp_converters(progress: Progress) -> Converters:
     """llama.cpp's converters matching the installed llama-cpp-python, downloaded once and then cached.
 

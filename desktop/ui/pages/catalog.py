@@ -36,6 +36,8 @@ PAGES: tuple[PageEntry, ...] = (
     PageEntry("home", "Home", "house", "desktop.ui.pages.home_page", "home"),
     PageEntry("new", "New fine-tune", "wand-sparkles", "desktop.ui.pages.wizard.steps", "wizard"),
     PageEntry("runs", "Runs", "list-checks", "desktop.ui.pages.runs_page", "runs"),
+    PageEntry("models", "Models", "boxes", "desktop.ui.pages.models_page", "models"),
+    PageEntry("chat", "Chat", "message-square", "desktop.ui.pages.chat_page", "chat"),
     PageEntry("costs", "Costs", "wallet", "desktop.ui.pages.costs_page", "costs"),
     PageEntry("settings", "Settings", "settings", "desktop.ui.pages.settings_page", "settings"),
     PageEntry("monitor", "Run monitor", "activity", "desktop.ui.pages.monitor_page", "monitor", in_sidebar=False),

@@ -1,0 +1,349 @@
+"""Chatting with a model on this computer: a GGUF (with an optional GGUF LoRA) or an MLX folder, streamed.
+
+Side by side, two models answer the same message at once (the base and the fine-tuned model, say), each keeping its
+own conversation. The models load in the background when picked (or on the first message); Stop ends the answers
+at their next token, Clear forgets the conversations, Copy takes an answer. Enter sends, Shift+Enter starts a line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.services.local.common import LocalToolError
+from desktop.services.local.needs import needs_now
+from desktop.services.local.tools import LocalStep
+from desktop.services.runs.adapters import Inventory, read_inventory
+from desktop.ui.background import CoroutineOperation, Job, Operation, Running
+from desktop.ui.context import AppContext
+from desktop.ui.pages.base import BasePage
+from desktop.ui.widgets.blocks import Banner, Card, plain_button, primary_button
+from desktop.ui.widgets.chat_column import ChatColumn, ModelKey
+from desktop.ui.widgets.local_words import people_words
+from desktop.ui.widgets.model_picker import ModelPicker
+from desktop.ui.widgets.needs_panel import NeedsPanel
+from desktop.ui.widgets.prompt_edit import PromptEdit
+
+NO_MODEL_YET = (
+    "No model to chat with yet. Export a finished run's adapter as GGUF on the Models page, or browse for a GGUF "
+    "file or an MLX folder above; the answers then appear here as the model writes them."
+)
+ANSWERS_APPEAR = "The answers appear here as the model writes them."
+DEFAULT_TEMPERATURE = 0.7
+DEFAULT_MAX_TOKENS = 512
+
+
+def _label(text: str, buddy: QWidget) -> QLabel:
+    label = QLabel(text)
+    label.setBuddy(buddy)
+    return label
+
+
+class ChatPage(BasePage):
+    """Two chat columns (the second one side by side on request) over one message field."""
+
+    page_name = "chat"
+    title = "Chat"
+    icon_name = "message-square"
+    scrolls = False
+    purpose = (
+        "Talk to a model on this computer. Side by side, the base and the fine-tuned model answer the same "
+        "message, so you see what the fine-tune changed."
+    )
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
+        self.context = context
+        self.inventory = Inventory()
+        self.answering: dict[int, Running[Any]] = {}
+        self._second_chosen = False  # the user picked the second model (else it follows the first)
+        super().__init__(parent)
+        self.banner = Banner()
+        self.body.addWidget(self.banner)
+        self.needs_card = Card("Before you can chat")
+        self.needs_panel = NeedsPanel()
+        self.needs_panel.sig_recheck.connect(self._check_tools)
+        self.needs_card.body.addWidget(self.needs_panel)
+        self.needs_card.hide()
+        self.body.addWidget(self.needs_card)
+        self.body.addWidget(self._build_setup())
+        self.columns = [ChatColumn("Model"), ChatColumn("Second model")]
+        row = QHBoxLayout()
+        for column in self.columns:
+            row.addWidget(column, 1)
+        self.columns[1].hide()
+        self.body.addLayout(row, 1)
+        self.body.addLayout(self._build_prompt())
+        self._set_buttons()
+
+    # -- layout -------------------------------------------------------------------------------------------------
+
+    def _build_setup(self) -> Card:
+        card = Card()
+        card.setAccessibleName("Models and settings")
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        self.pickers = [ModelPicker("Model"), ModelPicker("Second model")]
+        self.lora_pickers = [ModelPicker("LoRA", loras=True), ModelPicker("Second model's LoRA", loras=True)]
+        texts = (("&Model", "&LoRA"), ("Second mo&del", "Its Lo&RA"))
+        rows: list[list[QWidget]] = []
+        for index, (model_text, lora_text) in enumerate(texts):
+            model_label = _label(model_text, self.pickers[index].combo)
+            lora_label = _label(lora_text, self.lora_pickers[index].combo)
+            rows.append([model_label, self.pickers[index], lora_label, self.lora_pickers[index]])
+            for column, widget in enumerate(rows[-1]):
+                grid.addWidget(widget, index, column)
+            self.pickers[index].sig_picked.connect(lambda i=index: self.on_user_picked(i))
+            self.lora_pickers[index].sig_picked.connect(lambda i=index: self.on_user_picked(i))
+        self._second_row = rows[1]
+        self.system_edit = QLineEdit()
+        self.system_edit.setPlaceholderText("Optional: how the model should behave (a system prompt)")
+        self.system_edit.setAccessibleName("System prompt")
+        grid.addWidget(_label("S&ystem prompt", self.system_edit), 2, 0)
+        grid.addWidget(self.system_edit, 2, 1, 1, 3)
+        grid.setColumnStretch(1, 3)
+        grid.setColumnStretch(3, 1)
+        card.body.addLayout(grid)
+        card.body.addLayout(self._build_settings())
+        for widget in self._second_row:
+            widget.hide()
+        return card
+
+    def _build_settings(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.setSpacing(10)
+        self.side_check = QCheckBox("&Side by side with a second model")
+        self.side_check.setAccessibleName("Side by side with a second model")
+        self.side_check.toggled.connect(self.on_side_toggled)
+        self.temperature_spin = QDoubleSpinBox()
+        self.temperature_spin.setRange(0.0, 2.0)
+        self.temperature_spin.setSingleStep(0.1)
+        self.temperature_spin.setValue(DEFAULT_TEMPERATURE)
+        self.temperature_spin.setAccessibleName("Temperature (0 answers the same way every time)")
+        self.temperature_spin.setToolTip("0 always picks the likeliest word: the same answer every time")
+        self.tokens_spin = QSpinBox()
+        self.tokens_spin.setRange(1, 8192)
+        self.tokens_spin.setValue(DEFAULT_MAX_TOKENS)
+        self.tokens_spin.setSuffix(" tokens")
+        self.tokens_spin.setAccessibleName("Longest answer in tokens")
+        row.addWidget(self.side_check, 1)
+        row.addWidget(_label("&Temperature", self.temperature_spin))
+        row.addWidget(self.temperature_spin)
+        row.addSpacing(8)
+        row.addWidget(_label("Longest &answer", self.tokens_spin))
+        row.addWidget(self.tokens_spin)
+        return row
+
+    def _build_prompt(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.prompt = PromptEdit()
+        self.prompt.sig_send.connect(self.on_send)
+        label = _label("M&essage", self.prompt)
+        label.setAlignment(Qt.AlignmentFlag.AlignTop)
+        buttons = QVBoxLayout()
+        self.send_button = primary_button("Se&nd", "play", "Send the message")
+        self.stop_button = plain_button("St&op", "square", "Stop the answers")
+        self.clear_button = plain_button("&Clear", "eraser", "Clear the conversation")
+        self.send_button.clicked.connect(lambda _checked=False: self.on_send())
+        self.stop_button.clicked.connect(lambda _checked=False: self.on_stop())
+        self.clear_button.clicked.connect(lambda _checked=False: self.on_clear())
+        buttons.addWidget(self.send_button)
+        row_two = QHBoxLayout()
+        row_two.addWidget(self.stop_button)
+        row_two.addWidget(self.clear_button)
+        buttons.addLayout(row_two)
+        row.addWidget(label)
+        row.addWidget(self.prompt, 1)
+        row.addLayout(buttons)
+        return row
+
+    # -- models -------------------------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Lists the exported models to pick from (off the UI thread)."""
+        store = self.context.store
+        await Operation(self, lambda _job: read_inventory(store), self.show_inventory, group="inventory").run().wait()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Lists the models again when the page comes into view (an export may have finished meanwhile)."""
+        super().showEvent(event)
+        store = self.context.store
+        Operation(self, lambda _job: read_inventory(store), self.show_inventory, group="inventory").run()
+
+    def show_inventory(self, inventory: Inventory) -> None:
+        """Offers the inventory's GGUF and MLX models, and its GGUF LoRAs."""
+        self.inventory = inventory
+        exports = inventory.all_exports()
+        for picker in (*self.pickers, *self.lora_pickers):
+            picker.set_items(exports)
+        none_yet = not any(item.chat_engine for _, item in exports)
+        self.columns[0].transcript.setPlaceholderText(NO_MODEL_YET if none_yet else ANSWERS_APPEAR)
+        self._describe()
+
+    def key(self, index: int) -> ModelKey | None:
+        """The model (and LoRA) chosen for column ``index``."""
+        model = self.pickers[index].path()
+        return (model, self.lora_pickers[index].path()) if model is not None else None
+
+    def active(self) -> list[int]:
+        """The columns in use: the first, and the second when side by side."""
+        return [0, 1] if self.side_check.isChecked() else [0]
+
+    def open_model(self, model: str, lora: str = "") -> None:
+        """Chooses ``model`` (and ``lora``) for the first column and starts loading it."""
+        self.pickers[0].set_path(Path(model))
+        self.lora_pickers[0].set_path(Path(lora) if lora else None)
+        self.on_model_picked(0)
+
+    def on_user_picked(self, index: int) -> None:
+        """The user chose a model or LoRA for column ``index``."""
+        self._second_chosen = self._second_chosen or index == 1
+        self.on_model_picked(index)
+
+    def on_model_picked(self, index: int) -> None:
+        """Describes the new choice and loads it in the background (not while rendering a screenshot)."""
+        self._describe()
+        key = self.key(index)
+        if key is None or self.context.read_only or index in self.answering or not self._check_tools():
+            return
+        column = self.columns[index]
+        CoroutineOperation(self, lambda _job: column.ensure_loaded(key), group=f"load-{index}").failure(
+            lambda exc: self._show_error(column, exc), LocalToolError
+        ).run()
+
+    def on_side_toggled(self, on: bool) -> None:
+        """Shows the second column; it starts as the first model without its LoRA (the base)."""
+        for widget in self._second_row:
+            widget.setVisible(on)
+        self.columns[1].setVisible(on)
+        first = self.key(0)
+        if on and not self._second_chosen and first is not None:
+            self.pickers[1].set_path(self._base_of(first))
+            self.lora_pickers[1].set_path(None)
+        if on:
+            self.on_model_picked(1)
+        else:  # the second model's memory is freed; it loads again when side by side is back on
+            second = self.columns[1]
+            CoroutineOperation(self, lambda _job: second.unload(), group="load-1").run()
+        self._describe()
+
+    def _base_of(self, key: ModelKey) -> Path:
+        """The model to put beside ``key``: its own file without the LoRA, or the base GGUF exported beside it."""
+        model, lora = key
+        if lora is not None:
+            return model
+        bases = [item.path for _, item in self.inventory.all_exports() if item.of_base]
+        return next((base for base in bases if base.parent == model.parent), model)
+
+    def _describe(self) -> None:
+        bases = {item.path for _, item in self.inventory.all_exports() if item.of_base}
+        for index, column in enumerate(self.columns):
+            key = self.key(index)
+            column.describe(key)
+            fine_tuned = key is not None and key[1] is not None
+            base = key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index))
+            title = "Fine-tuned" if fine_tuned else "Base" if base else column.name
+            if column.title_label is not None:
+                column.title_label.setText(title)
+
+    def _other_has_lora(self, index: int) -> bool:
+        other = self.key(1 - index)
+        return self.side_check.isChecked() and other is not None and other[1] is not None
+
+    def _check_tools(self) -> bool:
+        """Shows what chatting with the chosen models needs when something is missing; True when ready."""
+        steps = {LocalStep.CHAT_MLX if key[0].is_dir() else LocalStep.CHAT_GGUF for key in self._keys()}
+        needs = needs_now(steps, None)
+        if steps and not needs.ready:
+            self.needs_panel.show_needs(needs)
+        self.needs_card.setVisible(bool(steps) and not needs.ready)
+        return not steps or needs.ready
+
+    def _keys(self) -> list[ModelKey]:
+        return [key for index in self.active() if (key := self.key(index)) is not None]
+
+    # -- asking -------------------------------------------------------------------------------------------------
+
+    def on_send(self) -> None:
+        """Sends the message to every column in use; each answer streams into its column."""
+        question = self.prompt.text().strip()
+        if not question or self.answering:
+            return
+        missing = [self.columns[i].name for i in self.active() if self.key(i) is None]
+        if missing:
+            self.banner.show_message("warning", "Choose a model first.", "Pick an exported model or browse for one.")
+            return
+        if not self._check_tools():
+            return
+        self.banner.show_message("info", "")
+        self.prompt.clear()
+        for index in self.active():
+            self._ask(index, question)
+        self._set_buttons()
+
+    def _ask(self, index: int, question: str) -> None:
+        column, key = self.columns[index], self.key(index)
+        assert key is not None
+        system, temperature = self.system_edit.text().strip(), self.temperature_spin.value()
+        tokens = self.tokens_spin.value()
+
+        def work(_job: Job) -> Awaitable[str]:
+            return column.answer(key, question, system=system, temperature=temperature, max_tokens=tokens)
+
+        running = (
+            CoroutineOperation(self, work, group=f"answer-{index}")
+            .failure(lambda exc: self._show_error(column, exc), LocalToolError)
+            .run()
+        )
+        self.answering[index] = running
+        running.task.add_done_callback(lambda _task: self._answered(index, running))
+
+    def _answered(self, index: int, running: Running[Any]) -> None:
+        if self.answering.get(index) is running:
+            del self.answering[index]
+        self._set_buttons()
+
+    def _show_error(self, column: ChatColumn, exc: Exception) -> None:
+        title = column.title_label.text() if column.title_label else column.name
+        what = "the model did not load" if column.model is None else "no answer"
+        self.banner.show_message("danger", f"{title}: {what}.", people_words(str(exc)))
+
+    def on_stop(self) -> None:
+        """Stops every answer being written (each keeps what it wrote so far)."""
+        for running in list(self.answering.values()):
+            running.cancel()
+
+    def on_clear(self) -> None:
+        """Stops the answers and forgets both conversations."""
+        self.on_stop()
+        for column in self.columns:
+            column.clear()
+        self.banner.show_message("info", "")
+
+    def _set_buttons(self) -> None:
+        busy = bool(self.answering)
+        self.send_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy)
+        for picker in (*self.pickers, *self.lora_pickers):
+            picker.setEnabled(not busy)
+        self.side_check.setEnabled(not busy)
+
+    async def close_models(self) -> None:
+        """Stops the answers and frees both models (the app is closing, or a test ends)."""
+        self.on_stop()
+        for column in self.columns:
+            await column.unload()

@@ -1,0 +1,246 @@
+"""One model's side of the chat: which model it is, whether it is ready, the conversation, and Copy.
+
+It loads its model in the background (:func:`desktop.services.local.chat.open_chat`), streams each answer into the
+transcript piece by piece as the model writes it, and keeps its own history (:class:`Conversation`). Cancelling an
+answer's task stops the generation at its next token; what was written so far stays and is remembered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from pathlib import Path
+
+import shiboken6
+from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QTextBrowser, QWidget
+
+from desktop.services.local.chat import ChatModel, Conversation, open_chat
+from desktop.services.local.common import LocalToolError, folder_bytes
+from desktop.ui.theme import current_palette
+from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button
+from desktop.ui.widgets.local_words import people_words, size_text
+
+#: A model's files and the LoRA over them, as loaded.
+ModelKey = tuple[Path, Path | None]
+
+
+class ChatColumn(Card):
+    """A transcript with the model's name and state above it and Copy below.
+
+    Args:
+        title: The column's name ("Model", "Second model").
+    """
+
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(title, parent=parent)
+        self.name = title
+        self.model: ChatModel | None = None
+        self.loaded: ModelKey | None = None
+        self.conversation = Conversation()
+        self.answers: list[str] = []
+        self._loading: asyncio.Future[ChatModel] | None = None
+        self._loading_key: ModelKey | None = None
+        self._failed_key: ModelKey | None = None
+        self.badge = Badge("No model", "info")
+        self.add_header_widget(self.badge)
+        self.model_label = caption("Choose a model above.")
+        self.model_label.setAccessibleName(f"{title}: which model")
+        self.body.addWidget(self.model_label)
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.setTextVisible(False)
+        self.busy_bar.setAccessibleName(f"{title}: loading")
+        self.busy_bar.hide()
+        self.body.addWidget(self.busy_bar)
+        self.transcript = QTextBrowser()
+        self.transcript.setAccessibleName(f"{title}: conversation")
+        self.transcript.setOpenLinks(False)
+        self.transcript.setTabChangesFocus(True)
+        self.transcript.setPlaceholderText("The answers appear here as the model writes them.")
+        self.body.addWidget(self.transcript, 1)
+        self.body.addLayout(self._footer())
+
+    def _footer(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.copy_button = plain_button("Copy answer", "copy", f"{self.name}: copy the last answer")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(lambda _checked=False: self.copy_answer())
+        row.addStretch(1)
+        row.addWidget(self.copy_button)
+        return row
+
+    # -- the model ----------------------------------------------------------------------------------------------
+
+    def describe(self, key: ModelKey | None) -> None:
+        """Says which model the column will use (before it is loaded)."""
+        if key is None:
+            self.model_label.setText("Choose a model above.")
+            return
+        model, lora = key
+        words = f"{model.name} ({size_text(_size(model))})"
+        self.model_label.setText(f"{words} with the LoRA {lora.name}" if lora else words)
+        loading = self._loading is not None and key == self._loading_key
+        if key not in (self.loaded, self._failed_key) and not loading:
+            self.badge.show_state("Not loaded", "info")
+
+    async def ensure_loaded(self, key: ModelKey) -> ChatModel:
+        """The column's model for ``key``, loading it in the background when another or none is loaded.
+
+        A load already under way for ``key`` is joined, not repeated; cancelling the caller leaves it going.
+
+        Raises:
+            LocalToolError: The files are missing, do not fit each other, or do not load; the badge says so.
+        """
+        if self.model is not None and self.loaded == key:
+            return self.model
+        if self._loading is None or self._loading_key != key:
+            await self.unload()
+            self._loading_key = key
+            self._loading = asyncio.ensure_future(self._load(key))
+            self._loading.add_done_callback(_retrieve)
+        return await asyncio.shield(self._loading)
+
+    async def _load(self, key: ModelKey) -> ChatModel:
+        self.describe(key)
+        self.badge.show_state("Loading…", "info")
+        self.busy_bar.show()
+        model, lora = key
+        try:
+            loaded = await open_chat(model, lora=lora)
+        except LocalToolError:
+            if self._loading is asyncio.current_task():
+                self._failed_key = key
+                self.badge.show_state("Could not load", "danger")
+            raise
+        finally:
+            if self._loading is asyncio.current_task():  # not a load abandoned for a newer one
+                self._loading = None
+                self.busy_bar.hide()
+        self.model, self.loaded, self._failed_key = loaded, key, None
+        self.badge.show_state("Ready", "success")
+        return loaded
+
+    async def unload(self) -> None:
+        """Frees the loaded model, if any (a load in progress is abandoned)."""
+        if self._loading is not None:
+            self._loading.cancel()
+            self._loading = None
+            self.busy_bar.hide()
+        model, self.model, self.loaded = self.model, None, None
+        if model is not None:
+            await model.close()
+        if shiboken6.isValid(self.badge):  # the window may have closed meanwhile
+            self.badge.show_state("No model", "info")
+
+    # -- answering ----------------------------------------------------------------------------------------------
+
+    async def answer(self, key: ModelKey, question: str, *, system: str, temperature: float, max_tokens: int) -> str:
+        """Shows ``question``, then streams the model's answer into the transcript; returns the answer.
+
+        A cancel (Stop) keeps the part already written, marked as stopped, and remembers it as the answer.
+
+        Raises:
+            LocalToolError: The model does not load, or generating failed (shown in the transcript too).
+        """
+        self._write_turn("You", question)
+        try:
+            model = await self.ensure_loaded(key)
+        except asyncio.CancelledError:
+            self._write_note("(stopped before the model was loaded)")
+            raise
+        self.conversation.system = system or None
+        self._write_heading(self.title_label.text() if self.title_label else self.name)
+        self.badge.show_state("Answering…", "info")
+        pieces: list[str] = []
+        try:
+            messages = self.conversation.with_question(question)
+            async for piece in model.stream(messages, temperature=temperature, max_tokens=max_tokens):
+                pieces.append(piece)
+                self._write_text(piece)
+        except asyncio.CancelledError:
+            self._write_note("(stopped)")
+            raise
+        except LocalToolError as exc:
+            self._write_note(people_words(str(exc)))
+            raise
+        finally:
+            self._remember(question, "".join(pieces))
+        if not pieces:
+            self._write_note("(no answer: the model ended its turn at once)")
+        return "".join(pieces)
+
+    def _remember(self, question: str, answer: str) -> None:
+        if answer:  # an answer stopped before its first word leaves no turn in the history
+            self.conversation.record(question, answer)
+            self.answers.append(answer)
+        self.copy_button.setEnabled(bool(self.answers))
+        if self.model is not None:
+            self.badge.show_state("Ready", "success")
+
+    def last_answer(self) -> str:
+        """The latest answer (possibly stopped part-way), or ""."""
+        return self.answers[-1] if self.answers else ""
+
+    def copy_answer(self) -> None:
+        """Puts the latest answer on the clipboard."""
+        QGuiApplication.clipboard().setText(self.last_answer())
+
+    def clear(self) -> None:
+        """Forgets the conversation and empties the transcript (the model stays loaded)."""
+        self.conversation.reset()
+        self.answers.clear()
+        self.transcript.clear()
+        self.copy_button.setEnabled(False)
+
+    def text(self) -> str:
+        """The transcript as plain text."""
+        return self.transcript.toPlainText()
+
+    # -- the transcript -----------------------------------------------------------------------------------------
+
+    def _cursor(self) -> QTextCursor:
+        cursor = self.transcript.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        return cursor
+
+    def _write_heading(self, who: str) -> None:
+        cursor = self._cursor()
+        if not self.transcript.document().isEmpty():
+            spaced = QTextBlockFormat()
+            spaced.setTopMargin(10 if who == "You" else 4)  # a turn starts a little apart from the last one
+            cursor.insertBlock(spaced)
+        color = current_palette().accent if who == "You" else current_palette().text_muted
+        cursor.insertHtml(f'<b style="color:{color}">{html.escape(who)}</b>')
+        cursor.insertBlock(QTextBlockFormat())
+        self.transcript.setTextCursor(cursor)
+
+    def _write_turn(self, who: str, text: str) -> None:
+        self._write_heading(who)
+        self._write_text(text)
+
+    def _write_text(self, text: str) -> None:
+        cursor = self._cursor()
+        cursor.setCharFormat(QTextCharFormat())
+        cursor.insertText(text)
+        self.transcript.setTextCursor(cursor)
+        self.transcript.ensureCursorVisible()
+
+    def _write_note(self, text: str) -> None:
+        cursor = self._cursor()
+        color = current_palette().text_muted
+        cursor.insertHtml(f' <i style="color:{color}">{html.escape(text)}</i>')
+        self.transcript.setTextCursor(cursor)
+
+
+def _retrieve(future: asyncio.Future[ChatModel]) -> None:
+    """Marks a load's failure as seen: the caller that awaited it reported it, or no one is waiting any more."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return folder_bytes(path)
+    except OSError:
+        return None

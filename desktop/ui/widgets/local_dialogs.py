@@ -1,0 +1,302 @@
+"""The questions before a local step: what to export (or what to compare on), from which base, and what it needs.
+
+Each dialog shows what is missing on this computer with its size before anything starts (:class:`NeedsPanel`), and
+its start button stays disabled while a library is missing or the base model cannot be found. Open them with
+:meth:`QDialog.open` and read :meth:`ExportDialog.request` / :meth:`CompareDialog.choice` on ``accepted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.services.local.export import ExportRequest
+from desktop.services.local.gguf import QUANT_TYPES
+from desktop.services.local.needs import LocalNeeds, local_needs, needs_now
+from desktop.services.local.tools import LocalStep
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.adapters import ReturnedAdapter
+from desktop.ui.background import CoroutineOperation
+from desktop.ui.widgets.blocks import caption, heading, plain_button, primary_button
+from desktop.ui.widgets.needs_panel import NeedsPanel
+
+#: What each GGUF type is for, in the type picker.
+QUANT_WORDS = {
+    "Q4_K_M": "smallest that keeps quality (recommended)",
+    "Q5_K_M": "a little larger, a little closer to the original",
+    "Q6_K": "close to full quality",
+    "Q8_0": "almost lossless, about twice Q4's size",
+    "F16": "full 16-bit, the largest",
+}
+
+
+class _LocalStepDialog(QDialog):
+    """What the export and compare dialogs share: a base model field, the needs panel and the two buttons."""
+
+    def __init__(self, parent: QWidget, adapter: ReturnedAdapter, secrets: SecretStore, title: str) -> None:
+        super().__init__(parent)
+        self.adapter, self.secrets = adapter, secrets
+        self.needs: LocalNeeds | None = None
+        self.setWindowTitle(title)
+        self.setAccessibleName(title)
+        self.setMinimumWidth(560)
+        self.layout_ = QVBoxLayout(self)
+        self.layout_.setSpacing(12)
+        self.layout_.addWidget(heading(title))
+        self.layout_.addWidget(caption(f"From the adapter of run {adapter.run_id}."))
+
+    def _finish_layout(self, start_text: str) -> None:
+        self.layout_.addLayout(self._base_row())
+        self.layout_.addWidget(heading("Before it starts"))
+        self.needs_panel = NeedsPanel()
+        self.needs_panel.sig_recheck.connect(self.refresh_needs)
+        self.layout_.addWidget(self.needs_panel)
+        self.hint_label = caption()
+        self.hint_label.hide()
+        self.layout_.addWidget(self.hint_label)
+        self.layout_.addStretch(1)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.start_button = primary_button(start_text, "play")
+        self.start_button.setDefault(True)
+        self.start_button.clicked.connect(self.accept)
+        cancel = plain_button("Cancel", accessible_name="Close without starting")
+        cancel.clicked.connect(self.reject)
+        row.addWidget(cancel)
+        row.addWidget(self.start_button)
+        self.layout_.addLayout(row)
+        self.refresh_needs()
+
+    def _base_row(self) -> QFormLayout:
+        form = QFormLayout()
+        self.base_edit = QLineEdit(self.adapter.source.base or "")
+        self.base_edit.setPlaceholderText("A model folder, or a Hugging Face id like Qwen/Qwen2.5-0.5B-Instruct")
+        self.base_edit.setAccessibleName("Base model")
+        self.base_edit.editingFinished.connect(self.refresh_needs)
+        browse = plain_button("Choose &folder…", "folder-open", "Choose the base model's folder")
+        browse.clicked.connect(lambda _checked=False: self.on_choose_base())
+        row = QHBoxLayout()
+        row.addWidget(self.base_edit, 1)
+        row.addWidget(browse)
+        label = QLabel("&Base model")
+        label.setBuddy(self.base_edit)
+        form.addRow(label, row)
+        return form
+
+    def base(self) -> str | None:
+        """The base model entered: a folder or a Hub id."""
+        return self.base_edit.text().strip() or None
+
+    def on_choose_base(self) -> None:
+        """Picks the base model's folder."""
+        folder = QFileDialog.getExistingDirectory(self, "Choose the base model's folder", self.base() or "")
+        if folder:
+            self.base_edit.setText(folder)
+            self.refresh_needs()
+
+    #: The local steps chosen (each dialog says which).
+    steps: Callable[[], list[LocalStep]]
+    #: Why the choice cannot start, beyond what the needs panel says ("" when it can).
+    problem: Callable[[], str]
+
+    def refresh_needs(self) -> None:
+        """Reads what the chosen steps need now, then asks the Hub for the base model's size when it must come."""
+        needs = needs_now(self.steps(), self.base())
+        self._show_needs(needs, asking=needs.base is not None and needs.base.hub_id is not None)
+        if needs.base is not None and needs.base.hub_id is not None:
+            steps, base = self.steps(), self.base()
+            CoroutineOperation(
+                self, lambda _job: local_needs(steps, base, self.secrets), self._show_needs, group="needs"
+            ).run()
+
+    def _show_needs(self, needs: LocalNeeds, *, asking: bool = False) -> None:
+        self.needs = needs
+        self.needs_panel.show_needs(needs, asking=asking)
+        problem = self.problem()
+        self.hint_label.setText(problem)
+        self.hint_label.setVisible(bool(problem))
+        self.start_button.setEnabled(needs.ready and not problem)
+
+
+class ExportDialog(_LocalStepDialog):
+    """Asks what to export: merged, GGUF of a type, GGUF LoRA, MLX, an Ollama Modelfile; GGUF Q4_K_M is preset."""
+
+    def __init__(self, parent: QWidget, adapter: ReturnedAdapter, secrets: SecretStore) -> None:
+        super().__init__(parent, adapter, secrets, "Export the fine-tuned model")
+        self.layout_.addWidget(self._formats())
+        self.layout_.addWidget(caption(f"Written to {adapter.export_folder}"))
+        self._finish_layout("E&xport")
+
+    def _formats(self) -> QWidget:
+        box = QWidget()
+        grid = QGridLayout(box)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.gguf_check = self._check("&GGUF for llama.cpp, LM Studio and Ollama", True)
+        self.type_combo = QComboBox()
+        self.type_combo.setAccessibleName("GGUF type")
+        for qtype in QUANT_TYPES:
+            self.type_combo.addItem(f"{qtype} — {QUANT_WORDS[qtype]}", qtype)
+        self.type_combo.currentIndexChanged.connect(lambda _index: self.refresh_needs())
+        self.gguf_check.toggled.connect(self.type_combo.setEnabled)
+        type_label = QLabel("&Type")
+        type_label.setBuddy(self.type_combo)
+        type_row = QHBoxLayout()
+        type_row.setContentsMargins(24, 0, 0, 0)
+        type_row.addWidget(type_label)
+        type_row.addWidget(self.type_combo, 1)
+        self.merged_check = self._check("&Merged model (16-bit safetensors, for Transformers and vLLM)")
+        self.lora_check = self._check("GGUF &LoRA: the adapter alone, with the base model as GGUF beside it")
+        self.ollama_check = self._check("&Ollama Modelfile (with the GGUF or the GGUF LoRA)")
+        self.mlx_check = self._check("M&LX model, for Apple Silicon")
+        grid.addWidget(self.gguf_check, 0, 0)
+        grid.addLayout(type_row, 1, 0)
+        for row, check in enumerate((self.lora_check, self.ollama_check, self.merged_check, self.mlx_check), 2):
+            grid.addWidget(check, row, 0)
+        return box
+
+    def _check(self, text: str, checked: bool = False) -> QCheckBox:
+        check = QCheckBox(text)
+        check.setChecked(checked)
+        check.setAccessibleName(text.replace("&", ""))
+        check.toggled.connect(lambda _on: self.refresh_needs())
+        return check
+
+    def steps(self) -> list[LocalStep]:
+        """The steps of the outputs ticked."""
+        ticked = [
+            (self.merged_check, LocalStep.MERGE),
+            (self.gguf_check, LocalStep.GGUF),
+            (self.lora_check, LocalStep.LORA_GGUF),
+            (self.ollama_check, LocalStep.OLLAMA),
+            (self.mlx_check, LocalStep.MLX),
+        ]
+        return [step for check, step in ticked if check.isChecked()]
+
+    def problem(self) -> str:
+        """Nothing ticked, or a Modelfile without a GGUF to point at."""
+        if not self.steps():
+            return "Tick at least one thing to export."
+        if self.ollama_check.isChecked() and not (self.gguf_check.isChecked() or self.lora_check.isChecked()):
+            return "An Ollama Modelfile points at a GGUF: also tick GGUF or GGUF LoRA."
+        return ""
+
+    def request(self) -> ExportRequest:
+        """The export as chosen."""
+        return ExportRequest(
+            adapter=self.adapter.source.adapter,
+            base=self.base(),
+            out=self.adapter.export_folder,
+            merged=self.merged_check.isChecked(),
+            gguf=(str(self.type_combo.currentData()),) if self.gguf_check.isChecked() else (),
+            lora_gguf=self.lora_check.isChecked(),
+            ollama=self.ollama_check.isChecked(),
+            mlx=self.mlx_check.isChecked(),
+        )
+
+
+@dataclass(frozen=True)
+class CompareChoice:
+    """A comparison as chosen: base model, held-out chats and how long it may take.
+
+    Attributes:
+        base: The base model (a folder or a Hub id).
+        eval_file: The held-out chat file.
+        max_examples: Rows compared at most.
+        max_new_tokens: Longest answer per row.
+    """
+
+    base: str | None
+    eval_file: Path
+    max_examples: int
+    max_new_tokens: int
+
+
+class CompareDialog(_LocalStepDialog):
+    """Asks what to compare the base and the fine-tuned model on: the run's held-out chats, or a chosen file."""
+
+    def __init__(self, parent: QWidget, adapter: ReturnedAdapter, secrets: SecretStore) -> None:
+        super().__init__(parent, adapter, secrets, "Compare base and fine-tuned")
+        self.layout_.addWidget(
+            caption(
+                "Both models answer each held-out chat; the report shows the answers side by side and each "
+                "model's loss on the expected answers."
+            )
+        )
+        self.layout_.addLayout(self._options())
+        self._finish_layout("&Compare")
+
+    def _options(self) -> QFormLayout:
+        form = QFormLayout()
+        eval_file = self.adapter.source.eval_file
+        self.eval_edit = QLineEdit(str(eval_file) if eval_file else "")
+        self.eval_edit.setPlaceholderText("A JSONL file of held-out chats")
+        self.eval_edit.setAccessibleName("Held-out chats file")
+        self.eval_edit.textChanged.connect(lambda _text: self.refresh_needs())
+        browse = QPushButton("Choose f&ile…")
+        browse.setAccessibleName("Choose the held-out chats file")
+        browse.clicked.connect(lambda _checked=False: self.on_choose_eval())
+        row = QHBoxLayout()
+        row.addWidget(self.eval_edit, 1)
+        row.addWidget(browse)
+        label = QLabel("&Held-out chats")
+        label.setBuddy(self.eval_edit)
+        form.addRow(label, row)
+        self.examples_spin = _spin(1, 500, 20, "Chats compared at most", " chats")
+        self.tokens_spin = _spin(8, 2048, 128, "Longest answer in tokens", " tokens")
+        form.addRow("Compare &up to", self.examples_spin)
+        form.addRow("Longest &answer", self.tokens_spin)
+        return form
+
+    def on_choose_eval(self) -> None:
+        """Picks the held-out chats file."""
+        path, _ = QFileDialog.getOpenFileName(self, "Choose held-out chats", "", "Chat files (*.jsonl *.json)")
+        if path:
+            self.eval_edit.setText(path)
+
+    def steps(self) -> list[LocalStep]:
+        """A comparison."""
+        return [LocalStep.COMPARE]
+
+    def problem(self) -> str:
+        """No held-out chats file, or one that does not exist."""
+        text = self.eval_edit.text().strip()
+        if not text:
+            return "Choose a file of held-out chats: this run kept none."
+        if not Path(text).expanduser().is_file():
+            return f"{text} does not exist: choose the held-out chats file."
+        return ""
+
+    def choice(self) -> CompareChoice:
+        """The comparison as chosen."""
+        return CompareChoice(
+            self.base(),
+            Path(self.eval_edit.text().strip()).expanduser(),
+            self.examples_spin.value(),
+            self.tokens_spin.value(),
+        )
+
+
+def _spin(low: int, high: int, value: int, name: str, suffix: str) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setValue(value)
+    spin.setSuffix(suffix)
+    spin.setAccessibleName(name)
+    return spin

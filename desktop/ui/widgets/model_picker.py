@@ -1,0 +1,99 @@
+"""Choosing a model file for the chat: the exported models listed, or a GGUF file or MLX folder chosen by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QSizePolicy, QWidget
+
+from desktop.services.local.inventory import ExportedItem, ExportKind
+from desktop.ui.widgets.blocks import plain_button
+from desktop.ui.widgets.local_words import kind_text, size_text
+
+
+def item_label(origin: str, item: ExportedItem) -> str:
+    """A choice's words: the file name (an MLX folder says so), the run it came from and its size."""
+    name = f"{item.path.name} ({kind_text(item)})" if item.kind is ExportKind.MLX else item.path.name
+    return f"{name} — {origin}, {size_text(item.bytes)}"
+
+
+class ModelPicker(QWidget):
+    """A list of models (or GGUF LoRAs) plus Browse; ``sig_picked`` when the user picks one (not when code does).
+
+    Args:
+        name: What is picked, for screen readers ("Model", "LoRA").
+        loras: Pick GGUF LoRAs (with a "No LoRA" choice) instead of models.
+    """
+
+    sig_picked = Signal()
+
+    def __init__(self, name: str, *, loras: bool = False, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.loras = loras
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.combo = QComboBox()
+        self.combo.setAccessibleName(name)
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(18)
+        self.combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.combo.activated.connect(lambda _index: self.sig_picked.emit())
+        self.browse_button = plain_button("", "folder-open", f"Choose the {name.lower()} from a file")
+        self.browse_button.setToolTip("Browse for a file" if loras else "Browse for a GGUF file or an MLX folder")
+        if loras:
+            self.browse_button.clicked.connect(lambda _checked=False: self.on_choose_file())
+        else:
+            menu = QMenu(self.browse_button)
+            menu.addAction("A GGUF file…", self.on_choose_file)
+            menu.addAction("An MLX model folder…", self.on_choose_folder)
+            self.browse_button.setMenu(menu)
+        row.addWidget(self.combo, 1)
+        row.addWidget(self.browse_button)
+        self.set_items([])
+
+    def set_items(self, items: list[tuple[str, ExportedItem]]) -> None:
+        """Lists the exports that fit (models, or LoRAs), keeping the current choice."""
+        current = self.path()
+        self.combo.clear()
+        if self.loras:
+            self.combo.addItem("No LoRA", "")
+        wanted = (ExportKind.GGUF_LORA,) if self.loras else (ExportKind.GGUF, ExportKind.MLX)
+        for origin, item in items:
+            if item.kind in wanted and not item.damaged:
+                self.combo.addItem(item_label(origin, item), str(item.path))
+        if not self.loras and self.combo.count() == 0:
+            self.combo.addItem("No exported model yet: browse for a GGUF file", "")
+        if current is not None:
+            self.set_path(current)
+
+    def path(self) -> Path | None:
+        """The chosen file or folder, or None."""
+        data = self.combo.currentData()
+        return Path(data) if data else None
+
+    def set_path(self, path: Path | None) -> None:
+        """Chooses ``path`` (added to the list when it is not there); None chooses no LoRA."""
+        if path is None:
+            self.combo.setCurrentIndex(0)
+            return
+        index = self.combo.findData(str(path))
+        if index < 0:
+            self.combo.addItem(path.name, str(path))
+            index = self.combo.count() - 1
+        self.combo.setCurrentIndex(index)
+
+    def on_choose_file(self) -> None:
+        """Picks a .gguf file."""
+        what = "a GGUF LoRA" if self.loras else "a GGUF model"
+        path, _ = QFileDialog.getOpenFileName(self, f"Choose {what}", "", "GGUF files (*.gguf)")
+        if path:
+            self.set_path(Path(path))
+            self.sig_picked.emit()
+
+    def on_choose_folder(self) -> None:
+        """Picks an MLX model folder."""
+        folder = QFileDialog.getExistingDirectory(self, "Choose an MLX model folder")
+        if folder:
+            self.set_path(Path(folder))
+            self.sig_picked.emit()

@@ -1,0 +1,203 @@
+"""The Chat page with real llama.cpp: streamed answers from a real GGUF, Stop, Clear, Copy, side by side, keyboard.
+
+SmolLM2-135M-Instruct (Q4_1) answers the single-model tests; side by side, the tiny pattern model's base GGUF and
+the same base with its GGUF LoRA answer a question only the fine-tune knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QWidget
+from pytestqt.qtbot import QtBot
+
+from desktop.core.settings import Settings
+from desktop.services.local.common import no_progress
+from desktop.services.local.gguf import convert_lora_to_gguf, convert_to_gguf
+from desktop.services.platform.secrets import SecretStore
+from desktop.ui.context import AppContext
+from desktop.ui.pages.chat_page import ChatPage
+from tests.fixtures.adapters import TrainedAdapter
+from tests.fixtures.gguf_models import build_once_per_run
+from tests.fixtures.smollm2 import SmolLM2
+from tests.local.test_chat import direct_answer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@dataclass(frozen=True)
+class BaseAndLora:
+    """The tiny pattern model as a GGUF, and its adapter as a GGUF LoRA."""
+
+    base: Path
+    lora: Path
+    pattern: list[tuple[str, str]]
+
+
+async def _convert(adapter: TrainedAdapter, folder: Path) -> BaseAndLora:
+    base = await convert_to_gguf(adapter.base, folder / "base-F16.gguf", progress=no_progress)
+    lora = await convert_lora_to_gguf(adapter.path, adapter.base, folder / "adapter-lora.gguf", progress=no_progress)
+    return BaseAndLora(base, lora, adapter.pattern)
+
+
+@pytest.fixture(scope="module")
+def base_and_lora(gguf_pattern_adapter: TrainedAdapter, tmp_path_factory: pytest.TempPathFactory) -> BaseAndLora:
+    return build_once_per_run(
+        tmp_path_factory, "chat-base-lora", lambda folder: asyncio.run(_convert(gguf_pattern_adapter, folder))
+    )
+
+
+@pytest.fixture
+def page(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> Iterator[ChatPage]:
+    context = AppContext(Settings(), SecretStore())
+    widget = ChatPage(context)  # not qtbot.addWidget: pytest-qt would delete it before the models are freed
+    widget.resize(1100, 760)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    qloop.run_until_complete(widget.close_models())
+    qloop.run_until_complete(context.manager.close())
+    widget.close()
+    widget.deleteLater()
+
+
+def ready(page: ChatPage, index: int = 0) -> Callable[[], bool]:
+    return lambda: page.columns[index].badge.text() == "Ready"
+
+
+def idle(page: ChatPage) -> Callable[[], bool]:
+    return lambda: not page.answering
+
+
+def ask(page: ChatPage, qtbot: QtBot, text: str) -> None:
+    page.prompt.setFocus()
+    qtbot.keyClicks(page.prompt, text)
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return)
+
+
+def test_an_answer_streams_token_by_token_and_matches_llama_cpp(
+    page: ChatPage, qtbot: QtBot, wait_for: Callable[..., None], smollm2: SmolLM2
+) -> None:
+    page.open_model(str(smollm2.gguf))
+    wait_for(lambda: page.columns[0].badge.text() in ("Loading…", "Ready"), timeout=30)  # loads in the background
+    wait_for(ready(page), timeout=120)
+    assert not page.columns[0].busy_bar.isVisible()
+    page.temperature_spin.setValue(0)
+    page.tokens_spin.setValue(24)
+    updates: list[str] = []
+    page.columns[0].transcript.textChanged.connect(lambda: updates.append(page.columns[0].text()))
+
+    ask(page, qtbot, "What is the capital of France?")
+    assert page.prompt.text() == "" and not page.send_button.isEnabled() and page.stop_button.isEnabled()
+    wait_for(idle(page), timeout=120)
+
+    expected = direct_answer(smollm2.gguf, [{"role": "user", "content": "What is the capital of France?"}], 24)
+    column = page.columns[0]
+    assert column.last_answer() == expected and expected.strip()
+    assert column.text().endswith(expected)
+    assert "What is the capital of France?" in column.text()
+    before = column.text()[: len(column.text()) - len(expected)]
+    growing = [text for text in updates if text.startswith(before) and len(before) < len(text) < len(column.text())]
+    assert len(growing) > 5  # the answer appeared piece by piece, not at once
+    assert page.send_button.isEnabled() and not page.stop_button.isEnabled()
+    page.columns[0].copy_button.click()
+    assert QGuiApplication.clipboard().text() == expected
+
+
+def test_stop_ends_the_answer_and_clear_forgets_the_conversation(
+    page: ChatPage, qtbot: QtBot, wait_for: Callable[..., None], smollm2: SmolLM2
+) -> None:
+    page.open_model(str(smollm2.gguf))
+    wait_for(ready(page), timeout=120)
+    page.temperature_spin.setValue(0)
+    page.tokens_spin.setValue(2000)
+    column = page.columns[0]
+
+    ask(page, qtbot, "Count from 1 to 500, one number per line.")
+    wait_for(lambda: len(column.text()) > 80, timeout=120)
+    page.stop_button.click()
+    wait_for(idle(page), timeout=30)
+
+    stopped = column.last_answer()
+    assert stopped and len(stopped) < 1500  # far from the 500 numbers asked for
+    assert column.text().endswith("(stopped)")
+    assert column.badge.text() == "Ready" and page.send_button.isEnabled()
+    assert [turn["role"] for turn in column.conversation.turns] == ["user", "assistant"]
+
+    page.clear_button.click()
+    assert column.text() == "" and column.conversation.turns == [] and column.last_answer() == ""
+    assert not column.copy_button.isEnabled()
+
+
+def test_side_by_side_the_base_and_the_fine_tune_answer_the_same_message(
+    page: ChatPage, qtbot: QtBot, wait_for: Callable[..., None], base_and_lora: BaseAndLora
+) -> None:
+    question, taught = base_and_lora.pattern[0]
+    page.open_model(str(base_and_lora.base), str(base_and_lora.lora))
+    page.side_check.setChecked(True)  # the second column starts as the base without the LoRA
+    assert page.key(1) == (base_and_lora.base, None)
+    assert page.columns[1].isVisible()
+    assert [c.title_label.text() for c in page.columns if c.title_label] == ["Fine-tuned", "Base"]
+    wait_for(lambda: ready(page, 0)() and ready(page, 1)(), timeout=120)
+    page.temperature_spin.setValue(0)
+    page.tokens_spin.setValue(24)
+
+    ask(page, qtbot, question)
+    wait_for(idle(page), timeout=120)
+
+    tuned, base = (column.last_answer().strip() for column in page.columns)
+    assert tuned == taught
+    assert base != taught  # the base alone does not know the made-up answer (a random model may say nothing)
+    assert all(question in column.text() for column in page.columns)
+    assert "\nFine-tuned\n" in page.columns[0].text() and "\nBase\n" in page.columns[1].text()
+
+
+def test_keyboard_alone_reaches_the_prompt_and_enter_sends(
+    page: ChatPage, qtbot: QtBot, wait_for: Callable[..., None], smollm2: SmolLM2
+) -> None:
+    page.open_model(str(smollm2.gguf))
+    page.tokens_spin.setValue(8)
+    page.activateWindow()
+    page.pickers[0].combo.setFocus()
+    for _ in range(30):
+        if QApplication.focusWidget() is page.prompt:
+            break
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+    assert QApplication.focusWidget() is page.prompt
+    qtbot.keyClicks(page.prompt, "Hello")
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert page.prompt.text() == "Hello\n" and not page.answering  # Shift+Enter is a new line
+    qtbot.keyClicks(page.prompt, "there")
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return)
+    wait_for(lambda: bool(page.columns[0].last_answer()) and idle(page)(), timeout=180)
+    assert "Hello\nthere" in page.columns[0].text()
+    controls = [
+        widget
+        for widget in page.findChildren(QWidget)
+        if widget.focusPolicy() != Qt.FocusPolicy.NoFocus
+        and widget.isVisibleTo(page)
+        and not isinstance(widget.parentWidget(), QAbstractSpinBox)  # a spin box's own text field
+    ]
+    assert controls and all(widget.accessibleName() for widget in controls), [
+        type(widget).__name__ for widget in controls if not widget.accessibleName()
+    ]
+
+
+def test_a_file_that_is_not_a_model_is_a_readable_sentence(
+    page: ChatPage, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("hello")
+    page.open_model(str(bogus))
+    wait_for(page.banner.isVisible, timeout=30)
+    assert page.banner.headline_label.text() == "Model: the model did not load."
+    details = page.banner.details_label.text()
+    assert f"{bogus} is not a GGUF file" in details
+    assert "--" not in details and "rentune" not in details
+    assert page.columns[0].badge.text() == "Could not load"
