@@ -75,7 +75,7 @@ def test_sidebar_switches_pages_with_the_keyboard(window: MainWindow, qtbot: QtB
 
 
 def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
-    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, models, chat, costs, settings, monitor"):
+    with pytest.raises(UnknownPageError, match="choose one of: home, new, runs, models, chat, costs, settings"):
         window.show_page("offers")
 
 
