@@ -195,6 +195,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setAccessibleName("Sections")
         self.sidebar.setFixedWidth(200)
         self.sidebar.setIconSize(QSize(18, 18))
+        self.sidebar.ensurePolished()  # item heights are measured with the stylesheet's padding, not before it
         for entry in PAGES:
             if entry.in_sidebar:
                 QListWidgetItem(icon(entry.icon), entry.label, self.sidebar)

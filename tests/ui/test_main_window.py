@@ -195,3 +195,12 @@ def test_only_the_home_page_is_built_before_the_window_first_shows(
     assert [win.stack.widget(index).page_name for index in range(win.stack.count())] == ["home"]  # type: ignore[attr-defined]
     qloop.run_until_complete(win.load_pages(follow_runs=False))
     assert win.stack.count() == len(win.page_names()) - len(win.wizard.steps)
+
+
+def test_sidebar_rows_are_tall_enough_for_their_padding(window: MainWindow) -> None:
+    """Rows measured before the stylesheet would overlap: each must be taller than its text with the padding."""
+    text = window.sidebar.fontMetrics().height()
+    heights = [
+        window.sidebar.visualItemRect(window.sidebar.item(row)).height() for row in range(window.sidebar.count())
+    ]
+    assert min(heights) >= text + 16

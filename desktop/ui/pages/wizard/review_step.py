@@ -215,7 +215,7 @@ class ReviewStep(WizardStep):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(content)
         self.body.addWidget(scroll, 1)
-        self.body.addLayout(self._build_launch())
+        self._footer = self._build_launch()
 
     # -- building ----------------------------------------------------------------------------------------------------
 
@@ -252,7 +252,11 @@ class ReviewStep(WizardStep):
         self.sections[name], self.edit_buttons[name] = form, edit
         return card
 
-    def _build_launch(self) -> QHBoxLayout:
+    def footer(self) -> QWidget:
+        """Launch (and Launch anyway) with what stands in the way, where the other steps have Next."""
+        return self._footer
+
+    def _build_launch(self) -> QWidget:
         self.launch_status = caption()
         self.launch_status.setObjectName("launch_status")
         self.launch_status.setAccessibleName("Launch result")
@@ -262,11 +266,13 @@ class ReviewStep(WizardStep):
         self.launch_anyway_button.clicked.connect(self.on_launch_anyway_clicked)
         self.launch_button = primary_button("&Launch…", "rocket", "Launch the run")
         self.launch_button.clicked.connect(self.on_launch_clicked)
-        row = QHBoxLayout()
+        footer = QWidget()
+        row = QHBoxLayout(footer)
+        row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.launch_status, 1)
         row.addWidget(self.launch_anyway_button)
         row.addWidget(self.launch_button)
-        return row
+        return footer
 
     # -- the wizard's hooks ---------------------------------------------------------------------------------------
 

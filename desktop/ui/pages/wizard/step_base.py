@@ -119,6 +119,13 @@ class WizardStep(QWidget):
         """The wizard's shared draft."""
         return self.context.draft
 
+    def footer(self) -> QWidget | None:
+        """Actions the wizard shows in Next's place while this step is on screen (the review's Launch); None for none.
+
+        The wizard asks once, when it is built, and owns the widget from then on.
+        """
+        return None
+
     @property
     def busy(self) -> bool:
         """Whether the step is still working out something Next depends on (Enter then waits instead of warning)."""

@@ -111,6 +111,11 @@ class WizardPage(BasePage):
         buttons = QHBoxLayout()
         buttons.addWidget(self.back_button)
         buttons.addStretch(1)
+        self.footers = {step.step_name: step.footer() for step in steps}
+        for footer in self.footers.values():
+            if footer is not None:
+                footer.hide()
+                buttons.addWidget(footer, 1)
         buttons.addWidget(self.next_button)
         self.body.addWidget(self.indicator)
         self.body.addWidget(self.stack, 1)
@@ -158,6 +163,9 @@ class WizardPage(BasePage):
         self.context.draft.step = step.step_name
         self.back_button.setEnabled(index > 0)
         self.next_button.setVisible(index < len(self.steps) - 1)
+        for name, footer in self.footers.items():
+            if footer is not None:
+                footer.setVisible(name == step.step_name)
         if save:
             self._persist()  # a reopened app continues on this step
 
