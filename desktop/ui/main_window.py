@@ -18,7 +18,7 @@ from desktop.ui.context import AppContext
 from desktop.ui.design.icons import icon
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
-from desktop.ui.pages.catalog import PAGES, WIZARD_STEPS, PageEntry, warm_up
+from desktop.ui.pages.catalog import PAGES, WIZARD_STEPS, PageEntry, page_names, warm_up
 from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme
@@ -210,7 +210,7 @@ class MainWindow(QMainWindow):
 
     def page_names(self) -> list[str]:
         """Returns the names usable with :meth:`show_page` and ``--page``: pages, then the wizard's steps."""
-        return [*(entry.name for entry in PAGES), *WIZARD_STEPS]
+        return page_names()
 
     def page(self, name: str) -> BasePage:
         """Returns the page called ``name`` (a wizard step's name gives the wizard), building it if need be.

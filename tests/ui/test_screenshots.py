@@ -11,24 +11,13 @@ from PySide6.QtGui import QColor, QImage
 from desktop.core.runs.draft import RunDraft
 from desktop.services.runs.drafts import draft_path, load_draft, save_draft
 from desktop.services.runs.store import RunStore
+from desktop.ui.pages.catalog import page_names
 from tests.fixtures.recorded_costs import seed_spending
 from tests.fixtures.recorded_run import record_finished_run
 from tests.test_cli import _non_blank, rentune
 
-PAGES = [
-    "home",
-    "data",
-    "model",
-    "sizing",
-    "compute",
-    "review",
-    "monitor",
-    "runs",
-    "models",
-    "chat",
-    "costs",
-    "settings",
-]
+#: Every page but "new" (the wizard shows as its steps).
+PAGES = [name for name in page_names() if name != "new"]
 
 
 def _lightness(image: QImage) -> float:

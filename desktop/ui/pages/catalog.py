@@ -47,6 +47,11 @@ PAGES: tuple[PageEntry, ...] = (
 WIZARD_STEPS: tuple[str, ...] = ("data", "model", "sizing", "compute", "review")
 
 
+def page_names() -> list[str]:
+    """Every name ``--page`` takes: the pages, then the wizard's steps (``new`` opens the wizard where it was)."""
+    return [*(entry.name for entry in PAGES), *WIZARD_STEPS]
+
+
 async def warm_up() -> None:
     """Imports every page's module in a worker thread, so building the pages afterwards does not stall the UI.
 
