@@ -102,6 +102,22 @@ def test_api_key_saved_from_the_settings_page_lands_in_the_keyring(
     assert memory_keyring.passwords == {}
 
 
+def test_the_settings_page_shows_a_key_stored_elsewhere_when_it_shows_again(
+    window: MainWindow, wait_for: Callable[..., None], memory_keyring: MemoryKeyring
+) -> None:
+    """A key added on the Compute step appears on Settings the next time it shows; Remove only for keyring keys."""
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    wait_for(lambda: page.key_status[SecretName.RUNPOD].text() == "Not set")
+    assert not page.remove_buttons[SecretName.RUNPOD].isEnabled()
+    window.show_page("home")
+    SecretStore().set(SecretName.RUNPOD, KEY)  # as the Compute step's inline "Add key" does
+    window.show_page("settings")
+    wait_for(lambda: page.key_status[SecretName.RUNPOD].text() == "Stored in the keyring")
+    assert page.remove_buttons[SecretName.RUNPOD].isEnabled()
+
+
 def test_a_cloud_key_is_checked_with_its_provider_before_it_is_stored(
     window: MainWindow,
     qtbot: QtBot,
@@ -197,10 +213,15 @@ def test_only_the_home_page_is_built_before_the_window_first_shows(
     assert win.stack.count() == len(win.page_names()) - len(win.wizard.steps)
 
 
-def test_sidebar_rows_are_tall_enough_for_their_padding(window: MainWindow) -> None:
+def test_sidebar_rows_are_tall_enough_for_their_padding(qtbot: QtBot) -> None:
     """Rows measured before the stylesheet would overlap: each must be taller than its text with the padding."""
-    text = window.sidebar.fontMetrics().height()
-    heights = [
-        window.sidebar.visualItemRect(window.sidebar.item(row)).height() for row in range(window.sidebar.count())
-    ]
+    from desktop.ui.theme import apply_theme
+
+    apply_theme(Theme.LIGHT)  # as the app does before it builds the window
+    win = MainWindow(Settings(), SecretStore())
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    text = win.sidebar.fontMetrics().height()
+    heights = [win.sidebar.visualItemRect(win.sidebar.item(row)).height() for row in range(win.sidebar.count())]
     assert min(heights) >= text + 16

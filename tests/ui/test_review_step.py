@@ -139,7 +139,7 @@ def test_a_red_check_blocks_launch_until_the_user_launches_anyway(
     assert "Your server has no GPU" in headlines
     assert step.checks_badge.text() == "1 red"
     assert not step.launch_button.isEnabled(), "a red item blocks Launch"
-    assert step.launch_anyway_button.isVisibleTo(step) and step.launch_anyway_button.isEnabled()
+    assert step.launch_anyway_button.isVisibleTo(step.footer()) and step.launch_anyway_button.isEnabled()
     assert step.launch_anyway_button.property("role") == "destructive"
     assert step.launch_button.property("role") == "primary"
     assert "Launch anyway" in step.launch_status.text()
@@ -150,7 +150,7 @@ def test_a_red_check_blocks_launch_until_the_user_launches_anyway(
     assert "Launching despite: Your server has no GPU." in str(question["details"])
     assert f"Start training on {draft.target.url}?" in str(question["summary"])
     assert "$1.50 per hour" in str(question["summary"])
-    assert not step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step)
+    assert not step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step.footer())
     assert step.launched_banner.isVisibleTo(step) and ids[0] in step.launched_banner.headline_label.text()
 
 
@@ -234,7 +234,7 @@ def test_a_missing_part_cannot_be_launched_anyway(
     checked(step, wait_for)
     required = [row for row in step.check_rows if row.check.required]
     assert required and required[0].check.step == "data"
-    assert not step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step)
+    assert not step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step.footer())
     edits: list[str] = []
     step.sig_edit.connect(edits.append)
     required[0].fix_button.click()
@@ -301,7 +301,7 @@ def test_a_rented_pick_the_job_does_not_fit_is_red(
     red = [row.check for row in step.check_rows if row.check.severity.value == "danger"]
     assert [check.headline for check in red] == ["The job does not fit the picked machine"]
     assert "24 GB per GPU" in red[0].details and red[0].step == "compute"
-    assert not step.launch_button.isEnabled() and step.launch_anyway_button.isVisibleTo(step)
+    assert not step.launch_button.isEnabled() and step.launch_anyway_button.isVisibleTo(step.footer())
 
 
 def test_the_question_before_renting_names_provider_gpu_rate_total_and_budget(
@@ -319,7 +319,7 @@ def test_the_question_before_renting_names_provider_gpu_rate_total_and_budget(
     checked(step, wait_for)
     amber = [row.check.headline for row in step.check_rows]
     assert amber == ["Spot machine: it can be taken away at any time"]
-    assert step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step)
+    assert step.launch_button.isEnabled() and not step.launch_anyway_button.isVisibleTo(step.footer())
     assert "Price: $0.29 per hour" in step.section_text("compute")
     step.launch_button.click()
     ((title, summary, details, action),) = asked

@@ -75,8 +75,8 @@ QTableView, QTableWidget, QTreeView, QListView {{ background: {palette.surface};
 QTableView:focus, QTreeView:focus, QListView:focus {{ border: 2px solid {palette.accent}; }}
 QHeaderView::section {{ background: {palette.surface_alt}; color: {palette.text_muted}; border: none;
     border-bottom: 1px solid {palette.border}; padding: 6px; font-weight: 600; }}
-QSpinBox[role="number"]::up-button, QSpinBox[role="number"]::down-button,
-QDoubleSpinBox[role="number"]::up-button, QDoubleSpinBox[role="number"]::down-button {{ width: 0px; border: none; }}
+QSpinBox::up-button, QSpinBox::down-button, QDoubleSpinBox::up-button, QDoubleSpinBox::down-button {{
+    width: 0px; border: none; }}
 QProgressBar {{ background: {palette.surface_alt}; border: 1px solid {palette.border}; border-radius: {radius}px;
     text-align: center; color: {palette.text}; min-height: 14px; }}
 QProgressBar::chunk {{ background: {palette.accent}; border-radius: {radius}px; }}

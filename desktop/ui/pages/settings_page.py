@@ -6,17 +6,16 @@ import asyncio
 from pathlib import Path
 
 from pydantic import ValidationError
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFormLayout,
     QGridLayout,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QPushButton,
     QSpinBox,
     QWidget,
 )
@@ -38,12 +37,16 @@ from desktop.services.providers.base import ProviderError
 from desktop.services.providers.registry import check_api_key, provider_of_secret
 from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
+from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button, primary_button
 
-_SOURCE_TEXT = {
-    SecretSource.KEYRING: "Stored in the keyring",
-    SecretSource.MISSING: "Not set",
-    SecretSource.NO_KEYRING: "No keyring available",
+#: How each key source reads on its badge: (words, severity).
+_SOURCE_BADGES = {
+    SecretSource.KEYRING: ("Stored in the keyring", "success"),
+    SecretSource.MISSING: ("Not set", "info"),
+    SecretSource.NO_KEYRING: ("No keyring available", "warning"),
 }
+#: The widest a preference's field grows: a choice or a number needs no more.
+_FIELD_WIDTH = 260
 
 
 class SettingsPage(BasePage):
@@ -61,17 +64,31 @@ class SettingsPage(BasePage):
         super().__init__(parent)
         self.body.addWidget(self._build_preferences())
         self.body.addWidget(self._build_keys())
+        self.body.addWidget(self._build_files())
+        self.body.addStretch(1)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        """Reads the key states again each time the page shows: a key added on the Compute step appears here."""
+        super().showEvent(event)
+        self._read_key_statuses()
+
+    def _build_files(self) -> Card:
+        card = Card("Files", "Everything Rentune keeps on this computer, besides the keys in your keyring.")
         paths = app_paths()
         where = QLabel(f"Data: {paths.data_dir}\nLog file: {paths.log_dir / LOG_FILE_NAME}")
+        where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         where.setAccessibleName("Where Rentune keeps its files")
-        self.body.addWidget(where)
-        self.body.addStretch(1)
+        card.body.addWidget(where)
+        return card
 
     # -- preferences ----------------------------------------------------------------------------------------------
 
-    def _build_preferences(self) -> QGroupBox:
-        box = QGroupBox("Preferences")
-        form = QFormLayout(box)
+    def _build_preferences(self) -> Card:
+        card = Card("Preferences")
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
+        card.body.addLayout(form)
         self.theme_combo = QComboBox()
         self.theme_combo.setAccessibleName("Theme")
         for theme in Theme:
@@ -82,6 +99,8 @@ class SettingsPage(BasePage):
         self.log_combo = QComboBox()
         self.log_combo.addItems(["DEBUG", "INFO", "WARNING", "ERROR"])
         self.log_combo.setAccessibleName("Log level")
+        for field in (self.theme_combo, self.keep_spin, self.log_combo):
+            field.setMinimumWidth(_FIELD_WIDTH)
         form.addRow("Theme", self.theme_combo)
         form.addRow("Checkpoints kept per run", self.keep_spin)
         form.addRow("Log level", self.log_combo)
@@ -92,15 +111,15 @@ class SettingsPage(BasePage):
         form.addRow("At login", self.login_check)
         form.addRow("Notifications", self.notify_check)
         row = QHBoxLayout()
-        self.preferences_status = QLabel("")
-        self.save_button = QPushButton("Save preferences")
-        self.save_button.setAccessibleName("Save preferences")
+        self.preferences_status = caption()
+        self.preferences_status.setWordWrap(True)
+        self.save_button = primary_button("Save preferences", "circle-check", "Save preferences")
         self.save_button.clicked.connect(self.on_save_clicked)
-        row.addWidget(self.preferences_status, 1)
         row.addWidget(self.save_button)
-        form.addRow(row)
+        row.addWidget(self.preferences_status, 1)
+        card.body.addLayout(row)
         self._show_settings(self.settings)
-        return box
+        return card
 
     def _show_settings(self, settings: Settings) -> None:
         self.theme_combo.setCurrentIndex(self.theme_combo.findData(settings.theme))
@@ -150,35 +169,45 @@ class SettingsPage(BasePage):
 
     # -- API keys -------------------------------------------------------------------------------------------------
 
-    def _build_keys(self) -> QGroupBox:
-        box = QGroupBox("API keys and tokens")
-        grid = QGridLayout(box)
-        self.key_status: dict[SecretName, QLabel] = {}
+    def _build_keys(self) -> Card:
+        card = Card(
+            "API keys and tokens",
+            "A cloud key is checked with its provider before it is stored. Keys never leave this computer unless a "
+            "run asks for one (a gated model's Hugging Face token).",
+        )
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        card.body.addLayout(grid)
+        self.key_status: dict[SecretName, Badge] = {}
         self.key_inputs: dict[SecretName, QLineEdit] = {}
+        self.remove_buttons: dict[SecretName, QWidget] = {}
         for row, name in enumerate(SECRETS_IN_USE):
-            status = QLabel("…")
-            entry = QLineEdit()
-            entry.setEchoMode(QLineEdit.EchoMode.Password)
-            entry.setPlaceholderText(f"Paste it here, or set {name.env_var}")
-            entry.setAccessibleName(name.label)
-            store = QPushButton("Save")
-            store.setAccessibleName(f"Save the {name.label}")
-            store.clicked.connect(lambda _=False, n=name: self.on_store_key_clicked(n))
-            remove = QPushButton("Remove")
-            remove.setAccessibleName(f"Remove the {name.label}")
-            remove.clicked.connect(lambda _=False, n=name: self.on_remove_key_clicked(n))
-            grid.addWidget(QLabel(name.label), row, 0)
-            grid.addWidget(entry, row, 1)
-            grid.addWidget(store, row, 2)
-            grid.addWidget(remove, row, 3)
-            grid.addWidget(status, row, 4)
-            self.key_status[name], self.key_inputs[name] = status, entry
-        self.keys_message = QLabel("")
+            self._add_key_row(grid, row, name)
+        self.keys_message = caption()
         self.keys_message.setWordWrap(True)
         self.keys_message.setAccessibleName("API key messages")
-        grid.addWidget(self.keys_message, len(SECRETS_IN_USE), 0, 1, 5)
-        grid.setColumnStretch(1, 1)
-        return box
+        card.body.addWidget(self.keys_message)
+        grid.setColumnStretch(2, 1)
+        return card
+
+    def _add_key_row(self, grid: QGridLayout, row: int, name: SecretName) -> None:
+        status = Badge("Reading…", "info")
+        entry = QLineEdit()
+        entry.setEchoMode(QLineEdit.EchoMode.Password)
+        entry.setPlaceholderText(f"Paste it here, or set {name.env_var}")
+        entry.setAccessibleName(name.label)
+        entry.setMinimumWidth(220)
+        entry.returnPressed.connect(lambda n=name: self.on_store_key_clicked(n))
+        store = plain_button("Save", "key-round", f"Save the {name.label}")
+        store.clicked.connect(lambda _=False, n=name: self.on_store_key_clicked(n))
+        remove = plain_button("Remove", "trash-2", f"Remove the {name.label}")
+        remove.clicked.connect(lambda _=False, n=name: self.on_remove_key_clicked(n))
+        grid.addWidget(QLabel(name.label), row, 0)
+        grid.addWidget(status, row, 1, Qt.AlignmentFlag.AlignLeft)
+        grid.addWidget(entry, row, 2)
+        grid.addWidget(store, row, 3)
+        grid.addWidget(remove, row, 4)
+        self.key_status[name], self.key_inputs[name], self.remove_buttons[name] = status, entry, remove
 
     async def load(self) -> None:
         """Reads which keys are set (asking the keyring may block, so it runs off the UI thread)."""
@@ -193,8 +222,9 @@ class SettingsPage(BasePage):
 
     def _show_key_statuses(self, statuses: list[SecretStatus]) -> None:
         for status in statuses:
-            text = _SOURCE_TEXT.get(status.source, f"From {status.name.env_var}")
-            self.key_status[status.name].setText(text)
+            words, severity = _SOURCE_BADGES.get(status.source, (f"From {status.name.env_var}", "success"))
+            self.key_status[status.name].show_state(words, severity)
+            self.remove_buttons[status.name].setEnabled(status.source is SecretSource.KEYRING)
 
     def on_store_key_clicked(self, name: SecretName) -> None:
         """Checks a cloud key with its provider, then stores it in the keyring (off the UI thread); clears the field."""
