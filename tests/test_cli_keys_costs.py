@@ -13,12 +13,16 @@ import pytest
 
 import desktop.cli.keys as keys_cli
 import desktop.services.billing.ledger as ledger_module
+import desktop.services.runs.spend as spend_module
 from desktop.cli import main
 from desktop.services.billing.ledger import Ledger
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import AuthError, ProviderError, ProviderName
 from desktop.services.providers.registry import PROVIDERS
+from desktop.services.runs.spend import OWN_SERVER, spend_overview
+from desktop.services.runs.store import RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.recorded_costs import seed_spending
 
 KEY = "rpa_TESTKEY_0123456789abcdef"
 
@@ -45,7 +49,9 @@ def filled_ledger(monkeypatch: pytest.MonkeyPatch) -> Ledger:
     ledger.open("run-a", "runpod", "pod-1", "RTX 4090", 0.69, started=ts("2026-12-01T03:52:10"))
     ledger.close("runpod", "pod-1", stopped=ts("2026-12-01T05:52:10"))
     ledger.open("run-b", "vast", "v-1", "RTX 4090", 1.5, started=ts("2026-12-01T06:00:00"))
-    monkeypatch.setattr(ledger_module, "time", SimpleNamespace(time=lambda: ts("2026-12-01T08:00:00")))
+    clock = SimpleNamespace(time=lambda: ts("2026-12-01T08:00:00"))
+    monkeypatch.setattr(ledger_module, "time", clock)
+    monkeypatch.setattr(spend_module, "time", clock)
     return ledger
 
 
@@ -65,6 +71,8 @@ def test_costs_json_is_exactly_the_documented_object(filled_ledger: Ledger, caps
     assert json.loads(out) == {
         "total_usd": 17.28,
         "month_usd": 4.38,
+        "today_usd": 4.38,
+        "billing_per_hour": 1.5,
         "rentals": [
             {
                 "run_id": "run-n",
@@ -103,11 +111,33 @@ def test_costs_text_has_the_table_totals_and_a_warning_per_running_machine(
         "run-a", "RunPod", "pod-1", "RTX", "4090", "0.69", "2026-12-01T03:52:10Z", "2026-12-01T05:52:10Z", "1.38"
     ]  # fmt: skip
     assert lines[3].split()[-2:] == ["running", "3.00"]
-    assert "total $17.28, this month $4.38" in lines
+    assert "total $17.28, this month $4.38, today $4.38, billing $1.50/h now" in lines
     assert lines[-1] == (
         "still running: Vast.ai instance v-1 (RTX 4090) of run run-b at $1.50/h, $3.00 so far; "
         "rentune stop run-b ends it"
     )
+
+
+def test_costs_are_the_costs_pages_sums_own_servers_included(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI and the app's Costs page and tray give the same cents: rented machines and own servers alike."""
+    now = ts("2026-12-01T08:00:00")
+    seed_spending(now=now)
+    clock = SimpleNamespace(time=lambda: now)
+    monkeypatch.setattr(ledger_module, "time", clock)
+    monkeypatch.setattr(spend_module, "time", clock)
+    overview = spend_overview(RunStore(), now=now)
+    answer = json.loads(run(capsys, "costs", "--json")[1])
+    assert answer["total_usd"] == round(overview.total_usd, 2) > 0
+    assert answer["month_usd"] == round(overview.month_usd, 2)
+    assert answer["today_usd"] == round(overview.today_usd, 2)
+    assert answer["billing_per_hour"] == round(overview.burn_per_hour, 2)
+    own = [line for line in answer["rentals"] if line["provider"] == OWN_SERVER]
+    assert own and all(line["instance_id"] == "" for line in own)
+    assert round(sum(line["usd"] for line in answer["rentals"]), 2) == pytest.approx(answer["total_usd"], abs=0.05)
+    text = run(capsys, "costs")[1]
+    assert "Your server" in text and f"total ${overview.total_usd:.2f}," in text
 
 
 def test_costs_of_an_empty_ledger(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,6 +145,8 @@ def test_costs_of_an_empty_ledger(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(run(capsys, "costs", "--json")[1]) == {
         "total_usd": 0,
         "month_usd": 0,
+        "today_usd": 0,
+        "billing_per_hour": 0,
         "rentals": [],
         "running": [],
     }

@@ -1,8 +1,10 @@
-"""``rentune costs``: what rented machines have cost, from the ledger, and which ones are still billing.
+"""``rentune costs``: what fine-tunes have cost, and what still bills: the same sums as the app's Costs page.
 
-``--json`` prints one object: ``total_usd``, ``month_usd`` and each rental's ``usd`` are rounded to cents;
+Every stretch of billing is listed: each rented machine (from the ledger) and each run on your own server at the
+hourly rate you stated (provider ``own``, no instance or GPU). ``--json`` prints one object: ``total_usd``,
+``month_usd``, ``today_usd`` and each line's ``usd`` are rounded to cents, ``billing_per_hour`` is what bills now;
 ``price_per_hour`` is the price as recorded; ``started``/``stopped`` are ISO 8601 UTC (``2026-12-01T03:52:10Z``),
-``stopped`` null while the machine runs.
+``stopped`` null while it bills. Today and this month are the computer's local days, as in the app.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
-from desktop.services.billing.ledger import CostSummary, Ledger, LedgerError, Rental
+from desktop.services.billing.ledger import LedgerError
 from desktop.services.providers.base import ProviderName
+from desktop.services.runs.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
+from desktop.services.runs.store import RunStore
 
 _HEADER = ("RUN", "PROVIDER", "INSTANCE", "GPU", "$/H", "STARTED", "STOPPED", "DOLLARS")
 
@@ -25,47 +29,52 @@ def iso_utc(ts: float) -> str:
 
 
 def _label(provider: str) -> str:
+    if provider == OWN_SERVER:
+        return "Your server"
     try:
         return ProviderName(provider).label
     except ValueError:  # a provider this version does not know: show what was recorded
         return provider
 
 
-def rental_json(rental: Rental, now: float) -> dict[str, Any]:
-    """One rental as the JSON output shows it."""
+def charge_json(charge: Charge, now: float) -> dict[str, Any]:
+    """One stretch of billing as the JSON output shows it."""
     return {
-        "run_id": rental.run_id,
-        "provider": rental.provider,
-        "instance_id": rental.instance_id,
-        "gpu": rental.gpu,
-        "price_per_hour": rental.price_per_hour,
-        "started": iso_utc(rental.started),
-        "stopped": None if rental.stopped is None else iso_utc(rental.stopped),
-        "usd": round(rental.usd(now), 2),
+        "run_id": charge.run_id,
+        "provider": charge.provider,
+        "instance_id": charge.instance_id,
+        "gpu": charge.gpu,
+        "price_per_hour": charge.rate_per_hour,
+        "started": iso_utc(charge.started),
+        "stopped": None if charge.stopped is None else iso_utc(charge.stopped),
+        "usd": round(charge.usd(now), 2),
     }
 
 
-def summary_json(summary: CostSummary) -> dict[str, Any]:
-    """The whole summary as the JSON output shows it."""
+def overview_json(overview: SpendOverview) -> dict[str, Any]:
+    """The whole overview as the JSON output shows it."""
+    now = overview.now
     return {
-        "total_usd": round(summary.total_usd, 2),
-        "month_usd": round(summary.month_usd, 2),
-        "rentals": [rental_json(rental, summary.now) for rental in summary.rentals],
-        "running": [rental_json(rental, summary.now) for rental in summary.running],
+        "total_usd": round(overview.total_usd, 2),
+        "month_usd": round(overview.month_usd, 2),
+        "today_usd": round(overview.today_usd, 2),
+        "billing_per_hour": round(overview.burn_per_hour, 2),
+        "rentals": [charge_json(charge, now) for charge in overview.charges],
+        "running": [charge_json(charge, now) for charge in overview.billing],
     }
 
 
-def _row(rental: Rental, now: float) -> tuple[str, ...]:
-    stopped = "running" if rental.stopped is None else iso_utc(rental.stopped)
+def _row(charge: Charge, now: float) -> tuple[str, ...]:
+    stopped = "running" if charge.stopped is None else iso_utc(charge.stopped)
     return (
-        rental.run_id,
-        _label(rental.provider),
-        rental.instance_id,
-        rental.gpu,
-        f"{rental.price_per_hour:.2f}",
-        iso_utc(rental.started),
+        charge.run_id,
+        _label(charge.provider),
+        charge.instance_id or "-",
+        charge.gpu or "-",
+        f"{charge.rate_per_hour:.2f}",
+        iso_utc(charge.started),
         stopped,
-        f"{rental.usd(now):.2f}",
+        f"{charge.usd(now):.2f}",
     )
 
 
@@ -75,27 +84,35 @@ def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
-def _still_running(rental: Rental, now: float) -> str:
+def _still_running(charge: Charge, now: float) -> str:
+    where = (
+        "your server"
+        if charge.provider == OWN_SERVER
+        else f"{_label(charge.provider)} instance {charge.instance_id} ({charge.gpu})"
+    )
     return (
-        f"still running: {_label(rental.provider)} instance {rental.instance_id} ({rental.gpu}) of run "
-        f"{rental.run_id} at ${rental.price_per_hour:.2f}/h, ${rental.usd(now):.2f} so far; "
-        f"rentune stop {rental.run_id} ends it"
+        f"still running: {where} of run {charge.run_id} at ${charge.rate_per_hour:.2f}/h, "
+        f"${charge.usd(now):.2f} so far; rentune stop {charge.run_id} ends it"
     )
 
 
-def summary_text(summary: CostSummary) -> list[str]:
+def overview_text(overview: SpendOverview) -> list[str]:
     """The report's lines: the table, the totals, a warning per machine still billing."""
-    if not summary.rentals:
+    if overview.empty:
         return ["no rentals yet"]
-    rows = [_HEADER, *(_row(rental, summary.now) for rental in summary.rentals)]
-    totals = f"total ${summary.total_usd:.2f}, this month ${summary.month_usd:.2f}"
-    return [*table_lines(rows), "", totals, *(_still_running(rental, summary.now) for rental in summary.running)]
+    now = overview.now
+    rows = [_HEADER, *(_row(charge, now) for charge in overview.charges)]
+    totals = (
+        f"total ${overview.total_usd:.2f}, this month ${overview.month_usd:.2f}, today ${overview.today_usd:.2f}"
+        + (f", billing ${overview.burn_per_hour:.2f}/h now" if overview.billing else "")
+    )
+    return [*table_lines(rows), "", totals, *(_still_running(charge, now) for charge in overview.billing)]
 
 
 def run_costs(args: argparse.Namespace) -> int:
-    """``rentune costs``: prints the rentals and what they cost (``--json`` for one object)."""
+    """``rentune costs``: prints what was billed and what still bills (``--json`` for one object)."""
     try:
-        summary = Ledger().summary()
+        overview = spend_overview(RunStore())
     except LedgerError as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     except OSError as exc:  # the data folder cannot be created
@@ -104,7 +121,7 @@ def run_costs(args: argparse.Namespace) -> int:
             EXIT_FAILED,
         ) from exc
     if args.json:
-        print(json.dumps(summary_json(summary), indent=2))
+        print(json.dumps(overview_json(overview), indent=2))
     else:
-        print("\n".join(summary_text(summary)))
+        print("\n".join(overview_text(overview)))
     return EXIT_OK

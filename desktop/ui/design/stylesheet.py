@@ -42,6 +42,8 @@ QPushButton[role="primary"]:disabled {{ background: {palette.surface_alt}; color
     border: 1px solid {palette.border}; }}
 QPushButton[role="destructive"] {{ color: {palette.danger}; border: 1px solid {palette.danger}; font-weight: 600; }}
 QPushButton[role="destructive"]:hover {{ background: {palette.danger_bg}; }}
+QPushButton[role="destructive"]:disabled {{ color: {palette.text_muted}; border: 1px solid {palette.border};
+    background: {palette.surface_alt}; }}
 QPushButton[role="link"] {{ border: none; background: transparent; color: {palette.accent}; padding: 2px 4px; }}
 QPushButton[role="link"]:focus {{ border: 2px solid {palette.accent}; }}
 QPushButton[role="step"] {{ border: 2px solid transparent; background: transparent; color: {palette.text};

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -67,7 +68,7 @@ class SettingsPage(BasePage):
         self.body.addWidget(self._build_files())
         self.body.addStretch(1)
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+    def showEvent(self, event: QShowEvent) -> None:
         """Reads the key states again each time the page shows: a key added on the Compute step appears here."""
         super().showEvent(event)
         self._read_key_statuses()
@@ -177,6 +178,7 @@ class SettingsPage(BasePage):
         )
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(12)
         card.body.addLayout(grid)
         self.key_status: dict[SecretName, Badge] = {}
         self.key_inputs: dict[SecretName, QLineEdit] = {}
@@ -187,7 +189,7 @@ class SettingsPage(BasePage):
         self.keys_message.setWordWrap(True)
         self.keys_message.setAccessibleName("API key messages")
         card.body.addWidget(self.keys_message)
-        grid.setColumnStretch(2, 1)
+        grid.setColumnStretch(1, 1)
         return card
 
     def _add_key_row(self, grid: QGridLayout, row: int, name: SecretName) -> None:
@@ -196,17 +198,20 @@ class SettingsPage(BasePage):
         entry.setEchoMode(QLineEdit.EchoMode.Password)
         entry.setPlaceholderText(f"Paste it here, or set {name.env_var}")
         entry.setAccessibleName(name.label)
-        entry.setMinimumWidth(220)
+        entry.setMinimumWidth(180)
         entry.returnPressed.connect(lambda n=name: self.on_store_key_clicked(n))
         store = plain_button("Save", "key-round", f"Save the {name.label}")
         store.clicked.connect(lambda _=False, n=name: self.on_store_key_clicked(n))
         remove = plain_button("Remove", "trash-2", f"Remove the {name.label}")
         remove.clicked.connect(lambda _=False, n=name: self.on_remove_key_clicked(n))
-        grid.addWidget(QLabel(name.label), row, 0)
-        grid.addWidget(status, row, 1, Qt.AlignmentFlag.AlignLeft)
-        grid.addWidget(entry, row, 2)
-        grid.addWidget(store, row, 3)
-        grid.addWidget(remove, row, 4)
+        named = QVBoxLayout()  # the state under the name: the row stays narrow enough for a small window
+        named.setSpacing(2)
+        named.addWidget(QLabel(name.label))
+        named.addWidget(status, 0, Qt.AlignmentFlag.AlignLeft)
+        grid.addLayout(named, row, 0)
+        grid.addWidget(entry, row, 1)
+        grid.addWidget(store, row, 2)
+        grid.addWidget(remove, row, 3)
         self.key_status[name], self.key_inputs[name], self.remove_buttons[name] = status, entry, remove
 
     async def load(self) -> None:
