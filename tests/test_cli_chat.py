@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -64,11 +63,11 @@ def test_ctrl_c_stops_the_answer_not_the_chat(smollm2: SmolLM2) -> None:
     assert process.stdin is not None and process.stdout is not None
     try:
         assert process.stdout.read(2) == "> "
-        # a long answer of known length: a story may end on its own before the signal, and Ctrl-C at "> " quits
-        process.stdin.write("Count from 1 to 500, one number per line.\n")
+        # a long answer (greedy, it runs to --max-tokens: about 2,000 characters): a short one may end on its own
+        # before the signal, and Ctrl-C at "> " quits instead of stopping an answer
+        process.stdin.write("Write the numbers from 1 to 1000 separated by commas.\n")
         process.stdin.flush()
-        process.stdout.read(1)  # the answer has started
-        time.sleep(0.3)
+        process.stdout.read(20)  # the answer is streaming
         process.send_signal(signal.SIGINT)
         out, err = process.communicate("/exit\n", timeout=120)
     finally:
