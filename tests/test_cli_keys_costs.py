@@ -161,6 +161,17 @@ def test_costs_with_an_unreadable_ledger_is_one_line(rentune_home: Path, capsys:
     assert len(err.splitlines()) == 1
 
 
+def test_costs_with_an_unreadable_run_database_is_one_line(
+    rentune_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (rentune_home / "data").mkdir(parents=True)
+    (rentune_home / "data" / "runs.db").write_bytes(b"not a database" * 200)
+    code, out, err = run(capsys, "costs")
+    assert code == 1 and out == ""
+    assert err.startswith("rentune: error: the run database ") and "move it aside" in err
+    assert len(err.splitlines()) == 1
+
+
 # -- rentune keys ---------------------------------------------------------------------------------------------------
 
 

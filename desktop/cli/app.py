@@ -53,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rentune: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the last guard: one line here, the traceback goes to the log
+        from desktop.services.runs.store import RunStoreError  # here: `rentune --version` loads no database code
+
+        if isinstance(exc, RunStoreError):  # every command opens the run database: one answer for all of them
+            print(f"rentune: error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         return _unexpected(exc)
 
 

@@ -114,16 +114,30 @@ class InstalledKey:
     since: float
 
 
+class RunStoreError(sqlite3.DatabaseError):
+    """The run database cannot be used; the message names the file and the fix."""
+
+
 class RunStore:
-    """Reads and writes runs; every write is its own committed transaction."""
+    """Reads and writes runs; every write is its own committed transaction.
+
+    Raises:
+        RunStoreError: The database file cannot be opened or is not a run database.
+    """
 
     def __init__(self, path: Path | None = None) -> None:
         paths = app_paths()
         self.path = path or paths.data_dir / "runs.db"
         self.runs_dir = paths.runs_dir
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.executescript(_SCHEMA)
+        try:
+            with self._db() as db:
+                db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise RunStoreError(
+                f"the run database {self.path} cannot be used ({exc}); move it aside (Rentune starts a new one) "
+                "or check its permissions"
+            ) from exc
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
