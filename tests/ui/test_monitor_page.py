@@ -17,7 +17,7 @@ from PySide6.QtGui import QDesktopServices
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.spec import SshTarget
-from desktop.core.runs.states import RunState
+from desktop.core.runs.states import LIVE, RunState
 from desktop.core.settings import Settings, Theme
 from desktop.services.billing.ledger import Ledger
 from desktop.services.platform.secrets import SecretStore
@@ -648,7 +648,11 @@ def test_a_real_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_fin
     wait_for(
         lambda: context.manager.is_driving(record.id) or context.store.get(record.id).state is not RunState.CANCELLED
     )
-    wait_for(lambda: not context.manager.is_driving(record.id), timeout=300)
+    # the resumed run may be in a live state a moment before its driver counts as driving: wait for both to end
+    wait_for(
+        lambda: not context.manager.is_driving(record.id) and context.store.get(record.id).state not in LIVE,
+        timeout=300,
+    )
     final = context.store.get(record.id)
     assert final.state is RunState.FINISHED, final.error
     events = mirrored_events(context.store.runs_dir / record.id)
