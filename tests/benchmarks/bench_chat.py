@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from desktop.services.local.chat import ChatModel, open_chat
+from desktop.services.local.chat import ChatModel, generation_threads, open_chat
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.smollm2 import ensure_smollm2
 
@@ -44,7 +44,8 @@ async def _ours(model: ChatModel) -> tuple[int, float]:
 async def _measure(gguf: Path) -> tuple[float, float]:
     from llama_cpp import Llama
 
-    llama = Llama(model_path=str(gguf), n_ctx=4096, n_threads=os.cpu_count(), verbose=False)
+    threads = generation_threads()
+    llama = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False)
     model = await open_chat(gguf)
     ours: list[float] = []
     direct: list[float] = []
@@ -62,7 +63,8 @@ async def _measure(gguf: Path) -> tuple[float, float]:
 
 def run() -> bool:
     ours, direct = asyncio.run(_measure(ensure_smollm2().gguf))
-    print(f"median of {RUNS} interleaved greedy answers of up to {MAX_TOKENS} tokens, {os.cpu_count()} threads")
+    threads = f"{generation_threads()} threads of {os.cpu_count()} cores (one left for the app)"
+    print(f"median of {RUNS} interleaved greedy answers of up to {MAX_TOKENS} tokens, {threads}")
     return print_table(
         [
             Row(

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from desktop.services.local.chat import ChatModel, Conversation, choose_engine, gguf_kind, open_chat
+from desktop.services.local.chat import (
+    ChatModel,
+    Conversation,
+    choose_engine,
+    generation_threads,
+    gguf_kind,
+    open_chat,
+)
 from desktop.services.local.common import LocalToolError
 from tests.fixtures.smollm2 import SmolLM2
 
@@ -20,7 +26,8 @@ def direct_answer(gguf: Path, messages: list[dict[str, str]], max_tokens: int) -
     """llama-cpp-python called directly, greedy, as a user would without Rentune."""
     from llama_cpp import Llama
 
-    llama = Llama(model_path=str(gguf), n_ctx=4096, n_threads=os.cpu_count(), verbose=False)
+    threads = generation_threads()
+    llama = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False)
     try:
         reply = llama.create_chat_completion(messages=messages, temperature=0, max_tokens=max_tokens)
         return str(reply["choices"][0]["message"]["content"])  # type: ignore[index]

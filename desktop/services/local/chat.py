@@ -29,6 +29,16 @@ Message = dict[str, str]
 DEFAULT_CONTEXT = 4096
 
 
+def generation_threads() -> int:
+    """The CPU threads llama.cpp generates with: every core but one, and at least one.
+
+    llama.cpp's threads spin while they wait for each other, so with every core taken the window's event loop,
+    a run's uploads and the monitor wait for a core between tokens (stalls of 50-180 ms on two cores, against 30 ms
+    with one core left free; ``python -m tests.benchmarks bench_ui``).
+    """
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
 @dataclass
 class Conversation:
     """A chat's history: an optional system message and the turns so far.
@@ -140,7 +150,8 @@ class _LlamaCppEngine:
                 model_path=str(model),
                 n_ctx=n_ctx,
                 lora_path=str(lora) if lora else None,
-                n_threads=os.cpu_count(),
+                n_threads=generation_threads(),
+                n_threads_batch=generation_threads(),
                 verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
