@@ -7,6 +7,7 @@ from desktop.services.providers.base import ProviderName
 from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.snapshot import RunSnapshot
 from desktop.services.runs.store import RunRecord
+from desktop.ui.cost_words import rate
 
 #: A state as a word for people (a phase chip, a badge).
 STATE_WORDS = {
@@ -50,16 +51,6 @@ def state_badge(record: RunRecord) -> tuple[str, str]:
 def is_rented(record: RunRecord) -> bool:
     """Whether the run trains on machines rented for it (rather than on the user's own server)."""
     return compute_of(record) is not None
-
-
-def money(usd: float) -> str:
-    """Dollars to the cent, as the status bar and the tray say them: ``$1,234.56``."""
-    return f"${usd:,.2f}"
-
-
-def rate(usd_per_hour: float) -> str:
-    """An hourly rate: ``$0.44/h``."""
-    return f"${usd_per_hour:,.2f}/h"
 
 
 def provider_word(name: str) -> str:

@@ -26,10 +26,10 @@ from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore
 from desktop.services.runs.transfer import UPLOAD_PROGRESS_NAME, UploadMeter
 from desktop.ui.context import AppContext
+from desktop.ui.cost_words import money
 from desktop.ui.design.palette import DARK, LIGHT
 from desktop.ui.pages import monitor_page
 from desktop.ui.pages.monitor_page import MonitorPage, read_event_chunk
-from desktop.ui.run_words import money
 from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.loss_chart import EMPTY_TEXT, loss_axis_range, step_axis_end
 from tests.fixtures.recorded_run import record_finished_run, record_live_rented_run, seal

@@ -23,9 +23,9 @@ from desktop.services.runs.snapshot import footprint
 from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore, UnknownRunError
 from desktop.ui.context import AppContext
+from desktop.ui.cost_words import money
 from desktop.ui.pages import runs_page
 from desktop.ui.pages.runs_page import RunsPage, delete_question
-from desktop.ui.run_words import money
 from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
 from tests.fixtures.recorded_run import record_live_rented_run
 

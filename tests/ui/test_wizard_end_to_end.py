@@ -1,8 +1,10 @@
 """The whole app, driven like a user: the wizard launches real runs and the monitor follows them.
 
-On the own server (the loopback sshd) the window is closed mid-run and a new one reattaches; rented, the wizard
-lists a fake cloud's offers, picks the cheapest that fits, asks once and rents it, and the machine (a real sshd on
-loopback) is terminated at the fake when the adapter is home. The tiny model trains for real on the CPU.
+On the own server (the loopback sshd) the window is closed mid-run and a new one reattaches. Rented, the whole
+journey: the wizard lists a fake cloud's offers, picks the cheapest that fits, asks once and rents it; the machine (a
+real sshd on loopback) is terminated at the fake when the adapter is home; the adapter is on the Models page, is
+exported to GGUF there and answers in the chat; what it cost is on the Costs page and in the tray's menu. The tiny
+models train for real on the CPU.
 """
 
 from __future__ import annotations
@@ -32,21 +34,30 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
+from desktop.services.local.inventory import exports_folder
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.drafts import load_draft
 from desktop.services.runs.engine import EngineOptions
+from desktop.services.runs.spend import run_spend, spend_overview
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
+from desktop.ui.cost_words import money
 from desktop.ui.main_window import MainWindow
+from desktop.ui.pages.chat_page import ChatPage
+from desktop.ui.pages.costs_page import CostsPage
+from desktop.ui.pages.models_page import ModelsPage
 from desktop.ui.pages.wizard.compute_step import ComputeStep
 from desktop.ui.pages.wizard.data_step import DataStep
 from desktop.ui.pages.wizard.model_step import ModelStep
 from desktop.ui.pages.wizard.review_step import ReviewStep
 from desktop.ui.widgets.launch_dialog import LAUNCH_BUTTON
+from desktop.ui.widgets.local_dialogs import ExportDialog
 from tests.fakes.http import FakeCloud
+from tests.fixtures.chat_data import SYSTEM_PROMPT
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.tiny_models import TinyModel
+from tests.local.test_chat import direct_answer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two real runs, on a loaded machine too
 
@@ -95,10 +106,10 @@ def fill_data(qtbot: QtBot, window: MainWindow, wait_for: Callable[..., None], d
     assert step.validate() is None
 
 
-def fill_model(qtbot: QtBot, window: MainWindow, model: TinyModel, epochs: int = 5) -> None:
+def fill_model(qtbot: QtBot, window: MainWindow, model: Path, epochs: int = 5) -> None:
     step = window.wizard.current
     assert isinstance(step, ModelStep)
-    type_into(qtbot, step.model_edit, str(model.path))
+    type_into(qtbot, step.model_edit, str(model))
     step.method_buttons["lora"].click()
     step.advanced_toggle.click()
     for key, value in {"seq_len": 128, "micro_batch": 4, "grad_accum": 1, "epochs": epochs, "lora_r": 8}.items():
@@ -156,7 +167,7 @@ def test_the_wizard_launches_a_run_the_monitor_follows_and_a_new_window_reattach
     window.show_page("new")
     fill_data(qtbot, window, wait_for, chat_dataset)
     press_next(qtbot, window)
-    fill_model(qtbot, window, tiny_model)
+    fill_model(qtbot, window, tiny_model.path)
     press_next(qtbot, window)
     assert window.wizard.current.step_name == "sizing"
     wait_for(lambda: window.wizard.current.validate() is None, 60)
@@ -206,19 +217,19 @@ def runpod(fake_runpod: FakeCloud, monkeypatch: pytest.MonkeyPatch) -> FakeCloud
     return fake_runpod
 
 
-def test_the_wizard_rents_the_cheapest_machine_that_fits_and_the_run_follows_it_to_the_end(
+def test_the_journey_rent_the_cheapest_fit_train_export_to_gguf_chat_and_see_the_cost(
     qtbot: QtBot,
     qloop: asyncio.AbstractEventLoop,
     wait_for: Callable[..., None],
     runpod: FakeCloud,
-    tiny_model: TinyModel,
+    gguf_tiny_model: Path,
     chat_dataset: Path,
 ) -> None:
     window = open_window(qtbot, qloop)
     window.show_page("new")
     fill_data(qtbot, window, wait_for, chat_dataset)
     press_next(qtbot, window)
-    fill_model(qtbot, window, tiny_model, epochs=1)  # a short run: renting, not training, is under test
+    fill_model(qtbot, window, gguf_tiny_model, epochs=4)  # enough for the fine-tune to answer sums
     press_next(qtbot, window)
     wait_for(lambda: window.wizard.current.validate() is None, 60)
     press_next(qtbot, window)
@@ -260,7 +271,74 @@ def test_the_wizard_rents_the_cheapest_machine_that_fits_and_the_run_follows_it_
     wait_for(lambda: machine.terminated is not None, 60)
     assert not runpod.pool.alive(machine.id), "the machine is gone once the adapter is home"
     assert review.launched_run == run_id
+    gguf = export_on_the_models_page(window, wait_for, run_id)
+    chat_with(window, qtbot, wait_for, gguf)
+    see_the_cost(window, wait_for, run_id)
+    chat = window.page("chat")
+    assert isinstance(chat, ChatPage)
+    qloop.run_until_complete(chat.close_models())
     qloop.run_until_complete(window.context.manager.close())
+
+
+def export_on_the_models_page(window: MainWindow, wait_for: Callable[..., None], run_id: str) -> Path:
+    """Finds the run's adapter on the Models page and exports it to GGUF (Q8_0) there; returns the file."""
+    window.show_page("models")
+    page = window.page("models")
+    assert isinstance(page, ModelsPage)
+    wait_for(lambda: page.tree.topLevelItemCount() == 1, 30)  # read again as the page comes into view
+    adapter = page.tree.topLevelItem(0)
+    assert adapter.text(0).startswith(f"Run {run_id}") and adapter.text(1) == "LoRA adapter"
+    page.tree.setCurrentItem(adapter)
+    page.export_button.click()
+    dialog = page.dialog
+    assert isinstance(dialog, ExportDialog) and dialog.gguf_check.isChecked()
+    dialog.type_combo.setCurrentIndex(dialog.type_combo.findData("Q8_0"))
+    dialog.start_button.click()
+    wait_for(lambda: page.task is None, 600)
+    gguf = exports_folder(run_id) / "model-Q8_0.gguf"
+    assert gguf.read_bytes()[:4] == b"GGUF", page.banner.details_label.text()
+    wait_for(page.chat_button.isEnabled, 30)  # the new file is listed and selected
+    page.chat_button.click()
+    return gguf
+
+
+def chat_with(window: MainWindow, qtbot: QtBot, wait_for: Callable[..., None], gguf: Path) -> None:
+    """The chat opened from the Models page answers as llama.cpp itself does with the exported file."""
+    chat = window.page("chat")
+    assert isinstance(chat, ChatPage) and window.stack.currentWidget() is chat
+    column = chat.columns[0]
+    wait_for(lambda: column.badge.text() == "Ready", 120)
+    chat.temperature_spin.setValue(0)
+    chat.tokens_spin.setValue(16)
+    type_into(qtbot, chat.system_edit, SYSTEM_PROMPT)
+    question = "What is two plus three?"  # the fine-tune learnt to answer sums
+    type_into(qtbot, chat.prompt, question)
+    qtbot.keyClick(chat.prompt, Qt.Key.Key_Return)
+    wait_for(lambda: not chat.answering, 120)
+    assert question in column.text()
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    expected = direct_answer(gguf, messages, 16)
+    assert expected.strip() and column.last_answer() == expected
+
+def see_the_cost(window: MainWindow, wait_for: Callable[..., None], run_id: str) -> None:
+    """The run's dollars on the Costs page, and the day's and month's in the tray's menu, match the ledger."""
+    spent = run_spend(RunStore(), run_id)
+    assert spent.rented and not spent.billing and spent.usd > 0
+    window.show_page("costs")
+    page = window.page("costs")
+    assert isinstance(page, CostsPage)
+
+    def run_row() -> list[str]:
+        table = page.run_table
+        rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
+        return next((row for row in rows if row[0] == run_id), [])
+
+    wait_for(lambda: run_row()[2:5] == ["RunPod", "Finished", money(spent.usd)], 30)
+    overview = spend_overview(RunStore())
+    assert page.total_card.value_label.text() == money(overview.total_usd) == money(spent.usd)
+    menu = window.cost_tracker.status_meter.menu.items
+    assert menu[0].text == f"Today {money(overview.today_usd)} · This month {money(overview.month_usd)}"
+    assert not [item for item in menu if item.kind == "stop"], "nothing bills any more"
 
 
 def focusable(widget: QWidget) -> list[QWidget]:

@@ -14,8 +14,9 @@ from typing import Any
 from desktop.core.runs.progress import format_duration
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
+from desktop.ui.cost_words import money, rate
 from desktop.ui.pages.monitor_text import ERROR_WORDS
-from desktop.ui.run_words import money, provider_word, rate
+from desktop.ui.run_words import provider_word
 from trainer_payload.protocol import EventKind, JobState
 
 #: How the run's own transitions read (the paused, failed and stopped ones add their reasons).

@@ -17,7 +17,8 @@ from desktop.services.runs.actions import was_stopped_by_user
 from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
-from desktop.ui.run_words import is_rented, method_word, money, provider_word, rate
+from desktop.ui.cost_words import money, rate
+from desktop.ui.run_words import is_rented, method_word, provider_word
 from trainer_payload.protocol import ErrorKind, JobState
 
 #: The rows of the "Training" card: (key, label).

@@ -22,8 +22,9 @@ from desktop.services.runs.snapshot import Footprint, RunSnapshot, footprint, re
 from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, RunStore, UnknownRunError
 from desktop.ui.background import Operation, spawn
 from desktop.ui.context import AppContext
+from desktop.ui.cost_words import money, rate
 from desktop.ui.pages.base import BasePage
-from desktop.ui.run_words import method_word, money, rate, resume_question, state_badge
+from desktop.ui.run_words import method_word, resume_question, state_badge
 from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
 from desktop.ui.widgets.blocks import EmptyState, caption, destructive_button, plain_button, primary_button
 from desktop.ui.widgets.dialogs import confirm

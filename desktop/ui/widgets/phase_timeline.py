@@ -13,8 +13,9 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from desktop.core.runs.progress import ENDED, PhaseSpan, format_duration
 from desktop.core.runs.timeline import MachineMark, TimelineItem
+from desktop.ui.cost_words import rate
 from desktop.ui.design.palette import Palette
-from desktop.ui.run_words import phase_word, provider_word, rate
+from desktop.ui.run_words import phase_word, provider_word
 from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.flow_layout import FlowLayout
 
