@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, QSignalBlocker, QSize, Signal
 from PySide6.QtGui import QCloseEvent, QIcon, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMainWindow, QStackedWidget, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMainWindow, QStackedWidget, QWidget
 
 from desktop import __version__
 from desktop.core.settings import Settings
@@ -23,6 +23,7 @@ from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme
 from desktop.ui.tray import CostTracker
+from desktop.ui.widgets.elided_label import ElidedLabel
 from desktop.ui.widgets.orphans_banner import OrphansBanner
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class MainWindow(QMainWindow):
         self.orphans_banner = OrphansBanner(self.context.store, secrets)
         self.orphans_banner.sig_stopped.connect(self.on_orphans_stopped)
         self.sidebar.setCurrentRow(0)
-        self.status_label = QLabel("Ready. No machine is rented.")
+        self.status_label = ElidedLabel("Ready. No machine is rented.")
         self.status_label.setAccessibleName("What is running")
         self.statusBar().addWidget(self.status_label, 1)
         self.cost_tracker = CostTracker(self, self.context, self.show_page)

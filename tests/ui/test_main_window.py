@@ -176,6 +176,18 @@ def test_status_bar_says_what_is_running_and_what_it_costs(window: MainWindow, w
     wait_for(lambda: window.status_label.text().startswith("Running: training on ssh://me@box:22 · $"))
 
 
+def test_a_long_status_line_is_shortened_at_1024_px_not_widening_the_window(window: MainWindow, qtbot: QtBot) -> None:
+    window.resize(1024, 700)
+    long_line = "Reattached to 3 live run(s); their checkpoints keep coming home. " * 4
+    window.status_label.setText(long_line)
+    qtbot.waitUntil(lambda: window.status_label.toolTip() == long_line)  # set when painted shortened
+    assert window.width() == 1024 and window.status_label.is_elided()
+    assert window.status_label.text() == long_line, "only the painting is shortened"
+    window.status_label.setText("Ready.")
+    qtbot.waitUntil(lambda: window.status_label.toolTip() == "")
+    assert not window.status_label.is_elided()
+
+
 def test_the_app_follows_runs_with_the_checkpoints_kept_setting(qtbot: QtBot) -> None:
     win = MainWindow(Settings(keep_local_checkpoints=2), SecretStore())
     qtbot.addWidget(win)
