@@ -11,12 +11,13 @@ PYTEST_WORKERS ?= auto
 # Build llama.cpp portably (no -march=native), so the cached wheel runs on any x86-64 machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=off
 
-.PHONY: run test lint typecheck imports pytest bench install-local gpu-wheels gpu-install gpu-check clean help
+.PHONY: run test lint typecheck imports pytest bench dist install-local gpu-wheels gpu-install gpu-check clean help
 
 help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
+	@echo "make dist           build the double-clickable app for this platform into dist/ (see installers/README.md)"
 	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet, MLX)"
 	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
 	@echo "make gpu-install    on the GPU machine: install the carried .whl/N the image lacks into .gpu-site"
@@ -64,6 +65,24 @@ pytest: $(VENV)/.test-installed
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; fi; exit $$status
 
 test: lint typecheck imports pytest
+
+# The bundle is built from its own venv holding the base app only, so no torch or CUDA can slip into it.
+DIST_VENV := build/dist-venv
+DIST_PY   := $(DIST_VENV)/bin/python
+PYINSTALLER := pyinstaller==6.22.3
+
+$(DIST_PY):
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+
+$(DIST_VENV)/.installed: pyproject.toml | $(DIST_PY)
+	$(DIST_PY) -m pip install --quiet --disable-pip-version-check '$(PYINSTALLER)' .
+	@touch $@
+
+dist: $(DIST_VENV)/.installed
+	@bash installers/system-deps.sh run
+	$(DIST_PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+	$(DIST_PY) installers/build_dist.py
 
 bench: $(VENV)/.test-installed
 	@bash installers/system-deps.sh test

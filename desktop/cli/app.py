@@ -24,6 +24,7 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "export": ("export", "run_export"),
     "chat": ("chat", "run_chat"),
     "compare": ("compare", "run_compare"),
+    "tools": ("tools", "run_tools"),
     **{name: ("runs", f"run_{name}") for name in ("run", "runs", "status", "logs", "stop", "pull", "resume")},
 }
 
@@ -45,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
+        from desktop.services.local.toolenv import activate  # here: rentune --version imports nothing more
+
+        activate()  # the local tools' private environment, once installed, is importable by every command
         return _handler(args.command)(args)
     except CliError as exc:
         print(f"rentune: error: {exc}", file=sys.stderr)

@@ -226,6 +226,21 @@ def _add_local_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     _add_export_parser(commands)
     _add_chat_parser(commands)
     _add_compare_parser(commands)
+    _add_tools_parser(commands)
+
+
+def _add_tools_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tools = commands.add_parser(
+        "tools",
+        help="the local tools (torch, transformers, peft, llama.cpp) for export and chat: install, status, remove",
+        description="Rentune installs the local tools into a private environment under its data folder, from a "
+        "Python of its own version; an interrupted install is finished by running install again.",
+    )
+    actions = tools.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
+    actions.add_parser("install", help="install the pinned local tools (or finish an interrupted install)")
+    status = actions.add_parser("status", help="what is installed and how big it is")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    actions.add_parser("remove", help="delete the local tools and free their space")
 
 
 def _add_export_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

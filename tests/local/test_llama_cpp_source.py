@@ -34,7 +34,7 @@ async def test_missing_llama_cpp_python_says_how_to_install(monkeypatch: pytest.
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(llama_cpp_source.importlib.metadata, "version", not_installed)
-    with pytest.raises(LocalToolError, match="make install-local"):
+    with pytest.raises(LocalToolError, match="rentune tools install"):
         await llama_cpp_converters(no_progress)
 
 

@@ -320,6 +320,7 @@ def chat_with(window: MainWindow, qtbot: QtBot, wait_for: Callable[..., None], g
     expected = direct_answer(gguf, messages, 16)
     assert expected.strip() and column.last_answer() == expected
 
+
 def see_the_cost(window: MainWindow, wait_for: Callable[..., None], run_id: str) -> None:
     """The run's dollars on the Costs page, and the day's and month's in the tray's menu, match the ledger."""
     spent = run_spend(RunStore(), run_id)

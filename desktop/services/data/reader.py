@@ -189,7 +189,8 @@ def iter_parquet(path: Path) -> Iterator[RawRow]:
         import pyarrow.parquet as pq  # optional, heavy: only for Parquet input
     except ImportError as exc:
         raise DatasetFileError(
-            "reading Parquet needs pyarrow: pip install pyarrow (or make install-local)", FileProblem.NEEDS_PYARROW
+            "reading Parquet needs pyarrow: install the local tools (Models page, or rentune tools install)",
+            FileProblem.NEEDS_PYARROW,
         ) from exc
     try:
         parquet = pq.ParquetFile(path)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -105,29 +104,31 @@ def require_free_space(folder: Path, needed: int, what: str) -> None:
         )
 
 
-async def run_python(
-    arguments: Sequence[str],
+async def run_program(
+    command: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
     on_line: Callable[[str], None] | None = None,
     what: str,
 ) -> str:
-    """Runs ``python ARGUMENTS`` (this interpreter) in a child process and returns its output.
+    """Runs ``command`` in a child process and returns its output.
 
     Output lines (stdout and stderr together) go to ``on_line`` as they come. Cancelling the awaiting task kills
     the child, so a cancelled step stops using the CPU at once.
 
     Raises:
-        LocalToolError: It exited non-zero; the message has ``what`` and the output's last lines.
+        LocalToolError: It could not start, or exited non-zero; the message has ``what`` and the output's last lines.
     """
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *arguments,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=dict(env) if env is not None else None,
-    )
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+        )
+    except OSError as exc:
+        raise LocalToolError(f"{what} could not start {command[0]} ({exc.strerror or exc})") from exc
     try:
         lines = await _read_lines(process, on_line)
         code = await process.wait()

@@ -124,6 +124,6 @@ def mlx_model_types() -> tuple[frozenset[str] | None, str]:
         return None, "MLX runs on Apple Silicon Macs and Linux only"
     spec = importlib.util.find_spec("mlx_lm")  # finds the package without importing it (and MLX)
     if spec is None or not spec.submodule_search_locations or importlib.util.find_spec("mlx") is None:
-        return None, "MLX is not installed: run make install-local (it adds mlx-lm, and mlx[cpu] on Linux)"
+        return None, "MLX is not installed: install the local tools on an Apple Silicon Mac (rentune tools install)"
     models = Path(next(iter(spec.submodule_search_locations))) / "models"
     return frozenset(p.stem for p in models.glob("*.py") if not p.stem.startswith("_")), ""

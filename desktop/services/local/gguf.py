@@ -19,9 +19,9 @@ from desktop.services.local.common import (
     finished_file,
     folder_bytes,
     require_free_space,
-    run_python,
 )
 from desktop.services.local.llama_cpp_source import Converters, convertible_architectures, llama_cpp_converters
+from desktop.services.local.toolenv import job_file, run_python
 
 #: The quantisation types offered, each a ``LLAMA_FTYPE_MOSTLY_<TYPE>`` of llama.cpp.
 QUANT_TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16")
@@ -226,7 +226,7 @@ async def quantize_gguf(
     converters = await llama_cpp_converters(progress)
     with finished_file(out_file) as work:
         progress(f"quantising {source.name} to {qtype}", None)
-        args = [quantize_job.__file__, str(source), str(work), qtype]
+        args = [str(job_file(quantize_job)), str(source), str(work), qtype]
         output = await run_python(args, env=converters.env(), what=f"quantising to {qtype}")
     tensors = _result_tensors(output)
     counts = dict(sorted(Counter(t[1] for t in tensors).items()))

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from desktop.services.local.common import LocalToolError, Progress, partial_name, run_python
+from desktop.services.local.common import LocalToolError, Progress, partial_name
+from desktop.services.local.toolenv import run_python
 from desktop.services.platform.paths import app_paths
 
 CACHE_ENV = "RENTUNE_TOOLS_CACHE"
@@ -80,7 +81,8 @@ def installed_version() -> str:
         return importlib.metadata.version("llama-cpp-python")
     except importlib.metadata.PackageNotFoundError:
         raise LocalToolError(
-            "llama-cpp-python is not installed, so GGUF files cannot be made; run `make install-local`"
+            "llama-cpp-python is not installed, so GGUF files cannot be made; install the local tools (Models page, "
+            "or rentune tools install)"
         ) from None
 
 

@@ -20,9 +20,9 @@ from desktop.services.local.common import (
     folder_bytes,
     no_progress,
     require_free_space,
-    run_python,
 )
 from desktop.services.local.facts import base_weight_files, read_json
+from desktop.services.local.toolenv import run_python
 
 #: A float32 merge needs about twice a 16-bit model's bytes in memory; above this share of RAM, merge in 16 bits.
 _FLOAT32_MEMORY_SHARE = 0.5

@@ -22,11 +22,11 @@ from desktop.services.local.common import (
     folder_bytes,
     no_progress,
     require_free_space,
-    run_python,
 )
+from desktop.services.local.toolenv import run_python
 
 #: The one line shown wherever MLX is asked for but cannot be imported.
-MLX_MISSING = "MLX needs Apple Silicon, or Linux with mlx[cpu]: make install-local"
+MLX_MISSING = "MLX needs Apple Silicon with the local tools installed (Models page, or rentune tools install)"
 
 _MLX_MISSING_MARK = "RENTUNE-MLX-MISSING"
 _ANSWER_MARK = "RENTUNE-ANSWER:"

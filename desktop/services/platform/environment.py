@@ -39,15 +39,15 @@ class EnvironmentCheck:
     is_tool: bool = False
 
 
-# Optional tools: (distribution name, what it unlocks today, how to get it). Only what the app uses now is listed;
-# the local merge, GGUF and chat tools join this list when those features land.
+# Optional tools: (distribution name, what it unlocks, how to get it). The local tools' private environment
+# (rentune tools install) holds them all; a source checkout can also install them into its own venv.
 _OPTIONAL_TOOLS = [
     (
         "transformers",
         "exact token counts with the model's own tokenizer and chat template",
-        "make install-local (or pip install 'rentune[local]')",
+        "install the local tools: Models page, or rentune tools install",
     ),
-    ("pyarrow", "Parquet datasets", "make install-local (or pip install 'rentune[local]')"),
+    ("pyarrow", "Parquet datasets", "install the local tools: Models page, or rentune tools install"),
 ]
 
 

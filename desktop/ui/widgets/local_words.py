@@ -25,7 +25,7 @@ _CLI_HINTS: list[tuple[str, str]] = [
     (r"write it with rentune export --mlx", "export it again as MLX on the Models page"),
     (r"\(?rentune pull \S+\)?", "(bring it home again from the monitor)"),
     (r"\(?see rentune runs\)?|\(rentune runs shows each run's adapter\)", ""),
-    (r"run `?make install-local`?(?: \([^)]*\))?|: make install-local", ": install the local tools (see below)"),
+    (r"\(Models page, or rentune tools install[^)]*\)", "(see below)"),
     (r"run the command again", "try again"),
     (r"--engine mlx", "MLX"),
     (r"--lora", "a LoRA"),

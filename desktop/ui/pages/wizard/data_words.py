@@ -167,7 +167,7 @@ def file_problem(check: DatasetCheck) -> tuple[str, str]:
         FileProblem.NOT_TEXT.value: (f"{name} is not UTF-8 text", "Re-save it as UTF-8, then check it again."),
         FileProblem.NEEDS_PYARROW.value: (
             "Parquet files need the pyarrow library",
-            "Install the local tools (make install-local), or export the data as JSONL or CSV.",
+            "Install the local tools (Models page), or export the data as JSONL or CSV.",
         ),
         FileProblem.UNKNOWN_LAYOUT.value: (
             f"Which columns of {name} hold the conversation?",

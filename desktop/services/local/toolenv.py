@@ -1,0 +1,380 @@
+"""The local tools' private environment: torch, transformers, peft and llama.cpp, installed on demand.
+
+It lives under the data folder, for an app that does not have the tools itself (the bundled app never does).
+
+``rentune tools install`` (or the Models page) makes a virtual environment from a Python of the app's own version
+and pip-installs the pinned stack (``resources/local-tools/requirements.txt``) into it; a marker file written last
+says it is complete, so an interrupted install is finished by running it again (pip keeps what it installed and its
+cache keeps what it downloaded). Once complete, the app imports the tools from it (:func:`activate`) and runs its
+child jobs with its Python (:func:`local_python`). Removing it deletes the folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+from desktop.services.local.common import LocalToolError, Progress, require_free_space, run_program
+from desktop.services.platform.paths import app_paths
+from desktop.services.platform.resources import resource_bytes
+
+TOOLS_FOLDER = "local-tools"
+MARKER = "rentune-tools.json"
+#: A file in the environment's site-packages naming the folder that holds the app's own ``desktop`` package, so the
+#: environment's Python runs the app's child jobs (``python -m desktop.services.local.merge_job``).
+APP_PATH_FILE = "rentune-app.pth"
+#: Overrides the Python the environment is made from (its version must be the app's).
+PYTHON_ENV = "RENTUNE_TOOLS_PYTHON"
+#: Space-separated extra package indexes pip may take wheels from ("" for none); the default is per platform.
+INDEXES_ENV = "RENTUNE_TOOLS_INDEXES"
+#: About what the stack takes on disk once installed (torch's CPU build is most of it), for the free-space check.
+INSTALLED_BYTES = 1_600_000_000
+#: The distributions listed in the status, in the order a user cares about.
+LISTED = ("torch", "transformers", "peft", "llama_cpp_python", "sentencepiece", "protobuf", "pyarrow", "mlx-lm")
+
+
+class ToolsState(StrEnum):
+    """How far the environment is."""
+
+    ABSENT = "absent"
+    PARTIAL = "partial"  # begun and interrupted: install again to finish
+    INSTALLED = "installed"
+    OTHER_PYTHON = "other_python"  # made for another Python version than the app's: install again to replace it
+
+
+@dataclass(frozen=True)
+class ToolsStatus:
+    """What the environment holds.
+
+    Attributes:
+        folder: Where it lives.
+        state: How far it is.
+        size_bytes: What it takes on disk (0 when absent).
+        python_version: Its Python's ``X.Y``, once made.
+        packages: The main distributions installed and their versions.
+    """
+
+    folder: Path
+    state: ToolsState
+    size_bytes: int = 0
+    python_version: str | None = None
+    packages: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolsEnv:
+    """The environment's folder and the paths inside it."""
+
+    folder: Path
+
+    @property
+    def python(self) -> Path:
+        """Its Python interpreter."""
+        if sys.platform == "win32":
+            return self.folder / "Scripts" / "python.exe"
+        return self.folder / "bin" / "python"
+
+    @property
+    def marker(self) -> Path:
+        """The file written once the install has finished."""
+        return self.folder / MARKER
+
+    def site_packages(self, version: str | None = None) -> Path:
+        """Its site-packages folder (for Python ``version``, this one's by default)."""
+        if sys.platform == "win32":
+            return self.folder / "Lib" / "site-packages"
+        return self.folder / "lib" / f"python{version or app_python_version()}" / "site-packages"
+
+    def marker_python(self) -> str | None:
+        """The Python version the finished install was made for, or None when it has not finished."""
+        try:
+            return str(json.loads(self.marker.read_text(encoding="utf-8"))["python"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def complete(self) -> bool:
+        """Whether the install finished, for this app's Python version."""
+        return self.marker_python() == app_python_version() and self.python.exists()
+
+
+def tools_env() -> ToolsEnv:
+    """The environment of the current profile (under the data folder)."""
+    return ToolsEnv(app_paths().data_dir / TOOLS_FOLDER)
+
+
+def app_python_version() -> str:
+    """This Python's ``X.Y``: the environment must be made from the same, as the app imports from it."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def frozen() -> bool:
+    """Whether this is the bundled app (PyInstaller), which has no Python of its own to run child jobs with."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def app_source_folder() -> Path:
+    """The folder holding the app's ``desktop`` package as files (the bundle carries them for the child jobs)."""
+    if frozen():
+        return Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent)) / "app-source"
+    return Path(__file__).resolve().parents[3]
+
+
+def job_file(module: ModuleType) -> Path:
+    """The file of one of the app's job modules, to run by path with :func:`local_python`.
+
+    In the bundle it is the copy in the app's sources: the module itself lives in the bundle's archive.
+    """
+    if not frozen():
+        return Path(str(module.__file__))
+    return app_source_folder().joinpath(*module.__name__.split(".")).with_suffix(".py")
+
+
+def local_python() -> Path:
+    """The Python that runs the heavy child jobs: the environment's once it is complete, else this one.
+
+    Raises:
+        LocalToolError: This is the bundled app and the environment is not installed.
+    """
+    env = tools_env()
+    if env.complete():
+        _write_app_path(env, app_python_version())
+        return env.python
+    if frozen():
+        raise LocalToolError(
+            "the local tools are not installed: install them on the Models page (or with rentune tools install)"
+        )
+    return Path(sys.executable)
+
+
+def activate() -> bool:
+    """Lets this process import the environment's libraries (behind its own), when the install is complete.
+
+    Returns:
+        Whether the environment is in use.
+    """
+    env = tools_env()
+    if not env.complete():
+        return False
+    folder = str(env.site_packages())
+    if folder not in sys.path:
+        sys.path.append(folder)
+        importlib.invalidate_caches()
+    return True
+
+
+def _write_app_path(env: ToolsEnv, version: str) -> None:
+    path_file = env.site_packages(version) / APP_PATH_FILE
+    wanted = f"{app_source_folder()}\n"
+    try:
+        if path_file.read_text(encoding="utf-8") == wanted:
+            return
+    except OSError:
+        pass
+    path_file.parent.mkdir(parents=True, exist_ok=True)
+    path_file.write_text(wanted, encoding="utf-8")
+
+
+# -- status and removal --------------------------------------------------------------------------------------------
+
+
+def tools_status() -> ToolsStatus:
+    """What the environment holds now (blocking: it adds up the folder's size)."""
+    env = tools_env()
+    if not env.folder.exists():
+        return ToolsStatus(env.folder, ToolsState.ABSENT)
+    made_for = env.marker_python()
+    state = ToolsState.PARTIAL if made_for is None else ToolsState.INSTALLED
+    if made_for is not None and made_for != app_python_version():
+        state = ToolsState.OTHER_PYTHON
+    packages = _installed_packages(env.site_packages(made_for)) if made_for else {}
+    return ToolsStatus(env.folder, state, folder_bytes(env.folder), made_for, packages)
+
+
+def _installed_packages(site_packages: Path) -> dict[str, str]:
+    distributions = metadata.distributions(path=[str(site_packages)])
+    found = {_canonical(dist.metadata["Name"] or ""): dist.version for dist in distributions}
+    return {name: found[_canonical(name)] for name in LISTED if _canonical(name) in found}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def folder_bytes(folder: Path) -> int:
+    """The size of the files below ``folder`` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += (Path(root) / name).lstat().st_size
+            except OSError:
+                continue
+    return total
+
+
+def remove_tools() -> int:
+    """Deletes the environment (blocking). Returns the bytes freed.
+
+    Raises:
+        LocalToolError: The folder could not be deleted (in use, or permissions).
+    """
+    env = tools_env()
+    if not env.folder.exists():
+        return 0
+    size = folder_bytes(env.folder)
+    try:
+        shutil.rmtree(env.folder)
+    except OSError as exc:
+        raise LocalToolError(
+            f"could not delete {env.folder} ({exc.strerror or exc}); quit Rentune and any chat or export using it, "
+            "then remove it again"
+        ) from exc
+    return size
+
+
+# -- installing ------------------------------------------------------------------------------------------------------
+
+
+def requirements_text() -> str:
+    """The pinned stack, as shipped with the app."""
+    return resource_bytes("local-tools", "requirements.txt").decode("utf-8")
+
+
+def extra_indexes() -> list[str]:
+    """The package indexes pip may also take wheels from: PyTorch's CPU builds, llama-cpp-python's prebuilt wheels."""
+    configured = os.environ.get(INDEXES_ENV)
+    if configured is not None:
+        return configured.split()
+    if sys.platform == "darwin":
+        return ["https://abetlen.github.io/llama-cpp-python/whl/metal"]
+    return ["https://download.pytorch.org/whl/cpu", "https://abetlen.github.io/llama-cpp-python/whl/cpu"]
+
+
+async def find_base_python() -> Path:
+    """A Python of the app's version to make the environment from.
+
+    Raises:
+        LocalToolError: None is found; the message says which version to install.
+    """
+    override = os.environ.get(PYTHON_ENV)
+    if override:
+        candidates: list[str] = [override]
+    elif not frozen():
+        candidates = [getattr(sys, "_base_executable", "") or sys.executable]
+    else:
+        names = [f"python{app_python_version()}", "python3", "python"]
+        candidates = [found for name in names if (found := shutil.which(name))]
+    for candidate in candidates:
+        if await _python_version(candidate) == app_python_version():
+            return Path(candidate)
+    raise LocalToolError(
+        f"installing the local tools needs Python {app_python_version()} (the version Rentune is built with), and none "
+        f"was found; install it (python.org, or brew install python@{app_python_version()}) or set {PYTHON_ENV} to "
+        "one, then install again"
+    )
+
+
+async def _python_version(python: str) -> str | None:
+    try:
+        process = await asyncio.create_subprocess_exec(
+            python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        output, _ = await process.communicate()
+    except OSError:
+        return None
+    return output.decode().strip() if process.returncode == 0 else None
+
+
+async def install_tools(progress: Progress, *, indexes: Sequence[str] | None = None) -> ToolsStatus:
+    """Makes (or finishes) the environment and installs the pinned stack into it.
+
+    Progress goes to ``progress`` as pip reports each package. Cancelling stops pip at once; running it again
+    finishes the install.
+
+    Raises:
+        LocalToolError: No suitable Python, not enough disk space, or pip failed (its last lines are in the message).
+    """
+    env = tools_env()
+    base = await find_base_python()
+    require_free_space(env.folder.parent, INSTALLED_BYTES, "the local tools")
+    if env.marker_python() not in (None, app_python_version()):
+        await asyncio.to_thread(remove_tools)  # made for another Python: its packages cannot be imported here
+    if not env.python.exists():
+        progress(f"making the tools environment from Python {app_python_version()} ({base})", None)
+        await _run([str(base), "-m", "venv", str(env.folder)], progress, what="making the tools environment")
+    env.marker.unlink(missing_ok=True)
+    (env.site_packages() / APP_PATH_FILE).unlink(missing_ok=True)  # pip must see the environment's packages only
+    requirements = env.folder / "requirements.txt"
+    requirements.write_text(requirements_text(), encoding="utf-8")
+    command = [str(env.python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+    for index in extra_indexes() if indexes is None else indexes:
+        command += ["--extra-index-url", index]
+    await _run([*command, "-r", str(requirements)], progress, what="installing the local tools")
+    _write_app_path(env, app_python_version())
+    _write_marker(env)
+    progress("the local tools are installed", 1.0)
+    activate()
+    return await asyncio.to_thread(tools_status)
+
+
+def _write_marker(env: ToolsEnv) -> None:
+    digest = hashlib.sha256(requirements_text().encode()).hexdigest()
+    record = {"python": app_python_version(), "requirements_sha256": digest, "installed_at": time.time()}
+    env.marker.write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+
+_PIP_STEPS = (
+    (re.compile(r"^\s*Collecting (\S+)"), "getting {0}"),
+    (re.compile(r"^\s*Downloading (\S+?)-\d\S* \((.+)\)"), "downloading {0} ({1})"),
+    (re.compile(r"^\s*Building wheel for (\S+)"), "building {0} on this computer (this takes minutes)"),
+    (re.compile(r"^\s*Installing collected packages"), "installing the packages (this takes a minute)"),
+)
+
+
+def pip_step(line: str) -> str | None:
+    """What a line of pip's output says it is doing, in words, or None for other lines."""
+    for pattern, words in _PIP_STEPS:
+        found = pattern.match(line)
+        if found:
+            return words.format(*found.groups())
+    return None
+
+
+async def run_python(
+    arguments: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    what: str,
+) -> str:
+    """Runs ``python ARGUMENTS`` with :func:`local_python` in a child process (see :func:`run_program`).
+
+    Raises:
+        LocalToolError: The tools are not installed (bundled app), or the child exited non-zero.
+    """
+    return await run_program([str(local_python()), *arguments], env=env, on_line=on_line, what=what)
+
+
+async def _run(command: list[str], progress: Progress, *, what: str) -> None:
+    def on_line(line: str) -> None:
+        step = pip_step(line)
+        if step:
+            progress(step, None)
+
+    env = os.environ | {"PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTHONPATH", None)
+    await run_program(command, env=env, on_line=on_line, what=what)

@@ -1,0 +1,127 @@
+"""The local tools' private environment, without installing torch: states, activation, the job Python, removal.
+
+The full install (pip, torch, llama.cpp) runs through the bundled app in tests/installers/test_bundle.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.services.local import quantize_job
+from desktop.services.local.common import LocalToolError
+from desktop.services.local.toolenv import (
+    APP_PATH_FILE,
+    MARKER,
+    PYTHON_ENV,
+    ToolsState,
+    activate,
+    app_python_version,
+    find_base_python,
+    job_file,
+    local_python,
+    pip_step,
+    remove_tools,
+    tools_env,
+    tools_status,
+)
+
+
+def fake_installed(version: str | None = None) -> Path:
+    """A tools environment as a finished install leaves it: a Python, site-packages with torch's metadata, a marker."""
+    env = tools_env()
+    env.python.parent.mkdir(parents=True)
+    env.python.symlink_to(sys.executable)
+    site = env.site_packages(version)
+    (site / "torch-2.13.0.dist-info").mkdir(parents=True)
+    (site / "torch-2.13.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0\n")
+    (site / "fake_tool_module.py").write_text("VALUE = 42\n")
+    (env.folder / MARKER).write_text(json.dumps({"python": version or app_python_version()}))
+    return site
+
+
+@pytest.fixture
+def restored_path() -> Iterator[None]:
+    before = list(sys.path)
+    yield
+    sys.path[:] = before
+    sys.modules.pop("fake_tool_module", None)
+
+
+def test_pip_lines_become_words() -> None:
+    assert pip_step("Collecting torch==2.13.0") == "getting torch==2.13.0"
+    line = "  Downloading transformers-5.24.0-py3-none-any.whl (12.3 MB)"
+    assert pip_step(line) == "downloading transformers (12.3 MB)"
+    assert pip_step("Building wheel for llama-cpp-python (pyproject.toml): started").startswith("building llama-cpp")
+    assert pip_step("Installing collected packages: torch, peft") == "installing the packages (this takes a minute)"
+    assert pip_step("Requirement already satisfied: numpy") is None
+
+
+def test_nothing_installed_is_absent_and_jobs_run_with_this_python() -> None:
+    status = tools_status()
+    assert status.state is ToolsState.ABSENT and status.size_bytes == 0 and status.packages == {}
+    assert local_python() == Path(sys.executable) and not activate()
+    assert job_file(quantize_job) == Path(quantize_job.__file__)
+
+
+def test_an_interrupted_install_is_partial_and_not_used() -> None:
+    tools_env().python.parent.mkdir(parents=True)  # the venv was made; pip never finished
+    assert tools_status().state is ToolsState.PARTIAL
+    assert local_python() == Path(sys.executable)
+    assert main(["tools", "status"]) == 0
+
+
+def test_a_finished_install_is_imported_and_runs_the_jobs(restored_path: None) -> None:
+    site = fake_installed()
+    status = tools_status()
+    assert status.state is ToolsState.INSTALLED and status.packages == {"torch": "2.13.0"} and status.size_bytes > 0
+    assert activate() and str(site) in sys.path
+    import fake_tool_module  # type: ignore[import-not-found]
+
+    assert fake_tool_module.VALUE == 42
+    assert local_python() == tools_env().python
+    app_folder = (site / APP_PATH_FILE).read_text().strip()
+    assert (Path(app_folder) / "desktop" / "services" / "local" / "merge_job.py").is_file(), "jobs import the app"
+
+
+def test_an_install_for_another_python_is_not_imported(restored_path: None) -> None:
+    fake_installed(version="3.9")
+    assert tools_status().state is ToolsState.OTHER_PYTHON
+    assert not activate() and local_python() == Path(sys.executable)
+
+
+def test_remove_frees_the_space_and_says_how_much(capsys: pytest.CaptureFixture[str]) -> None:
+    fake_installed()
+    size = tools_status().size_bytes
+    assert main(["tools", "remove"]) == 0
+    assert capsys.readouterr().out.startswith("Removed the local tools: ") and not tools_env().folder.exists()
+    assert size > 0 and remove_tools() == 0
+
+
+async def test_a_python_of_another_version_is_refused_with_the_version_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "python-other"
+    other.write_text("#!/bin/sh\necho 3.9\n")
+    other.chmod(0o755)
+    monkeypatch.setenv(PYTHON_ENV, str(other))
+    with pytest.raises(LocalToolError, match=f"needs Python {app_python_version()}"):
+        await find_base_python()
+    monkeypatch.setenv(PYTHON_ENV, sys.executable)
+    assert await find_base_python() == Path(sys.executable)
+
+
+def test_the_cli_install_with_no_usable_python_is_one_line_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(PYTHON_ENV, str(tmp_path / "no-such-python"))
+    assert main(["tools", "install"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("rentune: error: installing the local tools needs Python") and "\n" not in error
+    assert os.environ[PYTHON_ENV] in error or PYTHON_ENV in error
