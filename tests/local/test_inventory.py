@@ -149,7 +149,7 @@ def test_missing_libraries_are_found_without_importing_them(monkeypatch: pytest.
     monkeypatch.setattr(tools, "importable", lambda module: module not in ("llama_cpp", "peft"))
     missing = missing_tools([LocalStep.GGUF, LocalStep.CHAT_GGUF])
     assert [tool.distribution for tool in missing] == ["peft", "llama-cpp-python"]
-    assert install_commands(missing)[-1].endswith("-m pip install peft llama-cpp-python")
+    assert install_commands(missing) == ["rentune tools install"] and install_commands([]) == []
     assert not needs_now([LocalStep.CHAT_GGUF], None).ready
 
 

@@ -20,9 +20,11 @@ from pytestqt.qtbot import QtBot
 from desktop.core.settings import Settings
 from desktop.services.local import tools
 from desktop.services.local.inventory import ExportKind, exports_folder, scan_exports
+from desktop.services.local.toolenv import PYTHON_ENV, tools_env
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
+from desktop.ui.pages import models_page
 from desktop.ui.pages.models_page import ModelsPage
 from desktop.ui.widgets.confirm_delete import ConfirmDeleteDialog
 from desktop.ui.widgets.local_dialogs import CompareDialog, ExportDialog
@@ -31,6 +33,7 @@ from tests.fakes.hub import FakeHub, HubRepo
 from tests.fixtures.adapters import TrainedAdapter, write_pattern_jsonl
 from tests.fixtures.exported_models import record_returned_run, seed_exports
 from tests.fixtures.tiny_models import TinyModel
+from tests.local.test_toolenv import fake_installed
 
 # The session's tiny models and adapters are built by the first test that needs them (minutes on a busy machine).
 pytestmark = pytest.mark.timeout(900)
@@ -261,7 +264,7 @@ def test_missing_libraries_are_named_with_the_command_and_block_the_export(
     dialog = export_dialog(page)
     assert not dialog.start_button.isEnabled()
     assert any("llama-cpp-python (about 80 MB to download" in line for line in dialog.needs_panel.lines)
-    assert dialog.needs_panel.commands[-1].endswith("-m pip install llama-cpp-python")
+    assert dialog.needs_panel.commands == ["rentune tools install"]
     dialog.gguf_check.setChecked(False)
     dialog.merged_check.setChecked(True)  # a merge needs no llama.cpp
     assert dialog.start_button.isEnabled()
@@ -370,3 +373,38 @@ def test_service_messages_lose_their_command_line_hints() -> None:
     )
     assert "--" not in people_words("x is not a GGUF file; pass a .gguf model (rentune export --gguf Q4_K_M)")
     assert "rentune" not in people_words("the adapter is damaged: bring it home again (rentune pull RUN)")
+
+
+def test_the_local_tools_line_says_built_in_here_and_install_failures_are_a_sentence(
+    page: ModelsPage, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reload(page, qloop)
+    bar = page.tools_bar
+    wait_for(lambda: bar.status is not None, timeout=30)
+    assert bar.badge.text() == "Local tools built in" and not bar.install_button.isVisibleTo(page)  # the test venv
+    monkeypatch.setattr(tools, "importable", lambda module: module != "torch")
+    page.reload_tools()
+    wait_for(lambda: bar.install_button.isVisibleTo(page), timeout=30)
+    assert bar.badge.text() == "Local tools not installed" and "about 1.5 GB" in bar.detail_label.text()
+    monkeypatch.setenv(PYTHON_ENV, "/no/such/python3")
+    bar.install_button.click()
+    assert page.task is not None and page.task_card.isVisible()
+    wait_for(lambda: page.task is None, timeout=60)
+    assert page.banner.headline_label.text() == "Installing the local tools did not finish."
+    assert "needs Python" in page.banner.details_label.text()
+
+
+def test_removing_the_local_tools_asks_with_their_size_and_frees_them(
+    page: ModelsPage, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_installed()
+    reload(page, qloop)
+    bar = page.tools_bar
+    wait_for(lambda: bar.badge.text() == "Local tools installed", timeout=30)
+    assert "torch 2.13.0" in bar.detail_label.text() and bar.remove_button.isVisibleTo(page)
+    asked: list[str] = []
+    monkeypatch.setattr(models_page, "confirm", lambda _parent, _title, question: asked.append(question) or True)
+    bar.remove_button.click()
+    wait_for(lambda: bar.badge.text() == "Local tools built in", timeout=30)  # this venv has them itself
+    assert asked and "Delete the local tools (" in asked[0] and "adapters and exported models are kept" in asked[0]
+    assert page.banner.headline_label.text().startswith("Removed the local tools: ") and not tools_env().folder.exists()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import platform
-import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -114,17 +113,12 @@ def mlx_ready() -> bool:
 
 
 def install_commands(tools: Iterable[LocalTool]) -> list[str]:
-    """The commands that install ``tools`` into this Python (torch first, from the CPU index on Linux)."""
-    python = shlex.quote(sys.executable)
-    names = [tool.distribution for tool in tools]
-    commands = []
-    if "torch" in names:
-        names.remove("torch")
-        index = " --index-url https://download.pytorch.org/whl/cpu" if sys.platform == "linux" else ""
-        commands.append(f"{python} -m pip install torch{index}")
-    if names:
-        commands.append(f"{python} -m pip install " + " ".join(shlex.quote(name) for name in names))
-    return commands
+    """The command that installs ``tools``: all the pinned local tools, into Rentune's private environment.
+
+    One answer for every install (the bundled app has no Python of its own to pip-install into); the Models page's
+    Install local tools does the same.
+    """
+    return ["rentune tools install"] if list(tools) else []
 
 
 def download_mb(tools: Iterable[LocalTool]) -> int:

@@ -34,6 +34,8 @@ from desktop.services.local.common import LocalToolError
 from desktop.services.local.compare_report import compare_and_report, summary_lines
 from desktop.services.local.export import ExportRequest, ExportResult, export
 from desktop.services.local.inventory import COMPARE_FOLDER, ExportedItem, ExportKind, remove_export
+from desktop.services.local.toolenv import ToolsStatus, frozen, install_tools, remove_tools, tools_status
+from desktop.services.local.tools import LocalStep, missing_tools
 from desktop.services.runs.adapters import Inventory, ReturnedAdapter, delete_adapter, read_inventory
 from desktop.services.runs.store import RunLiveError, UnknownRunError
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
@@ -41,6 +43,7 @@ from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Banner, EmptyState, caption, destructive_button, plain_button, primary_button
 from desktop.ui.widgets.confirm_delete import ConfirmDeleteDialog
+from desktop.ui.widgets.dialogs import confirm
 from desktop.ui.widgets.local_dialogs import CompareChoice, CompareDialog, ExportDialog
 from desktop.ui.widgets.local_words import (
     adapter_loss,
@@ -53,6 +56,7 @@ from desktop.ui.widgets.local_words import (
     spend_text,
 )
 from desktop.ui.widgets.task_card import TaskCard
+from desktop.ui.widgets.tools_bar import ToolsBar
 
 COLUMNS = ("Name", "What", "Size", "Training and cost")
 
@@ -122,6 +126,10 @@ class ModelsPage(BasePage):
         super().__init__(parent)
         self.banner = Banner()
         self.body.addWidget(self.banner)
+        self.tools_bar = ToolsBar()
+        self.tools_bar.sig_install.connect(self.on_install_tools)
+        self.tools_bar.sig_remove.connect(self.on_remove_tools)
+        self.body.addWidget(self.tools_bar)
         self.views = QStackedWidget()
         self.views.addWidget(self._build_empty())
         self.views.addWidget(self._build_list())
@@ -197,12 +205,23 @@ class ModelsPage(BasePage):
     async def load(self) -> None:
         """Reads the adapters and exports (off the UI thread) and shows them."""
         store = self.context.store
+        self.reload_tools()
         await Operation(self, lambda _job: read_inventory(store), self.show_inventory, group="inventory").run().wait()
 
     def reload(self) -> None:
-        """Reads the listing again in the background."""
+        """Reads the listing (and what the local tools hold) again in the background."""
         store = self.context.store
+        self.reload_tools()
         Operation(self, lambda _job: read_inventory(store), self.show_inventory, group="inventory").run()
+
+    def reload_tools(self) -> None:
+        """Reads the local tools' status in the background (it adds up the folder's size)."""
+        Operation(self, lambda _job: tools_status(), self.show_tools, group="tools").run()
+
+    def show_tools(self, status: ToolsStatus) -> None:
+        """Draws the local tools' line."""
+        built_in = not frozen() and not missing_tools([LocalStep.GGUF, LocalStep.CHAT_GGUF, LocalStep.MERGE])
+        self.tools_bar.show_status(status, built_in=built_in, busy=self.task is not None)
 
     def showEvent(self, event: QShowEvent) -> None:
         """Refreshes the listing whenever the page comes into view (a run may have finished meanwhile)."""
@@ -407,6 +426,48 @@ class ModelsPage(BasePage):
         self._after = page
         self._open_url(page, "the report")
 
+    # -- the local tools ----------------------------------------------------------------------------------------
+
+    def on_install_tools(self) -> None:
+        """Installs the local tools with progress and Cancel (running it again finishes an interrupted install)."""
+        if self.task is not None:
+            return
+        self._start(
+            "Installing the local tools (torch, transformers, peft, llama.cpp)",
+            lambda job: install_tools(_progress(job)),
+            self._tools_installed,
+            "Installing the local tools",
+        )
+
+    def _tools_installed(self, status: ToolsStatus) -> None:
+        listed = ", ".join(f"{name} {version}" for name, version in status.packages.items())
+        self.banner.show_message(
+            "success",
+            "The local tools are installed: export and chat work now.",
+            f"{size_text(status.size_bytes)}: {listed}",
+        )
+
+    def on_remove_tools(self) -> None:
+        """Asks, naming the space and what stops working, then deletes the local tools."""
+        status = self.tools_bar.status
+        if status is None or self.task is not None:
+            return
+        question = (
+            f"Delete the local tools ({size_text(status.size_bytes)}) from {status.folder}?\n\nExport and chat need "
+            "them; installing them again downloads about 1 GB. Your adapters and exported models are kept."
+        )
+        if not confirm(self, "Remove the local tools", question):
+            return
+
+        def removed(freed: int) -> None:
+            self.banner.show_message("success", f"Removed the local tools: {size_text(freed)} freed.")
+            self.reload_tools()
+
+        def failed(exc: Exception) -> None:
+            self.banner.show_message("danger", "The local tools could not be removed.", people_words(str(exc)))
+
+        Operation(self, lambda _job: remove_tools(), removed, group="tools").failure(failed, LocalToolError).run()
+
     # -- running a step -----------------------------------------------------------------------------------------
 
     def _start(self, title: str, work: Callable[[Job], Awaitable[Any]], done: Callable[[Any], None], what: str) -> None:
@@ -451,6 +512,7 @@ class ModelsPage(BasePage):
                 self.select(after)
 
         Operation(self, lambda _job: read_inventory(store), shown, group="inventory").run()
+        self.reload_tools()
         self.on_selection_changed()
 
     # -- chat, open, delete -------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What a local step needs before it starts, said with sizes: libraries to install, downloads it will make.
 
-Installing libraries from the app is not offered: the panel shows the exact command for this Python with a Copy
-button, and Check again re-reads what is installed.
+Missing libraries are installed as one pinned set, the local tools: with Install local tools on the Models page or
+``rentune tools install`` (shown with a Copy button); Check again re-reads what is installed.
 """
 
 from __future__ import annotations
@@ -105,7 +105,9 @@ class NeedsPanel(QFrame):
         box = QWidget()
         layout = QVBoxLayout(box)
         layout.setContentsMargins(22, 0, 0, 0)
-        layout.addWidget(caption("Install them from a terminal with this command, then choose Check again:"))
+        layout.addWidget(
+            caption("Install them with Install local tools on the Models page (about 1.5 GB), or from a terminal:")
+        )
         command = QLabel("\n".join(commands))
         command.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         command.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
