@@ -107,7 +107,8 @@ def build_deb(bundle: Path, release: str) -> Path:
         control.format(version=release, arch=arch, size_kb=size_kb), encoding="utf-8"
     )
     target = DIST / f"rentune_{release}_{arch}.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(target)], check=True)
+    # zstd: 1 s to build against xz's 2 min here (109 MB against 84 MB); dpkg reads it since 1.21
+    subprocess.run(["dpkg-deb", "-Zzstd", "--root-owner-group", "--build", str(root), str(target)], check=True)
     return target
 
 

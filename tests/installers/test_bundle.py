@@ -40,16 +40,27 @@ def newest_source() -> float:
     return newest
 
 
+def bundle_is_current() -> bool:
+    """Whether dist/rentune was built after the last change to its sources."""
+    program = BUNDLE / "rentune"
+    return program.is_file() and program.stat().st_mtime >= newest_source()
+
+
+def build_bundle() -> None:
+    """Runs ``make dist``, failing with its output."""
+    done = subprocess.run(["make", "dist"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"make dist failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    print("\n".join(done.stdout.strip().splitlines()[-3:]))
+
+
 @pytest.fixture(scope="session")
 def bundle() -> Path:
     """dist/rentune/rentune, built by ``make dist`` unless it is newer than every source file."""
+    (ROOT / "build").mkdir(exist_ok=True)
     with FileLock(str(ROOT / "build" / "dist.lock")):
-        program = BUNDLE / "rentune"
-        if not program.is_file() or program.stat().st_mtime < newest_source():
-            done = subprocess.run(["make", "dist"], cwd=ROOT, capture_output=True, text=True, check=False)
-            assert done.returncode == 0, f"make dist failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-            print(done.stdout.strip().splitlines()[-3:])
-    return program
+        if not bundle_is_current():
+            build_bundle()
+    return BUNDLE / "rentune"
 
 
 @pytest.fixture
