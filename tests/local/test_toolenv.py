@@ -125,3 +125,15 @@ def test_the_cli_install_with_no_usable_python_is_one_line_and_exit_1(
     error = capsys.readouterr().err.strip()
     assert error.startswith("rentune: error: installing the local tools needs Python") and "\n" not in error
     assert os.environ[PYTHON_ENV] in error or PYTHON_ENV in error
+
+
+def test_a_removal_cut_short_leaves_an_unfinished_install_not_a_broken_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_installed()
+
+    def fail(path: Path) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("desktop.services.local.toolenv.shutil.rmtree", fail)
+    with pytest.raises(LocalToolError, match=r"could not delete .* quit Rentune"):
+        remove_tools()
+    assert tools_status().state is ToolsState.PARTIAL and local_python() == Path(sys.executable)

@@ -405,6 +405,7 @@ def test_removing_the_local_tools_asks_with_their_size_and_frees_them(
     asked: list[str] = []
     monkeypatch.setattr(models_page, "confirm", lambda _parent, _title, question: asked.append(question) or True)
     bar.remove_button.click()
-    wait_for(lambda: bar.badge.text() == "Local tools built in", timeout=30)  # this venv has them itself
+    assert page.task is not None and not bar.install_button.isEnabled() and not bar.remove_button.isEnabled()
+    wait_for(lambda: page.task is None and bar.badge.text() == "Local tools built in", timeout=30)  # this venv has them
     assert asked and "Delete the local tools (" in asked[0] and "adapters and exported models are kept" in asked[0]
     assert page.banner.headline_label.text().startswith("Removed the local tools: ") and not tools_env().folder.exists()

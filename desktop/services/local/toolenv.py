@@ -236,6 +236,7 @@ def remove_tools() -> int:
         return 0
     size = folder_bytes(env.folder)
     try:
+        env.marker.unlink(missing_ok=True)  # first: a removal cut short leaves an unfinished install, not a broken one
         shutil.rmtree(env.folder)
     except OSError as exc:
         raise LocalToolError(

@@ -8,6 +8,7 @@ process and removes what was half-written).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,8 +221,11 @@ class ModelsPage(BasePage):
 
     def show_tools(self, status: ToolsStatus) -> None:
         """Draws the local tools' line."""
-        built_in = not frozen() and not missing_tools([LocalStep.GGUF, LocalStep.CHAT_GGUF, LocalStep.MERGE])
-        self.tools_bar.show_status(status, built_in=built_in, busy=self.task is not None)
+        self.tools_bar.show_status(status, built_in=self._tools_built_in(), busy=self.task is not None)
+
+    @staticmethod
+    def _tools_built_in() -> bool:
+        return not frozen() and not missing_tools([LocalStep.GGUF, LocalStep.CHAT_GGUF, LocalStep.MERGE])
 
     def showEvent(self, event: QShowEvent) -> None:
         """Refreshes the listing whenever the page comes into view (a run may have finished meanwhile)."""
@@ -437,45 +441,50 @@ class ModelsPage(BasePage):
             lambda job: install_tools(_progress(job)),
             self._tools_installed,
             "Installing the local tools",
+            note="Cancel stops it at once; Install again later finishes what was begun.",
         )
 
     def _tools_installed(self, status: ToolsStatus) -> None:
         listed = ", ".join(f"{name} {version}" for name, version in status.packages.items())
-        self.banner.show_message(
-            "success",
-            "The local tools are installed: export and chat work now.",
-            f"{size_text(status.size_bytes)}: {listed}",
-        )
+        headline = "The local tools are installed: export and chat work now."
+        self.banner.show_message("success", headline, f"{size_text(status.size_bytes)}: {listed}")
 
     def on_remove_tools(self) -> None:
-        """Asks, naming the space and what stops working, then deletes the local tools."""
+        """Asks, naming the space and what stops working, then deletes the local tools (with progress)."""
         status = self.tools_bar.status
         if status is None or self.task is not None:
             return
         question = (
             f"Delete the local tools ({size_text(status.size_bytes)}) from {status.folder}?\n\nExport and chat need "
-            "them; installing them again downloads about 1 GB. Your adapters and exported models are kept."
+            "them; installing them again takes a few minutes. Your adapters and exported models are kept."
         )
         if not confirm(self, "Remove the local tools", question):
             return
-
-        def removed(freed: int) -> None:
-            self.banner.show_message("success", f"Removed the local tools: {size_text(freed)} freed.")
-            self.reload_tools()
-
-        def failed(exc: Exception) -> None:
-            self.banner.show_message("danger", "The local tools could not be removed.", people_words(str(exc)))
-
-        Operation(self, lambda _job: remove_tools(), removed, group="tools").failure(failed, LocalToolError).run()
+        self._start(
+            "Removing the local tools",
+            lambda _job: asyncio.to_thread(remove_tools),
+            lambda freed: self.banner.show_message("success", f"Removed the local tools: {size_text(freed)} freed."),
+            "Removing the local tools",
+            note="What is left of them after a Cancel is removed by Remove again.",
+        )
 
     # -- running a step -----------------------------------------------------------------------------------------
 
-    def _start(self, title: str, work: Callable[[Job], Awaitable[Any]], done: Callable[[Any], None], what: str) -> None:
+    def _start(
+        self,
+        title: str,
+        work: Callable[[Job], Awaitable[Any]],
+        done: Callable[[Any], None],
+        what: str,
+        note: str = "Cancel stops it at once; nothing half-written is kept.",
+    ) -> None:
         self.banner.show_message("info", "")
         self._after = None
         self._what = what
         self._cancelled = False
-        self.task_card.start(title, "Cancel stops it at once; nothing half-written is kept.")
+        self.task_card.start(title, note)
+        if self.tools_bar.status is not None:  # its buttons wait for the step to end
+            self.tools_bar.show_status(self.tools_bar.status, built_in=self._tools_built_in(), busy=True)
         self.task = (
             CoroutineOperation(self, work, done, group="task")
             .with_progress(self.task_card.show_progress)

@@ -21,7 +21,7 @@ def tools_words(status: ToolsStatus, built_in: bool) -> str:
     """One sentence about the environment for the bar."""
     if status.state is ToolsState.INSTALLED:
         listed = ", ".join(f"{name} {version}" for name, version in list(status.packages.items())[:3])
-        return f"{size_text(status.size_bytes)} in {status.folder} ({listed})."
+        return f"{size_text(status.size_bytes)} in {status.folder}" + (f" ({listed})." if listed else ".")
     if built_in:
         return "This Rentune has the local tools in its own Python: merge, export and chat work now."
     if status.state is ToolsState.PARTIAL:
