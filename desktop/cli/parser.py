@@ -241,6 +241,10 @@ def _add_tools_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     status = actions.add_parser("status", help="what is installed and how big it is")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     actions.add_parser("remove", help="delete the local tools and free their space")
+    updates = commands.add_parser(
+        "update-check", help="say whether a newer Rentune is released (nothing is downloaded)"
+    )
+    updates.add_argument("--json", action="store_true", help="print current, newest, newer and url as JSON")
 
 
 def _add_export_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

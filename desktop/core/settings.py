@@ -35,6 +35,7 @@ class Settings(BaseModel):
         log_level: Level of the log file in the app's data directory.
         start_at_login: Start Rentune at login, minimised to the menu bar or tray (opt-in).
         notifications: Announce budget thresholds, idle or orphaned machines and finished or failed runs.
+        check_for_updates: At start, ask for the newest release and say when it is newer (opt-in; never downloads).
     """
 
     # Keys this version does not know (one an older Rentune wrote, like allow_api_keys_on_remote) are dropped on load.
@@ -46,6 +47,7 @@ class Settings(BaseModel):
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     start_at_login: bool = False
     notifications: bool = True
+    check_for_updates: bool = False
 
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:

@@ -267,6 +267,8 @@ class MainWindow(QMainWindow):
         if follow_runs:
             self._reattach()
             spawn(self.check_orphans())
+            if self.settings.check_for_updates:
+                spawn(self.check_for_update())
         self.cost_tracker.start()
         self._loading = {name: spawn(page.load()) for name, page in self._pages.items()}
         await warm_up()
@@ -288,6 +290,18 @@ class MainWindow(QMainWindow):
         chat = cast("ChatPage", self._built("chat"))
         chat.open_model(model, lora)
         self.show_page("chat")
+
+    async def check_for_update(self) -> None:
+        """Says in the status bar when a newer Rentune is released (the user turned the check on in Settings)."""
+        from desktop.services.platform.updates import UpdateCheckError, check_for_update
+
+        try:
+            found = await check_for_update()
+        except UpdateCheckError as exc:
+            self.status_label.setText(f"Update check: {exc}.")
+            return
+        if found.newer:
+            self.status_label.setText(found.words())
 
     def on_orphans_stopped(self, words: str) -> None:
         """Says in the status bar what terminating the orphans did."""

@@ -237,3 +237,24 @@ def test_sidebar_rows_are_tall_enough_for_their_padding(qtbot: QtBot) -> None:
     text = win.sidebar.fontMetrics().height()
     heights = [win.sidebar.visualItemRect(win.sidebar.item(row)).height() for row in range(win.sidebar.count())]
     assert min(heights) >= text + 16
+
+
+def test_with_the_update_check_on_a_newer_release_is_said_in_the_status_bar(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], tmp_path: Any, monkeypatch: Any
+) -> None:
+    from tests.fakes.releases import FakeReleases
+
+    releases = FakeReleases(tmp_path / "releases", latest="v99.0.0")
+    monkeypatch.setenv("RENTUNE_RELEASES_URL", releases.serve() + "/repos/rentune/rentune/releases/latest")
+    try:
+        quiet = MainWindow(Settings(), SecretStore())  # off by default: nobody is asked
+        qtbot.addWidget(quiet)
+        qloop.run_until_complete(quiet.load_pages())
+        assert releases.requests == []
+        win = MainWindow(Settings(check_for_updates=True), SecretStore())
+        qtbot.addWidget(win)
+        qloop.run_until_complete(win.load_pages())
+        wait_for(lambda: win.status_label.text().startswith("Rentune 99.0.0 is available (you have "), 15)
+        assert len(releases.requests) == 1
+    finally:
+        releases.close()

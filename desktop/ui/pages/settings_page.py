@@ -109,8 +109,11 @@ class SettingsPage(BasePage):
         self.login_check.setAccessibleName("Start Rentune at login")
         self.notify_check = QCheckBox("Notify me of budgets, idle or orphaned machines, and finished or failed runs")
         self.notify_check.setAccessibleName("Notifications")
+        self.updates_check = QCheckBox("At start, check whether a newer Rentune is released (it only tells you)")
+        self.updates_check.setAccessibleName("Check for updates")
         form.addRow("At login", self.login_check)
         form.addRow("Notifications", self.notify_check)
+        form.addRow("Updates", self.updates_check)
         row = QHBoxLayout()
         self.preferences_status = caption()
         self.preferences_status.setWordWrap(True)
@@ -128,6 +131,7 @@ class SettingsPage(BasePage):
         self.log_combo.setCurrentText(settings.log_level)
         self.login_check.setChecked(settings.start_at_login)
         self.notify_check.setChecked(settings.notifications)
+        self.updates_check.setChecked(settings.check_for_updates)
 
     def _edited_settings(self) -> Settings:
         # model_validate (not model_copy) so the edited values are validated and coerced like a loaded file.
@@ -139,6 +143,7 @@ class SettingsPage(BasePage):
                 "log_level": self.log_combo.currentText(),
                 "start_at_login": self.login_check.isChecked(),
                 "notifications": self.notify_check.isChecked(),
+                "check_for_updates": self.updates_check.isChecked(),
             }
         )
 
