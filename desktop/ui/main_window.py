@@ -29,6 +29,7 @@ from desktop.ui.widgets.orphans_banner import OrphansBanner
 if TYPE_CHECKING:
     from desktop.ui.pages.chat_page import ChatPage
     from desktop.ui.pages.costs_page import CostsPage
+    from desktop.ui.pages.models_page import ModelsPage
     from desktop.ui.pages.monitor_page import MonitorPage
     from desktop.ui.pages.runs_page import RunsPage
     from desktop.ui.pages.wizard.wizard_page import WizardPage
@@ -127,7 +128,9 @@ class MainWindow(QMainWindow):
     def _build_chat(self) -> BasePage:
         from desktop.ui.pages.chat_page import ChatPage
 
-        return ChatPage(self.context)
+        page = ChatPage(self.context)
+        page.sig_install_tools.connect(self.on_install_tools_requested)
+        return page
 
     def _build_costs(self) -> BasePage:
         from desktop.ui.pages.costs_page import CostsPage
@@ -284,6 +287,12 @@ class MainWindow(QMainWindow):
             self.status_label.setText(
                 f"Reattached to {len(reattached)} live run(s); their checkpoints keep coming home."
             )
+
+    def on_install_tools_requested(self) -> None:
+        """Installs the local tools on the Models page, where their progress and size are shown."""
+        models = cast("ModelsPage", self._built("models"))
+        self.show_page("models")
+        models.on_install_tools()
 
     def on_chat_requested(self, model: str, lora: str) -> None:
         """Opens the chat on a model picked on the Models page."""

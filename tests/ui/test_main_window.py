@@ -258,3 +258,25 @@ def test_with_the_update_check_on_a_newer_release_is_said_in_the_status_bar(
         assert len(releases.requests) == 1
     finally:
         releases.close()
+
+
+def test_install_local_tools_from_the_chat_runs_on_the_models_page(
+    window: MainWindow, wait_for: Callable[..., None], monkeypatch: Any, tmp_path: Any
+) -> None:
+    from PySide6.QtWidgets import QPushButton
+
+    from desktop.services.local import tools
+    from desktop.services.local.toolenv import PYTHON_ENV
+    from tests.fixtures.exported_models import write_gguf
+
+    monkeypatch.setattr(tools, "importable", lambda module: module != "llama_cpp")
+    monkeypatch.setenv(PYTHON_ENV, "/no/such/python3")  # the install starts, and stops at once here
+    window.show_page("chat")
+    chat = window.page("chat")
+    chat.open_model(str(write_gguf(tmp_path / "model-Q4_K_M.gguf")))  # type: ignore[attr-defined]
+    assert chat.needs_card.isVisibleTo(chat), "chat needs llama.cpp: the install is offered"  # type: ignore[attr-defined]
+    buttons = chat.needs_panel.findChildren(QPushButton)  # type: ignore[attr-defined]
+    next(b for b in buttons if b.text() == "&Install local tools").click()
+    models = window.page("models")
+    assert window.stack.currentWidget() is models
+    wait_for(lambda: models.banner.headline_label.text() == "Installing the local tools did not finish.", 60)  # type: ignore[attr-defined]

@@ -256,7 +256,11 @@ def test_deleting_an_export_names_it_and_its_size(
 
 
 def test_missing_libraries_are_named_with_the_command_and_block_the_export(
-    page: ModelsPage, qloop: asyncio.AbstractEventLoop, pattern_adapter: TrainedAdapter, monkeypatch: pytest.MonkeyPatch
+    page: ModelsPage,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    pattern_adapter: TrainedAdapter,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     record_returned_run(RunStore(), pattern_adapter.path, base=str(pattern_adapter.base))
     reload(page, qloop)
@@ -268,7 +272,14 @@ def test_missing_libraries_are_named_with_the_command_and_block_the_export(
     dialog.gguf_check.setChecked(False)
     dialog.merged_check.setChecked(True)  # a merge needs no llama.cpp
     assert dialog.start_button.isEnabled()
-    dialog.reject()
+    dialog.gguf_check.setChecked(True)
+    dialog.refresh_needs()
+    install = next(b for b in dialog.needs_panel.findChildren(QPushButton) if b.text() == "&Install local tools")
+    monkeypatch.setenv(PYTHON_ENV, "/no/such/python3")  # the install starts on the page, and stops at once here
+    install.click()
+    assert not dialog.isVisible() and page.task is not None, "the dialog closes; the install runs on the page"
+    wait_for(lambda: page.task is None, timeout=60)
+    assert page.banner.headline_label.text() == "Installing the local tools did not finish."
 
 
 def test_a_base_to_download_is_offered_with_its_size(

@@ -11,7 +11,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -55,7 +55,13 @@ def _label(text: str, buddy: QWidget) -> QLabel:
 
 
 class ChatPage(BasePage):
-    """Two chat columns (the second one side by side on request) over one message field."""
+    """Two chat columns (the second one side by side on request) over one message field.
+
+    Signals:
+        sig_install_tools: The user asked to install the local tools (chat needs llama.cpp or MLX).
+    """
+
+    sig_install_tools = Signal()
 
     page_name = "chat"
     title = "Chat"
@@ -77,6 +83,7 @@ class ChatPage(BasePage):
         self.needs_card = Card("Before you can chat")
         self.needs_panel = NeedsPanel()
         self.needs_panel.sig_recheck.connect(self._check_tools)
+        self.needs_panel.sig_install_tools.connect(self.sig_install_tools)
         self.needs_card.body.addWidget(self.needs_panel)
         self.needs_card.hide()
         self.body.addWidget(self.needs_card)

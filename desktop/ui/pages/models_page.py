@@ -377,6 +377,7 @@ class ModelsPage(BasePage):
             return
         adapter = entry.adapter
         dialog = ExportDialog(self, adapter, self.context.secrets)
+        dialog.sig_install_tools.connect(self.on_install_tools)
         dialog.accepted.connect(lambda: self.start_export(adapter, dialog.request()))
         self._open(dialog)
 
@@ -401,6 +402,7 @@ class ModelsPage(BasePage):
             return
         adapter = entry.adapter
         dialog = CompareDialog(self, adapter, self.context.secrets)
+        dialog.sig_install_tools.connect(self.on_install_tools)
         dialog.accepted.connect(lambda: self.start_compare(adapter, dialog.choice()))
         self._open(dialog)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -48,7 +49,12 @@ QUANT_WORDS = {
 
 
 class _LocalStepDialog(QDialog):
-    """What the export and compare dialogs share: a base model field, the needs panel and the two buttons."""
+    """What the export and compare dialogs share: a base model field, the needs panel and the two buttons.
+
+    ``sig_install_tools``: the user chose to install the local tools first (the dialog has closed).
+    """
+
+    sig_install_tools = Signal()
 
     def __init__(self, parent: QWidget, adapter: ReturnedAdapter, secrets: SecretStore, title: str) -> None:
         super().__init__(parent)
@@ -67,6 +73,7 @@ class _LocalStepDialog(QDialog):
         self.layout_.addWidget(heading("Before it starts"))
         self.needs_panel = NeedsPanel()
         self.needs_panel.sig_recheck.connect(self.refresh_needs)
+        self.needs_panel.sig_install_tools.connect(self.on_install_tools)
         self.layout_.addWidget(self.needs_panel)
         self.hint_label = caption()
         self.hint_label.hide()
@@ -99,6 +106,11 @@ class _LocalStepDialog(QDialog):
         label.setBuddy(self.base_edit)
         form.addRow(label, row)
         return form
+
+    def on_install_tools(self) -> None:
+        """Closes the dialog and asks for the local tools (the export or comparison is chosen again after)."""
+        self.reject()
+        self.sig_install_tools.emit()
 
     def base(self) -> str | None:
         """The base model entered: a folder or a Hub id."""

@@ -16,7 +16,7 @@ from desktop.services.local.needs import LocalNeeds
 from desktop.services.local.tools import install_commands
 from desktop.ui.design.icons import icon
 from desktop.ui.theme import current_palette
-from desktop.ui.widgets.blocks import SEVERITY_ICONS, caption, plain_button
+from desktop.ui.widgets.blocks import SEVERITY_ICONS, caption, plain_button, primary_button
 from desktop.ui.widgets.local_words import size_text, tools_text
 
 
@@ -57,9 +57,13 @@ def need_lines(needs: LocalNeeds, asking: bool) -> list[tuple[str, str]]:
 
 
 class NeedsPanel(QFrame):
-    """Lists what the chosen steps need; ``sig_recheck`` asks the dialog to look again (after an install)."""
+    """Lists what the chosen steps need.
+
+    ``sig_recheck`` asks the dialog to look again (after an install); ``sig_install_tools`` asks for the local tools.
+    """
 
     sig_recheck = Signal()
+    sig_install_tools = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -105,9 +109,7 @@ class NeedsPanel(QFrame):
         box = QWidget()
         layout = QVBoxLayout(box)
         layout.setContentsMargins(22, 0, 0, 0)
-        layout.addWidget(
-            caption("Install them with Install local tools on the Models page (about 1.5 GB), or from a terminal:")
-        )
+        layout.addWidget(caption("Install the local tools now (about 1.5 GB, once), or from a terminal:"))
         command = QLabel("\n".join(commands))
         command.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         command.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -115,6 +117,9 @@ class NeedsPanel(QFrame):
         command.setAccessibleName("Install command")
         layout.addWidget(command)
         row = QHBoxLayout()
+        install = primary_button("&Install local tools", "download", "Install the local tools")
+        install.clicked.connect(lambda _checked=False: self.sig_install_tools.emit())
+        row.addWidget(install)
         copy = plain_button("Cop&y command", "copy", "Copy the install command")
         copy.clicked.connect(lambda _checked=False: QGuiApplication.clipboard().setText("\n".join(commands)))
         again = plain_button("Check a&gain", "refresh-cw", "Check again what is installed")
