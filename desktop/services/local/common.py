@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -79,10 +80,19 @@ def _replace(work: Path, target: Path) -> None:
 
 
 def folder_bytes(path: Path) -> int:
-    """The bytes of every file under ``path`` (a file's own size for a file)."""
+    """The bytes of every file under ``path`` (a file's own size for a file).
+
+    Links count as themselves, not what they point to (a venv's ``bin/python``); a file removed while it is being
+    added up (a folder being deleted) counts as nothing.
+    """
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).lstat().st_size
+    return total
 
 
 def require_free_space(folder: Path, needed: int, what: str) -> None:

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from desktop.services.local.common import LocalToolError, Progress, require_free_space, run_program
+from desktop.services.local.common import LocalToolError, Progress, folder_bytes, require_free_space, run_program
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.resources import resource_bytes
 
@@ -211,18 +211,6 @@ def _installed_packages(site_packages: Path) -> dict[str, str]:
 
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def folder_bytes(folder: Path) -> int:
-    """The size of the files below ``folder`` (links not followed)."""
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += (Path(root) / name).lstat().st_size
-            except OSError:
-                continue
-    return total
 
 
 def remove_tools() -> int:

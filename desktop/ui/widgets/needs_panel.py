@@ -86,7 +86,7 @@ class NeedsPanel(QFrame):
         for severity, text in need_lines(needs, asking):
             layout.addLayout(self._line(severity, text))
             self.lines.append(text)
-        self.commands = install_commands(needs.missing) if needs.missing else []
+        self.commands = install_commands(needs.missing)
         if self.commands:
             layout.addWidget(self._install_box(self.commands))
         self._outer.addWidget(self._content)
