@@ -13,13 +13,13 @@ import pytest
 
 import desktop.cli.keys as keys_cli
 import desktop.services.billing.ledger as ledger_module
-import desktop.services.runs.spend as spend_module
+import desktop.services.billing.spend as spend_module
 from desktop.cli import main
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.spend import OWN_SERVER, spend_overview
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import AuthError, ProviderError, ProviderName
 from desktop.services.providers.registry import PROVIDERS
-from desktop.services.runs.spend import OWN_SERVER, spend_overview
 from desktop.services.runs.store import RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.recorded_costs import seed_spending

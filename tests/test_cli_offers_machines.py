@@ -12,12 +12,12 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
+from desktop.services.billing.rentals import Rental
 from desktop.services.providers.base import AuthError, InstanceState, OfferQuery, ProviderName, RentRequest
 from desktop.services.providers.market import gather_offers
 from desktop.services.providers.registry import PROVIDERS, open_provider
-from desktop.services.runs import orphans
-from desktop.services.runs.orphans import burn_rate, list_machines, stop_orphans
-from desktop.services.runs.rentals import Rental
+from desktop.services.renting import orphans
+from desktop.services.renting.orphans import burn_rate, list_machines, stop_orphans
 from desktop.services.runs.store import RunStore
 from tests.fakes.http import FakeCloud
 from tests.fakes.lambda_cloud import FakeLambda

@@ -16,8 +16,8 @@ from typing import Any
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.services.billing.ledger import LedgerError
+from desktop.services.billing.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
 from desktop.services.runs.store import RunStore
 
 _HEADER = ("RUN", "PROVIDER", "INSTANCE", "GPU", "$/H", "STARTED", "STOPPED", "DOLLARS")

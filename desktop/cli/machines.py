@@ -11,7 +11,14 @@ from typing import Any
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import Instance, ProviderName
-from desktop.services.runs.orphans import Machine, MachinesReport, billing_rate, burn_rate, list_machines, stop_orphans
+from desktop.services.renting.orphans import (
+    Machine,
+    MachinesReport,
+    billing_rate,
+    burn_rate,
+    list_machines,
+    stop_orphans,
+)
 from desktop.services.runs.store import RunStore
 
 

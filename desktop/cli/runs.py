@@ -24,17 +24,17 @@ from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_u
 from desktop.core.runs.states import LIVE, TERMINAL, RunState
 from desktop.core.settings import Settings, SettingsError
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
 from desktop.services.platform.files import read_text
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import ProviderError, ProviderName
+from desktop.services.renting.driver import RentalDriver
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
-from desktop.services.runs.rental import RentalDriver
-from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.store import RunRecord, UnknownRunError
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
@@ -215,7 +215,7 @@ class RunsCommands:
 
     def _warn_orphans(self) -> None:
         """Warns (on stderr) of machines at the user's providers that no live run owns, and what they burn."""
-        from desktop.services.runs.orphans import orphan_warning
+        from desktop.services.renting.orphans import orphan_warning
 
         try:
             warning = asyncio.run(orphan_warning(self.engine.store, self.engine.secrets))

@@ -12,8 +12,8 @@ from desktop.services.runs.drafts import load_draft
 from desktop.services.runs.store import RunStore
 
 if TYPE_CHECKING:
+    from desktop.services.renting.manager import RunManager
     from desktop.services.runs.engine import EngineOptions
-    from desktop.services.runs.manager import RunManager
 
 
 @dataclass
@@ -44,7 +44,7 @@ class AppContext:
     def manager(self) -> RunManager:
         """The run manager on the shared store (made on first use)."""
         if self._manager is None:
-            from desktop.services.runs.manager import RunManager
+            from desktop.services.renting.manager import RunManager
 
             self._manager = RunManager(self.store, self.secrets, self._options())
         return self._manager

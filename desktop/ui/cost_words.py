@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from desktop.core.runs.progress import format_duration
 from desktop.core.runs.states import RunState
+from desktop.services.billing.meter import BillingMachine, MeterReading
+from desktop.services.billing.notices import Notice, NoticeKind
+from desktop.services.billing.records import RunRow
+from desktop.services.billing.spend import OWN_SERVER
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.meter import BillingMachine, MeterReading
-from desktop.services.runs.notices import Notice, NoticeKind
-from desktop.services.runs.spend import OWN_SERVER
-from desktop.services.runs.store import RunRecord
 
 #: The order providers are listed and coloured in (a provider keeps its chart colour).
 PROVIDER_ORDER = (ProviderName.RUNPOD.value, ProviderName.VAST.value, ProviderName.LAMBDA.value, OWN_SERVER)
@@ -82,7 +82,7 @@ def burn_line(reading: MeterReading) -> str:
     return f"Billing {rate(reading.burn_per_hour)} now ({count} machine{'s' if count != 1 else ''})"
 
 
-def _run_name(record: RunRecord) -> str:
+def _run_name(record: RunRow) -> str:
     model = str(record.spec.get("base_model") or "")
     return upper_first(short_run(record.id)) + (f" ({model})" if model else "")
 
@@ -92,7 +92,7 @@ def upper_first(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _live_line(record: RunRecord, machine: BillingMachine | None) -> str:
+def _live_line(record: RunRow, machine: BillingMachine | None) -> str:
     """What a live run does once Rentune has quit."""
     bills = f"{machine_name(machine)}, billing {rate(machine.rate_per_hour)}" if machine else ""
     if record.state is RunState.TRAINING:

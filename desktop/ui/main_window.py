@@ -319,7 +319,7 @@ class MainWindow(QMainWindow):
 
     async def check_orphans(self) -> None:
         """Asks the providers with a key for machines no live run owns; the Home page warns of them."""
-        from desktop.services.runs.orphans import find_orphans
+        from desktop.services.renting.orphans import find_orphans
 
         report = await find_orphans(self.context.store, self.context.secrets)
         if report is not None:

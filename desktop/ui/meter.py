@@ -13,12 +13,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QWidget
 
 from desktop.services.billing.ledger import Ledger, LedgerError
+from desktop.services.billing.meter import MeterReading, read_meter
+from desktop.services.billing.notices import Notice, NoticeMemory, due_notices
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
 from desktop.services.providers.base import Instance
-from desktop.services.runs.meter import MeterReading, read_meter
-from desktop.services.runs.notices import Notice, NoticeMemory, due_notices
-from desktop.services.runs.orphans import MachinesReport
+from desktop.services.renting.orphans import MachinesReport
 from desktop.services.runs.store import RunStore
 from desktop.ui.background import Job, Operation, Running
 
@@ -39,8 +39,8 @@ class CostMeter(QObject):
         memory: Where given notices are remembered (``notices.json`` in the data folder by default).
 
     Signals:
-        sig_updated: A new :class:`~desktop.services.runs.meter.MeterReading`.
-        sig_notice: A :class:`~desktop.services.runs.notices.Notice` not given before.
+        sig_updated: A new :class:`~desktop.services.billing.meter.MeterReading`.
+        sig_notice: A :class:`~desktop.services.billing.notices.Notice` not given before.
         sig_failed: The ledger could not be read (the message says which file and what to do).
     """
 

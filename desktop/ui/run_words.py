@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from desktop.core.runs.states import RunState
+from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.snapshot import RunSnapshot
 from desktop.services.runs.store import RunRecord
 from desktop.ui.cost_words import rate

@@ -1,6 +1,6 @@
 """The status bar's line saying what is running (and so what is being paid for), from the cost meter's reading.
 
-The dollars are :func:`~desktop.services.runs.spend.run_spend`'s, as everywhere: the ledger for rented machines,
+The dollars are :func:`~desktop.services.billing.spend.run_spend`'s, as everywhere: the ledger for rented machines,
 the stated rate for the user's own servers.
 """
 
@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel
 
 from desktop.core.runs.states import RunState
-from desktop.services.runs.meter import MeterReading, read_meter
+from desktop.services.billing.meter import MeterReading, read_meter
 from desktop.ui.context import AppContext
 from desktop.ui.cost_words import money
 from desktop.ui.meter import CostMeter

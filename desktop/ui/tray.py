@@ -28,17 +28,12 @@ from PySide6.QtWidgets import (
 
 from desktop.core.runs.states import TERMINAL
 from desktop.services.billing.ledger import LedgerError
+from desktop.services.billing.meter import BillingMachine, MeterReading, read_meter
+from desktop.services.billing.notices import Notice
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.providers.base import ProviderError
+from desktop.services.renting.orphans import MachineInUseError, terminate_machine
 from desktop.services.runs.errors import RunError
-from desktop.services.runs.meter import (
-    BillingMachine,
-    MachineInUseError,
-    MeterReading,
-    read_meter,
-    terminate_machine,
-)
-from desktop.services.runs.notices import Notice
 from desktop.services.runs.store import RunRecord
 from desktop.ui.background import spawn
 from desktop.ui.context import AppContext

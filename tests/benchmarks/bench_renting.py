@@ -100,9 +100,9 @@ def offers_rows(env: dict[str, str]) -> list[Row]:
 def paid_idle_rows(root: Path) -> list[Row]:
     """One rented tiny run on the fake RunPod: machine created to first step, adapter home to terminated."""
     from desktop.core.runs.spec import run_spec_from_dict
+    from desktop.services.renting.driver import RentalDriver, RentalOptions
     from desktop.services.runs.engine import EngineOptions, RunEngine
     from desktop.services.runs.estimates import paid_idle
-    from desktop.services.runs.rental import RentalDriver, RentalOptions
     from desktop.services.runs.store import RunStore
 
     model = build_tiny_model(root / "model")

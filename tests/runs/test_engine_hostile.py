@@ -19,8 +19,8 @@ from desktop.cli import main
 from desktop.core.runs.states import RunState
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.renting.manager import RunManager
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
-from desktop.services.runs.manager import RunManager
 from desktop.services.runs.store import InstalledKey, RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.sshd import SshHost, SshServer

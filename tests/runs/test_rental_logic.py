@@ -19,6 +19,7 @@ import pytest
 from desktop.core.runs.spec import ComputeSpec, RunSpec
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.rentals import rental_of
 from desktop.services.machines.ssh import Endpoint
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import (
@@ -32,10 +33,9 @@ from desktop.services.providers.base import (
     SshAddress,
     offer_matches,
 )
-from desktop.services.runs import rental
+from desktop.services.renting import driver as rental
+from desktop.services.renting.driver import RentalDriver, RentalOptions
 from desktop.services.runs.engine import DRIVER_LOCK_NAME, EngineOptions, RunBusyError, RunEngine
-from desktop.services.runs.rental import RentalDriver, RentalOptions
-from desktop.services.runs.rentals import rental_of
 from desktop.services.runs.store import RunStore
 from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.memory_keyring import MemoryKeyring

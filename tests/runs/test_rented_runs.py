@@ -24,9 +24,9 @@ from desktop.cli import main
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
+from desktop.services.renting.driver import RentalDriver, RentalOptions
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
-from desktop.services.runs.rental import RentalDriver, RentalOptions
 from desktop.services.runs.store import RunStore
 from tests.fakes.http import FakeCloud, FakeInstance
 from tests.fakes.machines import processes_of

@@ -9,9 +9,9 @@ import pytest
 
 from desktop.core.runs.states import RunState
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.renting.manager import RunManager
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine
 from desktop.services.runs.events import mirrored_events
-from desktop.services.runs.manager import RunManager
 from desktop.services.runs.store import RunStore
 from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory

@@ -12,9 +12,9 @@ import pytest
 from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.meter import read_meter
+from desktop.services.billing.notices import Notice, NoticeKind, NoticeMemory, due_notices
 from desktop.services.providers.base import Instance, InstanceState, ProviderName
-from desktop.services.runs.meter import read_meter
-from desktop.services.runs.notices import Notice, NoticeKind, NoticeMemory, due_notices
 from desktop.services.runs.store import RunStore
 from tests.fixtures.recorded_costs import backdated_run
 

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
-from desktop.services.runs.spend import run_spend
+from desktop.services.billing.spend import run_spend
 from desktop.services.runs.store import RunStore
 
 

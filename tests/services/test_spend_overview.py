@@ -12,7 +12,7 @@ from desktop.core.runs.progress import billable_seconds
 from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
-from desktop.services.runs.spend import (
+from desktop.services.billing.spend import (
     OWN_SERVER,
     billing_intervals,
     day_starts,

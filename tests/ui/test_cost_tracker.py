@@ -19,12 +19,12 @@ from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.meter import read_meter
+from desktop.services.billing.spend import run_spend
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import Instance, OfferQuery, ProviderName, RentRequest
 from desktop.services.providers.registry import open_provider
-from desktop.services.runs.meter import read_meter
-from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore
 from desktop.ui import app as app_module
 from desktop.ui import status, tray

@@ -11,8 +11,8 @@ from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings, Theme
+from desktop.services.billing.spend import spend_overview
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs.spend import spend_overview
 from desktop.services.runs.store import RunStore
 from desktop.ui import tray
 from desktop.ui.cost_words import money

@@ -20,9 +20,9 @@ from desktop.core.runs.spec import SshTarget
 from desktop.core.runs.states import LIVE, RunState
 from desktop.core.settings import Settings, Theme
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.spend import run_spend
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.engine import EngineOptions
-from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore
 from desktop.services.runs.transfer import UPLOAD_PROGRESS_NAME, UploadMeter
 from desktop.ui.context import AppContext

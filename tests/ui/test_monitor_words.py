@@ -12,8 +12,8 @@ import pytest
 from desktop.core.runs.progress import RunProgress
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Rental
+from desktop.services.billing.spend import RunSpend
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
-from desktop.services.runs.spend import RunSpend
 from desktop.services.runs.store import RunRecord
 from desktop.services.runs.transfer import UploadProgress
 from desktop.ui.pages import monitor_log, monitor_text

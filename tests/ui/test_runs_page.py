@@ -16,11 +16,11 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.spend import run_spend
 from desktop.services.machines.keys import create_run_key, load_run_key
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.engine import DRIVER_LOCK_NAME
 from desktop.services.runs.snapshot import footprint
-from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import RunStore, UnknownRunError
 from desktop.ui.context import AppContext
 from desktop.ui.cost_words import money

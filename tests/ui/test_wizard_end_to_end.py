@@ -34,12 +34,12 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
+from desktop.services.billing.spend import run_spend, spend_overview
 from desktop.services.local.inventory import exports_folder
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.drafts import load_draft
 from desktop.services.runs.engine import EngineOptions
-from desktop.services.runs.spend import run_spend, spend_overview
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.cost_words import money

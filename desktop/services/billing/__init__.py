@@ -1,4 +1,1 @@
-"""What runs cost: the spending ledger behind the cost meter.
-
-Empty until that work lands; the import contracts already give it its place.
-"""
+"""Money: the ledger of every machine rented, what runs cost, what bills now, budgets, and the notices about them."""

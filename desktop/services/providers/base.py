@@ -109,6 +109,8 @@ class InstanceState(StrEnum):
 
 #: States in which nothing bills and nothing will run again.
 GONE = frozenset({InstanceState.TERMINATED})
+#: States in which a machine bills for its GPU.
+BILLING = frozenset({InstanceState.STARTING, InstanceState.RUNNING})
 
 
 @dataclass(frozen=True)

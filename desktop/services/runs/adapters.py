@@ -1,7 +1,7 @@
 """The adapters runs brought home, with what each cost and what was exported from it: what the Models page lists.
 
 Every run with an adapter folder on this computer is listed with its base model, size, training time and spend
-(:func:`desktop.services.runs.spend.run_spend`), and the exports in its folder under
+(:func:`desktop.services.billing.spend.run_spend`), and the exports in its folder under
 :func:`desktop.services.local.inventory.exports_root`. Export folders whose run has no adapter here any more (the
 run or its adapter was deleted) are listed on their own, so nothing on the disk is hidden.
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 from desktop.core.runs.progress import phase_durations
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, LedgerError
+from desktop.services.billing.spend import run_spend
 from desktop.services.local.common import folder_bytes
 from desktop.services.local.inventory import ExportedItem, exports_folder, exports_root, scan_exports
 from desktop.services.runs.outputs import ADAPTER_CONFIG, AdapterSource, resolve_adapter
-from desktop.services.runs.spend import run_spend
 from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, RunStore
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, LedgerError
+from desktop.services.billing.spend import RunSpend, run_spend
 from desktop.services.runs.checkpoints import local_checkpoints
-from desktop.services.runs.spend import RunSpend, run_spend
 from desktop.services.runs.store import RunRecord, RunStore
 from desktop.services.runs.transfer import UploadProgress, read_upload_progress
 from trainer_payload.protocol import CHECKPOINT_MARKER

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.services.runs.meter import BillingMachine, MeterReading
-from desktop.services.runs.spend import RunCost, SpendOverview
+from desktop.services.billing.meter import BillingMachine, MeterReading
+from desktop.services.billing.spend import RunCost, SpendOverview
 from desktop.ui.cost_words import machine_name, money, provider_label, rate, short_run, upper_first
 from desktop.ui.design.palette import METRICS
 from desktop.ui.meter import CostMeter
@@ -138,7 +138,7 @@ class CostsPage(BasePage):
     """Spend per run, per provider and per month with a chart, and the machines running now with a Stop each.
 
     Signals:
-        sig_stop: A machine (:class:`~desktop.services.runs.meter.BillingMachine`) the user wants stopped; the cost
+        sig_stop: A machine (:class:`~desktop.services.billing.meter.BillingMachine`) the user wants stopped; the cost
             tracker asks and stops it.
     """
 

@@ -13,8 +13,8 @@ from desktop.core.runs.progress import Estimate, RunProgress, format_duration, r
 from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
+from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.runs.actions import was_stopped_by_user
-from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
 from desktop.ui.cost_words import money, rate

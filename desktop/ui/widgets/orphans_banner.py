@@ -14,14 +14,14 @@ from desktop.ui.widgets.blocks import Banner, destructive_button
 from desktop.ui.widgets.dialogs import confirm
 
 if TYPE_CHECKING:  # the orphan search loads the providers and SSH: only once the window is up
-    from desktop.services.runs.orphans import MachinesReport
+    from desktop.services.renting.orphans import MachinesReport
 
 DETAILS = "Rentune found them at your providers. Terminate them unless you started them yourself outside Rentune."
 
 
 def orphans_text(report: MachinesReport) -> str:
     """The banner's words: how many orphans, what they burn, and which they are."""
-    from desktop.services.runs.orphans import burn_rate
+    from desktop.services.renting.orphans import burn_rate
 
     orphans = report.orphans
     names = ", ".join(f"{m.instance.provider.label} {m.instance.name}" for m in orphans)
@@ -76,7 +76,7 @@ class OrphansBanner(Banner):
 
     @asyncSlot()
     async def _terminate(self, report: MachinesReport) -> None:
-        from desktop.services.runs.orphans import stop_orphans
+        from desktop.services.renting.orphans import stop_orphans
 
         stopped, problems = await stop_orphans(self.store, report, self.secrets)
         words = f"terminated {len(stopped)} orphaned machine{'s' if len(stopped) != 1 else ''}"

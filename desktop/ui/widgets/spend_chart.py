@@ -10,7 +10,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from desktop.services.runs.spend import PeriodSpend
+from desktop.services.billing.spend import PeriodSpend
 from desktop.ui.cost_words import PROVIDER_ORDER, money, provider_colour_index, provider_label
 from desktop.ui.design.palette import Palette
 from desktop.ui.theme import current_palette, theme_events

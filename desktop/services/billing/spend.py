@@ -20,8 +20,8 @@ from typing import Any
 from desktop.core.runs.progress import BILLING_ENDS, BILLING_STARTS, billable_seconds, billing_now
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, Rental
-from desktop.services.runs.rentals import compute_of
-from desktop.services.runs.store import RunRecord, RunStore
+from desktop.services.billing.records import RunRow, RunRows
+from desktop.services.billing.rentals import compute_of
 
 #: The provider key of runs on the user's own servers, metered at the hourly rate they stated.
 OWN_SERVER = "own"
@@ -49,7 +49,7 @@ class RunSpend:
     rentals: tuple[Rental, ...] = ()
 
 
-def run_spend(store: RunStore, run_id: str, *, ledger: Ledger | None = None, now: float | None = None) -> RunSpend:
+def run_spend(store: RunRows, run_id: str, *, ledger: Ledger | None = None, now: float | None = None) -> RunSpend:
     """What the run ``run_id`` has cost as of ``now`` (the current time by default).
 
     Raises:
@@ -75,7 +75,7 @@ def _rented_spend(run_id: str, rentals: Sequence[Rental], now: float) -> RunSpen
     )
 
 
-def _own_server_spend(record: RunRecord, transitions: list[dict[str, Any]], now: float) -> RunSpend:
+def _own_server_spend(record: RunRow, transitions: list[dict[str, Any]], now: float) -> RunSpend:
     rate = float(record.spec.get("hourly_rate_usd") or 0.0)
     seconds = billable_seconds(transitions, now)
     billing = billing_now(transitions)
@@ -161,7 +161,7 @@ def rental_charge(rental: Rental) -> Charge:
     )
 
 
-def own_server_charges(record: RunRecord, transitions: Sequence[Mapping[str, Any]]) -> list[Charge]:
+def own_server_charges(record: RunRow, transitions: Sequence[Mapping[str, Any]]) -> list[Charge]:
     """What a run on the user's own server billed at its stated rate (nothing without a rate)."""
     rate = float(record.spec.get("hourly_rate_usd") or 0.0)
     if rate <= 0:
@@ -201,7 +201,7 @@ class RunCost:
     """
 
     run_id: str
-    record: RunRecord | None
+    record: RunRow | None
     spend: RunSpend
     providers: tuple[str, ...]
 
@@ -279,7 +279,7 @@ def _by_provider(charges: Sequence[Charge], now: float) -> tuple[tuple[str, floa
 
 
 def _run_costs(
-    records: Sequence[RunRecord],
+    records: Sequence[RunRow],
     rentals: Sequence[Rental],
     own: Mapping[str, RunSpend],
     charges: Sequence[Charge],
@@ -312,7 +312,7 @@ def _first_start(spend: RunSpend) -> float:
 
 
 def spend_overview(
-    store: RunStore,
+    store: RunRows,
     *,
     ledger: Ledger | None = None,
     now: float | None = None,

@@ -11,17 +11,17 @@ import asyncio
 from dataclasses import dataclass
 
 from desktop.core.runs.states import TERMINAL, RunState
+from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.meter import BillingMachine
+from desktop.services.billing.rentals import Rental, rental_of
 from desktop.services.platform.secrets import SecretSource, SecretStore, SecretStoreError
-from desktop.services.providers.base import GONE, Instance, InstanceState, ProviderError, ProviderName
+from desktop.services.providers.base import BILLING, GONE, Instance, InstanceState, ProviderError, ProviderName
 from desktop.services.providers.market import OpenProvider, gather_instances
 from desktop.services.providers.registry import PROVIDERS, open_provider
-from desktop.services.runs.rentals import Rental, rental_of
 from desktop.services.runs.store import RunStore
 
 #: The prefix of the machines Rentune rents.
 MACHINE_PREFIX = "rentune-"
-#: States in which a machine bills for its GPU.
-BILLING = frozenset({InstanceState.STARTING, InstanceState.RUNNING})
 
 
 @dataclass(frozen=True)
@@ -217,3 +217,42 @@ async def orphan_warning(
     return f"warning: {count} ${burn_rate(report):.2f}/h: {listed}; rentune machines --stop-orphans terminates " + (
         "it" if one else "them"
     )
+
+
+class MachineInUseError(RuntimeError):
+    """A live run uses the machine now: stop the run instead of terminating its machine."""
+
+
+async def terminate_machine(
+    store: RunStore,
+    machine: BillingMachine,
+    secrets: SecretStore | None = None,
+    *,
+    ledger: Ledger | None = None,
+    open: OpenProvider = open_provider,
+) -> None:
+    """Terminates a machine no live run uses at its provider, and books its stop in the ledger.
+
+    Raises:
+        MachineInUseError: A live run uses it now (it came alive since the reading): stop the run instead.
+        ProviderError: The provider would not terminate it (the message says why).
+        SecretStoreError: The provider's API key cannot be read.
+    """
+    if not machine.rented:
+        raise MachineInUseError("an own server is not rented: stop its run instead")
+    provider = ProviderName(machine.provider)
+    probe = Instance(
+        provider, machine.instance_id, f"rentune-{machine.run_id}", InstanceState.RUNNING, machine.rate_per_hour
+    )
+    if machine.run_id is not None and owner(probe, live_runs(store)) is not None:
+        raise MachineInUseError(f"run {machine.run_id} uses this machine now: stop the run instead")
+    client = open(provider, secrets)
+    try:
+        await client.terminate(machine.instance_id)
+    finally:
+        await client.aclose()
+    await asyncio.to_thread(_book_stop, ledger, machine)
+
+
+def _book_stop(ledger: Ledger | None, machine: BillingMachine) -> None:
+    (ledger or Ledger()).close(machine.provider, machine.instance_id)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import LIVE, TERMINAL
+from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import ProviderError
+from desktop.services.renting.driver import RentalDriver
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine, RunError
-from desktop.services.runs.rental import RentalDriver
-from desktop.services.runs.rentals import compute_of, rental_of
 from desktop.services.runs.store import RunRecord, RunStore
 
 #: Called with (run id, line) for every progress line of a driven run.

@@ -1,6 +1,6 @@
 """What is worth a notification, said once: budget thresholds, idle machines, orphans, runs that finished or failed.
 
-:func:`due_notices` lists what is true of a :class:`~desktop.services.runs.meter.MeterReading` now;
+:func:`due_notices` lists what is true of a :class:`~desktop.services.billing.meter.MeterReading` now;
 :class:`NoticeMemory` remembers what was said (in ``notices.json`` in the data folder) and passes on only the new.
 The first time a profile is read, runs that had already ended are remembered without a word.
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 
 from desktop.core.runs.progress import ENDED
 from desktop.core.runs.states import RunState
+from desktop.services.billing.meter import MeterReading
+from desktop.services.billing.records import RunRow
+from desktop.services.billing.rentals import compute_of
 from desktop.services.platform.files import atomic_write_text
-from desktop.services.runs.meter import MeterReading
-from desktop.services.runs.rentals import compute_of
-from desktop.services.runs.store import RunRecord
 
 #: Percentages of a run's budget that are announced (each once).
 BUDGET_THRESHOLDS = (50, 80, 100)
@@ -75,7 +75,7 @@ class Notice:
     detail: str = ""
 
 
-def _model(record: RunRecord | None) -> str:
+def _model(record: RunRow | None) -> str:
     return str(record.spec.get("base_model") or "") if record is not None else ""
 
 
@@ -124,7 +124,7 @@ def orphan_notices(reading: MeterReading) -> list[Notice]:
     return [Notice(NoticeKind.ORPHANS, key, usd=burn, count=len(orphans))]
 
 
-def ending_notices(records: Iterable[RunRecord]) -> list[Notice]:
+def ending_notices(records: Iterable[RunRow]) -> list[Notice]:
     """Each run that finished, failed, or was stopped at its budget."""
     notices = []
     for record in records:

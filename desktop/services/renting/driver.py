@@ -20,6 +20,7 @@ from typing import Any
 from desktop.core.runs.spec import ComputeSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.rentals import Rental, compute_of, rental_of
 from desktop.services.machines.keys import load_run_key
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import Endpoint
@@ -39,7 +40,6 @@ from desktop.services.runs.context import ENDED, quietly_close
 from desktop.services.runs.engine import RunEngine
 from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import mirrored_events
-from desktop.services.runs.rentals import Rental, compute_of, rental_of
 from desktop.services.runs.store import RunRecord
 
 OpenProvider = Callable[[ProviderName, SecretStore], Provider]

@@ -1,6 +1,6 @@
 """What bills right now and how to stop it: the reading behind the tray menu, the status-bar meter and the Costs page.
 
-A :class:`MeterReading` joins the spend (:func:`~desktop.services.runs.spend.spend_overview`) with the machines that
+A :class:`MeterReading` joins the spend (:func:`~desktop.services.billing.spend.spend_overview`) with the machines that
 bill now: each live run's rented machine or own server (Stop ends the run through the run manager), and machines no
 live run uses (orphans found at the providers, or rentals the ledger still counts for an ended run): those are
 terminated at the provider with :func:`terminate_machine`.
@@ -8,7 +8,6 @@ terminated at the provider with :func:`terminate_machine`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Sequence
@@ -19,22 +18,14 @@ from pathlib import Path
 from desktop.core.runs.progress import ENDED
 from desktop.core.runs.states import LIVE
 from desktop.services.billing.ledger import Ledger
-from desktop.services.platform.secrets import SecretStore
-from desktop.services.providers.base import Instance, InstanceState, ProviderName
-from desktop.services.providers.market import OpenProvider
-from desktop.services.providers.registry import open_provider
-from desktop.services.runs.orphans import BILLING, live_runs, owner
-from desktop.services.runs.rentals import rental_of
-from desktop.services.runs.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
-from desktop.services.runs.store import RunRecord, RunStore
+from desktop.services.billing.records import RunRow, RunRows
+from desktop.services.billing.rentals import rental_of
+from desktop.services.billing.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
+from desktop.services.providers.base import BILLING, Instance
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
 #: Bytes read from the end of a run's event mirror to find its newest event.
 _TAIL_BYTES = 16_384
-
-
-class MachineInUseError(RuntimeError):
-    """A live run uses the machine now: stop the run instead of terminating its machine."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +33,7 @@ class BillingMachine:
     """A machine that bills now.
 
     Attributes:
-        provider: ``ProviderName.value``, or :data:`~desktop.services.runs.spend.OWN_SERVER` for the user's server.
+        provider: ``ProviderName.value``, or :data:`~desktop.services.billing.spend.OWN_SERVER` for the user's server.
         instance_id: The provider's id ("" for an own server).
         gpu: The rented GPU, or the own server's address.
         rate_per_hour: Dollars per hour.
@@ -84,8 +75,8 @@ class MeterReading:
 
     overview: SpendOverview
     machines: tuple[BillingMachine, ...]
-    records: tuple[RunRecord, ...]
-    live: tuple[RunRecord, ...]
+    records: tuple[RunRow, ...]
+    live: tuple[RunRow, ...]
     last_progress: dict[str, float]
 
     @property
@@ -104,7 +95,7 @@ class MeterReading:
         return bool(self.live or self.machines)
 
 
-def _charge_machine(charge: Charge, records: dict[str, RunRecord], live: set[str], now: float) -> BillingMachine:
+def _charge_machine(charge: Charge, records: dict[str, RunRow], live: set[str], now: float) -> BillingMachine:
     record = records.get(charge.run_id)
     if charge.provider == OWN_SERVER:
         where = (record.target if record else None) or "your server"
@@ -127,7 +118,7 @@ def _orphan_machine(instance: Instance) -> BillingMachine:
 
 
 def billing_machines(
-    overview: SpendOverview, records: Sequence[RunRecord], orphans: Sequence[Instance] = ()
+    overview: SpendOverview, records: Sequence[RunRow], orphans: Sequence[Instance] = ()
 ) -> tuple[BillingMachine, ...]:
     """The machines billing now: from the charges still open, then orphans the ledger does not count."""
     by_id = {record.id: record for record in records}
@@ -142,7 +133,7 @@ def billing_machines(
     return tuple(machines)
 
 
-def live_runs_of(records: Sequence[RunRecord]) -> list[str]:
+def live_runs_of(records: Sequence[RunRow]) -> list[str]:
     """The runs that may still use a machine (not ended, not failed), as the orphan check counts them."""
     return [record.id for record in records if record.state not in ENDED]
 
@@ -163,7 +154,7 @@ def last_event_time(folder: Path) -> float | None:
     return None
 
 
-def last_progress(record: RunRecord, transitions: Sequence[dict[str, object]], folder: Path) -> float:
+def last_progress(record: RunRow, transitions: Sequence[dict[str, object]], folder: Path) -> float:
     """When a run last moved, counted as the rental driver's idle guard does.
 
     A trainer event, a state change, or its machine coming up counts as moving.
@@ -180,7 +171,7 @@ def last_progress(record: RunRecord, transitions: Sequence[dict[str, object]], f
 
 
 def read_meter(
-    store: RunStore,
+    store: RunRows,
     ledger: Ledger | None = None,
     orphans: Sequence[Instance] = (),
     now: float | None = None,
@@ -205,38 +196,3 @@ def read_meter(
     }
     machines = billing_machines(overview, records, orphans)
     return MeterReading(overview, machines, tuple(records), live, progress)
-
-
-async def terminate_machine(
-    store: RunStore,
-    machine: BillingMachine,
-    secrets: SecretStore | None = None,
-    *,
-    ledger: Ledger | None = None,
-    open: OpenProvider = open_provider,
-) -> None:
-    """Terminates a machine no live run uses at its provider, and books its stop in the ledger.
-
-    Raises:
-        MachineInUseError: A live run uses it now (it came alive since the reading): stop the run instead.
-        ProviderError: The provider would not terminate it (the message says why).
-        SecretStoreError: The provider's API key cannot be read.
-    """
-    if not machine.rented:
-        raise MachineInUseError("an own server is not rented: stop its run instead")
-    provider = ProviderName(machine.provider)
-    probe = Instance(
-        provider, machine.instance_id, f"rentune-{machine.run_id}", InstanceState.RUNNING, machine.rate_per_hour
-    )
-    if machine.run_id is not None and owner(probe, live_runs(store)) is not None:
-        raise MachineInUseError(f"run {machine.run_id} uses this machine now: stop the run instead")
-    client = open(provider, secrets)
-    try:
-        await client.terminate(machine.instance_id)
-    finally:
-        await client.aclose()
-    await asyncio.to_thread(_book_stop, ledger, machine)
-
-
-def _book_stop(ledger: Ledger | None, machine: BillingMachine) -> None:
-    (ledger or Ledger()).close(machine.provider, machine.instance_id)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop.core.runs.spec import ComputeSpec
+from desktop.services.billing.records import RunRow
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.store import RunRecord
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Rental:
         return cls(**{**data, "provider": ProviderName(data["provider"])})
 
 
-def compute_of(record: RunRecord) -> ComputeSpec | None:
+def compute_of(record: RunRow) -> ComputeSpec | None:
     """The run's ``[compute]`` (None for a run on the user's own machine)."""
     data = record.spec.get("compute")
     if not data:
@@ -44,7 +44,7 @@ def compute_of(record: RunRecord) -> ComputeSpec | None:
     return ComputeSpec(**{**data, "providers": tuple(data.get("providers") or ())})
 
 
-def rental_of(record: RunRecord) -> Rental | None:
+def rental_of(record: RunRow) -> Rental | None:
     """The machine the run rents now (None when it rents none)."""
     data = record.spec.get("rental")
     return Rental.from_dict(data) if data else None
