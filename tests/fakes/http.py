@@ -7,11 +7,14 @@ created at ``t`` is starting until ``t + boot_seconds``, then running (its sshd 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -101,6 +104,51 @@ class FakeInstance:
         return self.terminated is None
 
 
+class FaultKind(StrEnum):
+    """What goes wrong with one call."""
+
+    SERVER_ERROR = "server_error"  # a 5xx answer
+    TIMEOUT = "timeout"  # no answer in time
+    DROP = "drop"  # the connection drops
+    RATE_LIMIT = "rate_limit"  # a 429 (always before acting: providers refuse before they act)
+    SLOW = "slow"  # the answer comes, late
+
+
+@dataclass(frozen=True)
+class CallFault:
+    """A fault for one call: what happens, and whether the provider acted on the request first.
+
+    Attributes:
+        kind: What goes wrong.
+        after_acting: The provider did what was asked (created, terminated) before the fault hit the answer.
+        status: The status of a server error.
+        delay: Seconds a slow answer takes (in-process: awaited; served: slept).
+    """
+
+    kind: FaultKind
+    after_acting: bool = False
+    status: int = 502
+    delay: float = 0.0
+
+
+@dataclass
+class QueuedFault:
+    """A fault waiting for the next call that matches ``method`` and the ``path`` pattern (``re.search``)."""
+
+    method: str
+    path: str
+    fault: CallFault
+    times: int = 1
+
+
+class FaultyAnswerError(Exception):
+    """Raised inside the fake to make the transport fail the call instead of answering."""
+
+    def __init__(self, error: httpx.TransportError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass
 class Faults:
     """Faults a test switches on.
@@ -113,6 +161,8 @@ class Faults:
         reject_key: Every key is refused.
         outbid_after: A spot instance is taken away this many seconds after it started running (once).
         bid_too_low: Spot creates fail as bid too low.
+        queued: Faults for the next matching calls (see :meth:`FakeCloud.fail_next`).
+        failing_terminates: This many terminate calls are refused with a 500 before one succeeds (none acts).
     """
 
     out_of_stock: bool = False
@@ -122,6 +172,8 @@ class Faults:
     reject_key: bool = False
     outbid_after: float | None = None
     bid_too_low: bool = False
+    queued: list[QueuedFault] = field(default_factory=list)
+    failing_terminates: int = 0
 
 
 class FakeCloud(ABC):
@@ -204,8 +256,33 @@ class FakeCloud(ABC):
     def handle(self, request: FakeRequest) -> FakeResponse:
         """Answers one request (each fake answers as its provider does)."""
 
+    def fail_next(self, method: str, path: str, fault: CallFault, times: int = 1) -> None:
+        """Makes the next ``times`` calls of ``method`` to a path matching ``path`` (a regular expression) fail."""
+        with self.lock:
+            self.faults.queued.append(QueuedFault(method.upper(), path, fault, times))
+
+    def is_terminate(self, request: FakeRequest) -> bool:
+        """Whether the request terminates a machine (each fake knows its own call)."""
+        return False
+
+    def _take_fault(self, request: FakeRequest) -> CallFault | None:
+        for queued in self.faults.queued:
+            if queued.method == request.method and re.search(queued.path, request.path):
+                queued.times -= 1
+                if queued.times <= 0:
+                    self.faults.queued.remove(queued)
+                return queued.fault
+        if self.faults.failing_terminates > 0 and self.is_terminate(request):
+            self.faults.failing_terminates -= 1
+            return CallFault(FaultKind.SERVER_ERROR, status=500)
+        return None
+
     def dispatch(self, request: FakeRequest) -> FakeResponse:
-        """Records the request, applies the one-shot faults, then :meth:`handle` under the lock."""
+        """Records the request, applies the faults (before or after acting), then :meth:`handle` under the lock.
+
+        Raises:
+            FaultyAnswerError: The call's fault is a timeout or a dropped connection.
+        """
         with self.lock:
             self.requests.append(request)
             if self.faults.rate_limit_once:
@@ -214,26 +291,28 @@ class FakeCloud(ABC):
             if self.faults.server_error_once:
                 self.faults.server_error_once = False
                 return FakeResponse(503, {"error": "unavailable"})
+            fault = self._take_fault(request)
+            if fault is not None and not fault.after_acting and fault.kind is not FaultKind.SLOW:
+                return _fault_answer(request, fault)
             for instance in list(self.instances.values()):
                 self.refresh(instance)
-            return self.handle(request)
+            reply = self.handle(request)
+            if fault is not None and fault.kind is not FaultKind.SLOW:
+                return _fault_answer(request, fault)
+            return reply
 
-    def transport(self) -> httpx.MockTransport:
-        """An in-process transport answering like the server would."""
+    def delay_for(self, request: FakeRequest) -> float:
+        """Seconds the next answer to ``request`` is held back (a slow provider), without taking the fault."""
+        with self.lock:
+            for queued in self.faults.queued:
+                slow = queued.fault.kind is FaultKind.SLOW and queued.method == request.method
+                if slow and re.search(queued.path, request.path):
+                    return queued.fault.delay
+        return 0.0
 
-        def answer(request: httpx.Request) -> httpx.Response:
-            parts = urlsplit(str(request.url))
-            fake = FakeRequest(
-                request.method,
-                parts.path,
-                parse_qs(parts.query),
-                {k.lower(): v for k, v in request.headers.items()},
-                request.read(),
-            )
-            reply = self.dispatch(fake)
-            return httpx.Response(reply.status, content=reply.encoded(), headers=_json_headers(reply))
-
-        return httpx.MockTransport(answer)
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """An in-process transport answering like the server would (a slow answer is awaited, not slept)."""
+        return _CloudTransport(self)
 
     def serve(self) -> str:
         """Starts a real HTTP server on 127.0.0.1; returns its base URL."""
@@ -250,7 +329,12 @@ class FakeCloud(ABC):
                     {k.lower(): v for k, v in self.headers.items()},
                     self.rfile.read(length) if length else b"",
                 )
-                reply = cloud.dispatch(fake)
+                time.sleep(cloud.delay_for(fake))
+                try:
+                    reply = cloud.dispatch(fake)
+                except FaultyAnswerError:
+                    self.close_connection = True  # no answer at all: the client sees the connection drop
+                    return
                 body = reply.encoded()
                 self.send_response(reply.status)
                 for key, value in _json_headers(reply).items():
@@ -281,3 +365,40 @@ class FakeCloud(ABC):
 def _json_headers(reply: FakeResponse) -> dict[str, str]:
     kind = "application/octet-stream" if isinstance(reply.body, bytes) else "application/json"
     return {"Content-Type": kind, **reply.headers}
+
+
+class _CloudTransport(httpx.AsyncBaseTransport):
+    """Answers in-process through :meth:`FakeCloud.dispatch`; a slow answer awaits its delay first."""
+
+    def __init__(self, cloud: FakeCloud) -> None:
+        self.cloud = cloud
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        parts = urlsplit(str(request.url))
+        fake = FakeRequest(
+            request.method,
+            parts.path,
+            parse_qs(parts.query),
+            {k.lower(): v for k, v in request.headers.items()},
+            await request.aread(),
+        )
+        delay = self.cloud.delay_for(fake)
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            reply = self.cloud.dispatch(fake)
+        except FaultyAnswerError as fault:
+            raise fault.error from None
+        return httpx.Response(reply.status, content=reply.encoded(), headers=_json_headers(reply), request=request)
+
+
+def _fault_answer(request: FakeRequest, fault: CallFault) -> FakeResponse:
+    """The answer a fault gives (or the transport error it raises through :class:`FaultyAnswerError`)."""
+    if fault.kind is FaultKind.RATE_LIMIT:
+        return FakeResponse(429, {"error": "rate limited"}, {"Retry-After": "0"})
+    if fault.kind is FaultKind.SERVER_ERROR:
+        return FakeResponse(fault.status, {"error": f"upstream failure ({fault.status})"})
+    fake_request = httpx.Request(request.method, f"http://fake{request.path}")
+    if fault.kind is FaultKind.TIMEOUT:
+        raise FaultyAnswerError(httpx.ReadTimeout("timed out waiting for the answer", request=fake_request))
+    raise FaultyAnswerError(httpx.RemoteProtocolError("the server closed the connection", request=fake_request))

@@ -107,6 +107,8 @@ class InstanceState(StrEnum):
     TERMINATED = "terminated"  # gone for good; nothing bills
 
 
+#: States in which the machine will never run (again): a wait for it ends at once.
+LOST = frozenset({InstanceState.STOPPED, InstanceState.FAILED, InstanceState.TERMINATED})
 #: States in which nothing bills and nothing will run again.
 GONE = frozenset({InstanceState.TERMINATED})
 #: States in which a machine bills for its GPU.
@@ -136,6 +138,9 @@ class Instance:
         spot: Interruptible.
         ssh: Where to log in (None until the provider publishes an address).
         status_text: The provider's own words for its state (for messages).
+        created_at: When the provider says it created the machine (epoch seconds; None where it does not say).
+        ended_at: When the provider says the machine stopped billing (terminated, preempted; None where it does not
+            say, or while it runs).
     """
 
     provider: ProviderName
@@ -147,6 +152,8 @@ class Instance:
     spot: bool = False
     ssh: SshAddress | None = None
     status_text: str = ""
+    created_at: float | None = None
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -177,13 +184,25 @@ class ProviderError(RuntimeError):
         provider: Which provider.
         message: The provider's message (or what went wrong talking to it), with the fix where there is one.
         reason: The provider's own words alone (``message`` when none were given apart).
+        instance_id: A machine the failed request made and left behind (a create whose setup failed, a bid too low
+            that still booked a stopped machine): whoever asked records it and terminates it until it is gone.
     """
 
-    def __init__(self, provider: ProviderName, message: str, reason: str | None = None) -> None:
+    def __init__(
+        self, provider: ProviderName, message: str, reason: str | None = None, *, instance_id: str | None = None
+    ) -> None:
         super().__init__(f"{provider.label}: {message}")
         self.provider = provider
         self.message = message
         self.reason = reason or message
+        self.instance_id = instance_id
+
+
+class UncertainOutcomeError(ProviderError):
+    """The request may have taken effect: it was sent, then no answer came (a timeout, a drop) or a 5xx did.
+
+    A create answered this way is never sent again: the machine is looked up by its label instead.
+    """
 
 
 class AuthError(ProviderError):
@@ -223,11 +242,13 @@ class Provider(Protocol):
         """Offers matching ``query`` (out-of-stock ones included, marked ``in_stock=False``)."""
 
     async def create(self, request: RentRequest) -> Instance:
-        """Rents a machine; it is usually still starting when this returns.
+        """Rents a machine; it is usually still starting when this returns. Sent once: only a 429 is retried.
 
         Raises:
             NoCapacityError: The offer is gone.
-            BidTooLowError: The spot bid is below the current price (nothing is left billing).
+            BidTooLowError: The spot bid is below the current price.
+            UncertainOutcomeError: No answer, or a 5xx: a machine may exist; look it up by ``request.label``.
+            ProviderError: Any other refusal; ``instance_id`` names a machine it left behind, if any.
         """
 
     async def get(self, instance_id: str) -> Instance:
@@ -240,7 +261,15 @@ class Provider(Protocol):
         """Destroys the machine; a machine already gone is not an error."""
 
     async def instances(self) -> list[Instance]:
-        """Every machine of this account at the provider."""
+        """Every machine of this account at the provider (every page of a paginated list)."""
+
+    async def named(self, label: str) -> list[Instance]:
+        """The machines of this account named ``label`` that are not gone (after a create whose outcome is unknown)."""
 
     async def aclose(self) -> None:
         """Closes the HTTP client."""
+
+
+def named_in(instances: list[Instance], label: str) -> list[Instance]:
+    """The machines named ``label`` that are not gone (a provider's :meth:`Provider.named` over its listing)."""
+    return [instance for instance in instances if instance.name == label and instance.state not in GONE]

@@ -1,7 +1,9 @@
 """The HTTP side shared by every provider client: auth header, retries with backoff, errors in Rentune's types.
 
-429 and 5xx answers are retried with exponential backoff, honouring ``Retry-After``; 401 and 403 become
-:class:`~.base.AuthError`; a provider that cannot be reached becomes a :class:`~.base.ProviderError` naming it.
+429 and 5xx answers are retried with exponential backoff, honouring ``Retry-After``, except for a request that must
+not be repeated (a create), which retries only 429s; 401 and 403 become :class:`~.base.AuthError`; a provider that
+cannot be reached becomes a :class:`~.base.ProviderError` naming it, and a request sent whose answer never came (or
+came as a 5xx) an :class:`~.base.UncertainOutcomeError`.
 The transport is injectable (``httpx`` ``transport=``), so tests can answer in-process.
 """
 
@@ -15,9 +17,17 @@ from typing import Any
 
 import httpx
 
-from desktop.services.providers.base import AuthError, ProviderError, ProviderName, RateLimitedError
+from desktop.services.providers.base import (
+    AuthError,
+    ProviderError,
+    ProviderName,
+    RateLimitedError,
+    UncertainOutcomeError,
+)
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: What a request that must not be repeated (a create) retries: a 429 is answered before the provider acts.
+ONCE_RETRIED_STATUSES = frozenset({429})
 
 
 @dataclass(frozen=True)
@@ -87,13 +97,7 @@ class ApiClient:
         )
 
     async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: Any = None,
-        retry_statuses: frozenset[int] = RETRIED_STATUSES,
+        self, method: str, path: str, *, json: Any = None, params: Any = None, once: bool = False
     ) -> httpx.Response:
         """Sends a request, retrying 429 and 5xx; returns any other answer (the caller reads 4xx bodies).
 
@@ -102,17 +106,20 @@ class ApiClient:
             path: Below the base URL.
             json: The body.
             params: Query parameters.
-            retry_statuses: Statuses sent again (a request that may have taken effect on a 5xx, such as a launch,
-                retries only 429: "not done").
+            once: The request must not be repeated once the provider may have acted on it (a create): only a 429,
+                which a provider answers before acting, is retried; a 5xx or a lost answer raises
+                :class:`~.base.UncertainOutcomeError` at once.
 
         Raises:
             AuthError: 401 or 403.
             RateLimitedError: Still 429 after every retry.
-            ProviderError: Unreachable, or still 5xx after every retry.
+            UncertainOutcomeError: Sent, then no answer or a 5xx (after the retries, or at once with ``once``).
+            ProviderError: Unreachable (nothing was sent).
         """
+        retried = ONCE_RETRIED_STATUSES if once else RETRIED_STATUSES
         for attempt in range(self.retry.attempts):
             response = await self._send(method, path, json, params)
-            if response.status_code not in retry_statuses:
+            if response.status_code not in retried:
                 break
             if attempt + 1 < self.retry.attempts:
                 await asyncio.sleep(self.retry.delay(attempt, retry_after_seconds(response)))
@@ -127,17 +134,21 @@ class ApiClient:
         if response.status_code == 429:
             raise RateLimitedError(self.provider, f"rate limited ({error_text(response)}); try again in a minute")
         if response.status_code >= 500:
-            raise ProviderError(self.provider, f"server error {response.status_code}: {error_text(response)}")
+            raise UncertainOutcomeError(self.provider, f"server error {response.status_code}: {error_text(response)}")
         return response
 
     async def _send(self, method: str, path: str, json: Any, params: Any) -> httpx.Response:
         try:
             return await self._client.request(method, path, json=json, params=params)
-        except httpx.TimeoutException as exc:
-            raise ProviderError(self.provider, f"no answer in time from {self._client.base_url}") from exc
-        except httpx.TransportError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
             raise ProviderError(
                 self.provider, f"cannot reach {self._client.base_url} ({exc or type(exc).__name__}); check the network"
+            ) from exc
+        except httpx.TimeoutException as exc:  # sent: the provider may have acted on it
+            raise UncertainOutcomeError(self.provider, f"no answer in time from {self._client.base_url}") from exc
+        except httpx.TransportError as exc:  # the connection dropped after the request went out
+            raise UncertainOutcomeError(
+                self.provider, f"the connection to {self._client.base_url} dropped ({exc or type(exc).__name__})"
             ) from exc
 
     async def aclose(self) -> None:

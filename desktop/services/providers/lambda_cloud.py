@@ -324,7 +324,7 @@ class LambdaProvider:
         """Sends the launch, retrying only 429s (honouring Retry-After); returns the new instance's id."""
         try:
             response = await self._api.request(
-                "POST", "/instance-operations/launch", json=body, retry_statuses=frozenset({429})
+                "POST", "/instance-operations/launch", json=body, once=True
             )
         except (AuthError, RateLimitedError):
             raise
