@@ -367,11 +367,21 @@ def _json_headers(reply: FakeResponse) -> dict[str, str]:
     return {"Content-Type": kind, **reply.headers}
 
 
-class _CloudTransport(httpx.AsyncBaseTransport):
-    """Answers in-process through :meth:`FakeCloud.dispatch`; a slow answer awaits its delay first."""
+class _CloudTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
+    """Answers in-process through :meth:`FakeCloud.dispatch` (async clients await a slow answer's delay)."""
 
     def __init__(self, cloud: FakeCloud) -> None:
         self.cloud = cloud
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        parts = urlsplit(str(request.url))
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        fake = FakeRequest(request.method, parts.path, parse_qs(parts.query), headers, request.read())
+        try:
+            reply = self.cloud.dispatch(fake)
+        except FaultyAnswerError as fault:
+            raise fault.error from None
+        return httpx.Response(reply.status, content=reply.encoded(), headers=_json_headers(reply), request=request)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         parts = urlsplit(str(request.url))
