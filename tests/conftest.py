@@ -187,7 +187,7 @@ def wait_for(qloop: asyncio.AbstractEventLoop) -> Callable[..., None]:
 
 @pytest.fixture
 def fake_runpod(tmp_path: Path) -> Iterator[object]:
-    """A fake RunPod GraphQL API (not yet serving: call ``.serve()`` for a URL or ``.transport()``)."""
+    """A fake RunPod: REST v2, and GraphQL for spot (call ``.serve()`` for a URL or ``.transport()``)."""
     from tests.fakes.runpod import FakeRunPod
 
     cloud = FakeRunPod(tmp_path / "fake-runpod")

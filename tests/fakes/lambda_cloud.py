@@ -3,7 +3,13 @@
 Bodies follow Lambda's: ``{"data": ...}`` on success, ``{"error": {"code", "message", "suggestion"?}}`` otherwise.
 An instance is ``booting`` (no ip) until ``boot_seconds`` have passed, then ``active`` at ip 127.0.0.1 with a real
 sshd that lets in the public key of the SSH key named at launch. Terminated instances stay in every listing with
-status ``terminated`` (Lambda drops them after a while; clients must accept both).
+status ``terminated`` (Lambda drops them after a while; clients must accept both); :meth:`FakeLambda.preempt` takes
+a machine back (status ``preempted``, listed until terminated).
+
+Errors carry Lambda's codes: a missing instance or key is 404 ``global/object-does-not-exist``, an unknown route 404
+``global/not-found``, a wrong key 401 ``global/invalid-api-key``, an inactive account (``account_inactive``) 403
+``global/account-inactive``. The launch schema has no ``quantity``: more than 1 is refused, as Lambda does.
+:meth:`FakeLambda.billed_seconds` is what Lambda would bill a machine for: from its launch to its termination.
 
 The real API has no field for an SSH port (VMs take SSH on 22); the fake's machines listen on random loopback ports,
 so a client under test is given :meth:`FakeLambda.ssh_for` as ``LambdaProvider(ssh_for=)``.
@@ -54,11 +60,13 @@ class FakeLambda(FakeCloud):
 
     Attributes:
         ssh_keys: Registered keys by id: ``{"id", "name", "public_key"}``.
+        account_inactive: Every request is refused with 403 ``global/account-inactive`` (the key itself is fine).
     """
 
     def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
         super().__init__(root, boot_seconds=boot_seconds)
         self.ssh_keys: dict[str, dict[str, str]] = {}
+        self.account_inactive = False
         self._routes = [
             ("GET", r"/instance-types", "_instance_types"),
             ("GET", r"/ssh-keys", "_list_keys"),
@@ -77,10 +85,41 @@ class FakeLambda(FakeCloud):
             raise KeyError(f"instance {instance_id} has no machine yet")
         return SshAddress(address.host, address.port, address.user)
 
+    def billed_seconds(self, instance_id: str) -> float:
+        """Seconds Lambda bills the machine for: from its launch to its termination (or now).
+
+        Raises:
+            KeyError: No machine of that id was ever launched.
+        """
+        instance = self.instances[instance_id]
+        end = instance.terminated if instance.terminated is not None else time.time()
+        return max(0.0, end - float(instance.extra["launched_at"]))
+
+    def preempt(self, instance_id: str) -> None:
+        """Lambda takes the machine back: it goes away, and the instance reads ``preempted`` until terminated."""
+        with self.lock:
+            instance = self.instances[instance_id]
+            instance.extra["preempted"] = time.time()
+            self.pool.kill(instance.id)
+            instance.address = None
+            self.save()
+
+    def refresh(self, instance: FakeInstance) -> FakeInstance:
+        """As the base class, but a preempted machine never boots again."""
+        return instance if "preempted" in instance.extra else super().refresh(instance)
+
     def handle(self, request: FakeRequest) -> FakeResponse:
-        """Checks the key, then routes the request."""
+        """Checks the key and the account, then routes the request."""
         if self.faults.reject_key or request.bearer != self.valid_key:
             return error(401, "global/invalid-api-key", "API key was invalid, expired, or deleted.")
+        if self.account_inactive:
+            return error(
+                403,
+                "global/account-inactive",
+                "Your account is inactive.",
+                "Make sure you have verified your email address and have a valid payment method. "
+                "Contact Support if problems continue.",
+            )
         path = request.path.removeprefix(PREFIX) if request.path.startswith(PREFIX + "/") else None
         for method, pattern, answer in self._routes:
             match = re.fullmatch(pattern, path or "")
@@ -155,7 +194,12 @@ class FakeLambda(FakeCloud):
             spot=False,
             public_key=key["public_key"],
             created=time.time(),
-            extra={"region": body["region_name"], "instance_type": type_name, "ssh_key_name": key["name"]},
+            extra={
+                "region": body["region_name"],
+                "instance_type": type_name,
+                "ssh_key_name": key["name"],
+                "launched_at": time.time(),  # billing's start (``created`` is moved by tests to skip the boot)
+            },
         )
         self.add(instance)
         return FakeResponse(200, {"data": {"instance_ids": [instance.id]}})
@@ -200,11 +244,18 @@ class FakeLambda(FakeCloud):
             return not_found("instance")
         return FakeResponse(200, {"data": self._instance_body(instance)})
 
+    def _status(self, instance: FakeInstance) -> str:
+        if not instance.live:
+            return "terminated"
+        if "preempted" in instance.extra:
+            return "preempted"
+        return "active" if instance.running_since else "booting"
+
     def _instance_body(self, instance: FakeInstance) -> dict[str, Any]:
         """Lambda's instance object."""
         type_name = instance.extra["instance_type"]
         description, cents, _regions = TYPES[type_name]
-        status = "terminated" if not instance.live else "active" if instance.running_since else "booting"
+        status = self._status(instance)
         body: dict[str, Any] = {
             "id": instance.id,
             "name": instance.label,

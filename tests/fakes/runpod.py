@@ -1,15 +1,29 @@
-"""A fake RunPod GraphQL API: queries are parsed and validated for real (graphql-core against an SDL of the types
-Rentune uses), so a misspelt field or argument fails as it would at RunPod, with HTTP 200 and ``errors``.
+"""A fake RunPod: its REST API v2 for pods and the GPU catalog, and its GraphQL API for spot only.
 
-Pods are the :class:`~tests.fakes.http.FakeCloud` book: ``runtime`` stays null until the pod's machine has booted
-(then it lists the sshd's port as ``22/tcp``), a stopped or outbid pod is ``EXITED`` with no runtime, and a
-terminated pod is gone (``pod`` answers null; ``myself.pods`` no longer lists it). The 401 body and the bid-too-low
-message are not confirmed against RunPod.
+REST answers under ``/v2`` (and at the server's root, so ``RENTUNE_RUNPOD_URL`` may be the bare served URL) with
+v2's shapes: ``{"gpus": [...]}`` from ``GET /catalog/gpus`` (``include=AVAILABILITY`` needs ``product`` and the
+other way round, else 400), ``Pod`` objects, ``{"pods": [...]}``, a 201 for a create, a 204 for a delete, and RFC 9457
+problem bodies ``{"title", "status", "detail", "errors"?}`` for every error. A create body with a field v2 does not
+know (``interruptible``, say) is a 422, and one without ``gpu.count`` fails as "no instances available", as RunPod's
+does. Pods are the :class:`~tests.fakes.http.FakeCloud` book: ``PROVISIONING`` when created, ``STARTING`` until the
+machine has booted, then ``RUNNING`` with ``ssh.direct`` and ``runtime.ports`` naming its sshd as ``22/tcp``; a
+stopped or outbid pod is ``EXITED`` (cost 0, no runtime); a deleted pod is gone (404, no longer listed).
+:attr:`FakeRunPod.statuses` forces a pod's status (``ERROR``, say).
+
+GraphQL (``POST /graphql``) serves only what Rentune still asks it: ``gpuTypes`` with spot prices and
+``podRentInterruptable``. Its queries are parsed and validated for real (graphql-core against an SDL), so a misspelt
+field fails as it would at RunPod, with HTTP 200 and ``errors``. :attr:`FakeRunPod.graphql_status` makes it answer
+every request with one status instead (410 once RunPod has retired it).
+
+A pod's own key (``RUNPOD_API_KEY`` inside it, ``pod-scoped-<id>``) may only delete or stop that pod. The 401 body,
+the bid-too-low message and the 404 after a delete (rather than ``TERMINATED``) are not confirmed against RunPod.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +32,6 @@ from graphql import GraphQLError, build_schema, graphql_sync
 from tests.fakes.http import FakeCloud, FakeInstance, FakeRequest, FakeResponse
 
 SDL = """
-scalar Void
-
 enum CloudTypeEnum { ALL SECURE COMMUNITY }
 enum PodStatus { CREATED RUNNING RESTARTING EXITED PAUSED DEAD TERMINATED }
 enum PodType { INTERRUPTABLE RESERVED }
@@ -30,20 +42,12 @@ input GpuLowestPriceInput {
   minVcpuCount: Int minCudaVersion: String
 }
 input EnvironmentVariableInput { key: String! value: String! }
-input PodFindAndDeployOnDemandInput {
-  name: String imageName: String! gpuTypeId: String! cloudType: CloudTypeEnum gpuCount: Int containerDiskInGb: Int
-  volumeInGb: Int volumeMountPath: String supportPublicIp: Boolean startSsh: Boolean ports: String
-  dockerArgs: String env: [EnvironmentVariableInput] dataCenterId: String countryCode: String templateId: String
-}
 input PodRentInterruptableInput {
   name: String imageName: String! gpuTypeId: String! cloudType: CloudTypeEnum gpuCount: Int containerDiskInGb: Int
   volumeInGb: Int volumeMountPath: String supportPublicIp: Boolean startSsh: Boolean ports: String
   dockerArgs: String env: [EnvironmentVariableInput] dataCenterId: String countryCode: String templateId: String
   bidPerGpu: Float!
 }
-input PodFilter { podId: String! }
-input PodStopInput { podId: String! }
-input PodTerminateInput { podId: String! }
 
 type LowestPrice {
   minimumBidPrice: Float uninterruptablePrice: Float minVcpu: Float minMemory: Float stockStatus: String
@@ -54,26 +58,10 @@ type GpuType {
   secureSpotPrice: Float communitySpotPrice: Float secureCloud: Boolean communityCloud: Boolean
   lowestPrice(input: GpuLowestPriceInput): LowestPrice
 }
-type Port { ip: String isIpPublic: Boolean privatePort: Int publicPort: Int type: String }
-type PodRuntime { uptimeInSeconds: Int ports: [Port] }
-type Machine { podHostId: String gpuDisplayName: String }
-type Pod {
-  id: String! name: String imageName: String desiredStatus: PodStatus podType: PodType costPerHr: Float
-  gpuCount: Int machineId: String lastStatusChange: String runtime: PodRuntime machine: Machine
-}
-type User { id: String! pods: [Pod] }
+type Pod { id: String! name: String imageName: String desiredStatus: PodStatus podType: PodType costPerHr: Float }
 
-type Query {
-  gpuTypes(input: GpuTypeFilter): [GpuType]
-  pod(input: PodFilter): Pod
-  myself: User
-}
-type Mutation {
-  podFindAndDeployOnDemand(input: PodFindAndDeployOnDemandInput): Pod
-  podRentInterruptable(input: PodRentInterruptableInput!): Pod
-  podStop(input: PodStopInput!): Pod
-  podTerminate(input: PodTerminateInput): Void
-}
+type Query { gpuTypes(input: GpuTypeFilter): [GpuType] }
+type Mutation { podRentInterruptable(input: PodRentInterruptableInput!): Pod }
 """
 
 SCHEMA = build_schema(SDL)
@@ -85,26 +73,84 @@ OUT_OF_STOCK = (
 #: id -> (display name, GB, max count, secure $, community $, secure spot $, community spot $, secure stock,
 #: community stock); None: not sold there / out of stock.
 CATALOG: dict[str, tuple[Any, ...]] = {
-    "NVIDIA GeForce RTX 4090": ("RTX 4090", 24, 8, 0.69, 0.44, 0.34, 0.29, "High", "High"),
-    "NVIDIA A100 80GB PCIe": ("A100 PCIe", 80, 8, 1.64, 1.19, 0.82, 0.60, "Medium", "Low"),
+    "NVIDIA GeForce RTX 4090": ("RTX 4090", 24, 8, 0.69, 0.44, 0.34, 0.29, "HIGH", "HIGH"),
+    "NVIDIA A100 80GB PCIe": ("A100 PCIe", 80, 8, 1.64, 1.19, 0.82, 0.60, "MEDIUM", "LOW"),
     "NVIDIA H100 80GB HBM3": ("H100 SXM", 80, 8, 2.99, None, 1.75, None, None, None),
 }
+CLOUDS = ("SECURE", "COMMUNITY")
 COUNTRY = {"SECURE": "US", "COMMUNITY": "CA"}
+DATA_CENTER = {"SECURE": "US-KS-2", "COMMUNITY": "CA-MTL-1"}
+
+#: The fields ``CreatePodRequest`` and its ``gpu`` allow (any other is a 422).
+CREATE_FIELDS = frozenset(
+    {"name", "image", "args", "disk", "env", "ports", "registry", "cloud", "gpu", "cpu", "dataCenterIds", "mounts"}
+    | {"globalNetworking", "startSsh", "startJupyter", "templateId"}
+)
+GPU_FIELDS = frozenset({"id", "count", "allowedCudaVersions", "minCudaVersion", "minRamPerGpu", "minVcpuCountPerGpu"})
 
 
-def gpu_type(type_id: str) -> dict[str, Any]:
-    """A catalog entry as RunPod's ``GpuType`` (``lowestPrice`` answers per cloud and count)."""
-    name, memory, max_count, secure, community, secure_spot, community_spot, *stock = CATALOG[type_id]
+def problem(status: int, detail: str, errors: list[str] | None = None) -> FakeResponse:
+    """An RFC 9457 problem body, as v2 answers every error."""
+    titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 422: "Unprocessable Entity"}
+    body: dict[str, Any] = {"title": titles.get(status, "Error"), "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return FakeResponse(status, body, {"Content-Type": "application/problem+json"})
+
+
+def _iso(moment: float | None) -> str | None:
+    return None if moment is None else datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
+
+
+def stock(type_id: str, cloud: str, count: int) -> str:
+    """The v2 availability of a GPU type in a cloud for a count (NONE when not sold there or the count is too big)."""
+    _name, _memory, max_count, *_prices, secure, community = CATALOG[type_id]
+    level = secure if cloud == "SECURE" else community
+    return str(level) if level and count <= max_count else "NONE"
+
+
+def list_price(type_id: str, cloud: str) -> float | None:
+    """The on-demand price per GPU in a cloud (None: not sold there)."""
+    entry = CATALOG[type_id]
+    price = entry[3] if cloud == "SECURE" else entry[4]
+    return None if price is None else float(price)
+
+
+def catalog_gpu(type_id: str, cloud: str | None, count: int) -> dict[str, Any]:
+    """A ``GpuType`` of ``GET /catalog/gpus`` (availability only when ``cloud`` is given, as with include)."""
+    name, memory, max_count, secure, community, *_ = CATALOG[type_id]
+    gpu: dict[str, Any] = {
+        "id": type_id,
+        "name": name,
+        "pool": None,
+        "manufacturer": "NVIDIA",
+        "memory": memory,
+        "secure": secure is not None,
+        "community": community is not None,
+        "price": {"secure": secure or 0.0, "community": community or 0.0},
+        "maxCount": {"secure": max_count if secure else 0, "community": max_count if community else 0},
+    }
+    if cloud is not None:
+        level = stock(type_id, cloud, count)
+        gpu["availability"] = level
+        if level != "NONE":  # omitted entirely when unavailable everywhere
+            gpu["dataCenters"] = [{"id": DATA_CENTER[cloud], "name": DATA_CENTER[cloud], "availability": level}]
+    return gpu
+
+
+def graphql_gpu_type(type_id: str) -> dict[str, Any]:
+    """A catalog entry as GraphQL's ``GpuType`` (``lowestPrice`` answers per cloud and count)."""
+    name, memory, max_count, secure, community, secure_spot, community_spot, *_ = CATALOG[type_id]
 
     def lowest_price(_info: object, input: dict[str, Any] | None = None) -> dict[str, Any]:
         wanted = input or {}
-        secure_cloud = bool(wanted.get("secureCloud"))
-        fits = (wanted.get("gpuCount") or 1) <= max_count
+        cloud = "SECURE" if wanted.get("secureCloud") else "COMMUNITY"
+        level = stock(type_id, cloud, wanted.get("gpuCount") or 1)
         return {
-            "minimumBidPrice": secure_spot if secure_cloud else community_spot,
-            "uninterruptablePrice": secure if secure_cloud else community,
-            "stockStatus": (stock[0] if secure_cloud else stock[1]) if fits else None,
-            "countryCode": COUNTRY["SECURE" if secure_cloud else "COMMUNITY"],
+            "minimumBidPrice": secure_spot if cloud == "SECURE" else community_spot,
+            "uninterruptablePrice": list_price(type_id, cloud),
+            "stockStatus": None if level == "NONE" else level.title(),
+            "countryCode": COUNTRY[cloud],
         }
 
     return {
@@ -123,21 +169,244 @@ def gpu_type(type_id: str) -> dict[str, Any]:
 
 
 class FakeRunPod(FakeCloud):
-    """RunPod's GraphQL endpoint, answering at any path (``/graphql`` or the root of :meth:`serve`'s URL)."""
+    """RunPod's REST v2 (under ``/v2`` or the root) and its spot-only GraphQL (``/graphql``).
+
+    Attributes:
+        statuses: Pod id -> a v2 status it reports whatever the book says (``ERROR``, ``TERMINATED``, ...).
+        graphql_status: When set, ``/graphql`` answers every request with this status (404, 410, 500).
+    """
 
     def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
         super().__init__(root, boot_seconds=boot_seconds)
+        self.statuses: dict[str, str] = {}
+        self.graphql_status: int | None = None
+        self._routes = [
+            ("GET", r"/catalog/gpus", "_catalog"),
+            ("GET", r"/pods", "_list"),
+            ("POST", r"/pods", "_create"),
+            ("GET", r"/pods/(?P<pod_id>[^/]+)", "_get"),
+            ("DELETE", r"/pods/(?P<pod_id>[^/]+)", "_delete"),
+            ("POST", r"/pods/(?P<pod_id>[^/]+)/action", "_action"),
+        ]
 
     def handle(self, request: FakeRequest) -> FakeResponse:
-        """Checks the key, then runs the GraphQL operation (errors answered with HTTP 200, as RunPod does)."""
-        try:
-            body = request.json()
-        except ValueError:
-            body = None
-        self.scope = self._pod_scope(request.bearer, body)
-        if (request.bearer != self.valid_key and self.scope is None) or self.faults.reject_key:
+        """Routes to GraphQL (``/graphql``) or to REST v2, after checking the key."""
+        if request.path.rstrip("/").endswith("/graphql"):
+            return self._graphql(request)
+        path = request.path.removeprefix("/v2") if request.path.startswith("/v2/") else request.path
+        refusal = self._refusal(request, path)
+        if refusal is not None:
+            return refusal
+        for method, pattern, answer in self._routes:
+            match = re.fullmatch(pattern, path.rstrip("/"))
+            if match and method == request.method:
+                reply: FakeResponse = getattr(self, answer)(request, **match.groupdict())
+                return reply
+        return problem(404, f"no route {request.method} {request.path}")
+
+    def is_terminate(self, request: FakeRequest) -> bool:
+        """``DELETE /pods/{id}`` (or the ``terminate`` action) terminates a pod."""
+        if request.method == "DELETE" and re.search(r"/pods/[^/]+/?$", request.path):
+            return True
+        body = request.json() if request.method == "POST" and request.path.endswith("/action") else None
+        return isinstance(body, dict) and body.get("action") == "terminate"
+
+    def billed_seconds(self, pod_id: str) -> float:
+        """Seconds the pod has billed: from its creation until it was deleted (until now while it exists).
+
+        A stopped pod still bills its disk, so stopping does not end the count; only a delete does.
+        """
+        with self.lock:
+            instance = self.instances[pod_id]
+            end = instance.terminated if instance.terminated is not None else time.time()
+            return max(0.0, end - instance.created)
+
+    # -- keys ------------------------------------------------------------------------------------------------------
+
+    def _refusal(self, request: FakeRequest, path: str) -> FakeResponse | None:
+        """A 401 for a wrong key, a 403 for a pod's own key used beyond deleting or stopping that pod."""
+        bearer = request.bearer or ""
+        if self.faults.reject_key:
+            return problem(401, "invalid bearer token")
+        if bearer == self.valid_key:
+            return None
+        if not bearer.startswith("pod-scoped-"):
+            return problem(401, "missing bearer token" if not bearer else "invalid bearer token")
+        own = bearer.removeprefix("pod-scoped-")
+        allowed = {("DELETE", f"/pods/{own}"), ("POST", f"/pods/{own}/action")}
+        if own not in self.instances or (request.method, path.rstrip("/")) not in allowed:
+            return problem(403, "a pod's own key may only stop or delete that pod")
+        return None
+
+    # -- catalog ---------------------------------------------------------------------------------------------------
+
+    def _catalog(self, request: FakeRequest) -> FakeResponse:
+        query = {key: values[0] for key, values in request.query.items()}
+        include, product = query.get("include"), query.get("product")
+        if (include == "AVAILABILITY") != bool(product):
+            return problem(400, "include=AVAILABILITY requires product, and product requires include=AVAILABILITY")
+        cloud = query.get("cloud", "SECURE") if include else None
+        if cloud not in (None, *CLOUDS):
+            return problem(422, f"invalid cloud {cloud!r}")
+        count = int(query.get("count", "1"))
+        return FakeResponse(200, {"gpus": [catalog_gpu(type_id, cloud, count) for type_id in CATALOG]})
+
+    # -- pods ------------------------------------------------------------------------------------------------------
+
+    def _create(self, request: FakeRequest) -> FakeResponse:
+        body = request.json()
+        invalid = self._invalid(body)
+        if invalid:
+            return problem(422, "request body does not match the schema", invalid)
+        gpu, cloud = body["gpu"], body.get("cloud", "SECURE")
+        if gpu["id"] not in CATALOG:
+            return problem(400, f"unknown GPU type {gpu['id']!r}")
+        count = gpu.get("count")
+        price = list_price(gpu["id"], cloud)
+        if self.faults.out_of_stock or count is None or price is None or stock(gpu["id"], cloud, count) == "NONE":
+            return problem(400, OUT_OF_STOCK)
+        instance = self.book(body, cloud, count, round(price * count, 4))
+        return FakeResponse(201, self.pod_of(instance))
+
+    @staticmethod
+    def _invalid(body: Any) -> list[str]:
+        """What v2 would refuse in a create body (unknown fields, missing name, image or gpu, a bad cloud)."""
+        if not isinstance(body, dict):
+            return ["$: expected an object"]
+        problems = [f"$: additional properties '{key}' not allowed" for key in body if key not in CREATE_FIELDS]
+        gpu = body.get("gpu")
+        if not isinstance(gpu, dict) or not gpu.get("id"):
+            problems.append("$.gpu: required (the fake rents GPU pods only)")
+        else:
+            problems += [f"$.gpu: additional properties '{key}' not allowed" for key in gpu if key not in GPU_FIELDS]
+        if not body.get("name") or not body.get("image"):
+            problems.append("$: name and image are required")
+        if body.get("cloud", "SECURE") not in CLOUDS:
+            problems.append(f"$.cloud: value must be one of {list(CLOUDS)}")
+        return problems
+
+    def book(self, body: dict[str, Any], cloud: str, count: int, price: float, *, spot: bool = False) -> FakeInstance:
+        """Books a pod from a v2 create body (a spot rental passes the same fields, translated)."""
+        env = dict(body.get("env") or {})
+        public_key = env.pop("PUBLIC_KEY", "")
+        pod_id = self.new_id()
+        env.update({"RUNPOD_POD_ID": pod_id, "RUNPOD_API_KEY": f"pod-scoped-{pod_id}"})
+        instance = FakeInstance(
+            id=pod_id,
+            label=str(body.get("name") or ""),
+            gpu=CATALOG[body["gpu"]["id"]][0],
+            price_per_hour=price,
+            spot=spot,
+            public_key=public_key,
+            created=time.time(),
+            env=env,
+            extra={"body": body, "cloud": cloud, "count": count, "api": "graphql" if spot else "rest"},
+        )
+        return self.add(instance)
+
+    def _list(self, request: FakeRequest) -> FakeResponse:
+        return FakeResponse(200, {"pods": [self.pod_of(i) for i in self.live_instances()]})
+
+    def _get(self, request: FakeRequest, pod_id: str) -> FakeResponse:
+        instance = self.instances.get(pod_id)
+        if instance is None or not instance.live:
+            return problem(404, "pod not found")
+        return FakeResponse(200, self.pod_of(instance))
+
+    def _delete(self, request: FakeRequest, pod_id: str) -> FakeResponse:
+        instance = self.instances.get(pod_id)
+        if instance is None or not instance.live:
+            return problem(404, "pod not found")
+        self.terminate_instance(instance)
+        return FakeResponse(204, None)
+
+    def _action(self, request: FakeRequest, pod_id: str) -> FakeResponse:
+        action = (request.json() or {}).get("action")
+        instance = self.instances.get(pod_id)
+        if instance is None or not instance.live:
+            return problem(404, "pod not found")
+        if action == "terminate":
+            self.terminate_instance(instance)
+            return FakeResponse(204, None)
+        if action != "stop":
+            return problem(422, f"the fake supports stop and terminate, not {action!r}")
+        self.stop_instance(instance)
+        return FakeResponse(200, self.pod_of(instance))
+
+    def status_of(self, instance: FakeInstance) -> str:
+        """The v2 status: forced, else from the book (just created, booting, running, stopped, deleted)."""
+        if instance.id in self.statuses:
+            return self.statuses[instance.id]
+        if not instance.live:
+            return "TERMINATED"
+        if instance.stopped is not None:
+            return "EXITED"
+        if instance.running_since is not None and instance.address is not None:
+            return "RUNNING"
+        return "PROVISIONING" if time.time() < instance.created + self.boot_seconds / 2 else "STARTING"
+
+    def pod_of(self, instance: FakeInstance) -> dict[str, Any]:
+        """The instance as a v2 ``Pod``."""
+        status = self.status_of(instance)
+        body = instance.extra["body"]
+        return {
+            "id": instance.id,
+            "name": instance.label,
+            "status": status,
+            "actions": {"RUNNING": ["stop", "restart", "terminate"]}.get(status, ["start", "terminate"]),
+            "image": body.get("image"),
+            "args": body.get("args", ""),
+            "disk": body.get("disk", 0),
+            "mounts": {},
+            "ports": body.get("ports") or [],
+            "env": dict(body.get("env") or {}),
+            "registry": None,
+            "cloud": instance.extra["cloud"],
+            "dataCenterId": DATA_CENTER[instance.extra["cloud"]],
+            "cudaVersion": "12.8",
+            "gpu": {"id": body["gpu"]["id"], "count": instance.extra["count"]},
+            "ssh": self.ssh_of(instance, status),
+            "template": None,
+            "cost": instance.price_per_hour if status in ("PROVISIONING", "STARTING", "RUNNING") else 0.0,
+            "locked": False,
+            "runtime": self.runtime_of(instance) if status == "RUNNING" else None,
+            "createdAt": _iso(instance.created),
+            "startedAt": _iso(instance.running_since),
+            "globalNetworking": {"enabled": False},
+        }
+
+    @staticmethod
+    def ssh_of(instance: FakeInstance, status: str) -> dict[str, Any]:
+        """``ssh``: the proxy once placed, ``direct`` only while running with ``22/tcp`` published."""
+        proxy = {"host": "ssh.runpod.io", "port": 22, "username": f"{instance.id}-64411eb2"}
+        proxy["command"] = f"ssh {proxy['username']}@ssh.runpod.io"
+        address = instance.address
+        if status != "RUNNING" or address is None or "22/tcp" not in instance.extra["body"].get("ports", []):
+            return {"proxy": proxy, "direct": None}
+        command = f"ssh root@{address.host} -p {address.port}"
+        return {
+            "proxy": proxy,
+            "direct": {"host": address.host, "port": address.port, "username": "root", "command": command},
+        }
+
+    @staticmethod
+    def runtime_of(instance: FakeInstance) -> dict[str, Any] | None:
+        """The running container: its uptime and the sshd's port as public ``22/tcp``."""
+        if instance.address is None or instance.running_since is None:
+            return None
+        port = {"private": 22, "public": instance.address.port, "type": "tcp", "ip": instance.address.host}
+        return {"uptime": int(time.time() - instance.running_since), "gpus": [], "ports": [port]}
+
+    # -- GraphQL, spot only --------------------------------------------------------------------------------------
+
+    def _graphql(self, request: FakeRequest) -> FakeResponse:
+        """Runs a GraphQL operation (errors answered with HTTP 200, as RunPod does)."""
+        if self.graphql_status is not None:
+            return FakeResponse(self.graphql_status, {"error": "GraphQL is not served here"})
+        if request.bearer != self.valid_key or self.faults.reject_key:
             return FakeResponse(401, {"error": "Unauthorized"})
-        if request.method != "POST" or not isinstance(body, dict) or not isinstance(body.get("query"), str):
+        body = request.json() if request.method == "POST" else None
+        if not isinstance(body, dict) or not isinstance(body.get("query"), str):
             return FakeResponse(400, {"errors": [{"message": "POST a JSON body with a GraphQL query"}]})
         result = graphql_sync(SCHEMA, body["query"], root_value=self, variable_values=body.get("variables"))
         reply: dict[str, Any] = {"data": result.data}
@@ -145,127 +414,44 @@ class FakeRunPod(FakeCloud):
             reply["errors"] = [error.formatted for error in result.errors]
         return FakeResponse(200, reply)
 
-    def _pod_scope(self, bearer: str | None, body: Any) -> str | None:
-        """The pod a pod-scoped key (``RUNPOD_API_KEY`` inside a pod) belongs to, when it only stops or terminates
-        pods; None for any other key or operation."""
-        if not bearer or not bearer.startswith("pod-scoped-") or not isinstance(body, dict):
-            return None
-        pod_id = bearer.removeprefix("pod-scoped-")
-        query = str(body.get("query", ""))
-        if pod_id not in self.instances or not ("podTerminate" in query or "podStop" in query):
-            return None
-        return pod_id
-
-    def _check_scope(self, pod_id: str) -> None:
-        scope = getattr(self, "scope", None)
-        if scope is not None and pod_id != scope:
-            raise GraphQLError("a pod's own key may only stop or terminate that pod")
-
-    # -- queries (graphql-core calls these as root fields) -----------------------------------------------------------
-
     def gpuTypes(self, _info: object, input: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """The catalog, or the one type ``input.id`` names."""
+        """The catalog, or the one type ``input.id`` names (graphql-core calls this as a root field)."""
         wanted = (input or {}).get("id")
-        return [gpu_type(type_id) for type_id in CATALOG if wanted in (None, type_id)]
-
-    def pod(self, _info: object, input: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """A live pod, or null (terminated or never existed)."""
-        instance = self.instances.get((input or {}).get("podId", ""))
-        return None if instance is None or not instance.live else self.pod_of(instance)
-
-    def myself(self, _info: object) -> dict[str, Any]:
-        """The account and its pods that are not terminated."""
-        return {"id": "user_fake", "pods": [self.pod_of(i) for i in self.live_instances()]}
-
-    # -- mutations ---------------------------------------------------------------------------------------------------
-
-    def podFindAndDeployOnDemand(self, _info: object, input: dict[str, Any]) -> dict[str, Any]:
-        """Rents an on-demand pod."""
-        return self.pod_of(self.deploy("podFindAndDeployOnDemand", input, spot=False))
+        return [graphql_gpu_type(type_id) for type_id in CATALOG if wanted in (None, type_id)]
 
     def podRentInterruptable(self, _info: object, input: dict[str, Any]) -> dict[str, Any]:
-        """Rents a spot pod at ``bidPerGpu``."""
-        return self.pod_of(self.deploy("podRentInterruptable", input, spot=True))
-
-    def podStop(self, _info: object, input: dict[str, Any]) -> dict[str, Any]:
-        """Stops a pod: its machine goes away, the pod stays EXITED."""
-        self._check_scope(input["podId"])
-        instance = self.live(input["podId"], "pod not found to stop")
-        self.stop_instance(instance)
-        return self.pod_of(instance)
-
-    def podTerminate(self, _info: object, input: dict[str, Any] | None = None) -> None:
-        """Destroys a pod (a pod already gone is an error, as dstack reports)."""
-        self._check_scope((input or {}).get("podId", ""))
-        instance = self.live((input or {}).get("podId", ""), "pod not found to terminate")
-        self.terminate_instance(instance)
-
-    # -- the book ----------------------------------------------------------------------------------------------------
-
-    def live(self, pod_id: str, missing: str) -> FakeInstance:
-        """The pod, unless terminated or unknown (then a GraphQL error with ``missing``)."""
-        instance = self.instances.get(pod_id)
-        if instance is None or not instance.live:
-            raise GraphQLError(missing)
-        return instance
-
-    def deploy(self, mutation: str, spec: dict[str, Any], *, spot: bool) -> FakeInstance:
-        """Books a pod from a deploy input, or raises RunPod's error for it."""
-        cloud = spec.get("cloudType") or "ALL"
-        count = spec.get("gpuCount") or 1
-        per_gpu = self.gpu_price(spec, cloud, count, spot)
-        env = {e["key"]: e["value"] for e in spec.get("env") or []}
-        public_key = env.pop("PUBLIC_KEY", "")
-        pod_id = self.new_id()
-        env.update({"RUNPOD_POD_ID": pod_id, "RUNPOD_API_KEY": f"pod-scoped-{pod_id}"})
-        instance = FakeInstance(
-            id=pod_id,
-            label=spec.get("name") or "",
-            gpu=CATALOG[spec["gpuTypeId"]][0],
-            price_per_hour=round(per_gpu * count, 4),
-            spot=spot,
-            public_key=public_key,
-            created=time.time(),
-            env=env,
-            extra={"mutation": mutation, "input": spec, "cloud": cloud, "count": count},
+        """Rents a spot pod at ``bidPerGpu``, or raises RunPod's error (out of stock, unknown GPU, bid too low)."""
+        cloud, count = input.get("cloudType") or "SECURE", input.get("gpuCount") or 1
+        if input["gpuTypeId"] not in CATALOG:
+            raise GraphQLError(f"Invalid GPU type id: {input['gpuTypeId']}")
+        lowest = graphql_gpu_type(input["gpuTypeId"])["lowestPrice"](
+            None, {"gpuCount": count, "secureCloud": cloud != "COMMUNITY"}
         )
-        return self.add(instance)
-
-    def gpu_price(self, spec: dict[str, Any], cloud: str, count: int, spot: bool) -> float:
-        """What the pod costs per GPU, or RunPod's error: out of stock, unknown GPU, bid too low."""
-        if spec["gpuTypeId"] not in CATALOG:
-            raise GraphQLError(f"Invalid GPU type id: {spec['gpuTypeId']}")
-        entry = gpu_type(spec["gpuTypeId"])
-        lowest = entry["lowestPrice"](None, {"gpuCount": count, "secureCloud": cloud != "COMMUNITY"})
-        price = lowest["uninterruptablePrice"]
-        if self.faults.out_of_stock or lowest["stockStatus"] is None or price is None:
+        if self.faults.out_of_stock or lowest["stockStatus"] is None or lowest["minimumBidPrice"] is None:
             raise GraphQLError(OUT_OF_STOCK)
-        if not spot:
-            return float(price)
-        bid, minimum = float(spec["bidPerGpu"]), float(lowest["minimumBidPrice"])
+        bid, minimum = float(input["bidPerGpu"]), float(lowest["minimumBidPrice"])
         if self.faults.bid_too_low or bid < minimum:
             raise GraphQLError(f"Your bid price of ${bid}/hr is too low; the minimum bid is ${minimum}/hr.")
-        return bid
-
-    def pod_of(self, instance: FakeInstance) -> dict[str, Any]:
-        """The instance as a RunPod ``Pod`` (``runtime`` null until its machine runs)."""
-        running = instance.address is not None and instance.stopped is None and instance.running_since is not None
+        body = self._as_rest_body(input)
+        instance = self.book(body, cloud, count, round(bid * count, 4), spot=True)
+        instance.extra["input"] = input
         return {
             "id": instance.id,
             "name": instance.label,
-            "imageName": instance.extra.get("input", {}).get("imageName"),
-            "desiredStatus": "TERMINATED" if not instance.live else "EXITED" if instance.stopped else "RUNNING",
-            "podType": "INTERRUPTABLE" if instance.spot else "RESERVED",
+            "imageName": input["imageName"],
+            "desiredStatus": "RUNNING",
+            "podType": "INTERRUPTABLE",
             "costPerHr": instance.price_per_hour,
-            "gpuCount": instance.extra.get("count", 1),
-            "machineId": f"machine-{instance.id}",
-            "runtime": self.runtime_of(instance) if running else None,
-            "machine": {"podHostId": f"{instance.id}-host", "gpuDisplayName": instance.gpu},
         }
 
     @staticmethod
-    def runtime_of(instance: FakeInstance) -> dict[str, Any]:
-        """The running container: its uptime and the sshd's port as public ``22/tcp``."""
-        assert instance.address is not None and instance.running_since is not None
-        port = {"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22, "publicPort": instance.address.port}
-        return {"uptimeInSeconds": int(time.time() - instance.running_since), "ports": [{**port, "type": "tcp"}]}
+    def _as_rest_body(spec: dict[str, Any]) -> dict[str, Any]:
+        """A GraphQL pod input in v2's create-body shape (what the book keeps for every pod)."""
+        return {
+            "name": spec.get("name") or "",
+            "image": spec["imageName"],
+            "gpu": {"id": spec["gpuTypeId"], "count": spec.get("gpuCount") or 1},
+            "disk": spec.get("containerDiskInGb") or 0,
+            "ports": [p.strip() for p in (spec.get("ports") or "").split(",") if p.strip()],
+            "env": {e["key"]: e["value"] for e in spec.get("env") or []},
+        }

@@ -1,4 +1,5 @@
-"""A fake Vast.ai REST API (``/api/v0``), following the shapes in ``shared/reference/providers.md`` section 2.
+"""A fake Vast.ai REST API (``/api/v0``, and ``/api/v1`` for the instance list), following the shapes in
+``shared/reference/providers.md`` section 2 and its December 2026 corrections.
 
 - ``POST /bundles/`` evaluates the ``{field: {op: value}}`` filters for real (an unknown field is a 400), orders,
   limits and answers ``{"offers": [...]}``.
@@ -6,9 +7,14 @@
   search was for bids (the book keeps ``extra["price"]`` so a test sees what was sent). A bid below ``min_bid`` (or
   the ``bid_too_low`` fault) books a *stopped* instance and answers an error that still names ``new_contract``.
 - ``POST /instances/{id}/ssh/`` attaches a key. The machine boots only once a key is attached.
-- ``GET /instances/{id}/`` answers ``{"instances": {...} | null}``, ``GET /instances/`` a list; ``actual_status``
-  moves null → loading → running; ``ports["22/tcp"][0]["HostPort"]`` is a string; outbid instances are
-  ``stopped`` with ``cur_state``, ``intended_status`` and ``next_state`` all ``"stopped"``.
+- ``GET /instances/{id}/`` answers ``{"instances": {...} | null}``; ``actual_status`` moves null → loading →
+  running; ``ports["22/tcp"][0]["HostPort"]`` is a string; outbid instances are ``stopped`` with ``cur_state``,
+  ``intended_status`` and ``next_state`` all ``"stopped"``; a host lost with :meth:`FakeVast.lose_host` reads
+  ``exited``, ``unknown`` or ``offline`` while Vast still intends it to run.
+- ``GET /api/v1/instances/?limit=&after_token=`` lists ``page_size`` (at most 25) instances a page, with a
+  ``next_token`` while more follow; the deprecated ``GET /api/v0/instances/`` still answers them all at once.
+- ``gpu_ram`` is in MiB (an 80 GB H100 reads 81559); 429s are ``{"detail": ...}`` without ``Retry-After``.
+- :meth:`FakeVast.billed_seconds` is what Vast would bill an instance for: from its create to its destroy.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from typing import Any
 from tests.fakes.http import FakeCloud, FakeInstance, FakeRequest, FakeResponse
 
 PREFIX = "/api/v0"
+V1_PREFIX = "/api/v1"
+#: Vast's most instances per page of the v1 list.
+MAX_PAGE = 25
 
 OFFERS: list[dict[str, Any]] = [
     {
@@ -81,16 +90,45 @@ class FakeVast(FakeCloud):
     Attributes:
         offers: The offers it sells (a test may edit them).
         direct_ports: Whether machines publish a direct port for 22 (False: only Vast's SSH proxy reaches them).
+        page_size: Instances per page of the v1 list (Vast's 25; a test may lower it to see pages followed).
     """
 
     def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
         super().__init__(root, boot_seconds=boot_seconds)
         self.offers = [dict(offer) for offer in OFFERS]
         self.direct_ports = True
+        self.page_size = MAX_PAGE
+
+    def dispatch(self, request: FakeRequest) -> FakeResponse:
+        """As the base class, but a 429 is worded as Vast words it: ``{"detail": ...}``, no ``Retry-After``."""
+        reply = super().dispatch(request)
+        if reply.status == 429:
+            return FakeResponse(429, {"detail": "API requests too frequent endpoint threshold=4.0"})
+        return reply
+
+    def billed_seconds(self, instance_id: str) -> float:
+        """Seconds Vast bills the instance for: from its create to its destroy (or now), stopped time included.
+
+        Raises:
+            KeyError: No instance of that id was ever created.
+        """
+        instance = self.instances[instance_id]
+        end = instance.terminated if instance.terminated is not None else time.time()
+        return max(0.0, end - float(instance.extra["booked_at"]))
+
+    def lose_host(self, instance_id: str, status: str = "offline") -> None:
+        """The instance's host goes ``offline`` (or ``unknown``, or the container ``exited``): it never runs again."""
+        with self.lock:
+            instance = self.instances[instance_id]
+            instance.extra["host_status"] = status
+            self.pool.kill(instance.id)
+            instance.address = None
+            self.save()
 
     def refresh(self, instance: FakeInstance) -> FakeInstance:
-        """As the base class, but a machine boots only once a key is attached (Vast attaches it after create)."""
-        if not instance.public_key and instance.running_since is None:
+        """As the base class, but a machine boots only once a key is attached (Vast attaches it after create), and
+        never on a lost host."""
+        if (not instance.public_key and instance.running_since is None) or "host_status" in instance.extra:
             return instance
         return super().refresh(instance)
 
@@ -101,6 +139,8 @@ class FakeVast(FakeCloud):
         scoped = self._instance_scope(request)
         if (request.bearer != self.valid_key and not scoped) or self.faults.reject_key:
             return _error(401, "auth_error", "Invalid user key")
+        if request.method == "GET" and re.fullmatch(f"{V1_PREFIX}/instances/?", request.path):
+            return self._list_v1(request)
         if not request.path.startswith(PREFIX):
             return _error(404, "not_found", f"no route {request.path}")
         path = request.path[len(PREFIX) :]
@@ -176,7 +216,13 @@ class FakeVast(FakeCloud):
             public_key="",
             created=time.time(),
             env={"CONTAINER_ID": instance_id, "CONTAINER_API_KEY": f"instance-scoped-{instance_id}"},
-            extra={"offer": offer["id"], "price": price, "request": body, "num_gpus": offer["num_gpus"]},
+            extra={
+                "offer": offer["id"],
+                "price": price,
+                "request": body,
+                "num_gpus": offer["num_gpus"],
+                "booked_at": time.time(),  # billing's start (``created`` moves when a stopped instance restarts)
+            },
         )
         return self.add(instance)
 
@@ -202,6 +248,21 @@ class FakeVast(FakeCloud):
 
     def _list(self, request: FakeRequest) -> FakeResponse:
         return FakeResponse(200, {"instances": [self.row(i) for i in self.live_instances()]})
+
+    def _list_v1(self, request: FakeRequest) -> FakeResponse:
+        """One page of ``/api/v1/instances/``: ids after ``after_token``, and ``next_token`` while more follow."""
+        limit = min(int((request.query.get("limit") or [str(MAX_PAGE)])[0]), self.page_size, MAX_PAGE)
+        after = (request.query.get("after_token") or [""])[0]
+        live = sorted(self.live_instances(), key=lambda i: int(i.id))
+        if after:
+            if not after.startswith("after-") or not after[6:].isdigit():
+                return FakeResponse(400, {"detail": f"invalid after_token {after!r}"})
+            live = [i for i in live if int(i.id) > int(after[6:])]
+        page = live[:limit]
+        body: dict[str, Any] = {"instances": [self.row(i) for i in page], "total_instances": len(self.live_instances())}
+        if len(live) > limit:
+            body["next_token"] = f"after-{page[-1].id}"
+        return FakeResponse(200, body)
 
     def _change(self, request: FakeRequest, instance_id: str) -> FakeResponse:
         instance = self.instances.get(instance_id)
@@ -249,6 +310,9 @@ class FakeVast(FakeCloud):
         return row
 
     def _status(self, instance: FakeInstance) -> dict[str, Any]:
+        lost = instance.extra.get("host_status")
+        if lost is not None:
+            return _states(str(lost), "running", f"host {lost}")
         if instance.stopped is not None:
             outbid = instance.extra.get("outbid") or instance.extra.get("status_msg") == "bid too low"
             actual = "stopped" if outbid else "exited"

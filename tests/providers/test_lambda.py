@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 import httpx
 import pytest
 
 from desktop.services.providers.base import (
+    LOST,
     AuthError,
     Instance,
     InstanceState,
@@ -21,10 +24,12 @@ from desktop.services.providers.base import (
     ProviderName,
     RentRequest,
     SshAddress,
+    UncertainOutcomeError,
 )
 from desktop.services.providers.http import RetryPolicy
-from desktop.services.providers.lambda_cloud import LambdaProvider, parse_description
-from tests.fakes.http import FakeRequest, FakeResponse
+from desktop.services.providers.lambda_cloud import STATES, LambdaProvider, instance_from, parse_description, vm_ssh
+from desktop.services.providers.registry import PROVIDERS
+from tests.fakes.http import CallFault, FakeRequest, FakeResponse, FaultKind
 from tests.fakes.lambda_cloud import FakeLambda
 
 QUICK = RetryPolicy(first_delay=0.01)
@@ -120,7 +125,6 @@ async def test_create_registers_the_key_once_and_launches_exactly_one(lam: Lambd
             "instance_type_name": "gpu_1x_a10",
             "ssh_key_names": ["rentune-r1-key"],
             "file_system_names": [],
-            "quantity": 1,
             "name": label,
         }
         for region, label in [("us-east-1", "rentune-r1"), ("us-west-1", "rentune-r2")]
@@ -133,6 +137,12 @@ async def test_create_registers_the_key_once_and_launches_exactly_one(lam: Lambd
     )
     assert first.instance_id != second.instance_id
     assert {i.label for i in cloud.instances.values()} == {"rentune-r1", "rentune-r2"}
+    assert all("quantity" not in r.json() for r in calls(cloud, "POST", "/instance-operations/launch"))
+
+
+def test_the_default_url_is_cloud_lambda_ai() -> None:
+    default = inspect.signature(LambdaProvider).parameters["base_url"].default
+    assert default == PROVIDERS[ProviderName.LAMBDA].default_url == "https://cloud.lambda.ai/api/v1"
 
 
 async def test_a_taken_key_name_gets_a_unique_one(lam: LambdaProvider, cloud: FakeLambda) -> None:
@@ -218,14 +228,45 @@ async def test_a_launch_answered_503_is_never_sent_twice(
         return FakeResponse(503, {"error": {"code": "global/unknown", "message": "upstream timeout"}})
 
     monkeypatch.setattr(cloud, "_launch", launched_then_503)
-    instance = await lam.create(rent(public_key()))
-    assert list(cloud.instances) == [instance.instance_id]  # found by its name, not launched again
+    with pytest.raises(UncertainOutcomeError, match="upstream timeout"):
+        await lam.create(rent(public_key()))
+    assert len(calls(cloud, "POST", "/instance-operations/launch")) == 1
+    [launched] = cloud.instances.values()
+
+    [found] = await lam.named("rentune-r1")  # the caller looks it up by its name instead of launching again
+    assert found.instance_id == launched.id and found.state is InstanceState.STARTING
+    await lam.terminate(found.instance_id)
+    assert cloud.ssh_keys == {}  # the key added for the launch goes with the machine
 
     monkeypatch.setattr(cloud, "_launch", lambda request: FakeResponse(503, {"error": {"message": "down"}}))
-    with pytest.raises(ProviderError, match=r"the launch may still have happened.*rentune-r2"):
+    with pytest.raises(UncertainOutcomeError):
         await lam.create(rent(public_key(), "rentune-r2"))
     assert len(calls(cloud, "POST", "/instance-operations/launch")) == 2
+    assert await lam.named("rentune-r2") == []
     assert len(cloud.instances) == 1
+
+
+async def test_a_launch_without_an_answer_is_not_sent_again(lam: LambdaProvider, cloud: FakeLambda) -> None:
+    cloud.fail_next("POST", r"/instance-operations/launch", CallFault(FaultKind.TIMEOUT, after_acting=True), times=3)
+
+    with pytest.raises(UncertainOutcomeError):
+        await lam.create(rent(public_key()))
+
+    assert len(calls(cloud, "POST", "/instance-operations/launch")) == 1
+    assert [i.name for i in await lam.named("rentune-r1")] == ["rentune-r1"]
+
+
+async def test_an_inactive_account_is_not_a_bad_key(lam: LambdaProvider, cloud: FakeLambda) -> None:
+    cloud.account_inactive = True
+    with pytest.raises(ProviderError) as caught:
+        await lam.check_key()
+    error = caught.value
+    assert not isinstance(error, AuthError)
+    assert "account is inactive" in error.message and "API key is fine" in error.message
+    assert "payment method" in error.message and "global/account-inactive" in error.message
+    with pytest.raises(ProviderError, match="account is inactive"):
+        await lam.create(rent(public_key()))
+    assert calls(cloud, "POST", "/instance-operations/launch") == []
 
 
 # -- states, stop, terminate ----------------------------------------------------------------------------------------
@@ -242,6 +283,64 @@ async def test_booting_then_active_at_ubuntu_on_port_22(lam: LambdaProvider, clo
     assert (active.state, active.status_text, active.name) == (InstanceState.RUNNING, "active", "rentune-r1")
     assert active.ssh == SshAddress("127.0.0.1", 22, "ubuntu")
     assert (active.price_per_hour, active.gpu) == (0.75, "A10")
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("booting", InstanceState.STARTING),
+        ("active", InstanceState.RUNNING),
+        ("unhealthy", InstanceState.RUNNING),
+        ("preempted", InstanceState.STOPPED),
+        ("terminating", InstanceState.TERMINATED),
+        ("terminated", InstanceState.TERMINATED),
+    ],
+)
+def test_every_lambda_status_is_mapped(status: str, state: InstanceState) -> None:
+    row: dict[str, Any] = {"id": "i1", "name": "rentune-r1", "status": status, "ip": "10.1.2.3"}
+    assert STATES[status] is state and instance_from(row, vm_ssh).state is state
+    assert (state in LOST) == (status in {"preempted", "terminating", "terminated"})  # these end a wait at once
+
+
+async def test_a_preempted_machine_is_lost_but_still_listed_until_terminated(
+    lam: LambdaProvider, cloud: FakeLambda
+) -> None:
+    created = await lam.create(rent(public_key()))
+    boot(cloud, created.instance_id)
+    assert (await lam.get(created.instance_id)).state is InstanceState.RUNNING
+
+    cloud.preempt(created.instance_id)
+
+    preempted = await lam.get(created.instance_id)
+    assert (preempted.state, preempted.status_text, preempted.ssh) == (InstanceState.STOPPED, "preempted", None)
+    assert not cloud.pool.alive(created.instance_id)
+    assert [i.instance_id for i in await lam.named("rentune-r1")] == [created.instance_id]
+    await lam.terminate(created.instance_id)
+    assert await lam.named("rentune-r1") == []
+
+
+async def test_only_object_does_not_exist_means_gone(lam: LambdaProvider, cloud: FakeLambda) -> None:
+    assert (await lam.get("no-such-instance")).state is InstanceState.TERMINATED
+    await lam.terminate("no-such-instance")
+
+    lost = LambdaProvider("test-key", "https://cloud.lambda.ai/api/v2", transport=cloud.transport(), retry=QUICK)
+    try:
+        with pytest.raises(ProviderError, match=r"cannot read instance abc: .*global/not-found"):
+            await lost.get("abc")
+        with pytest.raises(ProviderError, match=r"cannot terminate instance abc: .*global/not-found"):
+            await lost.terminate("abc")
+    finally:
+        await lost.aclose()
+
+
+async def test_the_fake_bills_from_launch_to_termination(lam: LambdaProvider, cloud: FakeLambda) -> None:
+    created = await lam.create(rent(public_key()))
+    cloud.instances[created.instance_id].extra["launched_at"] -= 30
+    await lam.terminate(created.instance_id)
+    billed = cloud.billed_seconds(created.instance_id)
+    assert 30 <= billed < 40
+    await asyncio.sleep(0.05)
+    assert cloud.billed_seconds(created.instance_id) == billed
 
 
 async def test_stop_is_refused_with_the_fix(lam: LambdaProvider, cloud: FakeLambda) -> None:

@@ -24,6 +24,7 @@ from desktop.services.providers.base import (
     Provider,
     ProviderName,
     RentRequest,
+    named_in,
     offer_matches,
 )
 from desktop.services.providers.market import gather_instances, gather_offers, size_offers
@@ -71,8 +72,15 @@ class MemoryProvider:
         raise AssertionError(f"the market rented {request.label}")
 
     async def get(self, instance_id: str) -> Instance:
-        """The machine by id."""
-        return next(i for i in self.machines if i.instance_id == instance_id)
+        """The machine by id (terminated once it is forgotten, as providers answer)."""
+        await self._answer()
+        found = [i for i in self.machines if i.instance_id == instance_id]
+        return found[0] if found else Instance(self.name, instance_id, "", InstanceState.TERMINATED, 0.0)
+
+    async def named(self, label: str) -> list[Instance]:
+        """The machines named ``label`` that are not gone."""
+        await self._answer()
+        return named_in(self.machines, label)
 
     async def stop(self, instance_id: str) -> None:
         """The market never stops a machine: a call is a test failure."""

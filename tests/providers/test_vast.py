@@ -11,6 +11,7 @@ import asyncssh
 import pytest
 
 from desktop.services.providers.base import (
+    LOST,
     AuthError,
     BidTooLowError,
     InstanceState,
@@ -19,11 +20,21 @@ from desktop.services.providers.base import (
     OfferQuery,
     ProviderError,
     ProviderName,
+    RateLimitedError,
     RentRequest,
+    UncertainOutcomeError,
 )
 from desktop.services.providers.http import RetryPolicy
-from desktop.services.providers.registry import open_provider
-from desktop.services.providers.vast import VastProvider, instance_state
+from desktop.services.providers.registry import PROVIDERS, open_provider
+from desktop.services.providers.vast import (
+    ACTUAL_STATES,
+    VastProvider,
+    instance_state,
+    mib_for_gb,
+    nominal_vram_gb,
+    v1_url,
+)
+from tests.fakes.http import CallFault, FaultKind
 from tests.fakes.vast import FakeVast
 
 FAST = RetryPolicy(first_delay=0.01)
@@ -97,7 +108,7 @@ async def test_offer_filters_reach_vast_and_the_gpu_name_is_matched_here(
     assert [o.offer_id for o in await vast.offers(OfferQuery(gpu="rtx4090"))] == ["5001"]
     assert await vast.offers(OfferQuery(max_price_per_hour=0.3)) == []
     first, second, _, fourth = bodies(fake_vast, "POST", "/bundles/")
-    assert first["num_gpus"] == {"eq": 2} and first["gpu_ram"] == {"gte": 24000}
+    assert first["num_gpus"] == {"eq": 2} and first["gpu_ram"] == {"gte": mib_for_gb(24)} == {"gte": 22609}
     assert second["dph_total"] == {"lte": 1.5} and fourth["dph_total"] == {"lte": 0.3}
 
 
@@ -153,22 +164,60 @@ async def test_out_of_stock_is_no_capacity_with_vasts_words(
     assert fake_vast.instances == {}
 
 
-async def test_a_bid_too_low_destroys_the_stopped_contract_vast_booked(
+async def test_a_bid_too_low_names_the_stopped_contract_vast_booked(
     vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
 ) -> None:
     offer = await cheapest(vast, spot=True)
-    with pytest.raises(BidTooLowError, match=r"below the minimum bid \$0.180/hr"):
+    with pytest.raises(BidTooLowError, match=r"below the minimum bid \$0.180/hr") as caught:
         await vast.create(request_for(offer, key_pair[1], bid=0.05))
 
     [booked] = fake_vast.instances.values()
-    assert booked.stopped is not None and booked.terminated is not None
+    assert caught.value.instance_id == booked.id  # the caller records it and destroys it
+    assert booked.stopped is not None and booked.terminated is None
+    await vast.terminate(booked.id)
     assert fake_vast.live_instances() == []
 
 
-async def test_a_key_vast_refuses_destroys_the_instance(vast: VastProvider, fake_vast: FakeVast) -> None:
-    with pytest.raises(ProviderError, match=r"could not add the run's SSH key.*not an OpenSSH public key"):
+async def test_a_key_vast_refuses_hands_the_instance_to_the_caller(vast: VastProvider, fake_vast: FakeVast) -> None:
+    fake_vast.faults.failing_terminates = 5  # a destroy now would fail: no "destroyed" claim may be made anyway
+    with pytest.raises(ProviderError, match=r"could not add the run's SSH key.*not an OpenSSH public key") as caught:
         await vast.create(request_for(await cheapest(vast), "not a key"))
-    assert len(fake_vast.instances) == 1 and fake_vast.live_instances() == []
+
+    [booked] = fake_vast.instances.values()
+    assert caught.value.instance_id == booked.id and booked.live
+    assert "destroyed" not in str(caught.value)
+    assert [r.method for r in fake_vast.requests if "/instances/" in r.path] == ["POST"]  # no destroy tried
+    fake_vast.faults.failing_terminates = 0
+    await vast.terminate(booked.id)
+    assert fake_vast.live_instances() == []
+
+
+async def test_a_create_answered_502_is_sent_once_and_found_by_its_label(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    offer = await cheapest(vast)
+    fake_vast.fail_next("PUT", r"/asks/", CallFault(FaultKind.SERVER_ERROR, after_acting=True, status=502))
+
+    with pytest.raises(UncertainOutcomeError, match="502"):
+        await vast.create(request_for(offer, key_pair[1]))
+
+    assert len(bodies(fake_vast, "PUT", "/asks/")) == 1
+    [found] = await vast.named("rentune-run1")
+    assert found.instance_id in fake_vast.instances
+    assert await vast.named("rentune-other") == []
+
+
+async def test_a_create_without_an_answer_is_not_sent_again(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    offer = await cheapest(vast)
+    fake_vast.fail_next("PUT", r"/asks/", CallFault(FaultKind.TIMEOUT), times=3)
+
+    with pytest.raises(UncertainOutcomeError):
+        await vast.create(request_for(offer, key_pair[1]))
+
+    assert len([r for r in fake_vast.requests if r.method == "PUT" and "/asks/" in r.path]) == 1
+    assert await vast.named("rentune-run1") == []
 
 
 # -- states ---------------------------------------------------------------------------------------------------------
@@ -232,10 +281,21 @@ async def test_stop_keeps_the_instance_stopped(
     ("row", "state"),
     [
         ({"actual_status": None, "intended_status": "running"}, InstanceState.STARTING),
-        ({"actual_status": "created", "status_msg": "Error: OCI runtime create failed: x"}, InstanceState.FAILED),
-        ({"actual_status": "offline", "intended_status": "running"}, InstanceState.STARTING),
-        ({"actual_status": "unknown", "intended_status": "stopped"}, InstanceState.STOPPED),
+        ({"actual_status": "scheduling", "intended_status": "running"}, InstanceState.STARTING),
+        ({"actual_status": "created", "intended_status": "running"}, InstanceState.STARTING),
+        ({"actual_status": "loading", "intended_status": "running"}, InstanceState.STARTING),
+        ({"actual_status": "rebooting", "intended_status": "running"}, InstanceState.STARTING),
+        ({"actual_status": "running", "intended_status": "running"}, InstanceState.RUNNING),
+        ({"actual_status": "stopped", "intended_status": "running"}, InstanceState.STOPPED),
         ({"actual_status": "frozen", "intended_status": "running"}, InstanceState.STOPPED),
+        ({"actual_status": "exited", "intended_status": "running"}, InstanceState.FAILED),
+        ({"actual_status": "unknown", "intended_status": "running"}, InstanceState.FAILED),
+        ({"actual_status": "offline", "intended_status": "running"}, InstanceState.FAILED),
+        ({"actual_status": "created", "status_msg": "Error: OCI runtime create failed: x"}, InstanceState.FAILED),
+        ({"actual_status": "exited", "intended_status": "stopped"}, InstanceState.STOPPED),  # stopped by the user
+        ({"actual_status": "unknown", "intended_status": "stopped"}, InstanceState.STOPPED),
+        ({"actual_status": "something-new", "intended_status": "running"}, InstanceState.STARTING),
+        ({"actual_status": "something-new", "intended_status": "stopped"}, InstanceState.STOPPED),
         (
             {"actual_status": "running", "cur_state": "stopped", "intended_status": "stopped", "next_state": "stopped"},
             InstanceState.STOPPED,
@@ -246,6 +306,55 @@ def test_vast_statuses_in_rentunes_words(row: dict[str, Any], state: InstanceSta
     assert instance_state(row) is state
 
 
+def test_every_documented_status_is_mapped_and_the_dead_ends_end_the_wait() -> None:
+    documented = {None, "created", "loading", "running", "stopped", "frozen", "exited", "rebooting", "unknown"}
+    assert documented | {"offline"} <= set(ACTUAL_STATES)
+    for status in ("exited", "unknown", "offline"):
+        assert ACTUAL_STATES[status] is InstanceState.FAILED and ACTUAL_STATES[status] in LOST
+
+
+@pytest.mark.parametrize("status", ["exited", "unknown", "offline"])
+async def test_a_lost_host_is_failed_at_once(
+    status: str, vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    instance = await vast.create(request_for(await cheapest(vast), key_pair[1]))
+    fake_vast.lose_host(instance.instance_id, status)
+
+    lost = await vast.get(instance.instance_id)
+
+    assert lost.state is InstanceState.FAILED and lost.ssh is None
+    assert lost.status_text == f"{status}: host {status}"
+
+
+# -- VRAM in MiB ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mib", "gb"),
+    [(24564, 24.0), (24576, 24.0), (81559, 80.0), (81920, 80.0), (46068, 48.0), (49140, 48.0), (143771, 141.0)],
+)
+def test_gpu_ram_in_mib_reads_as_the_cards_size(mib: int, gb: float) -> None:
+    assert nominal_vram_gb(mib) == gb
+    assert mib >= mib_for_gb(gb)  # and passes a filter for that size at Vast
+
+
+def test_memory_of_no_known_size_is_given_in_gib() -> None:
+    assert nominal_vram_gb(3 * 1024 + 100) == 3.1
+
+
+async def test_an_h100_of_81559_mib_passes_an_80_gb_filter(vast: VastProvider, fake_vast: FakeVast) -> None:
+    h100 = next(o for o in fake_vast.offers if o["gpu_name"] == "H100 SXM")
+    h100["cuda_max_good"] = 12.8
+    fake_vast.offers.append({**h100, "id": 5006, "gpu_name": "L40S", "gpu_ram": 46068, "dph_total": 0.9})
+
+    assert [(o.offer_id, o.vram_gb) for o in await vast.offers(OfferQuery(min_vram_gb=80))] == [
+        ("5003", 80.0),
+        ("5005", 80.0),
+    ]
+    assert [o.offer_id for o in await vast.offers(OfferQuery(gpu="L40S", min_vram_gb=48))] == ["5006"]
+    assert bodies(fake_vast, "POST", "/bundles/")[0]["gpu_ram"]["gte"] <= 81559
+
+
 # -- faults, terminate, list ----------------------------------------------------------------------------------------
 
 
@@ -253,6 +362,13 @@ async def test_a_429_is_retried(vast: VastProvider, fake_vast: FakeVast) -> None
     fake_vast.faults.rate_limit_once = True
     assert len(await vast.offers(OfferQuery())) == 3
     assert len(fake_vast.requests) == 2
+
+
+async def test_a_429_keeps_vasts_detail(vast: VastProvider, fake_vast: FakeVast) -> None:
+    fake_vast.fail_next("POST", r"/bundles/", CallFault(FaultKind.RATE_LIMIT), times=FAST.attempts)
+    with pytest.raises(RateLimitedError, match="API requests too frequent"):
+        await vast.offers(OfferQuery())
+    assert len(fake_vast.requests) == FAST.attempts
 
 
 async def test_a_refused_key_is_an_auth_error(fake_vast: FakeVast) -> None:
@@ -282,6 +398,53 @@ async def test_terminate_is_idempotent_and_the_machine_is_gone(
     assert not fake_vast.pool.alive(instance.instance_id)
     assert (await vast.get(instance.instance_id)).state is InstanceState.TERMINATED
     assert (await vast.get("999999")).state is InstanceState.TERMINATED
+
+
+async def test_instances_follow_every_page_of_the_v1_list(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    fake_vast.page_size = 2
+    created = [await vast.create(request_for(await cheapest(vast), key_pair[1])) for _ in range(5)]
+
+    listed = await vast.instances()
+
+    assert sorted(i.instance_id for i in listed) == sorted(i.instance_id for i in created)
+    pages = [r for r in fake_vast.requests if r.method == "GET" and r.path.startswith("/api/v1/instances")]
+    assert len(pages) == 3 and "after_token" not in pages[0].query
+    assert [p.query["after_token"] for p in pages[1:]] == [
+        [f"after-{created[1].instance_id}"],
+        [f"after-{created[3].instance_id}"],
+    ]
+    assert not any(r.method == "GET" and r.path == "/api/v0/instances/" for r in fake_vast.requests)
+    assert len(await vast.named("rentune-run1")) == 5
+
+
+async def test_an_instance_has_vasts_start_date(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    instance = await vast.create(request_for(await cheapest(vast), key_pair[1]))
+    booked = fake_vast.instances[instance.instance_id]
+    assert instance.created_at == booked.created and instance.ended_at is None
+
+
+def test_the_v1_list_is_on_the_v0_host() -> None:
+    assert v1_url("https://console.vast.ai/api/v0") == "https://console.vast.ai/api/v1"
+    assert v1_url("http://127.0.0.1:8080/api/v0/") == "http://127.0.0.1:8080/api/v1"
+    assert v1_url("http://vast.test") == "http://vast.test/api/v1"
+    assert PROVIDERS[ProviderName.VAST].default_url == "https://console.vast.ai/api/v0"
+
+
+async def test_the_fake_bills_from_create_to_destroy(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    instance = await vast.create(request_for(await cheapest(vast), key_pair[1]))
+    booked = fake_vast.instances[instance.instance_id]
+    booked.extra["booked_at"] -= 30
+    await vast.terminate(instance.instance_id)
+    billed = fake_vast.billed_seconds(instance.instance_id)
+    assert 30 <= billed < 40
+    await asyncio.sleep(0.05)
+    assert fake_vast.billed_seconds(instance.instance_id) == billed
 
 
 async def test_instances_lists_the_live_ones(

@@ -157,7 +157,10 @@ class ApiClient:
 
 
 def error_text(response: httpx.Response) -> str:
-    """The most useful words of an error answer: a JSON ``message``/``msg``/``error``, else the body's start."""
+    """The most useful words of an error answer: a JSON ``message``/``msg``/``detail``/``error``, else the body's start.
+
+    ``detail`` is how Vast words its 429s (``{"detail": ...}``).
+    """
     try:
         body = response.json()
     except ValueError:
@@ -166,7 +169,7 @@ def error_text(response: httpx.Response) -> str:
         inner = body.get("error")
         if isinstance(inner, dict):  # Lambda: {"error": {"code", "message", "suggestion"}}
             return str(inner.get("message") or inner.get("code") or inner)
-        for key in ("message", "msg", "error"):
+        for key in ("message", "msg", "detail", "error"):
             if body.get(key):
                 return str(body[key])
     return str(body)[:300]

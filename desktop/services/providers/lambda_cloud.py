@@ -6,8 +6,13 @@ key registered on the account beforehand, boots, and is reached as ``ubuntu@<ip>
 :class:`~.base.ProviderError` raised here keeps.
 
 Launch is never sent twice for one :meth:`LambdaProvider.create`: a retried launch that had in fact succeeded would
-leave a second machine billing. Only 429 answers ("not done") are retried; after an answer that leaves the outcome
-unknown (a 5xx, a timeout) the client looks for a machine with the request's name instead of launching again.
+leave a second machine billing. Only 429 answers ("not done") are retried; an answer that leaves the outcome unknown
+(a 5xx, a timeout) raises :class:`~.base.UncertainOutcomeError`, and the caller looks for a machine with the
+request's name (:meth:`LambdaProvider.named`) instead of launching again.
+
+Only the error code ``global/object-does-not-exist`` means a machine is gone: any other 404 (``global/not-found``, an
+unknown route: a wrong base URL) is an error. A 403 whose code is not about the key (``global/account-inactive``) is
+an account problem, raised with what to fix, not as a refused key.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from typing import Any
 import httpx
 
 from desktop.services.providers.base import (
-    AuthError,
     Instance,
     InstanceState,
     NoCapacityError,
@@ -29,9 +33,10 @@ from desktop.services.providers.base import (
     OfferQuery,
     ProviderError,
     ProviderName,
-    RateLimitedError,
     RentRequest,
     SshAddress,
+    UncertainOutcomeError,
+    named_in,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy
@@ -41,18 +46,24 @@ log = logging.getLogger(__name__)
 LAMBDA = ProviderName.LAMBDA
 INSUFFICIENT_CAPACITY = "instance-operations/launch/insufficient-capacity"
 NOT_FOUND = "global/object-does-not-exist"
+INVALID_KEY = "global/invalid-api-key"
+ACCOUNT_INACTIVE = "global/account-inactive"
 KEY_NAME_MAX = 64
 CONSOLE = "https://cloud.lambda.ai/instances"
+BILLING = "https://cloud.lambda.ai/settings/billing"
 
 #: "1x A10 (24 GB PCIe)", "8x Tesla V100 (16 GB)", "8x H100 (80 GB SXM5)": count, model, VRAM, form factor.
 DESCRIPTION = re.compile(r"^(\d+)x (?:Tesla )?(.+?) \((\d+) GB(?:\s+([^)]*))?\)")
 
-#: Lambda's statuses. ``unhealthy`` stays RUNNING: Lambda's health check failed, yet the VM may recover and SSH
-#: may still work, so whoever drives the run decides over SSH rather than losing the machine on a provider flag.
+#: Lambda's statuses (``InstanceStatus`` in its OpenAPI 1.10.0). ``unhealthy`` stays RUNNING: Lambda's health check
+#: failed, yet the VM may recover and SSH may still work, so whoever drives the run decides over SSH rather than
+#: losing the machine on a provider flag. ``preempted`` is a machine Lambda took back: it never runs again (a wait
+#: ends at once), like an outbid spot machine, and is still listed until terminated.
 STATES = {
     "booting": InstanceState.STARTING,
     "active": InstanceState.RUNNING,
     "unhealthy": InstanceState.RUNNING,
+    "preempted": InstanceState.STOPPED,
     "terminating": InstanceState.TERMINATED,
     "terminated": InstanceState.TERMINATED,
 }
@@ -122,8 +133,33 @@ def error_parts(response: httpx.Response) -> tuple[str, str]:
 
 
 def is_not_found(response: httpx.Response) -> bool:
-    """Whether the answer says the object does not exist (any more)."""
-    return response.status_code == 404 or error_parts(response)[0] == NOT_FOUND
+    """Whether the answer says the object does not exist (any more): code ``global/object-does-not-exist`` only.
+
+    Any other 404 (``global/not-found``: no such route, as a wrong base URL gives) is not proof of anything.
+    """
+    return error_parts(response)[0] == NOT_FOUND
+
+
+def account_refusal(response: httpx.Response) -> ProviderError | None:
+    """The error for a 403 about the account rather than the key (None for any other answer).
+
+    A key Lambda does not accept is ``global/invalid-api-key`` (401, or 403 on some routes): that stays an
+    :class:`~.base.AuthError`. ``global/account-inactive`` and other 403 codes are account problems: storing
+    another key would not help.
+    """
+    if response.status_code != 403:
+        return None
+    code, text = error_parts(response)
+    if not code or code == INVALID_KEY:
+        return None
+    if code == ACCOUNT_INACTIVE:
+        return ProviderError(
+            LAMBDA,
+            f"the Lambda account is inactive ({text}); the API key is fine: verify the account's email address and "
+            f"add a valid payment method at {BILLING}, or contact Lambda support, then try again",
+            text,
+        )
+    return ProviderError(LAMBDA, f"Lambda refused the request for this account ({text}); the API key is fine", text)
 
 
 def data_of(response: httpx.Response, doing: str) -> Any:
@@ -159,6 +195,17 @@ def instance_from(data: dict[str, Any], ssh_for: SshFor) -> Instance:
         ssh=ssh_for(instance_id, str(ip)) if state is InstanceState.RUNNING and ip else None,
         status_text=status,
     )
+
+
+class LambdaApi(ApiClient):
+    """:class:`~.http.ApiClient` that tells a 403 about the account from a refused key (:func:`account_refusal`)."""
+
+    async def _send(self, method: str, path: str, json: Any, params: Any) -> httpx.Response:
+        response = await super()._send(method, path, json, params)
+        refusal = account_refusal(response)
+        if refusal is not None:
+            raise refusal
+        return response
 
 
 def gone(instance_id: str) -> Instance:
@@ -205,17 +252,18 @@ class LambdaProvider:
                 random loopback ports, which the Lambda API has no field for.
         """
         self.retry = retry or RetryPolicy()
-        self._api = ApiClient(LAMBDA, base_url, api_key, transport=transport, retry=self.retry)
+        self._api = LambdaApi(LAMBDA, base_url, api_key, transport=transport, retry=self.retry)
         self._ssh_for = ssh_for
         self._registered: set[str] = set()  # ids of keys this client added
         self._key_of: dict[str, str] = {}  # instance id -> id of the key this client added for it
+        self._key_of_label: dict[str, str] = {}  # label of a launch of unknown outcome -> the key added for it
 
     async def check_key(self) -> None:
         """Lists the account's SSH keys (cheap, authenticated).
 
         Raises:
             AuthError: The key is refused.
-            ProviderError: Lambda cannot be reached or failed.
+            ProviderError: Lambda cannot be reached or failed, or the account is inactive (the message says so).
         """
         data_of(await self._api.request("GET", "/ssh-keys"), "list SSH keys")
 
@@ -228,10 +276,11 @@ class LambdaProvider:
         return [offer for offer in found if offer_matches(offer, query)]
 
     async def create(self, request: RentRequest) -> Instance:
-        """Registers the SSH key (once) and launches one machine named ``request.label``.
+        """Registers the SSH key (once) and launches one machine named ``request.label`` (one request, never repeated).
 
         Raises:
             NoCapacityError: No capacity for the type in the region.
+            UncertainOutcomeError: The launch got a 5xx or no answer: a machine may exist; look it up by label.
             ProviderError: A spot request, or Lambda refused the launch.
         """
         if request.offer.spot or request.bid_per_hour is not None:
@@ -243,13 +292,16 @@ class LambdaProvider:
             "instance_type_name": type_name,
             "ssh_key_names": [name],
             "file_system_names": [],
-            "quantity": 1,
             "name": request.label,
         }
         try:
             instance_id = await self._launch(body)
+        except UncertainOutcomeError:
+            if key_id in self._registered:  # a machine may use it: deleted with that machine, once named() finds it
+                self._key_of_label[request.label] = key_id
+            raise
         except ProviderError:
-            if key_id in self._registered and key_id not in self._key_of.values():
+            if key_id in self._registered and not self._key_in_use(key_id):
                 await self._delete_key(key_id)
             raise
         if key_id in self._registered:
@@ -288,6 +340,18 @@ class LambdaProvider:
         rows = data_of(await self._api.request("GET", "/instances"), "list instances") or []
         return [instance_from(row, self._ssh_for) for row in rows]
 
+    async def named(self, label: str) -> list[Instance]:
+        """The machines named ``label`` that are not gone (after a launch whose outcome is unknown).
+
+        A key this client added for a launch of unknown outcome is deleted when the machine found here is
+        terminated through this client.
+        """
+        found = named_in(await self.instances(), label)
+        key_id = self._key_of_label.get(label)
+        if key_id is not None:
+            self._key_of.update({instance.instance_id: key_id for instance in found})
+        return found
+
     async def aclose(self) -> None:
         """Closes the HTTP clients."""
         await self._api.aclose()
@@ -307,9 +371,14 @@ class LambdaProvider:
         self._registered.add(str(added["id"]))
         return name, str(added["id"])
 
+    def _key_in_use(self, key_id: str) -> bool:
+        """Whether a machine launched through this client (or a launch of unknown outcome) uses the key."""
+        return key_id in self._key_of.values() or key_id in self._key_of_label.values()
+
     async def _delete_key(self, key_id: str) -> None:
         """Deletes a key this client added; a key already gone or still in use is left as it is (logged)."""
         self._registered.discard(key_id)
+        self._key_of_label = {label: key for label, key in self._key_of_label.items() if key != key_id}
         try:
             response = await self._api.request("DELETE", f"/ssh-keys/{key_id}")
         except ProviderError as exc:  # the machine is what bills; a stray key is only clutter
@@ -321,26 +390,11 @@ class LambdaProvider:
     # -- launch --------------------------------------------------------------------------------------------------
 
     async def _launch(self, body: dict[str, Any]) -> str:
-        """Sends the launch, retrying only 429s (honouring Retry-After); returns the new instance's id."""
-        try:
-            response = await self._api.request(
-                "POST", "/instance-operations/launch", json=body, once=True
-            )
-        except (AuthError, RateLimitedError):
-            raise
-        except ProviderError as exc:  # 5xx or no answer: it may have launched
-            return await self._launched_anyway(str(body["name"]), exc)
+        """Sends the launch once (only a 429 is sent again); returns the new instance's id.
+
+        Raises:
+            UncertainOutcomeError: A 5xx or no answer: the machine may have launched.
+        """
+        response = await self._api.request("POST", "/instance-operations/launch", json=body, once=True)
         ids = data_of(response, f"launch {body['instance_type_name']} in {body['region_name']}")["instance_ids"]
         return str(ids[0])
-
-    async def _launched_anyway(self, label: str, error: ProviderError) -> str:
-        """The id of a live machine named ``label`` after a launch whose outcome is unknown, else ``error``."""
-        try:
-            found = [i for i in await self.instances() if i.name == label and i.state is not InstanceState.TERMINATED]
-        except ProviderError:
-            found = []
-        if found:
-            return found[0].instance_id
-        raise ProviderError(
-            LAMBDA, f"{error.message}; the launch may still have happened: check {CONSOLE} for a machine named {label}"
-        ) from error

@@ -2,6 +2,10 @@
 
 Base URLs can be overridden by environment (``RENTUNE_RUNPOD_URL``, ``RENTUNE_VAST_URL``, ``RENTUNE_LAMBDA_URL``);
 keys come from the keyring, else ``RUNPOD_API_KEY``, ``VAST_API_KEY``, ``LAMBDA_API_KEY``.
+
+RunPod has a second URL: its GraphQL API, used only for spot (REST v2 has no spot), overridden by
+``RENTUNE_RUNPOD_GRAPHQL_URL``; when only ``RENTUNE_RUNPOD_URL`` is overridden, GraphQL is looked for beside it
+(``<that URL without /v2>/graphql``), so a REST URL pointed at a proxy or a fake never sends spot queries elsewhere.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import MissingKeyError, Provider, ProviderName
@@ -34,6 +38,8 @@ class ProviderInfo:
         default_user: The SSH login user of its usual images.
         default_image: A PyTorch image that starts sshd and has Python 3 (None where machines are VMs).
         console: Where a user finds the key.
+        graphql_url_env: The variable that overrides a second, GraphQL URL (RunPod's, for spot only; None elsewhere).
+        default_graphql_url: That GraphQL URL.
     """
 
     name: ProviderName
@@ -45,24 +51,40 @@ class ProviderInfo:
     default_user: str
     default_image: str | None
     console: str
+    graphql_url_env: str | None = None
+    default_graphql_url: str | None = None
 
     @property
     def url(self) -> str:
         """The API's URL now (the environment's override, else the default)."""
         return os.environ.get(self.url_env) or self.default_url
 
+    @property
+    def graphql_url(self) -> str | None:
+        """The GraphQL URL now (None where the provider has none).
+
+        Its own override, else beside an overridden API URL, else the default.
+        """
+        if self.graphql_url_env is None:
+            return None
+        rest = os.environ.get(self.url_env)
+        beside = f"{rest.rstrip('/').removesuffix('/v2')}/graphql" if rest else None
+        return os.environ.get(self.graphql_url_env) or beside or self.default_graphql_url
+
 
 PROVIDERS: dict[ProviderName, ProviderInfo] = {
     ProviderName.RUNPOD: ProviderInfo(
         ProviderName.RUNPOD,
         "RENTUNE_RUNPOD_URL",
-        "https://api.runpod.io/graphql",
+        "https://api.runpod.io/v2",
         SecretName.RUNPOD,
         "desktop.services.providers.runpod",
         "RunPodProvider",
         "root",
         "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
         "https://www.runpod.io/console/user/settings",
+        graphql_url_env="RENTUNE_RUNPOD_GRAPHQL_URL",
+        default_graphql_url="https://api.runpod.io/graphql",
     ),
     ProviderName.VAST: ProviderInfo(
         ProviderName.VAST,
@@ -124,7 +146,8 @@ def open_provider(
             f"no API key; run rentune keys set {name.value} (or set {info.secret.env_var}); get one at {info.console}",
         )
     cls = getattr(import_module(info.module), info.class_name)
-    provider: Provider = cls(key, info.url, transport=transport, retry=retry)
+    extra: dict[str, Any] = {"graphql_url": info.graphql_url} if info.graphql_url else {}
+    provider: Provider = cls(key, info.url, transport=transport, retry=retry, **extra)
     return provider
 
 

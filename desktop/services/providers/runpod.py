@@ -1,29 +1,37 @@
-"""RunPod through its GraphQL API (``POST https://api.runpod.io/graphql``), in Rentune's types.
+"""RunPod through its REST API v2 (``https://api.runpod.io/v2``), in Rentune's types.
 
-Every GraphQL text RunPod is sent lives in this module, so a later move to REST v2 touches only here. Operations
-take GraphQL variables (typed inputs such as ``PodFindAndDeployOnDemandInput``), never interpolated strings.
+Pods are created, read, listed, stopped and deleted under ``/pods``; on-demand prices and stock come from
+``GET /catalog/gpus?include=AVAILABILITY&product=POD`` (asked once per cloud, for the GPU count wanted). v2 has no
+spot: spot prices and spot rentals go through GraphQL in :mod:`.runpod_graphql`, and only while that API answers
+(RunPod retires it in early 2027); a spot query that fails yields no spot offers, never an error.
 
-RunPod answers most client errors with HTTP 200 and ``errors``; :func:`error_for` turns their messages into
-:class:`~.base.NoCapacityError`, :class:`~.base.AuthError`, :class:`~.base.BidTooLowError` or a plain
-:class:`~.base.ProviderError` that keeps RunPod's words.
+A few habits of v2 shape this module:
+
+- Errors are RFC 9457 problem bodies ``{"title", "status", "detail", "errors"?}``; ``detail`` is kept in messages.
+- No capacity is a 400 whose ``detail`` says so (there is no machine-readable code); 402 is an empty balance.
+- A create is sent once (:meth:`~.http.ApiClient.request` with ``once=True``): after a 5xx or a lost answer the
+  pod may exist, and :meth:`RunPodProvider.named` finds it by its name, which is the request's label.
+- ``GET /pods`` has no name filter, so :meth:`RunPodProvider.named` lists every pod and filters here.
+- A deleted pod answers 404 (a problem body): it is gone, which is what a terminate wants.
+- The pod object does not say whether a pod is spot, nor when it stopped billing, so ``Instance.spot`` is only set
+  on the answer to a spot create and ``Instance.ended_at`` stays None; ``created_at`` is ``createdAt``.
 
 An offer's ``offer_id`` is ``"<gpuTypeId>|<SECURE or COMMUNITY>|<gpu count>"``, e.g.
 ``"NVIDIA GeForce RTX 4090|SECURE|1"``: everything :meth:`RunPodProvider.create` needs besides the spot flag,
-which the offer carries itself. A pod is spot when its ``podType`` is ``INTERRUPTABLE`` (on-demand pods are
-``RESERVED``).
+which the offer carries itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from desktop.services.providers.base import (
-    AuthError,
-    BidTooLowError,
     Instance,
     InstanceState,
     NoCapacityError,
@@ -33,192 +41,233 @@ from desktop.services.providers.base import (
     ProviderName,
     RentRequest,
     SshAddress,
+    UncertainOutcomeError,
+    named_in,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy, error_text
+from desktop.services.providers.runpod_graphql import (
+    DEFAULT_GRAPHQL_URL,
+    NO_CAPACITY_WORDS,
+    RunPodGraphQL,
+    SpotGpu,
+    SpotPod,
+)
 
+log = logging.getLogger(__name__)
+
+RUNPOD = ProviderName.RUNPOD
+DEFAULT_URL = "https://api.runpod.io/v2"
 SSH_USER = "root"
 CLOUDS = ("SECURE", "COMMUNITY")
+BILLING_CONSOLE = "https://www.runpod.io/console/user/billing"
 
-# -- GraphQL text (all of it) ----------------------------------------------------------------------------------------
-
-POD_FIELDS = """
-  id name desiredStatus podType costPerHr
-  runtime { ports { ip isIpPublic privatePort publicPort type } }
-  machine { gpuDisplayName }
-"""
-
-OFFERS_QUERY = """
-query GpuTypes($lowestPriceInput: GpuLowestPriceInput, $gpuTypesInput: GpuTypeFilter) {
-  gpuTypes(input: $gpuTypesInput) {
-    id displayName memoryInGb maxGpuCount securePrice communityPrice secureSpotPrice communitySpotPrice
-    lowestPrice(input: $lowestPriceInput) { minimumBidPrice uninterruptablePrice stockStatus countryCode }
-  }
+#: RunPod's pod statuses in Rentune's words: REST v2 ``PodStatus``, then GraphQL's ``desiredStatus`` (the answer to a
+#: spot rental). ERROR and DEAD never come back, EXITED has released its GPU: a wait for any of them ends at once.
+POD_STATES: dict[str, InstanceState] = {
+    "PROVISIONING": InstanceState.STARTING,
+    "STARTING": InstanceState.STARTING,
+    "RUNNING": InstanceState.RUNNING,
+    "EXITED": InstanceState.STOPPED,
+    "ERROR": InstanceState.FAILED,
+    "TERMINATED": InstanceState.TERMINATED,
+    "CREATED": InstanceState.STARTING,
+    "RESTARTING": InstanceState.STARTING,
+    "PAUSED": InstanceState.STOPPED,
+    "DEAD": InstanceState.FAILED,
 }
-"""
+#: A status RunPod adds later reads as starting: the pod is neither given up on nor forgotten while it may bill, and
+#: a wait for it ends at the caller's ready timeout (which terminates it); ``status_text`` keeps RunPod's word.
+UNKNOWN_STATE = InstanceState.STARTING
 
-DEPLOY_ON_DEMAND = f"""
-mutation Deploy($input: PodFindAndDeployOnDemandInput!) {{
-  podFindAndDeployOnDemand(input: $input) {{ {POD_FIELDS} }}
-}}
-"""
-
-RENT_INTERRUPTABLE = f"""
-mutation RentSpot($input: PodRentInterruptableInput!) {{
-  podRentInterruptable(input: $input) {{ {POD_FIELDS} }}
-}}
-"""
-
-POD_QUERY = f"query Pod($input: PodFilter!) {{ pod(input: $input) {{ {POD_FIELDS} }} }}"
-PODS_QUERY = f"query Pods {{ myself {{ pods {{ {POD_FIELDS} }} }} }}"
-MYSELF_QUERY = "query Myself { myself { id } }"
-STOP_MUTATION = "mutation Stop($input: PodStopInput!) { podStop(input: $input) { id desiredStatus } }"
-TERMINATE_MUTATION = "mutation Terminate($input: PodTerminateInput!) { podTerminate(input: $input) }"
-
-# -- errors ----------------------------------------------------------------------------------------------------------
-
-NO_CAPACITY_WORDS = ("no longer any instances available", "not enough free gpus")
-AUTH_WORDS = re.compile(r"unauthori[sz]ed|unauthenticated|not authori[sz]ed|forbidden|invalid api key|\b40[13]\b")
-AUTH_CODES = frozenset({"UNAUTHENTICATED", "FORBIDDEN"})
-
-
-def error_for(errors: list[Any]) -> ProviderError:
-    """The Rentune error for a GraphQL ``errors`` list (its first message decides; every message is kept)."""
-    messages = [str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors] or ["unknown error"]
-    message = "; ".join(messages)
-    lower = message.lower()
-    codes = {str((e.get("extensions") or {}).get("code", "")) for e in errors if isinstance(e, dict)}
-    if any(word in lower for word in NO_CAPACITY_WORDS):
-        return NoCapacityError(ProviderName.RUNPOD, f"{message} (pick another GPU or cloud, or try again later)")
-    if codes & AUTH_CODES or AUTH_WORDS.search(lower):
-        return AuthError(ProviderName.RUNPOD, f"the API key was refused ({message}); run rentune keys set runpod")
-    if "bid" in lower and ("low" in lower or "minimum" in lower):
-        return BidTooLowError(ProviderName.RUNPOD, f"{message} (bid at least the offer's current spot price)")
-    return ProviderError(ProviderName.RUNPOD, message)
-
-
-def _not_found(error: ProviderError) -> bool:
-    return "not found" in error.message.lower()
-
+_AVAILABILITY_RANK = {"NONE": 0, "LOW": 1, "MEDIUM": 2, "HIGH": 3}
+_BRAND_WORDS = frozenset({"NVIDIA", "GEFORCE", "AMD", "RADEON"})
 
 # -- offers ----------------------------------------------------------------------------------------------------------
 
 
-def _positive(*values: Any) -> float | None:
-    """The first value that is a positive price (RunPod says 0 or null for "not sold")."""
-    for value in values:
-        if isinstance(value, int | float) and value > 0:
-            return float(value)
-    return None
+def offer_id_of(gpu_id: str, cloud: str, count: int) -> str:
+    """The offer id for a GPU type in a cloud at a count (see the module docstring)."""
+    return f"{gpu_id}|{cloud}|{count}"
 
 
-def _gpu_price(gpu_type: dict[str, Any], cloud: str, spot: bool) -> float | None:
-    """Dollars per GPU per hour for ``cloud`` (SECURE or COMMUNITY), or None where that kind is not sold."""
-    lowest = gpu_type.get("lowestPrice") or {}
-    prefix = cloud.lower()
-    if spot:
-        return _positive(lowest.get("minimumBidPrice"), gpu_type.get(f"{prefix}SpotPrice"))
-    return _positive(gpu_type.get(f"{prefix}Price"), lowest.get("uninterruptablePrice"))
+def parse_offer_id(offer_id: str) -> tuple[str, str, int]:
+    """The GPU type id, cloud and GPU count of an offer id.
+
+    Raises:
+        ProviderError: Not a RunPod offer id.
+    """
+    try:
+        gpu_id, cloud, count = offer_id.rsplit("|", 2)
+        if cloud not in CLOUDS:
+            raise ValueError(cloud)
+        return gpu_id, cloud, int(count)
+    except ValueError as exc:
+        raise ProviderError(RUNPOD, f"not a RunPod offer id: {offer_id!r}; pick an offer from the RunPod list") from exc
 
 
-def _location(cloud: str, country: str | None) -> str:
+def _positive(value: Any) -> float | None:
+    """A positive price, or None (RunPod says 0 or null for "not sold")."""
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def best_availability(gpu: dict[str, Any]) -> tuple[int, str | None]:
+    """The best stock level of a catalog GPU (0 none .. 3 high) and the data centre that has it.
+
+    The overall ``availability`` can read NONE while one data centre reads LOW, so the better of the two counts.
+    """
+    place, place_level = None, 0
+    for centre in gpu.get("dataCenters") or []:
+        level = _AVAILABILITY_RANK.get(str(centre.get("availability")), 0) if isinstance(centre, dict) else 0
+        if level > place_level:
+            place, place_level = str(centre.get("id") or "") or None, level
+    return max(_AVAILABILITY_RANK.get(str(gpu.get("availability")), 0), place_level), place
+
+
+def _location(cloud: str, place: str | None) -> str:
     words = f"{cloud.lower()} cloud"
-    return f"{words} ({country})" if country else words
+    return f"{words} ({place})" if place else words
 
 
-def offer_from(gpu_type: dict[str, Any], cloud: str, count: int, spot: bool) -> Offer | None:
-    """One offer for a GPU type in one cloud, or None where RunPod does not sell that kind or count."""
-    price = _gpu_price(gpu_type, cloud, spot)
-    max_count = gpu_type.get("maxGpuCount")
-    if price is None or (isinstance(max_count, int) and count > max_count):
+def offer_from(gpu: dict[str, Any], cloud: str, count: int) -> Offer | None:
+    """An on-demand offer from a ``/catalog/gpus`` entry asked for ``cloud`` and ``count`` (None: not sold so)."""
+    key = cloud.lower()
+    price = _positive((gpu.get("price") or {}).get(key))
+    max_count = (gpu.get("maxCount") or {}).get(key)
+    if gpu.get(key) is False or price is None or (isinstance(max_count, int) and count > max_count):
         return None
-    lowest = gpu_type.get("lowestPrice") or {}
+    level, place = best_availability(gpu)
     return Offer(
-        provider=ProviderName.RUNPOD,
-        offer_id=f"{gpu_type['id']}|{cloud}|{count}",
-        gpu=str(gpu_type.get("displayName") or gpu_type["id"]),
-        gpu_id=str(gpu_type["id"]),
+        provider=RUNPOD,
+        offer_id=offer_id_of(str(gpu["id"]), cloud, count),
+        gpu=str(gpu.get("name") or gpu["id"]),
+        gpu_id=str(gpu["id"]),
         count=count,
-        vram_gb=float(gpu_type.get("memoryInGb") or 0),
+        vram_gb=float(gpu.get("memory") or 0),
         price_per_hour=round(price * count, 4),
-        spot=spot,
+        spot=False,
         reliability=None,
-        location=_location(cloud, lowest.get("countryCode")),
-        in_stock=lowest.get("stockStatus") is not None,
+        location=_location(cloud, place),
+        in_stock=level > 0,
+    )
+
+
+def spot_offer_from(gpu: SpotGpu, cloud: str, count: int) -> Offer | None:
+    """A spot offer from GraphQL's spot terms (None where spot is not sold or the count is too large)."""
+    if gpu.price_per_gpu is None or (gpu.max_count is not None and count > gpu.max_count):
+        return None
+    return Offer(
+        provider=RUNPOD,
+        offer_id=offer_id_of(gpu.gpu_id, cloud, count),
+        gpu=gpu.name,
+        gpu_id=gpu.gpu_id,
+        count=count,
+        vram_gb=gpu.vram_gb,
+        price_per_hour=round(gpu.price_per_gpu * count, 4),
+        spot=True,
+        reliability=None,
+        location=_location(cloud, gpu.country),
+        in_stock=gpu.in_stock,
     )
 
 
 # -- pods ------------------------------------------------------------------------------------------------------------
 
 
-def _ssh_address(pod: dict[str, Any]) -> SshAddress | None:
-    ports = (pod.get("runtime") or {}).get("ports") or []
-    for port in ports:
-        if port.get("privatePort") == 22 and port.get("isIpPublic") and port.get("ip") and port.get("publicPort"):
-            return SshAddress(str(port["ip"]), int(port["publicPort"]), SSH_USER)
+def pod_state(status: str) -> InstanceState:
+    """Rentune's state for a RunPod status (see :data:`POD_STATES` and :data:`UNKNOWN_STATE`)."""
+    return POD_STATES.get(status.upper(), UNKNOWN_STATE)
+
+
+def epoch_of(text: Any) -> float | None:
+    """Epoch seconds of an RFC 3339 time (UTC when it names no zone), or None when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def ssh_address(pod: dict[str, Any]) -> SshAddress | None:
+    """Where to log in: ``ssh.direct``, else the public mapping of ``22/tcp`` in ``runtime.ports``.
+
+    The proxy in ``ssh.proxy`` carries no SCP or port forwarding, so it is never used.
+    """
+    direct = (pod.get("ssh") or {}).get("direct")
+    if isinstance(direct, dict) and direct.get("host") and direct.get("port"):
+        return SshAddress(str(direct["host"]), int(direct["port"]), str(direct.get("username") or SSH_USER))
+    for port in (pod.get("runtime") or {}).get("ports") or []:
+        if port.get("private") == 22 and port.get("type") == "tcp" and port.get("ip") and port.get("public"):
+            return SshAddress(str(port["ip"]), int(port["public"]), SSH_USER)
     return None
 
 
-def pod_state(pod: dict[str, Any]) -> InstanceState:
-    """Rentune's state for a pod: ``runtime`` is null until its container is up."""
-    status = pod.get("desiredStatus")
-    if status == "TERMINATED":
-        return InstanceState.TERMINATED
-    if status in ("EXITED", "PAUSED"):
-        return InstanceState.STOPPED
-    if status == "RUNNING" and pod.get("runtime"):
-        return InstanceState.RUNNING
-    return InstanceState.STARTING  # CREATED, RESTARTING, or RUNNING with no runtime yet
+def gpu_words(gpu_id: str) -> str:
+    """A GPU type id as people say it: the vendor's brand words dropped ("NVIDIA GeForce RTX 4090" -> "RTX 4090").
+
+    A pod names its GPU only by the catalog id; the catalog's own display name may be shorter still ("A100 PCIe").
+    """
+    words = gpu_id.split()
+    while len(words) > 1 and words[0].upper() in _BRAND_WORDS:
+        words = words[1:]
+    return " ".join(words)
 
 
-def instance_from(pod: dict[str, Any]) -> Instance:
-    """An :class:`Instance` from a pod object (the fields of ``POD_FIELDS``)."""
+def instance_from(pod: dict[str, Any], gpu_name: str | None = None) -> Instance:
+    """An :class:`Instance` from a v2 ``Pod`` (``gpu_name``: the display name, where the caller knows it)."""
+    status = str(pod.get("status") or "")
+    cost = pod.get("cost")
     return Instance(
-        provider=ProviderName.RUNPOD,
+        provider=RUNPOD,
         instance_id=str(pod["id"]),
         name=str(pod.get("name") or ""),
-        state=pod_state(pod),
-        price_per_hour=float(pod.get("costPerHr") or 0.0),
-        gpu=str((pod.get("machine") or {}).get("gpuDisplayName") or ""),
-        spot=pod.get("podType") == "INTERRUPTABLE",
-        ssh=_ssh_address(pod),
-        status_text=str(pod.get("desiredStatus") or ""),
+        state=pod_state(status),
+        price_per_hour=float(cost) if isinstance(cost, int | float) else 0.0,
+        gpu=gpu_name or gpu_words(str((pod.get("gpu") or {}).get("id") or "")),
+        ssh=ssh_address(pod),
+        status_text=status,
+        created_at=epoch_of(pod.get("createdAt")),
+    )
+
+
+def spot_instance(pod: SpotPod, request: RentRequest) -> Instance:
+    """The :class:`Instance` for a pod just rented as spot through GraphQL."""
+    return Instance(
+        provider=RUNPOD,
+        instance_id=pod.pod_id,
+        name=pod.name or request.label,
+        state=pod_state(pod.status),
+        price_per_hour=pod.price_per_hour or 0.0,
+        gpu=request.offer.gpu,
+        spot=True,
+        status_text=pod.status,
     )
 
 
 def gone(instance_id: str) -> Instance:
     """The instance RunPod no longer knows."""
-    return Instance(ProviderName.RUNPOD, instance_id, "", InstanceState.TERMINATED, 0.0, status_text="not found")
+    return Instance(RUNPOD, instance_id, "", InstanceState.TERMINATED, 0.0, status_text="not found")
 
 
-def deploy_input(request: RentRequest) -> dict[str, Any]:
-    """The ``PodFindAndDeployOnDemandInput`` for a request (spot adds ``bidPerGpu``)."""
-    gpu_type_id, cloud, count = _parse_offer_id(request.offer.offer_id)
+def create_body(request: RentRequest, gpu_id: str, cloud: str, count: int) -> dict[str, Any]:
+    """The ``CreatePodRequest`` for an on-demand request.
+
+    ``gpu.count`` is always sent (without it every create fails as "no instances available"); ``22/tcp`` is listed
+    because v2 opens no port by default; the run's key goes in ``env.PUBLIC_KEY``, which RunPod's images authorize
+    and ``startSsh`` does not overwrite; no ``mounts``, so nothing is left billing storage once the pod is deleted.
+    """
     return {
         "name": request.label,
-        "imageName": request.image,
-        "gpuTypeId": gpu_type_id,
-        "cloudType": cloud,
-        "gpuCount": count,
-        "containerDiskInGb": request.disk_gb,
-        "volumeInGb": 0,
-        "supportPublicIp": True,
+        "image": request.image,
+        "cloud": cloud,
+        "gpu": {"id": gpu_id, "count": count},
+        "disk": request.disk_gb,
+        "ports": ["22/tcp"],
+        "env": {"PUBLIC_KEY": request.public_key.strip()},
         "startSsh": True,
-        "ports": "22/tcp",
-        "env": [{"key": "PUBLIC_KEY", "value": request.public_key.strip()}],
     }
-
-
-def _parse_offer_id(offer_id: str) -> tuple[str, str, int]:
-    try:
-        gpu_type_id, cloud, count = offer_id.rsplit("|", 2)
-        if cloud not in CLOUDS:
-            raise ValueError(cloud)
-        return gpu_type_id, cloud, int(count)
-    except ValueError as exc:
-        raise ProviderError(
-            ProviderName.RUNPOD, f"not a RunPod offer id: {offer_id!r}; pick an offer from the RunPod list"
-        ) from exc
 
 
 def spot_bid(request: RentRequest) -> float | None:
@@ -232,19 +281,84 @@ def spot_bid(request: RentRequest) -> float | None:
     return request.bid_per_hour if request.bid_per_hour is not None else request.offer.price_per_hour
 
 
+# -- answers ---------------------------------------------------------------------------------------------------------
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def problem_text(response: httpx.Response) -> str:
+    """RunPod's words for an error: the problem body's ``detail`` and each ``errors`` entry, else the body's start."""
+    body = _body(response)
+    if not isinstance(body, dict) or not (body.get("detail") or body.get("title")):
+        return error_text(response)
+    words = str(body.get("detail") or body.get("title"))
+    extra = [str(e) for e in body.get("errors") or []]
+    return f"{words} ({'; '.join(extra)})" if extra else words
+
+
+def is_missing(response: httpx.Response) -> bool:
+    """Whether an answer is a 404 with a problem body: the pod does not exist (any more).
+
+    A 404 without one (a wrong URL, a proxy's page) is an error instead, so a misconfigured client never takes a
+    billing pod for gone.
+    """
+    body = _body(response)
+    return response.status_code == 404 and isinstance(body, dict) and bool(body.get("detail") or body.get("title"))
+
+
+def checked(response: httpx.Response, doing: str) -> dict[str, Any]:
+    """The JSON object of a successful answer.
+
+    Raises:
+        ProviderError: A 4xx (with RunPod's words), or an answer that is not a JSON object.
+    """
+    if response.status_code >= 400:
+        words = problem_text(response)
+        raise ProviderError(RUNPOD, f"{doing} failed ({response.status_code}): {words}", words)
+    body = _body(response)
+    if not isinstance(body, dict):
+        raise ProviderError(RUNPOD, f"{doing}: unexpected answer {response.status_code}: {error_text(response)}")
+    return body
+
+
+def create_error(response: httpx.Response) -> ProviderError:
+    """The Rentune error for a refused create (400 no capacity, 402 no balance, any other refusal)."""
+    words = problem_text(response)
+    status = response.status_code
+    if status == 400 and any(word in words.lower() for word in NO_CAPACITY_WORDS):
+        return NoCapacityError(RUNPOD, f"{words} (pick another GPU or cloud, or try again later)", words)
+    if status == 402:
+        return ProviderError(RUNPOD, f"the balance is too low ({words}); add funds at {BILLING_CONSOLE}", words)
+    return ProviderError(RUNPOD, f"the pod was refused ({status}): {words}", words)
+
+
+def next_cursor(body: dict[str, Any]) -> str | None:
+    """The cursor of the next page of a list, if RunPod paginates it (the spec has no pagination yet)."""
+    page = body.get("pagination")
+    if isinstance(page, dict) and page.get("hasNextPage") and page.get("nextCursor"):
+        return str(page["nextCursor"])
+    return None
+
+
 # -- the client ------------------------------------------------------------------------------------------------------
 
 
 class RunPodProvider:
-    """RunPod's pods: offers from ``gpuTypes``, pods created, watched, stopped and terminated through GraphQL."""
+    """RunPod's pods through REST v2; spot offers and spot rentals through GraphQL while it answers."""
 
     name = ProviderName.RUNPOD
 
     def __init__(
         self,
         api_key: str,
-        base_url: str = "https://api.runpod.io/graphql",
+        base_url: str = DEFAULT_URL,
         *,
+        graphql_url: str = DEFAULT_GRAPHQL_URL,
         transport: httpx.AsyncBaseTransport | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
@@ -252,124 +366,120 @@ class RunPodProvider:
 
         Args:
             api_key: The RunPod API key (sent as a Bearer token, never logged).
-            base_url: The GraphQL endpoint.
+            base_url: The REST v2 root.
+            graphql_url: The GraphQL endpoint, used only for spot.
             transport: Replaces the network (tests).
             retry: Retry timing for 429 and 5xx.
         """
-        self._api = ApiClient(ProviderName.RUNPOD, base_url, api_key, transport=transport, retry=retry)
-
-    async def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Runs one GraphQL operation and returns its ``data``.
-
-        Raises:
-            AuthError: The key is refused (401/403, or an auth error in ``errors``).
-            NoCapacityError: RunPod has no machine left for the request.
-            BidTooLowError: A spot bid under the current price.
-            ProviderError: Any other error, with RunPod's message.
-        """
-        body, response = await self._post(query, variables)
-        if isinstance(body, dict) and body.get("errors"):
-            raise error_for(list(body["errors"]))
-        if response.status_code >= 400 or not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-            raise ProviderError(self.name, f"unexpected answer {response.status_code}: {error_text(response)}")
-        data: dict[str, Any] = body["data"]
-        return data
-
-    async def _post(self, query: str, variables: dict[str, Any] | None) -> tuple[Any, httpx.Response]:
-        response = await self._api.request("POST", "", json={"query": query, "variables": variables or {}})
-        try:
-            return response.json(), response
-        except ValueError:
-            return None, response
+        self._api = ApiClient(RUNPOD, base_url, api_key, transport=transport, retry=retry)
+        self._graphql = RunPodGraphQL(api_key, graphql_url, transport=transport, retry=retry)
 
     async def check_key(self) -> None:
-        """Asks who the key belongs to.
+        """Lists the account's pods, the cheapest call that needs a valid key.
 
         Raises:
             AuthError: The key is refused.
             ProviderError: RunPod cannot be reached or failed.
         """
-        body, response = await self._post(MYSELF_QUERY, None)
-        if not isinstance(body, dict):
-            raise ProviderError(self.name, f"unexpected answer {response.status_code}: {error_text(response)}")
-        if body.get("errors"):
-            refusal = error_for(list(body["errors"]))
-            if isinstance(refusal, AuthError):
-                raise refusal
-            raise AuthError(self.name, f"the API key was refused ({refusal.message}); run rentune keys set runpod")
-        if not (body.get("data") or {}).get("myself"):
-            raise AuthError(self.name, "the API key belongs to no RunPod account; run rentune keys set runpod")
+        checked(await self._api.request("GET", "/pods"), "checking the key")
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
-        """GPU types in secure and community cloud priced for ``query`` (out-of-stock ones marked).
+        """Offers in secure and community cloud priced for ``query`` (out-of-stock ones marked).
 
-        RunPod prices a count it is asked for, so a query with no count gets 1-GPU offers.
+        RunPod prices and stocks a count it is asked for, so a query with no count gets 1-GPU offers. Spot offers
+        come from GraphQL and are absent (not an error) when it does not answer.
         """
         count = query.count or 1
-        answers = await asyncio.gather(*(self._gpu_types(cloud, count) for cloud in CLOUDS))
-        found = []
-        for cloud, gpu_types in zip(CLOUDS, answers, strict=True):
-            for gpu_type in gpu_types:
-                offer = offer_from(gpu_type, cloud, count, query.spot)
-                if offer is not None and offer_matches(offer, query):
-                    found.append(offer)
-        return found
+        found = await self._spot_offers(count) if query.spot else await self._on_demand_offers(count)
+        return [offer for offer in found if offer_matches(offer, query)]
 
-    async def _gpu_types(self, cloud: str, count: int) -> list[dict[str, Any]]:
-        variables = {"lowestPriceInput": {"gpuCount": count, "secureCloud": cloud == "SECURE"}, "gpuTypesInput": None}
-        data = await self.graphql(OFFERS_QUERY, variables)
-        return [t for t in data.get("gpuTypes") or [] if isinstance(t, dict) and t.get("id")]
+    async def _on_demand_offers(self, count: int) -> list[Offer]:
+        answers = await asyncio.gather(*(self._catalog(cloud, count) for cloud in CLOUDS))
+        offers = (offer_from(gpu, cloud, count) for cloud, gpus in zip(CLOUDS, answers, strict=True) for gpu in gpus)
+        return [offer for offer in offers if offer is not None]
+
+    async def _catalog(self, cloud: str, count: int) -> list[dict[str, Any]]:
+        params = {"include": "AVAILABILITY", "product": "POD", "count": count, "cloud": cloud}
+        body = checked(await self._api.request("GET", "/catalog/gpus", params=params), "reading the GPU catalog")
+        return [gpu for gpu in body.get("gpus") or [] if isinstance(gpu, dict) and gpu.get("id")]
+
+    async def _spot_offers(self, count: int) -> list[Offer]:
+        """Spot offers from GraphQL, or none when it fails in any way (retired, refused, unreadable)."""
+        answers = await asyncio.gather(*(self._graphql.spot_gpus(c, count) for c in CLOUDS), return_exceptions=True)
+        failed = next((answer for answer in answers if isinstance(answer, BaseException)), None)
+        if failed is not None:
+            log.info("RunPod spot offers left out: GraphQL did not answer for them (%s)", failed)
+            return []
+        offers = (
+            spot_offer_from(gpu, cloud, count)
+            for cloud, gpus in zip(CLOUDS, answers, strict=True)
+            if not isinstance(gpus, BaseException)
+            for gpu in gpus
+        )
+        return [offer for offer in offers if offer is not None]
 
     async def create(self, request: RentRequest) -> Instance:
-        """Deploys a pod on-demand, or rents it interruptible at ``bid / count`` per GPU for spot offers.
+        """Creates an on-demand pod with ``POST /pods``, or rents a spot pod through GraphQL; sent once either way.
 
         Raises:
             NoCapacityError: RunPod has no machine left for the offer.
             BidTooLowError: The spot bid is below the current price.
+            UncertainOutcomeError: No answer, a 5xx, or an answer without a pod: look it up by ``request.label``.
+            ProviderError: Any other refusal, with RunPod's words.
         """
-        variables = deploy_input(request)
+        gpu_id, cloud, count = parse_offer_id(request.offer.offer_id)
         bid = spot_bid(request)
-        if bid is None:
-            data = await self.graphql(DEPLOY_ON_DEMAND, {"input": variables})
-            pod = data.get("podFindAndDeployOnDemand")
-        else:
-            variables["bidPerGpu"] = round(bid / variables["gpuCount"], 4)
-            data = await self.graphql(RENT_INTERRUPTABLE, {"input": variables})
-            pod = data.get("podRentInterruptable")
+        if bid is not None:
+            return spot_instance(await self._graphql.rent_spot(request, gpu_id, cloud, count, bid), request)
+        body = create_body(request, gpu_id, cloud, count)
+        response = await self._api.request("POST", "/pods", json=body, once=True)
+        if response.status_code >= 400:
+            raise create_error(response)
+        pod = _body(response)
         if not isinstance(pod, dict) or not pod.get("id"):
-            raise ProviderError(self.name, "RunPod accepted the pod but returned no id; check the RunPod console")
-        return instance_from(pod)
+            raise UncertainOutcomeError(
+                RUNPOD, f"RunPod took the pod but named none ({error_text(response)}); it may exist as {request.label}"
+            )
+        return instance_from(pod, request.offer.gpu)
 
     async def get(self, instance_id: str) -> Instance:
         """The pod now (TERMINATED when RunPod no longer knows it)."""
-        try:
-            data = await self.graphql(POD_QUERY, {"input": {"podId": instance_id}})
-        except ProviderError as exc:
-            if type(exc) is ProviderError and _not_found(exc):
-                return gone(instance_id)
-            raise
-        pod = data.get("pod")
-        return instance_from(pod) if isinstance(pod, dict) else gone(instance_id)
+        response = await self._api.request("GET", f"/pods/{quote(instance_id, safe='')}")
+        if is_missing(response):
+            return gone(instance_id)
+        return instance_from(checked(response, f"reading pod {instance_id}"))
 
     async def stop(self, instance_id: str) -> None:
-        """Stops the pod (its container disk is kept and bills storage)."""
-        await self.graphql(STOP_MUTATION, {"input": {"podId": instance_id}})
+        """Stops the pod (``EXITED``: its GPU is released, its container disk is kept and bills storage)."""
+        path = f"/pods/{quote(instance_id, safe='')}/action"
+        checked(await self._api.request("POST", path, json={"action": "stop"}), f"stopping pod {instance_id}")
 
     async def terminate(self, instance_id: str) -> None:
-        """Destroys the pod; "pod not found" means it is already gone."""
-        try:
-            await self.graphql(TERMINATE_MUTATION, {"input": {"podId": instance_id}})
-        except ProviderError as exc:
-            if type(exc) is ProviderError and _not_found(exc):
-                return
-            raise
+        """Deletes the pod (``DELETE /pods/{id}``, 204); a pod RunPod no longer knows (404) is already gone."""
+        response = await self._api.request("DELETE", f"/pods/{quote(instance_id, safe='')}")
+        if response.status_code >= 400 and not is_missing(response):
+            words = problem_text(response)
+            raise ProviderError(RUNPOD, f"deleting pod {instance_id} failed ({response.status_code}): {words}", words)
 
     async def instances(self) -> list[Instance]:
-        """Every pod of the account (terminated ones are no longer listed by RunPod)."""
-        data = await self.graphql(PODS_QUERY)
-        pods = (data.get("myself") or {}).get("pods") or []
-        return [instance_from(pod) for pod in pods if isinstance(pod, dict) and pod.get("id")]
+        """Every pod of the account (deleted ones are no longer listed), over every page if RunPod paginates."""
+        pods: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            params = {"cursor": cursor} if cursor else None
+            body = checked(await self._api.request("GET", "/pods", params=params), "listing pods")
+            pods += [pod for pod in body.get("pods") or [] if isinstance(pod, dict) and pod.get("id")]
+            cursor = next_cursor(body)
+            if cursor is None or cursor in seen:
+                return [instance_from(pod) for pod in pods]
+            seen.add(cursor)
+
+    async def named(self, label: str) -> list[Instance]:
+        """The pods named ``label`` that are not gone (v2 has no name filter: every pod is listed, then filtered)."""
+        return named_in(await self.instances(), label)
 
     async def aclose(self) -> None:
-        """Closes the HTTP client."""
+        """Closes the HTTP clients."""
         await self._api.aclose()
+        await self._graphql.aclose()

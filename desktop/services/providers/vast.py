@@ -1,15 +1,25 @@
-"""Vast.ai's REST API (``/api/v0``) in Rentune's types: search offers, rent, attach the run's key, watch, stop, destroy.
+"""Vast.ai's REST API in Rentune's types: search offers, rent, attach the run's key, watch, stop, destroy.
 
 Vast rents containers on other people's machines. A few of its habits shape this module:
 
+- The API lives under ``/api/v0`` (the client's base URL), except the instance list: ``/api/v0/instances/`` is
+  deprecated for ``/api/v1/instances/``, which answers at most 25 per page and a ``next_token`` for the next one.
+  Every page is read, or machines (and orphans) go unseen.
+- A create (``PUT /asks/{id}/``) is sent once: Vast may rent a machine for a request whose answer never came, so a
+  5xx or a timeout raises :class:`~.base.UncertainOutcomeError` and the caller looks the machine up by its label
+  (:meth:`VastProvider.named`) instead of renting again.
 - A spot ("bid") instance is one created with a ``price``. A create without it is billed on-demand even when the
   offer came from a bid search, so the price is sent for spot requests only, and a spot request without a bid is
   refused before anything is rented.
-- A bid below the machine's minimum still books a stopped instance, named in the error's ``new_contract``; it is
-  destroyed before :class:`~.base.BidTooLowError` is raised, so nothing is left billing storage.
+- The provider never destroys a machine on its own: a create that fails after Vast booked an instance (a bid below
+  the minimum books a stopped one, named in the error's ``new_contract``; a key Vast refuses to attach) raises with
+  the machine's ``instance_id``, and the caller records it and destroys it until it is gone.
+- ``gpu_ram`` is in MiB, less what the driver and ECC reserve (an 80 GB H100 reads 81559): VRAM is compared in MiB
+  with a tolerance, and offers show the card's nominal size (:func:`nominal_vram_gb`).
 - An outbid instance is stopped, not destroyed (``cur_state``, ``intended_status`` and ``next_state`` all
-  ``"stopped"``).
-- Errors come as ``{"success": false, "error": "<code>", "msg": "..."}``; the ``msg`` is kept in every message.
+  ``"stopped"``); ``exited``, ``unknown`` and ``offline`` never reach running (FAILED: stop waiting, destroy).
+- Errors come as ``{"success": false, "error": "<code>", "msg": "..."}`` (429s as ``{"detail": ...}`` or plain
+  text); Vast's words are kept in every message.
 """
 
 from __future__ import annotations
@@ -30,9 +40,12 @@ from desktop.services.providers.base import (
     ProviderName,
     RentRequest,
     SshAddress,
+    named_in,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy
+
+VAST = ProviderName.VAST
 
 #: The filters every search sends: machines Vast vouches for, free now, reachable on a direct port, recent CUDA.
 BASE_FILTERS: dict[str, dict[str, Any]] = {
@@ -50,10 +63,41 @@ CONSOLE = "https://cloud.vast.ai/instances/"
 #: Run once the container starts: stops Vast's images from wrapping SSH logins in tmux (harmless otherwise).
 ONSTART = "touch ~/.no_auto_tmux"
 
+#: Seconds a create may take before its outcome counts as unknown (vast-cli allows 120: creation is slow).
+CREATE_TIMEOUT = 120.0
+
+#: Instances per page of ``/api/v1/instances/`` (Vast's maximum).
+PAGE_SIZE = 25
+
+#: Pages read at most before a list is given up (a ``next_token`` that never ends).
+MAX_PAGES = 400
+
+#: Share of a card's memory Vast may report missing (driver and ECC reservations: an L40S, 48 GB, reads 46068 MiB).
+VRAM_TOLERANCE = 0.08
+
+#: Marketed memory sizes of GPUs, GB: what an offer shows when its ``gpu_ram`` is one of them less the reservations.
+NOMINAL_VRAM_GB = (4, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 180, 192, 288)
+
 _CAPACITY_WORDS = re.compile(r"no_such_ask|no_such_offer|not available|unavailable|already rented|rented", re.I)
 _BID_WORDS = re.compile(r"bid.*\b(low|below|minimum|min_bid|insufficient)|insufficient.*bid|outbid", re.I)
-_STOPPED_STATUSES = frozenset({"stopped", "exited", "frozen"})
-_STARTING_STATUSES = frozenset({None, "created", "loading", "rebooting", "scheduling"})
+_API_VERSION = re.compile(r"/api/v\d+$")
+
+#: ``actual_status`` values, in Rentune's words (an ``intended_status`` of ``stopped`` overrides them: see
+#: :func:`instance_state`). ``exited``, ``unknown`` and ``offline`` never reach running (Vast's docs): FAILED ends
+#: the wait at once, instead of waiting out the timeout while storage bills.
+ACTUAL_STATES: dict[str | None, InstanceState] = {
+    None: InstanceState.STARTING,  # provisioning
+    "scheduling": InstanceState.STARTING,
+    "created": InstanceState.STARTING,
+    "loading": InstanceState.STARTING,
+    "rebooting": InstanceState.STARTING,
+    "running": InstanceState.RUNNING,
+    "stopped": InstanceState.STOPPED,
+    "frozen": InstanceState.STOPPED,
+    "exited": InstanceState.FAILED,
+    "unknown": InstanceState.FAILED,
+    "offline": InstanceState.FAILED,
+}
 
 
 class VastProvider:
@@ -73,11 +117,15 @@ class VastProvider:
 
         Args:
             api_key: The account's API key (sent as a Bearer token, never logged).
-            base_url: The API's root, ending in ``/api/v0``.
+            base_url: The API's root, ending in ``/api/v0`` (the instance list goes to ``/api/v1`` on the same host).
             transport: Replaces the network (tests).
             retry: Retry timing for 429 and 5xx answers.
         """
         self._api = ApiClient(self.name, base_url, api_key, transport=transport, retry=retry)
+        self._creates = ApiClient(
+            self.name, base_url, api_key, transport=transport, retry=retry, timeout=CREATE_TIMEOUT
+        )
+        self._v1 = v1_url(base_url)
 
     async def check_key(self) -> None:
         """Reads the account (``GET /users/current/``); a refused key raises :class:`~.base.AuthError`."""
@@ -92,12 +140,14 @@ class VastProvider:
         return [offer for offer in found if offer_matches(offer, query)]
 
     async def create(self, request: RentRequest) -> Instance:
-        """Rents the offer, attaches the run's public key, and returns the instance (usually still starting).
+        """Rents the offer (one request, never repeated), attaches the run's public key, returns the instance.
 
         Raises:
             NoCapacityError: The offer is gone or already rented.
-            BidTooLowError: The bid is below the machine's minimum (the stopped instance Vast books is destroyed).
-            ProviderError: A spot offer without a bid, or any other refusal (nothing is left rented).
+            BidTooLowError: The bid is below the machine's minimum (``instance_id``: the stopped instance Vast booked).
+            UncertainOutcomeError: The create got a 5xx or no answer: a machine may exist; look it up by label.
+            ProviderError: A spot offer without a bid, a key Vast would not attach (``instance_id``: the machine,
+                left for the caller to destroy), or any other refusal.
         """
         if request.offer.spot and request.bid_per_hour is None:
             raise ProviderError(
@@ -106,9 +156,14 @@ class VastProvider:
         instance_id = await self._rent(request)
         try:
             await self._attach_key(instance_id, request.public_key)
-        except BaseException:
-            await self._destroy_quietly(instance_id)
-            raise
+        except ProviderError as exc:
+            raise ProviderError(
+                self.name,
+                f"could not add the run's SSH key to instance {instance_id}: {exc.message}; the instance is "
+                "still rented: terminate it",
+                exc.reason,
+                instance_id=instance_id,
+            ) from exc
         return await self.get(instance_id)
 
     async def get(self, instance_id: str) -> Instance:
@@ -132,40 +187,86 @@ class VastProvider:
         _checked(response, f"could not destroy instance {instance_id}", f"destroy it at {CONSOLE}")
 
     async def instances(self) -> list[Instance]:
-        """Every instance of the account."""
-        response = await self._api.request("GET", "/instances/", params={"owner": "me"})
-        rows = _checked(response, "could not list instances").get("instances") or []
-        return [instance_from(row) for row in rows if isinstance(row, dict)]
+        """Every instance of the account: every page of ``/api/v1/instances/``.
+
+        Raises:
+            ProviderError: A page could not be read, or the pages never end.
+        """
+        rows: list[dict[str, Any]] = []
+        token: str | None = None
+        for _ in range(MAX_PAGES):
+            page, token = await self._page(token)
+            rows += page
+            if token is None:
+                return [instance_from(row) for row in rows]
+        raise ProviderError(self.name, f"the instance list did not end after {MAX_PAGES} pages; try again later")
+
+    async def named(self, label: str) -> list[Instance]:
+        """The instances labelled ``label`` that are not destroyed (after a create whose outcome is unknown)."""
+        return named_in(await self.instances(), label)
 
     async def aclose(self) -> None:
-        """Closes the HTTP client."""
+        """Closes the HTTP clients."""
         await self._api.aclose()
+        await self._creates.aclose()
+
+    # -- listing -------------------------------------------------------------------------------------------------
+
+    async def _page(self, token: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the v1 list and the token of the next (None on the last page)."""
+        params: dict[str, Any] = {"limit": PAGE_SIZE}
+        if token is not None:
+            params["after_token"] = token
+        response = await self._api.request("GET", f"{self._v1}/instances/", params=params)
+        body = _checked(response, "could not list instances")
+        rows = [row for row in body.get("instances") or [] if isinstance(row, dict)]
+        following = body.get("next_token")
+        return rows, (str(following) if following and rows and following != token else None)
 
     # -- renting -------------------------------------------------------------------------------------------------
 
     async def _rent(self, request: RentRequest) -> str:
         offer_id = request.offer.offer_id
-        response = await self._api.request("PUT", f"/asks/{offer_id}/", json=create_body(request))
+        response = await self._creates.request("PUT", f"/asks/{offer_id}/", json=create_body(request), once=True)
         body = _json(response)
         if response.status_code < 400 and body.get("success") is not False and body.get("new_contract"):
             return str(body["new_contract"])
         error = create_error(offer_id, response)
         booked = str(body.get("new_contract") or "")  # a refused create may still have booked a (stopped) instance
-        if booked and not await self._destroy_quietly(booked):
-            raise type(error)(self.name, f"{error.message}; instance {booked} was left: destroy it at {CONSOLE}")
+        if booked:
+            raise type(error)(
+                self.name, f"{error.message}; instance {booked} was booked anyway", error.reason, instance_id=booked
+            )
         raise error
 
     async def _attach_key(self, instance_id: str, public_key: str) -> None:
         response = await self._api.request("POST", f"/instances/{instance_id}/ssh/", json={"ssh_key": public_key})
-        _checked(response, f"could not add the run's SSH key to instance {instance_id}", "it was destroyed; try again")
+        _checked(response, "Vast refused the key")
 
-    async def _destroy_quietly(self, instance_id: str) -> bool:
-        # Cleanup on a path that already fails: the first error is the one worth raising.
-        try:
-            await self.terminate(instance_id)
-        except ProviderError:
-            return False
-        return True
+
+def v1_url(base_url: str) -> str:
+    """The ``/api/v1`` root on the host of ``base_url`` (an ``/api/v0`` root, as ``RENTUNE_VAST_URL`` gives)."""
+    root = base_url.rstrip("/")
+    return _API_VERSION.sub("/api/v1", root) if _API_VERSION.search(root) else f"{root}/api/v1"
+
+
+def mib_for_gb(gb: float) -> int:
+    """The least ``gpu_ram`` (MiB, as Vast counts) a card sold as ``gb`` GB may report (with the reservations)."""
+    return int(gb * 1024 * (1 - VRAM_TOLERANCE))
+
+
+def nominal_vram_gb(mib: float) -> float:
+    """A card's memory as it is sold, GB, from Vast's ``gpu_ram`` in MiB.
+
+    Vast reports what the driver leaves free: 81559 MiB for an 80 GB H100, 46068 for a 48 GB L40S, 24564 for a
+    24 GB RTX 4090. The smallest marketed size that this is at most 2 % above and at most 8 % below is the answer;
+    memory that fits none is given in GiB, to a tenth.
+    """
+    gib = mib / 1024
+    for size in NOMINAL_VRAM_GB:
+        if size * (1 - VRAM_TOLERANCE) <= gib <= size * 1.02:
+            return float(size)
+    return round(gib, 1)
 
 
 def search_body(query: OfferQuery) -> dict[str, Any]:
@@ -174,8 +275,7 @@ def search_body(query: OfferQuery) -> dict[str, Any]:
     if query.count is not None:
         body["num_gpus"] = {"eq": query.count}
     if query.min_vram_gb is not None:
-        # Vast counts MB; 1000 per GB (as vast-cli does) keeps a 24 GB card listed at 24564 MB, checked exactly below.
-        body["gpu_ram"] = {"gte": query.min_vram_gb * 1000}
+        body["gpu_ram"] = {"gte": mib_for_gb(query.min_vram_gb)}  # MiB, less the reservations: an H100 passes 80 GB
     if query.max_price_per_hour is not None and not query.spot:
         body["dph_total"] = {"lte": query.max_price_per_hour}
     body["order"] = [["dph_total", "asc"]]
@@ -190,12 +290,12 @@ def offer_from(row: dict[str, Any], *, spot: bool) -> Offer:
     reliability = row.get("reliability2", row.get("reliability"))
     price = row.get("min_bid") if spot else row.get("dph_total")
     return Offer(
-        provider=ProviderName.VAST,
+        provider=VAST,
         offer_id=str(row["id"]),
         gpu=str(row.get("gpu_name") or ""),
         gpu_id=str(row.get("gpu_name") or ""),
         count=int(row.get("num_gpus") or 0),
-        vram_gb=round(float(row.get("gpu_ram") or 0) / 1024, 1),
+        vram_gb=nominal_vram_gb(float(row.get("gpu_ram") or 0)),
         price_per_hour=float(price or 0.0),
         spot=spot,
         reliability=None if reliability is None else float(reliability),
@@ -225,17 +325,21 @@ def create_error(offer_id: str, response: httpx.Response) -> ProviderError:
     body = _json(response)
     code, words = str(body.get("error") or ""), _message(response)
     if _BID_WORDS.search(f"{code} {words}"):
-        return BidTooLowError(ProviderName.VAST, f"bid too low for offer {offer_id}: {words}; raise the bid")
+        return BidTooLowError(VAST, f"bid too low for offer {offer_id}: {words}; raise the bid", words)
     if _CAPACITY_WORDS.search(f"{code} {words}"):
-        return NoCapacityError(ProviderName.VAST, f"offer {offer_id} is no longer available: {words}; pick another")
-    return ProviderError(ProviderName.VAST, f"could not rent offer {offer_id}: {words}")
+        return NoCapacityError(VAST, f"offer {offer_id} is no longer available: {words}; pick another", words)
+    return ProviderError(VAST, f"could not rent offer {offer_id}: {words}", words)
 
 
 def instance_from(row: dict[str, Any]) -> Instance:
-    """One Vast instance as an :class:`Instance`."""
+    """One Vast instance as an :class:`Instance` (``created_at`` from ``start_date``, epoch seconds).
+
+    ``ended_at`` stays None: Vast lists no destroyed instances, and its ``end_date`` is when the host's offer
+    expires, not when billing stopped.
+    """
     state = instance_state(row)
     return Instance(
-        provider=ProviderName.VAST,
+        provider=VAST,
         instance_id=str(row["id"]),
         name=str(row.get("label") or ""),
         state=state,
@@ -244,26 +348,27 @@ def instance_from(row: dict[str, Any]) -> Instance:
         spot=bool(row.get("is_bid")),
         ssh=ssh_address(row) if state is InstanceState.RUNNING else None,
         status_text=_status_text(row),
+        created_at=_epoch(row.get("start_date")),
     )
 
 
 def instance_state(row: dict[str, Any]) -> InstanceState:
     """Vast's statuses in Rentune's words.
 
-    A container that failed to start (``OCI runtime create failed``) is FAILED. Outbid or stopped instances are
-    STOPPED. A host that is ``offline`` or ``unknown`` is STARTING while Vast still intends it to run (it may come
-    back; the caller's readiness timeout decides when to give up, with Vast's words in ``status_text``), else STOPPED.
+    A container that failed to start (``OCI runtime create failed``) is FAILED. An instance Vast means to keep
+    stopped (outbid, or stopped by the user; its ``actual_status`` then reads ``exited`` or ``stopped``) is
+    STOPPED: its disk is still there and bills. Otherwise ``actual_status`` decides (:data:`ACTUAL_STATES`); a
+    value Vast adds later is STARTING while Vast intends the instance to run (the caller's readiness timeout
+    decides, with Vast's words in ``status_text``), else STOPPED.
     """
     actual, intended = row.get("actual_status"), row.get("intended_status")
     if "OCI runtime create failed" in str(row.get("status_msg") or ""):
         return InstanceState.FAILED
-    if row.get("cur_state") == intended == row.get("next_state") == "stopped":  # outbid, or stopped by the user
+    if intended == "stopped":  # outbid: cur_state, intended_status and next_state all "stopped"
         return InstanceState.STOPPED
-    if actual in _STOPPED_STATUSES or intended == "stopped":
-        return InstanceState.STOPPED
-    if actual == "running":
-        return InstanceState.RUNNING
-    return InstanceState.STARTING if actual in _STARTING_STATUSES or intended == "running" else InstanceState.STOPPED
+    if actual in ACTUAL_STATES:
+        return ACTUAL_STATES[actual]
+    return InstanceState.STARTING if intended == "running" else InstanceState.STOPPED
 
 
 def ssh_address(row: dict[str, Any]) -> SshAddress | None:
@@ -276,6 +381,14 @@ def ssh_address(row: dict[str, Any]) -> SshAddress | None:
     return None
 
 
+def _epoch(value: Any) -> float | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds > 0 else None
+
+
 def _status_text(row: dict[str, Any]) -> str:
     status = str(row.get("actual_status") or "provisioning")
     message = str(row.get("status_msg") or "").strip()
@@ -283,7 +396,7 @@ def _status_text(row: dict[str, Any]) -> str:
 
 
 def _gone(instance_id: str) -> Instance:
-    return Instance(ProviderName.VAST, instance_id, "", InstanceState.TERMINATED, 0.0, status_text="destroyed")
+    return Instance(VAST, instance_id, "", InstanceState.TERMINATED, 0.0, status_text="destroyed")
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:
@@ -296,13 +409,17 @@ def _json(response: httpx.Response) -> dict[str, Any]:
 
 def _message(response: httpx.Response) -> str:
     body = _json(response)
-    words = body.get("msg") or body.get("message") or body.get("error")
-    return str(words) if words else f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    words = body.get("msg") or body.get("message") or body.get("detail") or body.get("error")
+    if words:
+        return str(words)
+    text = "" if body else response.text.strip()[:300]  # a plain-text body (Vast's 429s may be one)
+    return text or f"HTTP {response.status_code} {response.reason_phrase}".strip()
 
 
 def _checked(response: httpx.Response, doing: str, fix: str = "") -> dict[str, Any]:
     """The JSON body of a successful answer; a 4xx or ``success: false`` raises with Vast's message (and the fix)."""
     body = _json(response)
     if response.status_code >= 400 or body.get("success") is False:
-        raise ProviderError(ProviderName.VAST, f"{doing}: {_message(response)}" + (f"; {fix}" if fix else ""))
+        words = _message(response)
+        raise ProviderError(VAST, f"{doing}: {words}" + (f"; {fix}" if fix else ""), words)
     return body
