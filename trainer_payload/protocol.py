@@ -9,6 +9,7 @@ continue without losing or repeating an event.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import types
@@ -25,8 +26,6 @@ CHECKPOINT_MARKER = "rentune_checkpoint.json"
 STOP_MARKER_NAME = "STOP_MACHINE"
 #: In the output folder: touched by the desktop while it follows the run (the self-stop's "somebody is here").
 HEARTBEAT_NAME = "HEARTBEAT"
-#: The environment variable the self-stop reads its JSON settings from (set from stdin, never from argv).
-SELF_STOP_ENV = "RENTUNE_SELF_STOP"
 ADAPTER_DIR_NAME = "adapter"
 #: The payload's virtual environment, relative to the run folder (the folder of ``job.json``). The bootstrap
 #: creates it over the machine's Python; the trainer must run with :data:`VENV_PYTHON`.
@@ -213,6 +212,13 @@ def _field_table(optional: bool) -> dict[EventKind, dict[str, tuple[type, ...]]]
 
 
 _NUMBER = (int, float)
+#: The times an event's ``ts`` may have, seconds since 1970 (2001-09-09 to 2099-12-04): a machine's clock may be off
+#: by minutes, not by centuries, and a reader's arithmetic on times must never overflow.
+TS_RANGE = (1e9, 4.1e9)
+#: The largest size of any number in an event: no step, byte count, loss or reading of ours comes near it.
+MAX_MAGNITUDE = 1e15
+#: The largest ``seq``: above it, a reader that keeps numbers as doubles loses whole numbers.
+MAX_SEQ = 2**53
 # The fields each kind of event must carry, and their JSON types; other fields are free.
 _REQUIRED_FIELDS = _field_table(optional=False)
 # Fields that may be missing or null, and their JSON types when present.
@@ -223,8 +229,10 @@ _HEX = frozenset("0123456789abcdef")
 def validate_event(obj: object) -> Event:
     """Checks a decoded event line against the protocol and returns it, its ``event`` made an :class:`EventKind`.
 
-    Every event has a number ``ts``, a positive whole ``seq`` and a known ``event``; each kind has its fields
-    (see :data:`EVENT_TYPES`). File names in ``checkpoint`` and ``done`` events must be plain relative paths.
+    Every event has a ``ts`` within :data:`TS_RANGE`, a whole ``seq`` from 1 to :data:`MAX_SEQ` and a known
+    ``event``; each kind has its fields (see :data:`EVENT_TYPES`). Every number anywhere in it, free fields and
+    nested ones included, is finite and at most :data:`MAX_MAGNITUDE` in size. File names in ``checkpoint`` and
+    ``done`` events must be plain relative paths.
 
     Raises:
         UnsafePathError: A file name could leave its folder.
@@ -235,8 +243,10 @@ def validate_event(obj: object) -> Event:
     _check_field(obj, "ts", _NUMBER)
     _check_field(obj, "seq", (int,))
     _check_field(obj, "event", (str,))
-    if obj["seq"] < 1:
-        raise EventError(f"seq {obj['seq']} must be 1 or more")
+    if not TS_RANGE[0] <= obj["ts"] <= TS_RANGE[1]:  # NaN compares false: refused too
+        raise EventError(f"ts {_shown(obj['ts'])} must be seconds since 1970 from 1e9 to 4.1e9 (2001 to 2099)")
+    if not 1 <= obj["seq"] <= MAX_SEQ:
+        raise EventError(f"seq {_shown(obj['seq'])} must be from 1 to 2**53")
     try:
         kind = EventKind(obj["event"])
     except ValueError:
@@ -252,6 +262,7 @@ def validate_event(obj: object) -> Event:
     elif kind is EventKind.DONE:
         check_relative_path(obj["adapter_path"])
         _check_digests(obj["files"])
+    _check_numbers(kind, obj)
     obj["event"] = kind
     return typing.cast(Event, obj)
 
@@ -260,7 +271,34 @@ def _check_field(obj: dict[str, Any], name: str, types: tuple[type, ...]) -> Non
     value = obj.get(name)
     if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):  # JSON true is no number
         wanted = " or ".join(t.__name__ for t in types)
-        raise EventError(f"{obj.get('event', 'event')} field {name!r} must be {wanted}, not {json.dumps(value)[:60]}")
+        raise EventError(f"{obj.get('event', 'event')} field {name!r} must be {wanted}, not {_shown(value)}")
+
+
+def _check_numbers(kind: EventKind, obj: dict[str, Any]) -> None:
+    """Refuses an event holding, anywhere, a number that is not finite or larger than :data:`MAX_MAGNITUDE`.
+
+    ``ts`` and ``seq`` have ranges of their own, checked before.
+
+    Raises:
+        EventError: The message names the field (``metrics.loss``, ``gpus[1]``) and its value.
+    """
+    pending: list[tuple[str, object]] = [(name, value) for name, value in obj.items() if name not in ("ts", "seq")]
+    while pending:  # a loop, not recursion: nesting as deep as the JSON parser allows costs no stack
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((f"{where}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= MAX_MAGNITUDE:
+            raise EventError(
+                f"{kind.value} field {where[:80]!r} must be a finite number of at most 1e15 in size, "
+                f"not {_shown(value)}"
+            )
+
+
+def _shown(value: object) -> str:
+    """A value as the line had it, cut short (``NaN`` and ``Infinity`` as JSON readers write them)."""
+    return json.dumps(value, default=str)[:60]
 
 
 def _check_digests(files: dict[str, Any]) -> None:
@@ -600,6 +638,10 @@ class EventWriter:
     Each event is one ``write`` of a complete line followed by ``fsync``, so a reader never sees half an event
     that stays half, and a crash loses at most the event being written. A line torn by such a crash is ended
     before the next event, so it costs only itself; readers skip it.
+
+    Lines are strict JSON: a number that is not finite (a diverged loss, an unreadable GPU sensor) is written as
+    ``null``. In an optional or free field that is all; in a required one (a step's ``loss``, an eval's
+    ``eval_loss``) readers skip the line as malformed, naming the field, and go on with the next.
     """
 
     def __init__(self, path: Path) -> None:
@@ -611,8 +653,8 @@ class EventWriter:
     def emit(self, kind: EventKind, /, **fields_: Any) -> dict[str, Any]:
         """Writes one event and returns it (``fields_`` may hold a ``kind`` of its own, as error events do)."""
         self._seq += 1
-        event = {"ts": round(time.time(), 3), "seq": self._seq, "event": kind.value, **fields_}
-        line = (json.dumps(event, default=str) + "\n").encode("utf-8")
+        event: dict[str, Any] = finite({"ts": round(time.time(), 3), "seq": self._seq, "event": kind.value, **fields_})
+        line = (json.dumps(event, default=str, allow_nan=False) + "\n").encode("utf-8")
         if self._torn:
             line = b"\n" + line
         with self.path.open("ab") as handle:
@@ -621,6 +663,20 @@ class EventWriter:
             os.fsync(handle.fileno())
         self._torn = False
         return event
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every number that is not finite (NaN, infinity), at any depth, made ``None``.
+
+    Mappings become dicts and tuples lists, as JSON writes them anyway; anything else is returned as it is.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
 
 
 def _last_seq(path: Path) -> int:

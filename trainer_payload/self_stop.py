@@ -8,9 +8,15 @@ never pays past the end of training. The newest checkpoint pulled home is where 
 What it authenticates with:
 
 * RunPod: the pod's own ``RUNPOD_API_KEY`` and ``RUNPOD_POD_ID`` (RunPod puts them in every pod); nothing is sent.
+  It deletes the pod through REST v2 (``DELETE {api_url}/pods/{id}``); where v2 does not take the call (404, 405,
+  or a pod key v2 does not accept: 401, 403) it terminates through GraphQL (``podTerminate`` at ``graphql_url``).
 * Vast.ai: the instance's own ``CONTAINER_API_KEY`` and ``CONTAINER_ID``; nothing is sent.
-* Lambda: Lambda has no per-machine keys, so the user's API key is sent (only with ``send_api_key = true``), on
-  stdin into this process's environment: never in argv or on disk.
+* Lambda: Lambda has no per-machine keys, so the user's API key is sent (only with ``send_api_key = true``), in the
+  settings on stdin. It lives only in this process's memory: never in an environment, in argv or on disk.
+
+Started as ``python -m trainer_payload.self_stop --detach PIDFILE`` with its settings as one JSON line on stdin: it
+reads them, then detaches (a session of its own, stdin from ``/dev/null``) and writes the watcher's pid to PIDFILE,
+so the command that started it ends at once. Without ``--detach`` it watches in the foreground.
 
 Standard library only: it runs with the machine's own Python, before or without the trainer's environment.
 """
@@ -20,20 +26,40 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer_payload.protocol import HEARTBEAT_NAME, SELF_STOP_ENV, STOP_MARKER_NAME
+from trainer_payload.protocol import HEARTBEAT_NAME, STOP_MARKER_NAME
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+#: RunPod's REST v2 base, where ``DELETE /pods/{id}`` terminates a pod.
+RUNPOD_V2_URL = "https://api.runpod.io/v2"
+#: The answers of one call after which the next way to terminate is tried (RunPod: v2, then GraphQL).
+_TRY_NEXT = frozenset({401, 403, 404, 405})
+#: The most bytes of settings read from stdin (they are a few hundred).
+_SETTINGS_LIMIT = 1 << 16
 
 
 class SelfStopError(RuntimeError):
     """The settings or the machine's environment do not allow a self-stop; the message says what is missing."""
+
+
+class ProviderRefusedError(SelfStopError):
+    """The provider answered the terminate call with an error.
+
+    Attributes:
+        status: The HTTP status (None when the answer was a 200 with errors in it).
+    """
+
+    def __init__(self, status: int | None, answer: str) -> None:
+        self.status = status
+        said = f"HTTP {status} {answer}" if status is not None else answer
+        super().__init__(f"the provider refused: {said[:300]}")
 
 
 @dataclass(frozen=True)
@@ -42,44 +68,70 @@ class SelfStopConfig:
 
     Attributes:
         provider: ``runpod``, ``vast`` or ``lambda``.
-        api_url: The provider's API root (the URL the desktop uses).
+        api_url: The provider's API root (for RunPod its REST v2 base, such as :data:`RUNPOD_V2_URL`).
         minutes: How long after training ended (with no desktop around) the machine terminates.
         instance_id: The machine's id at the provider (needed for Lambda; the others read their own).
-        api_key: Lambda only: the user's key (sent only with their consent).
+        api_key: Lambda only: the user's key (sent only with their consent); never shown.
         poll_seconds: How often the output folder is looked at.
+        graphql_url: RunPod only: its GraphQL endpoint, for when REST v2 does not take the call.
     """
 
     provider: str
     api_url: str
     minutes: float
     instance_id: str = ""
-    api_key: str = ""
+    api_key: str = field(default="", repr=False)
     poll_seconds: float = 30.0
+    graphql_url: str = ""
+
+    def __post_init__(self) -> None:
+        """Trims the URLs, and fills in RunPod's (see :meth:`from_json`)."""
+        api_url, graphql_url = self.api_url.rstrip("/"), self.graphql_url.rstrip("/")
+        if self.provider == "runpod":
+            api_url, graphql_url = _runpod_urls(api_url or RUNPOD_V2_URL, graphql_url)
+        object.__setattr__(self, "api_url", api_url)
+        object.__setattr__(self, "graphql_url", graphql_url)
 
     @classmethod
     def from_json(cls, text: str) -> SelfStopConfig:
         """Reads the settings the desktop sent.
 
+        RunPod's ``api_url`` defaults to :data:`RUNPOD_V2_URL` and its ``graphql_url`` to ``/graphql`` beside the
+        v2 base; settings written before REST v2 named the GraphQL endpoint as ``api_url``, and are read as that
+        endpoint with ``/v2`` beside it.
+
         Raises:
-            SelfStopError: Not a JSON object with a known provider, an http(s) URL and a positive number of minutes.
+            SelfStopError: Not a JSON object with a known provider, http(s) URLs, a positive number of minutes and
+                a poll of at most an hour.
         """
         try:
             data = json.loads(text)
             config = cls(
                 provider=str(data["provider"]),
-                api_url=str(data["api_url"]).rstrip("/"),
+                api_url=str(data.get("api_url") or ""),
                 minutes=float(data["minutes"]),
                 instance_id=str(data.get("instance_id", "")),
                 api_key=str(data.get("api_key", "")),
                 poll_seconds=float(data.get("poll_seconds", 30.0)),
+                graphql_url=str(data.get("graphql_url") or ""),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SelfStopError(f"unreadable self-stop settings ({exc})") from None
-        if config.provider not in ("runpod", "vast", "lambda") or config.minutes <= 0:
+        if config.provider not in ("runpod", "vast", "lambda") or not config.minutes > 0:
             raise SelfStopError(f"self-stop needs a known provider and minutes > 0, got {config.provider!r}")
-        if not config.api_url.startswith(("https://", "http://")):
+        if not 0 < config.poll_seconds <= 3600:
+            raise SelfStopError(f"self-stop polls every 0 to 3600 seconds, not {config.poll_seconds:g}")
+        urls = (config.api_url, config.graphql_url) if config.provider == "runpod" else (config.api_url,)
+        if not all(url.startswith(("https://", "http://")) for url in urls):
             raise SelfStopError("self-stop needs the provider's API URL")
         return config
+
+
+def _runpod_urls(api_url: str, graphql_url: str) -> tuple[str, str]:
+    """RunPod's REST v2 base and GraphQL endpoint (see :meth:`SelfStopConfig.from_json`)."""
+    if api_url.endswith("/graphql"):
+        return api_url.removesuffix("/graphql") + "/v2", graphql_url or api_url
+    return api_url, graphql_url or api_url.removesuffix("/v2") + "/graphql"
 
 
 def machine_variable(name: str, init_environ: Path = Path("/proc/1/environ")) -> str:
@@ -105,22 +157,49 @@ def _safe_id(value: str, what: str) -> str:
     return value
 
 
-def terminate_request(config: SelfStopConfig) -> urllib.request.Request:
-    """The provider's API call that terminates this machine, authenticated as described in the module docstring.
+def terminate_requests(config: SelfStopConfig) -> list[urllib.request.Request]:
+    """The provider's API calls that terminate this machine, in the order tried (see :func:`terminate`).
+
+    Each is authenticated as described in the module docstring; only RunPod has a second way.
 
     Raises:
         SelfStopError: The machine's id or key is not available.
     """
     if config.provider == "runpod":
         pod = _safe_id(machine_variable("RUNPOD_POD_ID"), "RUNPOD_POD_ID")
+        key = machine_variable("RUNPOD_API_KEY")
         body = {"query": "mutation($id: String!) { podTerminate(input: {podId: $id}) }", "variables": {"id": pod}}
-        return _request("POST", config.api_url, machine_variable("RUNPOD_API_KEY"), body)
+        return [
+            _request("DELETE", f"{config.api_url}/pods/{pod}", key),
+            _request("POST", config.graphql_url, key, body),
+        ]
     if config.provider == "vast":
         instance = _safe_id(machine_variable("CONTAINER_ID"), "CONTAINER_ID")
-        return _request("DELETE", f"{config.api_url}/instances/{instance}/", machine_variable("CONTAINER_API_KEY"))
+        return [_request("DELETE", f"{config.api_url}/instances/{instance}/", machine_variable("CONTAINER_API_KEY"))]
     instance = _safe_id(config.instance_id, "the instance id")
     body = {"instance_ids": [instance]}
-    return _request("POST", f"{config.api_url}/instance-operations/terminate", config.api_key, body)
+    return [_request("POST", f"{config.api_url}/instance-operations/terminate", config.api_key, body)]
+
+
+def terminate(config: SelfStopConfig, time_limit: float = 30.0) -> str:
+    """Terminates this machine: the first of :func:`terminate_requests`, the next only where one was not taken.
+
+    A call is not taken when the provider answers 404 or 405 (no such endpoint there), 401 or 403 (it does not
+    accept the machine's key); any other refusal is final for this attempt.
+
+    Raises:
+        SelfStopError: The machine's id or key is missing, or the provider refused.
+        OSError: The provider could not be reached.
+    """
+    *first, last = terminate_requests(config)
+    for request in first:
+        try:
+            return send(request, time_limit)
+        except ProviderRefusedError as exc:
+            if exc.status not in _TRY_NEXT:
+                raise
+            _log(f"{request.get_method()} {request.full_url} was not taken ({exc}); trying {last.full_url}")
+    return send(last, time_limit)
 
 
 def _request(method: str, url: str, key: str, body: object = None) -> urllib.request.Request:
@@ -148,19 +227,19 @@ def due(output_dir: Path, minutes: float, now: float) -> bool:
 
 
 def send(request: urllib.request.Request, time_limit: float = 30.0) -> str:
-    """Sends the terminate call; returns the provider's answer.
+    """Sends one terminate call; returns the provider's answer (its status, when it answered without a body).
 
     Raises:
-        SelfStopError: The provider refused (or answered with errors).
+        ProviderRefusedError: The provider refused (or answered with errors).
         OSError: The provider could not be reached.
     """
     try:
         with urllib.request.urlopen(request, timeout=time_limit) as response:  # noqa: S310 - URL checked
-            answer = str(response.read(4096).decode(errors="replace"))
+            answer = str(response.read(4096).decode(errors="replace")) or f"HTTP {response.status}"
     except urllib.error.HTTPError as exc:
-        raise SelfStopError(f"the provider refused: HTTP {exc.code} {exc.read(300).decode(errors='replace')}") from None
+        raise ProviderRefusedError(exc.code, exc.read(300).decode(errors="replace")) from None
     if '"errors"' in answer or '"success": false' in answer or '"success":false' in answer:
-        raise SelfStopError(f"the provider refused: {answer[:300]}")
+        raise ProviderRefusedError(None, answer)
     return answer
 
 
@@ -174,7 +253,7 @@ def watch(config: SelfStopConfig, output_dir: Path) -> int:
     while True:
         if due(output_dir, config.minutes, time.time()):
             try:
-                answer = send(terminate_request(config))
+                answer = terminate(config)
             except (SelfStopError, OSError) as exc:
                 _log(f"could not terminate yet: {exc}")
             else:
@@ -183,13 +262,73 @@ def watch(config: SelfStopConfig, output_dir: Path) -> int:
         time.sleep(config.poll_seconds)
 
 
-def main() -> int:
-    """Runs the self-stop in the run's folder with the settings from :data:`SELF_STOP_ENV`."""
+def detach(pid_file: Path) -> int | None:
+    """Goes on as a watcher of its own, so the command that started this process ends now.
+
+    The watcher runs in a session of its own (an SSH logout does not end it) with stdin from ``/dev/null``; stdout
+    and stderr stay where they were sent (the self-stop's log). Its pid is in ``pid_file`` before this returns in
+    the starting process. Settings read before keep living in the watcher's memory only.
+
+    Returns:
+        None in the watcher, which goes on; in the starting process, the status to exit with (0 once the watcher
+        runs and its pid is written).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    middle = os.fork()
+    if middle:
+        return os.waitstatus_to_exitcode(os.waitpid(middle, 0)[1])
+    os.setsid()
+    watcher = os.fork()
+    if watcher:
+        os._exit(_write_pid(pid_file, watcher))
+    _stdin_from_nothing()
+    return None
+
+
+def _write_pid(pid_file: Path, pid: int) -> int:
+    """Writes the watcher's pid (whole, or not at all); stops the watcher and says 1 when it cannot."""
+    partial = pid_file.with_name(pid_file.name + ".part")
     try:
-        config = SelfStopConfig.from_json(os.environ.pop(SELF_STOP_ENV, ""))
+        partial.write_text(f"{pid}\n", encoding="ascii")
+        partial.replace(pid_file)
+    except OSError as exc:
+        _log(f"could not write {pid_file} ({exc}); the self-stop is not armed")
+        os.kill(pid, signal.SIGKILL)
+        return 1
+    return 0
+
+
+def _stdin_from_nothing() -> None:
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(nothing, 0)
+    os.close(nothing)
+
+
+def _pid_file(args: list[str]) -> Path | None:
+    if not args:
+        return None
+    if len(args) == 2 and args[0] == "--detach" and args[1]:
+        return Path(args[1])
+    raise SelfStopError("usage: python -m trainer_payload.self_stop [--detach PIDFILE] < settings.json")
+
+
+def main(args: list[str] | None = None) -> int:
+    """Reads the settings (one JSON line on stdin), then watches the run's ``out`` folder (detached on request).
+
+    Args:
+        args: The command line after the module's name: empty, or ``--detach PIDFILE``.
+    """
+    try:
+        pid_file = _pid_file(sys.argv[1:] if args is None else args)
+        config = SelfStopConfig.from_json(sys.stdin.readline(_SETTINGS_LIMIT))
     except SelfStopError as exc:
         _log(str(exc))
         return 2
+    if pid_file is not None:
+        started = detach(pid_file)
+        if started is not None:
+            return started
     return watch(config, Path("out"))
 
 

@@ -11,7 +11,7 @@ from trainer_payload.protocol import EventKind, EventWriter, UnsafePathError, pa
 
 
 def step(seq: int, **changes: object) -> bytes:
-    event = {"ts": float(seq), "seq": seq, "event": "step", "step": seq, "loss": 1.0 / seq, **changes}
+    event = {"ts": 1_760_000_000.0 + seq, "seq": seq, "event": "step", "step": seq, "loss": 1.0 / seq, **changes}
     return json.dumps(event).encode() + b"\n"
 
 
@@ -53,7 +53,7 @@ def test_a_file_shorter_than_the_offset_is_read_again_from_its_start(tmp_path: P
 
 
 def test_an_unsafe_file_name_is_raised_from_a_stream_and_skipped_in_a_file_of_ours(tmp_path: Path) -> None:
-    unsafe = {"ts": 1.0, "seq": 2, "event": "checkpoint", "step": 1, "path": "../x", "bytes": 1, "sha256": {}}
+    unsafe = {"ts": 1.76e9, "seq": 2, "event": "checkpoint", "step": 1, "path": "../x", "bytes": 1, "sha256": {}}
     data = step(1) + json.dumps(unsafe).encode() + b"\n"
     with pytest.raises(UnsafePathError):
         parse_event_chunk(data)

@@ -30,7 +30,7 @@ def _minimal(kind: EventKind) -> tuple[dict[str, Any], dict[str, Any]]:
     shape = EVENT_TYPES[kind]
     hints = typing.get_type_hints(shape)
     fields = {name: SAMPLES[_base(hints[name])] for name in shape.__required_keys__ - STAMP}
-    return {"ts": 1.0, "seq": 1, "event": kind.value, **fields}, hints
+    return {"ts": 1_760_000_000.0, "seq": 1, "event": kind.value, **fields}, hints
 
 
 def test_every_kind_has_a_shape_whose_tag_is_its_kind() -> None:

@@ -16,11 +16,12 @@ from trainer_payload.protocol import (
 )
 
 DIGEST = "ab" * 32
+TS = 1_760_000_000.0  # seconds since 1970, in 2025
 
 
 def checkpoint(**changes: Any) -> dict[str, Any]:
     event = {
-        "ts": 1.0,
+        "ts": TS,
         "seq": 3,
         "event": "checkpoint",
         "step": 10,
@@ -32,12 +33,12 @@ def checkpoint(**changes: Any) -> dict[str, Any]:
 
 
 GOOD = [
-    {"ts": 1.0, "seq": 1, "event": "state", "state": "training", "resume_from": None, "extra": [1]},
-    {"ts": 1, "seq": 2, "event": "step", "step": 1, "loss": 2.5, "lr": None, "tokens_per_s": 10, "gpu": {}},
+    {"ts": TS, "seq": 1, "event": "state", "state": "training", "resume_from": None, "extra": [1]},
+    {"ts": TS, "seq": 2, "event": "step", "step": 1, "loss": 2.5, "lr": None, "tokens_per_s": 10, "gpu": {}},
     checkpoint(),
-    {"ts": 1.0, "seq": 4, "event": "eval", "step": 10, "eval_loss": 1.25},
-    {"ts": 1.0, "seq": 5, "event": "error", "kind": "oom", "message": "out of memory", "hint": "lower micro_batch"},
-    {"ts": 1.0, "seq": 6, "event": "done", "adapter_path": "adapter", "files": {"a.bin": DIGEST}, "metrics": {}},
+    {"ts": TS, "seq": 4, "event": "eval", "step": 10, "eval_loss": 1.25},
+    {"ts": TS, "seq": 5, "event": "error", "kind": "oom", "message": "out of memory", "hint": "lower micro_batch"},
+    {"ts": TS, "seq": 6, "event": "done", "adapter_path": "adapter", "files": {"a.bin": DIGEST}, "metrics": {}},
 ]
 
 
@@ -51,19 +52,19 @@ def test_events_the_payload_writes_pass(event: dict[str, Any]) -> None:
     [
         ([1, 2], "JSON object"),
         ({"seq": 1, "event": "state", "state": "x"}, "'ts'"),
-        ({"ts": 1, "seq": "1", "event": "state", "state": "x"}, "'seq'"),
-        ({"ts": 1, "seq": True, "event": "state", "state": "x"}, "'seq'"),
-        ({"ts": 1, "seq": 0, "event": "state", "state": "x"}, "seq 0"),
-        ({"ts": 1, "seq": 1, "event": "teleport"}, "unknown event kind"),
-        ({"ts": 1, "seq": 1, "event": "step", "step": 1}, "'loss'"),
-        ({"ts": 1, "seq": 1, "event": "step", "step": 1, "loss": "low"}, "'loss'"),
-        ({"ts": 1, "seq": 1, "event": "step", "step": 1, "loss": 1.0, "total_steps": "9"}, "'total_steps'"),
-        ({"ts": 1, "seq": 1, "event": "state"}, "'state'"),
-        ({"ts": 1, "seq": 1, "event": "error", "kind": "oom"}, "'message'"),
+        ({"ts": TS, "seq": "1", "event": "state", "state": "x"}, "'seq'"),
+        ({"ts": TS, "seq": True, "event": "state", "state": "x"}, "'seq'"),
+        ({"ts": TS, "seq": 0, "event": "state", "state": "x"}, "seq 0"),
+        ({"ts": TS, "seq": 1, "event": "teleport"}, "unknown event kind"),
+        ({"ts": TS, "seq": 1, "event": "step", "step": 1}, "'loss'"),
+        ({"ts": TS, "seq": 1, "event": "step", "step": 1, "loss": "low"}, "'loss'"),
+        ({"ts": TS, "seq": 1, "event": "step", "step": 1, "loss": 1.0, "total_steps": "9"}, "'total_steps'"),
+        ({"ts": TS, "seq": 1, "event": "state"}, "'state'"),
+        ({"ts": TS, "seq": 1, "event": "error", "kind": "oom"}, "'message'"),
         (checkpoint(bytes=None), "'bytes'"),
         (checkpoint(sha256=[DIGEST]), "'sha256'"),
         (checkpoint(sha256={"a": "not-hex"}), "SHA-256"),
-        ({"ts": 1, "seq": 1, "event": "done", "adapter_path": "adapter"}, "'files'"),
+        ({"ts": TS, "seq": 1, "event": "done", "adapter_path": "adapter"}, "'files'"),
     ],
 )
 def test_malformed_events_are_refused_naming_the_field(event: object, named: str) -> None:
@@ -82,8 +83,8 @@ def test_unsafe_file_names_are_refused(name: str) -> None:
     for event in (
         checkpoint(path=name),
         checkpoint(sha256={name: DIGEST}),
-        {"ts": 1, "seq": 1, "event": "done", "adapter_path": name, "files": {}},
-        {"ts": 1, "seq": 1, "event": "done", "adapter_path": "adapter", "files": {name: DIGEST}},
+        {"ts": TS, "seq": 1, "event": "done", "adapter_path": name, "files": {}},
+        {"ts": TS, "seq": 1, "event": "done", "adapter_path": "adapter", "files": {name: DIGEST}},
     ):
         with pytest.raises(UnsafePathError):
             validate_event(event)
@@ -98,10 +99,10 @@ def test_a_torn_or_garbage_line_is_skipped_and_said_why_while_the_rest_is_read()
     lines = [
         json.dumps(GOOD[0]),
         "garbage that is not JSON",
-        '{"ts": 1, "seq": 2, "event": "step", "step": 1}',  # a required field missing
+        '{"ts": 1760000000, "seq": 2, "event": "step", "step": 1}',  # a required field missing
         "[" * 100_000,  # nested past the JSON decoder's recursion limit
         json.dumps(GOOD[1]),
-        '{"ts": 1, "seq": 7, "ev',  # torn: no newline yet, left for the next read
+        '{"ts": 1760000000, "seq": 7, "ev',  # torn: no newline yet, left for the next read
     ]
     data = "\n".join(lines).encode()
     chunk = parse_event_chunk(data)
@@ -115,3 +116,49 @@ def test_an_unsafe_event_in_a_chunk_is_not_skipped_but_raised() -> None:
     data = (json.dumps(GOOD[0]) + "\n" + json.dumps(checkpoint(path="../../x")) + "\n").encode()
     with pytest.raises(UnsafePathError, match=r"\.\./\.\./x"):
         parse_event_chunk(data)
+
+
+def state_line(ts: str = str(TS), seq: str = "1") -> str:
+    return f'{{"ts": {ts}, "seq": {seq}, "event": "state", "state": "training"}}'
+
+
+def step_line(**fields: str) -> str:
+    given = {"ts": str(TS), "seq": "1", "event": '"step"', "step": "1", "loss": "2.5", **fields}
+    return "{" + ", ".join(f'"{name}": {value}' for name, value in given.items()) + "}"
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        (state_line(ts="NaN"), "ts NaN must be seconds since 1970"),
+        (state_line(ts="Infinity"), "ts Infinity must be seconds since 1970"),
+        (state_line(ts="-Infinity"), "ts -Infinity must be seconds since 1970"),
+        (state_line(ts="1e300"), "ts 1e+300 must be seconds since 1970"),
+        (state_line(ts="1e999"), "ts Infinity"),  # too large for a double: Python reads it as infinity
+        (state_line(ts="12"), "ts 12 must be seconds since 1970"),  # 1970
+        (state_line(ts="4200000000"), "ts 4200000000 must be seconds since 1970"),  # 2103
+        (state_line(ts="1" + "0" * 400), "must be seconds since 1970"),  # a whole number no double holds
+        (state_line(seq=str(2**53 + 1)), f"seq {2**53 + 1} must be from 1 to 2**53"),
+        (step_line(loss="NaN"), "step field 'loss' must be a finite number"),
+        (step_line(loss="-Infinity"), "step field 'loss' must be a finite number"),
+        (step_line(step="10000000000000001"), "step field 'step' must be a finite number of at most 1e15"),
+        (step_line(lr="NaN"), "step field 'lr'"),
+        (step_line(gpu='{"memory": [1.5, Infinity]}'), "step field 'gpu.memory[1]'"),
+        (step_line(tokens="-2e15"), "step field 'tokens'"),
+        (step_line(detail='[[[{"x": NaN}]]]'), "step field 'detail[0][0][0].x'"),
+    ],
+)
+def test_numbers_that_are_not_finite_or_absurd_are_refused_like_any_malformed_line(line: str, named: str) -> None:
+    chunk = parse_event_chunk(f"{state_line(seq='7')}\n{line}\n".encode())
+    assert [e["seq"] for e in chunk.events] == [7], "the good line is read, the bad one skipped"
+    assert len(chunk.skipped) == 1 and named in chunk.skipped[0], chunk.skipped
+    with pytest.raises(EventError, match="must be"):
+        validate_event(json.loads(line))
+
+
+def test_the_edges_of_every_range_are_accepted() -> None:
+    for event in (
+        {"ts": 1e9, "seq": 2**53, "event": "state", "state": "training"},
+        {"ts": 4.1e9, "seq": 1, "event": "step", "step": 10**15, "loss": -1e15, "gpu": {"temps": [0.0, 1e-300]}},
+    ):
+        assert validate_event(event) is event

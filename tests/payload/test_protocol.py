@@ -81,7 +81,7 @@ def test_events_continue_their_sequence_and_tail_from_an_offset(tmp_path: Path) 
     offset = first_read.offset
     assert [e["seq"] for e in first_read.events] == [1, 2]
     with path.open("ab") as handle:
-        handle.write(b'{"ts": 1, "seq": 3, "event": "step", "st')  # a line still being written
+        handle.write(b'{"ts": 1760000000, "seq": 3, "event": "step", "st')  # a line still being written
     more = read_event_file(path, offset)
     assert more.events == [] and more.offset == offset
     with path.open("ab") as handle:
@@ -149,7 +149,7 @@ def test_payload_run_with_a_wrong_type_is_a_config_error_and_exit_2_without_trac
     assert "learning_rate" in error["message"]
 
 
-TORN = b'{"ts": 1.0, "seq": 3, "event": "step", "st'
+TORN = b'{"ts": 1760000000.0, "seq": 3, "event": "step", "st'
 
 
 def test_an_event_after_a_torn_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
@@ -178,3 +178,30 @@ def test_malformed_lines_are_skipped_by_writers_and_readers(tmp_path: Path) -> N
     data = path.read_bytes()
     chunk = parse_event_chunk(data)
     assert [e["seq"] for e in chunk.events] == [1, 2] and chunk.used == len(data)
+
+
+def _strict(text: str) -> object:
+    """Reads JSON as strict parsers do: ``NaN`` and ``Infinity`` are no JSON."""
+
+    def refuse(word: str) -> object:
+        raise ValueError(f"{word} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_writer_writes_numbers_that_are_not_finite_as_null(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    writer = EventWriter(path)
+    nan, inf = float("nan"), float("inf")
+    written = writer.emit(EventKind.STEP, step=1, loss=2.0, lr=nan, gpu={"temps": (inf, 40.0)}, tokens_per_s=-inf)
+    assert written["lr"] is None and written["gpu"] == {"temps": [None, 40.0]} and written["tokens_per_s"] is None
+    writer.emit(EventKind.STEP, step=2, loss=nan)  # a diverged step: its required loss cannot be written
+    writer.emit(EventKind.EVAL, step=2, eval_loss=1.5)
+    writer.emit(EventKind.DONE, adapter_path="adapter", files={}, metrics={"final_loss": nan, "steps": 2})
+    lines = path.read_text().splitlines()
+    assert all(_strict(line) for line in lines), "every line is strict JSON"
+    chunk = parse_event_chunk(path.read_bytes())
+    assert [e["seq"] for e in chunk.events] == [1, 3, 4], "the step without a loss is skipped by readers"
+    assert len(chunk.skipped) == 1 and "step field 'loss' must be int or float, not null" in chunk.skipped[0]
+    assert chunk.events[0].get("lr") is None and chunk.events[-1].get("metrics") == {"final_loss": None, "steps": 2}
+    assert EventWriter(path).emit(EventKind.STATE, state="done")["seq"] == 5, "the sequence goes on after it"

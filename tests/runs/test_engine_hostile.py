@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import os
 import signal
 import time
@@ -17,16 +18,20 @@ import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
+from desktop.services.billing.meter import last_progress
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.renting.manager import RunManager
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
+from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import InstalledKey, RunStore
+from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.sshd import SshHost, SshServer
 from tests.runs.conftest import SpecFactory
 from tests.runs.test_engine_end_to_end import assert_contiguous, engine, load, wait_local_event
-from trainer_payload.protocol import EVENTS_FILE_NAME
+from tests.runs.test_engine_logic import create_run, make_engine, trains_to_the_end
+from trainer_payload.protocol import EVENTS_FILE_NAME, TS_RANGE, EventKind
 
 pytestmark = pytest.mark.slow
 
@@ -56,20 +61,34 @@ def with_workdir(spec_path: Path, tmp_path: Path, workdir: Path) -> Path:
 # -- what the machine refuses stops the run at once --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["below a file", "in a system folder"])
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("below a file", "Not a directory"),
+        ("in a system folder", "cannot create directory '/sys/rentune-test'"),
+        ("under a folder that does not exist", "'/proc/rentune-test': No such file or directory"),
+    ],
+)
 async def test_an_unusable_work_folder_fails_the_run_at_once_in_the_machines_words(
-    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path, where: str
+    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path, where: str, said: str
 ) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    workdir = blocker / "work" if where == "below a file" else Path("/sys/rentune-test")
+    workdir = {
+        "below a file": blocker / "work",
+        "in a system folder": Path("/sys/rentune-test"),
+        "under a folder that does not exist": Path("/proc/rentune-test/runs"),  # nobody, root too, can create it
+    }[where]
     runner = engine(grace_seconds=600)  # retrying would go on for ten minutes
     record = runner.create(load(with_workdir(make_spec(ssh_host), tmp_path, workdir)))
+    started = time.monotonic()
     final = await asyncio.wait_for(runner.drive(record.id), 60)
+    assert time.monotonic() - started < 60, "at once, far within the grace period"
     assert final.state is RunState.FAILED
     assert final.error is not None
-    assert "cannot create directory" in final.error, "the machine's own message"
-    assert "set [target] workdir to a folder the login can write" in final.error, "and the fix"
+    assert "cannot create directory" in final.error and said in final.error, "the machine's own message"
+    assert "set [target] workdir to a folder the login can create and write" in final.error, "and the fix"
+    assert "unreachable" not in final.error and "\n" not in final.error
     history = [t["to_state"] for t in RunStore().transitions(record.id)]
     assert history == ["planned", "connecting", "uploading", "failed"], "no reconnect loop"
     assert "rentune-run-" not in authorized(ssh_host), "the run's key comes off the machine when the run fails"
@@ -182,6 +201,56 @@ async def test_a_garbage_line_in_the_event_stream_is_skipped_and_the_run_goes_on
     events = assert_contiguous(folder)
     assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 21))
     assert any(line.startswith("skipped 2 malformed event line(s) from the machine") for line in lines)
+
+
+@pytest.mark.parametrize("ts", [math.nan, math.inf, 1e300], ids=["NaN", "Infinity", "1e300"])
+async def test_an_event_with_an_impossible_time_is_skipped_and_the_idle_guard_still_counts(
+    tmp_path: Path, ts: float
+) -> None:
+    host, lines = FakeHost(), list[str]()
+    runner = make_engine(host, lines, EngineOptions(poll_seconds=0.02, grace_seconds=0.5))
+    record = create_run(runner, tmp_path)
+    folder = runner.folder(record.id)
+
+    def trains_then_lies_about_the_time(fake: FakeHost, _folder: str) -> None:
+        fake.emit(EventKind.STEP, step=1, loss=2.0)
+        fake.emit(EventKind.STEP, step=2, loss=1.5)
+        fake.events[-1]["ts"] = ts  # the machine writes NaN, Infinity or 1e+300
+
+    host.on_launch = trains_then_lies_about_the_time
+    drive = asyncio.ensure_future(runner.drive(record.id))
+    try:
+        for _ in range(1000):
+            mirrored = mirrored_events(folder)
+            if any(line.startswith("step 1:") for line in lines) and mirrored and mirrored[-1].get("step") == 1:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        drive.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drive
+    skipped = next(line for line in lines if line.startswith("skipped 1 malformed event line(s) from the machine"))
+    assert "must be seconds since 1970" in skipped
+    events = mirrored_events(folder)
+    assert [e.get("step") for e in events if e["event"] == "step"] == [1], "the line with the impossible time is gone"
+    assert all(TS_RANGE[0] <= e["ts"] <= TS_RANGE[1] for e in events)
+    # What the rental driver's idle guard measures from: a real moment in the past, so the guard goes on counting.
+    moved = last_progress(RunStore().get(record.id), RunStore().transitions(record.id), folder)
+    assert math.isfinite(moved) and moved <= time.time()
+
+
+async def test_a_self_stop_the_machine_will_not_start_is_reported_and_training_goes_on(tmp_path: Path) -> None:
+    host, lines = FakeHost(), list[str]()
+    runner = make_engine(host, lines)
+    record = create_run(runner, tmp_path)
+    runner.ctx.set_spec(record.id, self_stop={"provider": "vast", "api_url": "https://x", "minutes": 5})
+    host.refuse("trainer_payload.self_stop", "python3: No module named trainer_payload")
+    host.on_launch = trains_to_the_end
+    final = await asyncio.wait_for(runner.drive(record.id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    said = "the self-stop could not be started (python3: No module named trainer_payload; exit status 1)"
+    assert any(line.startswith(said) for line in lines), lines
+    assert not any(line.startswith("self-stop armed") for line in lines)
 
 
 # -- launching exactly one trainer -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from trainer_payload.protocol import EVENTS_FILE_NAME
 
 
 def step(seq: int) -> dict[str, Any]:
-    return {"ts": float(seq), "seq": seq, "event": "step", "step": seq, "loss": 1.0 / seq}
+    return {"ts": 1_760_000_000.0 + seq, "seq": seq, "event": "step", "step": seq, "loss": 1.0 / seq}
 
 
 def test_appending_events_the_mirror_already_holds_repeats_none(tmp_path: Path) -> None:

@@ -9,7 +9,15 @@ import asyncssh
 import pytest
 
 from desktop.services.machines.failures import Backoff, PermanentError, classify
-from desktop.services.machines.ssh import Endpoint, HostKeyChangedError, LoginRefusedError, RemoteError, describe_keys
+from desktop.services.machines.ssh import (
+    CommandFailedError,
+    Endpoint,
+    HostKeyChangedError,
+    LoginRefusedError,
+    RemoteError,
+    describe_keys,
+    is_refused_login,
+)
 
 PASSING = [
     ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
@@ -19,7 +27,11 @@ PASSING = [
     asyncssh.ConnectionLost("Connection lost"),
     asyncssh.DisconnectError(asyncssh.DISC_BY_APPLICATION, "sshd restarting"),
     asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, "channel refused"),
-    RemoteError("`sha256sum x` failed (1): upload of x did not verify (SHA-256 differs); it will be sent again"),
+    RemoteError("upload of x did not verify (SHA-256 differs); it will be sent again"),
+    RemoteError("`df -Pk x` ended without an exit status (signal: none)"),
+    # Words that once read as permanent: only the kind of failure decides, never its text.
+    RemoteError("sftp could not copy x (Connection reset by peer: Permission denied)"),
+    asyncssh.ConnectionLost("No space left on device"),
     asyncssh.SFTPFailure("Failure"),
     asyncssh.SFTPConnectionLost("lost"),
 ]
@@ -37,14 +49,39 @@ def test_dropped_connections_and_timeouts_pass(failure: BaseException) -> None:
         ("mkdir: cannot create directory '/sys/x': Operation not permitted", "[target] workdir"),
         ("sh: 1: cannot create /data/x/.rentune-write-test: Read-only file system", "[target] workdir"),
         ("mkdir: cannot create directory '/tmp/f/work': Not a directory", "[target] workdir"),
+        ("mkdir: cannot create directory '/nonexistent': No such file or directory", "[target] workdir"),
         ("cp: error writing 'out/x': No space left on device", "free space on the machine"),
         ("write failed: Disk quota exceeded", "quota"),
+        ("python3: command not found", "fix this on the machine"),
+        ("", "fix this on the machine"),
     ],
 )
-def test_what_the_machine_refuses_is_permanent_with_its_words_and_the_fix(output: str, fix: str) -> None:
-    verdict = classify(RemoteError(f"`mkdir -p /x` failed (1): {output}"))
+def test_a_command_the_machine_ran_and_failed_is_permanent_with_its_words_and_the_fix(output: str, fix: str) -> None:
+    verdict = classify(CommandFailedError("mkdir -p /x && df -Pk /x", 1, f"{output}\n"))
     assert verdict.permanent
-    assert output in verdict.message and fix in verdict.message
+    assert (output or "no message") in verdict.message and fix in verdict.message
+    assert "\n" not in verdict.message, "one line"
+
+
+def test_a_failed_command_keeps_its_exit_status_and_the_machines_words_on_one_line() -> None:
+    failure = CommandFailedError("cd /x\nmkdir -p y", 2, "mkdir: cannot create\n  directory 'y'\n")
+    assert isinstance(failure, RemoteError), "callers catching RemoteError still catch it"
+    assert (failure.exit_status, failure.said) == (2, "mkdir: cannot create directory 'y'")
+    assert str(failure) == "`cd /x mkdir -p y` failed (2): mkdir: cannot create directory 'y'"
+    assert CommandFailedError("x", 1, "a" * 5000).said == "a" * 600, "the end of a long message"
+
+
+def test_a_refused_login_is_told_apart_from_a_machine_not_up_yet() -> None:
+    assert is_refused_login(LoginRefusedError("login as root@h:22 refused for ~/.ssh/id_x"))
+    assert is_refused_login(asyncssh.PermissionDenied("Permission denied"))
+    for not_up in (
+        ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+        TimeoutError(),
+        asyncssh.ConnectionLost("Connection lost"),
+        asyncssh.DisconnectError(asyncssh.DISC_PROTOCOL_ERROR, "handshake"),
+        HostKeyChangedError("the host key of h:22 changed"),
+    ):
+        assert not is_refused_login(not_up), type(not_up).__name__
 
 
 def test_refused_logins_changed_host_keys_and_own_findings_are_permanent() -> None:

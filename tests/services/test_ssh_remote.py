@@ -12,7 +12,14 @@ import pytest
 
 from desktop.services.machines import openssh_sftp
 from desktop.services.machines import ssh as ssh_remote
-from desktop.services.machines.ssh import Endpoint, HostKeyChangedError, RemoteError, RemoteMachine, fingerprint
+from desktop.services.machines.ssh import (
+    CommandFailedError,
+    Endpoint,
+    HostKeyChangedError,
+    RemoteError,
+    RemoteMachine,
+    fingerprint,
+)
 from desktop.services.platform.files import Segment
 from desktop.services.platform.programs import find_openssh
 from tests.fixtures.sshd import SshHost
@@ -32,6 +39,26 @@ async def test_first_contact_pins_and_later_contacts_verify(ssh_host: SshHost) -
     other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdo31IKuF9gfdhGO1Luivwf5G46hIgUGTgUCO2euLxU"
     with pytest.raises(HostKeyChangedError, match="changed"):
         await RemoteMachine.connect(endpoint(ssh_host), other)
+
+
+async def test_a_command_that_exits_non_zero_is_the_machines_answer_with_its_status_and_words(
+    ssh_host: SshHost,
+) -> None:
+    machine = await RemoteMachine.connect(endpoint(ssh_host), None)
+    try:
+        folder = "/proc/rentune-nonexistent/work"  # no login, not even root, can create it
+        with pytest.raises(CommandFailedError) as failed:
+            await machine.run(f"echo starting; mkdir -p {folder}")
+        assert failed.value.exit_status == 1
+        assert (
+            failed.value.said == "mkdir: cannot create directory '/proc/rentune-nonexistent': No such file or directory"
+        )
+        with pytest.raises(CommandFailedError) as quiet:
+            await machine.run("echo 'only on stdout'; exit 7")
+        assert (quiet.value.exit_status, quiet.value.said) == (7, "only on stdout")
+        assert await machine.run("echo out; exit 3", check=False) == "out\n"
+    finally:
+        await machine.close()
 
 
 @pytest.fixture(params=["builtin", "openssh"])

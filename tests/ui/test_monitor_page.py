@@ -559,13 +559,14 @@ def test_unknown_run_shows_the_empty_state(
 def test_event_chunks_stop_at_the_last_complete_line_and_skip_junk(tmp_path: Path) -> None:
     path = tmp_path / EVENTS_FILE_NAME
     assert read_event_chunk(path, 0).events == []
-    state = b'{"ts": 1, "seq": 1, "event": "state", "state": "training"}'
-    no_loss = b'{"ts": 1, "seq": 9, "event": "step", "step": 1}'  # not a valid event
-    path.write_bytes(b"\n".join([state, b"not json", b"[1, 2]", no_loss, b'{"ts": 1, "seq": 2, "ev']))
+    state = b'{"ts": 1760000000, "seq": 1, "event": "state", "state": "training"}'
+    no_loss = b'{"ts": 1760000000, "seq": 9, "event": "step", "step": 1}'  # not a valid event
+    path.write_bytes(b"\n".join([state, b"not json", b"[1, 2]", no_loss, b'{"ts": 1760000000, "seq": 2, "ev']))
     chunk = read_event_chunk(path, 0)
     assert [e["seq"] for e in chunk.events] == [1]
-    assert chunk.offset == path.read_bytes().index(b'{"ts": 1, "seq": 2') and not chunk.more
-    big = b"".join(b'{"ts": 1, "seq": %d, "event": "step", "step": %d, "loss": 1.5}\n' % (n, n) for n in range(3, 2000))
+    assert chunk.offset == path.read_bytes().index(b'{"ts": 1760000000, "seq": 2') and not chunk.more
+    line = b'{"ts": 1760000000, "seq": %d, "event": "step", "step": %d, "loss": 1.5}\n'
+    big = b"".join(line % (n, n) for n in range(3, 2000))
     path.write_bytes(big)
     first = read_event_chunk(path, 0, limit=4096)
     assert first.more and first.offset <= 4096

@@ -1,8 +1,10 @@
-"""What went wrong with a machine, and whether trying again can help.
+"""What went wrong with a machine, and whether trying again can help: decided by the kind of failure, never by text.
 
-A dropped connection, a refused TCP connect, a timeout or an sshd restart pass: the engine reconnects with
-:class:`Backoff`. A refused login, a work folder the login cannot write, a full disk or a trainer that cannot start
-do not: retrying only bills, so the run stops at once with the machine's own message and the fix.
+Only the way to the machine passes: a refused, reset or timed-out connection, a dropped channel, an sshd restart, a
+copy that did not verify. The engine reconnects with :class:`Backoff`. What the machine itself answers does not: a
+refused login, a changed host key, and any command that ran there and exited non-zero
+(:class:`~desktop.services.machines.ssh.CommandFailedError`: a work folder it cannot create, a full disk). Retrying
+only bills, so the run stops at once with the machine's own words on one line and the fix.
 
 Exceptions: :class:`PermanentError` (raised by the engine for failures it recognises itself, e.g. too little disk
 space), classified by :func:`classify` together with OSError, asyncssh.Error and RemoteError.
@@ -19,18 +21,27 @@ from dataclasses import dataclass
 
 import asyncssh
 
-from desktop.services.machines.ssh import HostKeyChangedError, LoginRefusedError, RemoteError
+from desktop.services.machines.ssh import (
+    CommandFailedError,
+    HostKeyChangedError,
+    LoginRefusedError,
+    RemoteError,
+    one_line,
+)
 
-_WORKDIR_FIX = "set [target] workdir to a folder the login can write, then resume the run"
+_WORKDIR_FIX = "set [target] workdir to a folder the login can create and write, then resume the run"
 _DISK_FIX = "free space on the machine (or rent one with a larger disk), then resume the run"
-# The machine's own words that no retry changes, and the fix to print after them.
-_PERMANENT_OUTPUT = (
+_QUOTA_FIX = "the login's disk quota is used up; free space or raise the quota, then resume the run"
+_ANY_FIX = "fix this on the machine (or choose another in [target]), then resume the run"
+# Which fix to print after the machine's own words (the words choose the fix, never whether to retry).
+_FIXES = (
     ("No space left on device", _DISK_FIX),
-    ("Disk quota exceeded", "the login's disk quota is used up; free space or raise the quota, then resume the run"),
+    ("Disk quota exceeded", _QUOTA_FIX),
     ("Read-only file system", _WORKDIR_FIX),
     ("Permission denied", _WORKDIR_FIX),
     ("Operation not permitted", _WORKDIR_FIX),
     ("Not a directory", _WORKDIR_FIX),
+    ("No such file or directory", _WORKDIR_FIX),
 )
 _LOCAL_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 # Jitter from the OS's generator: engines of many runs must not reconnect in step.
@@ -59,18 +70,24 @@ class Verdict:
 
 
 def classify(exc: BaseException) -> Verdict:
-    """Sorts a failure met while talking to a machine into one that passes and one that does not."""
+    """Sorts a failure met while talking to a machine into one that passes and one that does not, by its kind."""
     if isinstance(exc, PermanentError | HostKeyChangedError | LoginRefusedError):
         return Verdict(True, str(exc))
     if isinstance(exc, asyncssh.PermissionDenied):
         return Verdict(True, f"the machine refused the login ({exc.reason}); check the user and the key")
+    if isinstance(exc, CommandFailedError):
+        return Verdict(True, command_failure(exc))
     if isinstance(exc, asyncssh.SFTPError):
         return _sftp_verdict(exc)
-    if isinstance(exc, RemoteError):
-        return _output_verdict(str(exc))
     if isinstance(exc, OSError) and exc.errno in _LOCAL_DISK_ERRNOS:
         return Verdict(True, f"this computer's disk is full ({exc}); free space here, then resume the run")
     return Verdict(False, _transient_text(exc))
+
+
+def command_failure(exc: CommandFailedError) -> str:
+    """A failed command for people, on one line: the machine's own words, then the fix they call for."""
+    fix = next((fix for words, fix in _FIXES if words.lower() in exc.said.lower()), _ANY_FIX)
+    return f"the machine refused: {exc.said} (exit status {exc.exit_status}) — {fix}"
 
 
 def _sftp_verdict(exc: asyncssh.SFTPError) -> Verdict:
@@ -78,22 +95,17 @@ def _sftp_verdict(exc: asyncssh.SFTPError) -> Verdict:
         return Verdict(True, f"the machine's disk is full ({exc.reason}); {_DISK_FIX}")
     if isinstance(exc, asyncssh.SFTPPermissionDenied):
         return Verdict(True, f"the machine refused a file operation ({exc.reason}); {_WORKDIR_FIX}")
-    return _output_verdict(f"{type(exc).__name__}: {exc.reason}")
-
-
-def _output_verdict(output: str) -> Verdict:
-    for words, fix in _PERMANENT_OUTPUT:
-        if words.lower() in output.lower():
-            return Verdict(True, f"{output.strip()[-600:]} — {fix}")
-    return Verdict(False, output.strip()[-600:])
+    return Verdict(False, f"{type(exc).__name__}: {one_line(exc.reason)}")
 
 
 def _transient_text(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return "the machine did not answer in time"
     if isinstance(exc, asyncssh.Error):
-        return f"{type(exc).__name__}: {exc.reason}"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return f"{type(exc).__name__}: {one_line(exc.reason)}"
+    if isinstance(exc, RemoteError):
+        return one_line(str(exc))
+    return f"{type(exc).__name__}: {one_line(str(exc))}" if str(exc) else type(exc).__name__
 
 
 class Backoff:

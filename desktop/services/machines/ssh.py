@@ -87,11 +87,41 @@ class HostKeyChangedError(ConnectionError):
 
 
 class RemoteError(RuntimeError):
-    """A remote command failed; the message has its output."""
+    """Work on the machine failed: a copy that did not verify, a command cut off; the message says how."""
+
+
+class CommandFailedError(RemoteError):
+    """A command reached the machine and exited non-zero: the machine's answer, never a lost connection.
+
+    Attributes:
+        command: The command (never holds a secret: those travel on stdin).
+        exit_status: Its exit status, 1 to 255.
+        said: The machine's own words on one line: the end of its stderr (of its output, when stderr was empty).
+    """
+
+    def __init__(self, command: str, exit_status: int, said: str) -> None:
+        self.command = command
+        self.exit_status = exit_status
+        self.said = one_line(said) or "no message"
+        super().__init__(f"`{one_line(command)[:200]}` failed ({exit_status}): {self.said}")
 
 
 class LoginRefusedError(asyncssh.PermissionDenied):
     """The machine refused every key offered; the message names the login and the keys."""
+
+
+def is_refused_login(exc: BaseException) -> bool:
+    """Whether a failure to connect is the machine refusing the login (it is up, and said no to the keys).
+
+    Anything else met while connecting (refused, reset or timed-out TCP, no SSH banner yet, a dropped handshake)
+    is a machine not reachable (yet).
+    """
+    return isinstance(exc, asyncssh.PermissionDenied)
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """``text`` with its whitespace runs (newlines too) made single spaces, cut to its last ``limit`` characters."""
+    return " ".join(text.split())[-limit:]
 
 
 @dataclass(frozen=True)
@@ -203,13 +233,19 @@ class RemoteMachine:
         """Runs a shell command and returns its stdout (without what the login shell printed before it).
 
         Raises:
-            RemoteError: It exited non-zero (with ``check``).
+            CommandFailedError: It exited non-zero (with ``check``): the machine's answer.
+            RemoteError: It ended without an exit status (killed by a signal, or its channel closed).
         """
         marked = f"printf '%s\\n' {OUTPUT_MARKER}; {command}"
         result = await asyncio.wait_for(self.conn.run(marked, input=stdin, check=False), time_limit)
-        if check and result.exit_status != 0:
-            raise RemoteError(f"`{command[:200]}` failed ({result.exit_status}): {str(result.stderr)[-1500:]}")
-        return command_output(str(result.stdout))
+        output = command_output(str(result.stdout))
+        status = result.exit_status
+        if check and (status is None or status < 0):
+            killed_by = result.exit_signal[0] if result.exit_signal else "none"
+            raise RemoteError(f"`{one_line(command)[:200]}` ended without an exit status (signal: {killed_by})")
+        if check and status:
+            raise CommandFailedError(command, status, str(result.stderr or "") or output)
+        return output
 
     async def sha256(self, remote: str) -> str | None:
         """SHA-256 of a remote file, or None when it does not exist."""
