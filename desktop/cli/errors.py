@@ -1,7 +1,8 @@
-"""The CLI's exit codes and its one error type: a problem the user can fix, printed as one line."""
+"""The CLI's exit codes, its one error type (a problem the user can fix, printed as one line) and that line."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 EXIT_OK = 0
@@ -25,3 +26,15 @@ class CliError(Exception):
 def about(path: Path, problem: str) -> str:
     """``problem``, led by the file's path unless the sentence already names the file."""
     return problem if path.name in problem else f"{path}: {problem}"
+
+
+def redacted(message: str) -> str:
+    """``message`` with every known secret masked (keys from the keyring or the environment, token formats)."""
+    from desktop.services.platform.logs import redact_known  # here: `rentune --version` loads nothing more
+
+    return redact_known(message)
+
+
+def print_error(message: str) -> None:
+    """Prints ``rentune: error: MESSAGE`` to standard error, every known secret masked."""
+    print(f"rentune: error: {redacted(message)}", file=sys.stderr)

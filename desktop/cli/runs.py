@@ -27,6 +27,7 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
 from desktop.services.platform.files import read_text
+from desktop.services.platform.logs import redact_known
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import ProviderError, ProviderName
@@ -85,7 +86,7 @@ def _machine_problem(exc: BaseException) -> str:
 
 
 def _print(line: str) -> None:
-    print(line, flush=True)
+    print(redact_known(line), flush=True)  # the engine's reports: every known secret masked
 
 
 def _engine_options() -> EngineOptions:

@@ -7,7 +7,7 @@ patterns of well-known token formats, so a token pasted into a dataset path or a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 MASK = "***"
 
@@ -25,6 +25,20 @@ _ASSIGNMENT = re.compile(
     r"(?i)\b((?:api[_-]?key|token|secret|password|bearer)\b[\"']?\s*[:=]?\s*[\"']?)([A-Za-z0-9_\-\.]{12,})"
 )
 _MIN_SECRET_LENGTH = 6
+# Environment variables whose values are secret by their name: Rentune's own (RUNPOD_API_KEY, VAST_API_KEY,
+# LAMBDA_API_KEY, HF_TOKEN) and any other *_API_KEY, *_TOKEN or *SECRET* a user or a CI set.
+_SECRET_VARIABLE_SUFFIXES = ("_API_KEY", "_TOKEN")
+
+
+def is_secret_variable(name: str) -> bool:
+    """Whether an environment variable's name says its value is a secret (``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``)."""
+    upper = name.upper()
+    return upper.endswith(_SECRET_VARIABLE_SUFFIXES) or "SECRET" in upper
+
+
+def secret_variable_values(environ: Mapping[str, str]) -> set[str]:
+    """The values (stripped, non-empty) of the environment variables that :func:`is_secret_variable` names."""
+    return {value.strip() for name, value in environ.items() if is_secret_variable(name) and value.strip()}
 
 
 def redact(text: str, known_secrets: Iterable[str] = ()) -> str:

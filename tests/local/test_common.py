@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
-from desktop.services.local.common import LocalToolError, finished_file, finished_folder, require_free_space
+from desktop.services.local.common import (
+    LocalToolError,
+    finished_file,
+    finished_folder,
+    require_free_space,
+    run_program,
+)
 from desktop.services.local.merge import merge_adapter
 from tests.fixtures.adapters import TrainedAdapter
 
@@ -53,3 +62,20 @@ def test_a_merge_that_would_not_fit_on_disk_starts_nothing(
     with pytest.raises(LocalToolError, match="not enough disk space for the merged model"):
         asyncio.run(merge_adapter(pattern_adapter.base, pattern_adapter.path, tmp_path / "merged"))
     assert list(tmp_path.iterdir()) == []
+
+
+_PRINT_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def test_child_processes_never_see_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "HF_TOKEN", "GITHUB_TOKEN", "MY_SECRET_FILE"):
+        monkeypatch.setenv(name, f"value-of-{name.lower()}")
+    monkeypatch.setenv("RENTUNE_CHILD_CHECK", "kept")
+    inherited = json.loads(asyncio.run(run_program([sys.executable, "-c", _PRINT_ENV], what="printing env")))
+    given = os.environ | {"HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "sk-given-to-the-child"}  # as merge and pip pass it
+    passed = json.loads(asyncio.run(run_program([sys.executable, "-c", _PRINT_ENV], env=given, what="printing env")))
+    for env in (inherited, passed):
+        assert env["RENTUNE_CHILD_CHECK"] == "kept"
+        assert not [name for name in env if name.endswith(("_API_KEY", "_TOKEN")) or "SECRET" in name]
+        assert not [value for value in env.values() if value.startswith(("value-of-", "sk-given"))]
+    assert passed["HF_HUB_OFFLINE"] == "1"

@@ -28,6 +28,7 @@ from desktop.services.local.toolenv import (
     local_python,
     pip_step,
     remove_tools,
+    run_python,
     tools_env,
     tools_status,
 )
@@ -115,6 +116,20 @@ async def test_a_python_of_another_version_is_refused_with_the_version_to_instal
         await find_base_python()
     monkeypatch.setenv(PYTHON_ENV, sys.executable)
     assert await find_base_python() == Path(sys.executable)
+
+
+async def test_the_tools_children_get_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = tmp_path / "seen-env"
+    spy = tmp_path / "python-spy"
+    spy.write_text(f'#!/bin/sh\nenv > "{seen}"\necho {app_python_version()}\n')
+    spy.chmod(0o755)
+    monkeypatch.setenv(PYTHON_ENV, str(spy))
+    monkeypatch.setenv("HF_TOKEN", "hf-for-no-child-0123456789")
+    monkeypatch.setenv("RUNPOD_API_KEY", "rp-for-no-child-0123456789")
+    assert await find_base_python() == spy
+    assert "for-no-child" not in seen.read_text() and PYTHON_ENV in seen.read_text()
+    listed = await run_python(["-c", "import os; print(sorted(os.environ))"], what="listing the environment")
+    assert "HF_TOKEN" not in listed and "RUNPOD_API_KEY" not in listed and PYTHON_ENV in listed
 
 
 def test_the_cli_install_with_no_usable_python_is_one_line_and_exit_1(

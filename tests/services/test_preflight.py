@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import keyring.backends.fail
+import keyring.backends.null
 import pytest
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft, TargetDraft
@@ -23,6 +25,7 @@ from desktop.services.runs.preflight import (
     read_review_facts,
     secret_rows,
 )
+from tests.fixtures.memory_keyring import using_keyring
 
 PICK = {
     "provider": "vast",
@@ -184,3 +187,39 @@ def test_data_checked_for_another_sequence_length_says_so() -> None:
     (first, *_) = preflight(draft, facts)
     assert first.headline == "The data was checked for another sequence length"
     assert "2,048 tokens" in first.details and "4,096" in first.details
+
+
+def test_a_keyring_that_stores_nothing_blocks_renting_with_one_line() -> None:
+    draft = rented_draft()
+    with using_keyring(keyring.backends.null.Keyring()):
+        facts = read_review_facts(draft, SecretStore())
+    assert facts.secret_store is not None and facts.secret_store.blocks_renting
+    blocking = [check for check in preflight(draft, facts) if check.headline.startswith("The keyring")]
+    assert len(blocking) == 1
+    (check,) = blocking
+    assert check.severity is Severity.DANGER and check.required and check.step == "compute"
+    assert check.details == facts.secret_store.problem
+    assert check.details.startswith("the keyring backend keyring.backends.null.Keyring stores nothing: unset ")
+
+
+def test_without_any_keyring_renting_is_not_blocked_and_an_own_server_is_never_probed() -> None:
+    draft = rented_draft()
+    with using_keyring(keyring.backends.fail.Keyring()):
+        facts = read_review_facts(draft, SecretStore())
+    assert facts.secret_store is not None and not facts.secret_store.blocks_renting, "run keys go to a file"
+    assert not any(check.headline.startswith("The keyring") for check in preflight(draft, facts))
+    target = TargetDraft(host="box", user="me", host_key="k", gpu="NVIDIA H100 80GB HBM3, 81559 MiB")
+    own = RunDraft(train_file="/t.jsonl", base_model="qwen2.5-7b", target=target)
+    with using_keyring(keyring.backends.null.Keyring()):
+        assert read_review_facts(own, SecretStore()).secret_store is None
+
+
+def test_a_malformed_key_in_the_environment_blocks_the_launch_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VAST_API_KEY", "abc def0123456789")
+    monkeypatch.setenv("RUNPOD_API_KEY", "not used\tby this draft")
+    draft = rented_draft()  # a Vast.ai offer
+    facts = read_review_facts(draft, SecretStore())
+    (check,) = [check for check in preflight(draft, facts) if check.headline.startswith("A key")]
+    assert check.required and check.details.startswith("VAST_API_KEY holds a Vast.ai API key with a space inside")

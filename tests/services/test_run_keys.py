@@ -4,10 +4,20 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import keyring.backends.fail
+import keyring.backends.null
 import pytest
 
-from desktop.services.machines.keys import create_run_key, delete_run_key, install_command, load_run_key, remove_command
-from tests.fixtures.memory_keyring import MemoryKeyring
+from desktop.services.machines.keys import (
+    create_run_key,
+    delete_run_key,
+    install_command,
+    key_file,
+    load_run_key,
+    remove_command,
+)
+from desktop.services.platform.paths import app_paths
+from tests.fixtures.memory_keyring import MemoryKeyring, using_keyring
 
 
 def test_the_private_key_lives_in_the_keyring_only(memory_keyring: MemoryKeyring) -> None:
@@ -17,6 +27,41 @@ def test_the_private_key_lives_in_the_keyring_only(memory_keyring: MemoryKeyring
     assert key is not None and key.export_public_key().decode().strip() == public
     delete_run_key("r1")
     assert load_run_key("r1") is None
+    assert not key_file("r1").parent.exists(), "no file where a keyring works"
+
+
+@pytest.mark.usefixtures("rentune_home")
+def test_without_any_keyring_the_private_key_goes_to_a_file_only_the_user_can_read() -> None:
+    with using_keyring(keyring.backends.fail.Keyring()):
+        _file_round_trip()
+
+
+def _file_round_trip() -> None:
+    public = create_run_key("20250101-120000-ab12")
+    assert public is not None and public.endswith("rentune-run-20250101-120000-ab12")
+    path = key_file("20250101-120000-ab12")
+    assert path == app_paths().data_dir / "run-keys" / "20250101-120000-ab12.key"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    private = path.read_text()
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name], "no partial file left beside it"
+    key = load_run_key("20250101-120000-ab12")
+    assert key is not None and key.export_public_key().decode().strip() == public
+    delete_run_key("20250101-120000-ab12")
+    assert not path.exists() and load_run_key("20250101-120000-ab12") is None
+
+
+def test_a_keyring_that_drops_secrets_gets_no_run_key() -> None:
+    with using_keyring(keyring.backends.null.Keyring()):
+        assert create_run_key("r2") is None, "a key kept nowhere would lock the run out of its machine"
+        assert load_run_key("r2") is None
+    assert not key_file("r2").parent.exists()
+
+
+@pytest.mark.parametrize("bad", ["", "../escape", "a/b", ".hidden"])
+def test_a_key_file_name_stays_in_its_folder(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a run id"):
+        key_file(bad)
 
 
 @pytest.mark.parametrize("form", ["plain", "home"])

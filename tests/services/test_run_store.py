@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from desktop.core.runs.states import RunState
+from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.runs.store import RunLiveError, RunStore, UnknownRunError
 
 SPEC = {"base_model": "tiny", "training": {"method": "lora"}, "hourly_rate_usd": 1.0}
@@ -51,3 +52,18 @@ def test_delete_needs_the_whole_id() -> None:
     with pytest.raises(UnknownRunError, match="whole run id"):
         store.delete(run_id[:10])
     assert store.get(run_id).id == run_id
+
+
+def test_errors_and_notes_are_written_without_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    vast = "vast-" + "k3y-0123456789abcdef"
+    monkeypatch.setenv("VAST_API_KEY", vast)
+    typed = "rk_typed_" + "9z8y7x6w5v4u"
+    SecretStore().set(SecretName.RUNPOD, typed)
+    store = RunStore()
+    run_id = run_in(store, RunState.CONNECTING)
+    store.transition(run_id, RunState.FAILED, f"the provider refused key {vast}")
+    record = store.update(run_id, error=f"create failed: 401 for {typed} (hf_{'a1B2c3D4e5F6g7H8i9J0kLmN'})")
+    assert record.error == "create failed: 401 for *** (***)"
+    assert store.transitions(run_id)[-1]["note"] == "the provider refused key ***"
+    raw = store.path.read_bytes()
+    assert vast.encode() not in raw and typed.encode() not in raw

@@ -6,6 +6,9 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import keyring.backends.fail
+import keyring.backends.null
+import pytest
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
@@ -16,6 +19,7 @@ from desktop.services.runs.drafts import save_draft
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.home_page import HomePage
 from tests.fixtures.chat_data import write_chat_dataset
+from tests.fixtures.memory_keyring import using_keyring
 
 
 def _open(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> MainWindow:
@@ -74,3 +78,37 @@ def test_a_draft_saved_at_an_unknown_step_opens_the_wizard_at_its_start(
     window = _open(qtbot, qloop)
     window.on_start_wizard("no-such-step")
     assert window.stack.currentWidget() is window.page("new")
+
+
+def test_a_keyring_that_stores_nothing_is_not_called_ready(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNPOD_API_KEY", "rk_env_" + "a1b2c3d4e5f6g7h8")  # a key is there, but a run key would be lost
+    with using_keyring(keyring.backends.null.Keyring()):
+        window = _open(qtbot, qloop)
+        home = _home(window)
+        wait_for(lambda: home.gpu_tile.badge.text() != "Checking")
+        wait_for(lambda: home.environment_summary.text() != "Checking…")
+    assert home.gpu_tile.badge.text() == "Needed"
+    assert home.gpu_tile.text.text().startswith(
+        "Renting is blocked: the keyring backend keyring.backends.null.Keyring stores nothing: unset"
+    )
+    assert home.environment_summary.text() == "Needs attention: Keyring"
+    assert home.tools_tile.badge.text() == "Needed"
+    table = home.environment_table
+    (row,) = [r for r in range(table.rowCount()) if table.item(r, 0).text().endswith("Keyring")]
+    assert table.item(row, 1).text() == "the keyring backend keyring.backends.null.Keyring stores nothing"
+    assert table.item(row, 2).text().startswith("unset PYTHON_KEYRING_BACKEND")
+
+
+def test_without_any_keyring_keys_from_the_environment_are_ready(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VAST_API_KEY", "vast_env_" + "a1b2c3d4e5f6g7h8")
+    with using_keyring(keyring.backends.fail.Keyring()):
+        window = _open(qtbot, qloop)
+        home = _home(window)
+        wait_for(lambda: home.gpu_tile.badge.text() == "Ready")
+        wait_for(lambda: home.environment_summary.text() != "Checking…")
+    assert "Vast.ai API key" in home.gpu_tile.text.text()
+    assert home.environment_summary.text().startswith("Ready."), "a headless server rents with a run-key file"

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from desktop.services.platform.secrets import without_secrets
+
 #: Called with a step's words and how far it is (0..1), or None when that is unknown.
 Progress = Callable[[str, float | None], None]
 
@@ -123,6 +125,8 @@ async def run_program(
 ) -> str:
     """Runs ``command`` in a child process and returns its output.
 
+    The child gets ``env`` (this process's environment by default) without any secret variable (see
+    :func:`~desktop.services.platform.secrets.without_secrets`): no local tool needs an API key or a token.
     Output lines (stdout and stderr together) go to ``on_line`` as they come. Cancelling the awaiting task kills
     the child, so a cancelled step stops using the CPU at once.
 
@@ -135,7 +139,7 @@ async def run_program(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env=dict(env) if env is not None else None,
+            env=without_secrets(env),
         )
     except OSError as exc:
         raise LocalToolError(f"{what} could not start {command[0]} ({exc.strerror or exc})") from exc

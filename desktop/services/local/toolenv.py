@@ -30,6 +30,7 @@ from types import ModuleType
 from desktop.services.local.common import LocalToolError, Progress, folder_bytes, require_free_space, run_program
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.resources import resource_bytes
+from desktop.services.platform.secrets import without_secrets
 
 TOOLS_FOLDER = "local-tools"
 MARKER = "rentune-tools.json"
@@ -280,7 +281,7 @@ async def _python_version(python: str) -> str | None:
     try:
         process = await asyncio.create_subprocess_exec(
             python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=without_secrets(),
         )  # fmt: skip
         output, _ = await process.communicate()
     except OSError:

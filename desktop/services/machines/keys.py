@@ -1,19 +1,24 @@
 """A fresh ed25519 key pair per run.
 
-The private key lives in the OS keyring (never in a file); the public key is installed on the machine for the run's
-lifetime and removed when the run ends.
+The private key lives in the OS keyring. Where no keyring exists at all (a headless server: keyring's fail backend),
+it goes to a file only the user can read (``0600`` in a ``0700`` folder under the data folder), as OpenSSH keeps
+keys; a keyring that takes the key and loses it (the null backend) gets no key, so renting is refused there. The
+public key is installed on the machine for the run's lifetime and removed when the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+from pathlib import Path
 
 import asyncssh
 import keyring
 import keyring.errors
 
 from desktop.services.platform.logs import remember_secret
-from desktop.services.platform.secrets import KEYRING_SERVICE
+from desktop.services.platform.secrets import KEYRING_SERVICE, key_file_folder, keyring_missing
 
 DEFAULT_AUTHORIZED_KEYS = "$HOME/.ssh/authorized_keys"
 
@@ -23,36 +28,91 @@ def _username(run_id: str) -> str:
 
 
 def create_run_key(run_id: str) -> str | None:
-    """Makes the run's key pair and stores the private half in the keyring.
+    """Makes the run's key pair and keeps the private half in the keyring (a private file where there is none).
 
     Returns:
-        The public key line, or None when no keyring is usable (the run then logs in with the user's identity).
+        The public key line, or None when the keyring refused the key or lost it (the run then logs in with the
+        user's identity, and a rented run is refused).
     """
     key = asyncssh.generate_private_key("ssh-ed25519", comment=f"rentune-run-{run_id}")
     private = key.export_private_key().decode()
-    try:
-        keyring.set_password(KEYRING_SERVICE, _username(run_id), private)
-    except keyring.errors.KeyringError:
-        return None
     remember_secret(private)
+    if keyring_missing():
+        _write_key_file(run_id, private)
+    elif not _keep_in_keyring(run_id, private):
+        return None
     return key.export_public_key().decode().strip()
 
 
+def _keep_in_keyring(run_id: str, private: str) -> bool:
+    """Stores the private key and reads it back: False when the keyring refused it or does not give it back."""
+    try:
+        keyring.set_password(KEYRING_SERVICE, _username(run_id), private)
+        kept = keyring.get_password(KEYRING_SERVICE, _username(run_id)) == private
+    except keyring.errors.KeyringError:
+        return False
+    if not kept:
+        delete_run_key(run_id)
+    return kept
+
+
 def load_run_key(run_id: str) -> asyncssh.SSHKey | None:
-    """The run's private key from the keyring, or None."""
+    """The run's private key from the keyring or its private file, or None."""
+    private = _keyring_key(run_id) or _read_key_file(run_id)
+    if not private:
+        return None
+    remember_secret(private)
+    return asyncssh.import_private_key(private)
+
+
+def delete_run_key(run_id: str) -> None:
+    """Forgets the run's private key, in the keyring and in its file."""
+    with contextlib.suppress(keyring.errors.KeyringError):
+        keyring.delete_password(KEYRING_SERVICE, _username(run_id))
+    key_file(run_id).unlink(missing_ok=True)
+
+
+def _keyring_key(run_id: str) -> str | None:
     try:
         private = keyring.get_password(KEYRING_SERVICE, _username(run_id))
     except keyring.errors.KeyringError:
         return None
-    return asyncssh.import_private_key(private) if private else None
+    return private if isinstance(private, str) else None
 
 
-def delete_run_key(run_id: str) -> None:
-    """Forgets the run's private key."""
+# -- the file fallback, where no keyring exists ------------------------------------------------------------------------
+
+
+def key_file(run_id: str) -> Path:
+    """The file the run's private key is kept in where no keyring exists.
+
+    Raises:
+        ValueError: ``run_id`` is not a plain name (it would point outside the folder).
+    """
+    if not run_id or Path(run_id).name != run_id or run_id.startswith("."):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return key_file_folder() / f"{run_id}.key"
+
+
+def _write_key_file(run_id: str, private: str) -> None:
+    """Writes the key whole or not at all, readable by the user only (``0600``, its folder ``0700``)."""
+    target = key_file(run_id)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target.parent.chmod(0o700)  # mkdir's mode is cut by the umask, and an older folder may be wider
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(private)
+    partial.chmod(0o600)
+    partial.replace(target)
+
+
+def _read_key_file(run_id: str) -> str | None:
     try:
-        keyring.delete_password(KEYRING_SERVICE, _username(run_id))
-    except keyring.errors.KeyringError:
-        return
+        return key_file(run_id).read_text(encoding="utf-8") or None
+    except OSError:  # none there (or unreadable): the run logs in without its key
+        return None
 
 
 def shell_path(path: str) -> str:

@@ -11,11 +11,9 @@ import platform
 import sys
 from dataclasses import dataclass
 
-import keyring
-import keyring.backends.fail
-
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.programs import builtin_requested, find_openssh
+from desktop.services.platform.secrets import environment_problems, probe_secret_store
 
 
 @dataclass(frozen=True)
@@ -65,12 +63,21 @@ def _python_check() -> EnvironmentCheck:
 
 
 def _keyring_check() -> EnvironmentCheck:
-    backend = keyring.get_keyring()
-    name = f"{type(backend).__module__}.{type(backend).__name__}"
-    ok = not isinstance(backend, keyring.backends.fail.Keyring)
-    # Without one, runs log in with the user's own SSH key instead of a fresh per-run key.
-    fix = "" if ok else "install gnome-keyring or KWallet (until then: your own SSH key, HF_TOKEN)"
-    return EnvironmentCheck("Keyring", ok, name, fix)
+    """The secret store probe: a keyring that loses secrets blocks renting (required); none at all does not."""
+    probe = probe_secret_store()
+    if probe.ok:
+        return EnvironmentCheck("Keyring", True, probe.backend)
+    # Without one, API keys come from the environment and run keys from private files; a keyring that drops
+    # secrets would lose a rented run's SSH key, so renting is refused until it is fixed.
+    return EnvironmentCheck("Keyring", False, probe.finding, probe.fix, required=probe.blocks_renting)
+
+
+def _environment_keys_check() -> EnvironmentCheck | None:
+    """A line for secret environment variables that are set but malformed (None when all are fine)."""
+    problems = environment_problems()
+    if not problems:
+        return None
+    return EnvironmentCheck("Keys in environment", False, f"{len(problems)} cannot be used", "; ".join(problems))
 
 
 def _data_dir_check() -> EnvironmentCheck:
@@ -100,6 +107,9 @@ def check_environment() -> list[EnvironmentCheck]:
         The required checks first, then one line per optional tool.
     """
     checks = [_python_check(), _keyring_check(), _data_dir_check(), _uploads_check()]
+    keys = _environment_keys_check()
+    if keys is not None:
+        checks.insert(2, keys)
     for distribution, unlocks, how in _OPTIONAL_TOOLS:
         version = _package_version(distribution)
         detail = f"{version} ({unlocks})" if version else f"not installed ({unlocks})"

@@ -1,12 +1,17 @@
-"""The app's log: a rotating file in the log directory, with every secret redacted before it is written."""
+"""The app's log: a rotating file in the log directory, with every secret redacted before it is written.
+
+:func:`redact_known` is the one place secrets are taken out of text: the log's formatter, the run database's errors
+and notes, the run manager's events, the CLI's error lines and the UI's error dialogs all pass it.
+"""
 
 from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 from pathlib import Path
 
-from desktop.core.redaction import redact
+from desktop.core.redaction import redact, secret_variable_values
 from desktop.services.platform.paths import app_paths
 
 LOG_FILE_NAME = "rentune.log"
@@ -23,8 +28,13 @@ def remember_secret(value: str) -> None:
 
 
 def redact_known(text: str) -> str:
-    """Masks every registered secret and every well-known token format in ``text``."""
-    return redact(text, _known_secrets)
+    """Masks every known secret in ``text``: the one redaction for logs, the run database, the UI and the CLI.
+
+    Known secrets are the values registered with :func:`remember_secret` (keys read from the keyring or the
+    environment, run keys) and the values of the secret environment variables set now (``*_API_KEY``, ``*_TOKEN``,
+    ``*SECRET*``), even ones Rentune never read; well-known token formats are masked too.
+    """
+    return redact(text, _known_secrets | secret_variable_values(os.environ))
 
 
 class RedactingFormatter(logging.Formatter):

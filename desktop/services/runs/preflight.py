@@ -23,7 +23,9 @@ from desktop.services.data.prepare import read_manifest
 from desktop.services.machines.probe import NO_GPU
 from desktop.services.models.configs import load_catalog
 from desktop.services.models.sizing import Sizing, SizingError, server_gpu_gb
-from desktop.services.platform.secrets import SecretName, SecretSource, SecretStore
+from desktop.services.platform.secrets import SecretName, SecretStore, StoreProbe, probe_secret_store
+from desktop.services.providers.base import ProviderName
+from desktop.services.providers.registry import PROVIDERS
 from desktop.services.providers.words import without_terminal_advice
 from desktop.services.runs.drafts import size_draft
 from desktop.services.runs.offers_for_draft import DraftOffer, judge_pick, sentence
@@ -71,6 +73,9 @@ class ReviewFacts:
         secret_rows: Rows of the prepared data that look like they hold a secret.
         hf_token: Whether a Hugging Face token is set.
         gated: Whether the base model is gated on the Hub.
+        secret_store: What the keyring did with a throwaway secret (read for renting drafts only).
+        key_problems: Why keys the run reads (the provider's, the Hugging Face token) cannot be used: malformed
+            environment variables, one line each.
     """
 
     manifest: dict[str, Any] | None = None
@@ -80,6 +85,8 @@ class ReviewFacts:
     secret_rows: int = 0
     hf_token: bool = False
     gated: bool = False
+    secret_store: StoreProbe | None = None
+    key_problems: tuple[str, ...] = ()
 
 
 def read_review_facts(draft: RunDraft, secrets: SecretStore | None, store: RunStore | None = None) -> ReviewFacts:
@@ -97,12 +104,22 @@ def read_review_facts(draft: RunDraft, secrets: SecretStore | None, store: RunSt
         secret_rows=secret_rows(draft.train_file, draft.eval_file),
         hf_token=_has_token(secrets),
         gated=is_gated(draft.base_model),
+        secret_store=probe_secret_store() if draft.renting else None,
+        key_problems=key_problems(draft, secrets),
     )
 
 
 def _has_token(secrets: SecretStore | None) -> bool:
-    status = (secrets or SecretStore()).status(SecretName.HUGGINGFACE)
-    return status.source in {SecretSource.KEYRING, SecretSource.ENVIRONMENT}
+    return (secrets or SecretStore()).status(SecretName.HUGGINGFACE).usable
+
+
+def key_problems(draft: RunDraft, secrets: SecretStore | None) -> tuple[str, ...]:
+    """Why the keys this draft reads cannot be used (a space or line break inside an environment variable)."""
+    names = [SecretName.HUGGINGFACE]
+    if draft.renting and draft.compute.provider in set(ProviderName):
+        names.insert(0, PROVIDERS[ProviderName(draft.compute.provider)].secret)
+    store = secrets or SecretStore()
+    return tuple(problem for name in names if (problem := store.status(name).problem))
 
 
 def is_gated(model: str) -> bool:
@@ -146,6 +163,7 @@ def preflight(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
     """Every check that applies, red before amber (the parts still missing first)."""
     checks = [
         *_missing(draft),
+        *_secret_checks(draft, facts),
         *_machine_checks(draft, facts),
         *_model_checks(draft, facts),
         *_data_checks(draft, facts),
@@ -186,6 +204,18 @@ def _missing(draft: RunDraft) -> list[Check]:
 
 def _required(headline: str, details: str, step: str) -> Check:
     return Check(Severity.DANGER, headline, details, step, required=True)
+
+
+def _secret_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
+    """A keyring that loses secrets blocks renting (the rented machine's SSH key would be lost); so do bad keys."""
+    found = []
+    store = facts.secret_store
+    if draft.renting and store is not None and store.blocks_renting:
+        found.append(_required("The keyring cannot keep this run's SSH key", store.problem, "compute"))
+    found += [
+        _required("A key in the environment cannot be used", problem, "compute") for problem in facts.key_problems
+    ]
+    return found
 
 
 def _machine_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:

@@ -1,7 +1,8 @@
 """Runs persisted in SQLite (``RENTUNE_HOME/data/runs.db``), written before every transition.
 
 Each run also has a folder (``data/runs/RUN_ID``) holding its spec copy, the mirrored event stream, pulled
-checkpoints and the final adapter. No secret is ever stored here.
+checkpoints and the final adapter. No secret is ever stored here: errors and transition notes pass the redactor
+(:func:`~desktop.services.platform.logs.redact_known`) on their way in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop.core.runs.states import TERMINAL, RunState, check_transition
+from desktop.services.platform.logs import redact_known
 from desktop.services.platform.paths import app_paths
 
 _SCHEMA = """
@@ -185,8 +187,10 @@ class RunStore:
     def transition(self, run_id: str, state: RunState, note: str = "", *, reopen: bool = False) -> RunRecord:
         """Moves a run to ``state`` and records the transition with the time.
 
-        ``reopen`` lets the user's resume take up a stopped run again (see :func:`check_transition`).
+        ``reopen`` lets the user's resume take up a stopped run again (see :func:`check_transition`). The note is
+        redacted before it is written.
         """
+        note = redact_known(note)
         current = self.get(run_id)
         check_transition(current.state, state, reopen=reopen)
         now = time.time()
@@ -198,9 +202,14 @@ class RunStore:
         return self.get(run_id)
 
     def update(self, run_id: str, **fields: Any) -> RunRecord:
-        """Sets columns of a run in one statement (not its state: use :meth:`transition`); ``spec`` is a dict."""
+        """Sets columns of a run in one statement (not its state: use :meth:`transition`); ``spec`` is a dict.
+
+        An ``error`` is redacted before it is written.
+        """
         if "state" in fields:
             raise ValueError("use transition() to change the state")
+        if fields.get("error"):
+            fields["error"] = redact_known(str(fields["error"]))
         if "spec" in fields:
             fields["spec"] = json.dumps(fields["spec"])
         names = ", ".join(f"{name} = ?" for name in fields)

@@ -24,7 +24,7 @@ from qasync import asyncSlot
 
 from desktop.core.runs.draft import RunDraft
 from desktop.services.platform.environment import EnvironmentCheck, check_environment
-from desktop.services.platform.secrets import SecretName, SecretSource, SecretStore
+from desktop.services.platform.secrets import SecretName, SecretStore, StoreState, probe_secret_store
 from desktop.ui.background import Operation, off_ui_thread
 from desktop.ui.design.icons import icon
 from desktop.ui.pages.base import BasePage
@@ -56,27 +56,32 @@ class Readiness:
 
     Attributes:
         dataset: The prepared dataset's file name, or "" when none is prepared.
-        keys: Labels of the cloud API keys that are set (keyring or environment).
+        keys: Labels of the cloud API keys that are set (keyring or environment) and usable.
         own_server: The pinned own server's address, or "".
-        keyring_missing: No keyring works here (keys can then only come from the environment).
+        keyring_missing: No keyring exists here (keys can then only come from the environment).
+        store_problem: Why the keyring blocks renting (it loses or refuses secrets), in one line; "" when it does not.
     """
 
     dataset: str
     keys: tuple[str, ...]
     own_server: str
     keyring_missing: bool
+    store_problem: str = ""
 
 
 def read_readiness(draft: RunDraft, secrets: SecretStore) -> Readiness:
     """Looks at the draft and the keyring (blocking: the keyring can take a moment; call it off the UI thread)."""
-    statuses = [secrets.status(name) for name in CLOUD_KEYS]
-    keys = tuple(
-        status.name.label for status in statuses if status.source in {SecretSource.KEYRING, SecretSource.ENVIRONMENT}
-    )
+    probe = probe_secret_store()
+    keys = tuple(status.name.label for status in (secrets.status(name) for name in CLOUD_KEYS) if status.usable)
     dataset = draft.data_file.rsplit("/", 1)[-1] if draft.train_file else ""
     server = draft.target.url.removeprefix("ssh://") if draft.target.host_key else ""
-    missing = any(status.source is SecretSource.NO_KEYRING for status in statuses)
-    return Readiness(dataset=dataset, keys=keys, own_server=server, keyring_missing=missing)
+    return Readiness(
+        dataset=dataset,
+        keys=keys,
+        own_server=server,
+        keyring_missing=probe.state is StoreState.NO_KEYRING,
+        store_problem=probe.problem if probe.blocks_renting else "",
+    )
 
 
 class NeedTile(QWidget):
@@ -265,10 +270,12 @@ class HomePage(BasePage):
             )
 
     def _show_gpu(self, readiness: Readiness) -> None:
-        if readiness.keys:
-            self.gpu_tile.show_state(True, f"{', '.join(readiness.keys)} set: live offers are shown when you size.")
-        elif readiness.own_server:
+        if readiness.own_server and (readiness.store_problem or not readiness.keys):
             self.gpu_tile.show_state(True, f"Your own server {readiness.own_server} (host key pinned).")
+        elif readiness.store_problem:
+            self.gpu_tile.show_state(False, f"Renting is blocked: {readiness.store_problem}.")
+        elif readiness.keys:
+            self.gpu_tile.show_state(True, f"{', '.join(readiness.keys)} set: live offers are shown when you size.")
         elif readiness.keyring_missing:
             self.gpu_tile.show_state(
                 False,
