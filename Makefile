@@ -11,12 +11,13 @@ PYTEST_WORKERS ?= auto
 # Build llama.cpp portably (no -march=native), so the cached wheel runs on any x86-64 machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=off
 
-.PHONY: run test lint typecheck imports pytest bench dist install-local gpu-wheels gpu-install gpu-check clean help
+.PHONY: run test lint typecheck imports pytest bench soak dist install-local gpu-wheels gpu-install gpu-check clean help
 
 help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
+	@echo "make soak           the money soak: 40 seeded fault schedules over the fake clouds (SOAK_SEEDS=N for more)"
 	@echo "make dist           build the double-clickable app for this platform into dist/ (see installers/README.md)"
 	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet, MLX)"
 	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
@@ -87,6 +88,11 @@ dist: $(DIST_VENV)/.installed
 bench: $(VENV)/.test-installed
 	@bash installers/system-deps.sh test
 	$(PY) -m tests.benchmarks
+
+# The money soak (tests/soak/): seeded random fault schedules over the three fake clouds, 200+ rentals in all.
+SOAK_SEEDS ?= 40
+soak: $(VENV)/.test-installed
+	$(PY) -m tests.soak --seeds $(SOAK_SEEDS)
 
 # The GPU check (tests/gpu/): wheels are fetched here, carried to a GPU machine without network, installed there
 # next to the image's own torch, transformers and peft (never replaced), then the check runs with the image's Python.

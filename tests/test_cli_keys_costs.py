@@ -66,12 +66,14 @@ def test_costs_json_is_exactly_the_documented_object(filled_ledger: Ledger, caps
         "price_per_hour": 1.5,
         "started": "2026-12-01T06:00:00Z",
         "stopped": None,
-        "usd": 3.0,
+        "state": "live",
+        "end_estimated": False,
+        "usd": pytest.approx(3.0),
     }
     assert json.loads(out) == {
-        "total_usd": 17.28,
-        "month_usd": 4.38,
-        "today_usd": 4.38,
+        "total_usd": pytest.approx(17.28),
+        "month_usd": pytest.approx(4.38),
+        "today_usd": pytest.approx(4.38),
         "billing_per_hour": 1.5,
         "rentals": [
             {
@@ -82,7 +84,9 @@ def test_costs_json_is_exactly_the_documented_object(filled_ledger: Ledger, caps
                 "price_per_hour": 1.29,
                 "started": "2026-11-20T00:00:00Z",
                 "stopped": "2026-11-20T10:00:00Z",
-                "usd": 12.9,
+                "state": "ended",
+                "end_estimated": False,
+                "usd": pytest.approx(12.9),
             },
             {
                 "run_id": "run-a",
@@ -92,12 +96,31 @@ def test_costs_json_is_exactly_the_documented_object(filled_ledger: Ledger, caps
                 "price_per_hour": 0.69,
                 "started": "2026-12-01T03:52:10Z",
                 "stopped": "2026-12-01T05:52:10Z",
-                "usd": 1.38,
+                "state": "ended",
+                "end_estimated": False,
+                "usd": pytest.approx(1.38),
             },
             vast,
         ],
         "running": [vast],
     }
+
+
+def test_costs_json_carries_dollars_unrounded_and_marks_estimated_ends(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger()
+    ledger.open("run-c", "runpod", "pod-2", "RTX 4090", 0.74, started=ts("2026-12-01T03:00:00"))
+    ledger.close("runpod", "pod-2", stopped=ts("2026-12-01T03:00:36"), estimated=True)  # 36 s: $0.0074, seen gone
+    ledger.open("run-c", "runpod", "pod-3", "RTX 4090", 0.74, started=ts("2026-12-01T04:00:00"))
+    ledger.close("runpod", "pod-3", stopped=ts("2026-12-01T04:00:36"), estimated=False)  # the provider's own end
+    code, out, _ = run(capsys, "costs", "--json")
+    assert code == 0
+    estimated, exact = json.loads(out)["rentals"]
+    assert estimated["usd"] == pytest.approx(0.0074, rel=1e-9) and estimated["end_estimated"] is True
+    assert exact["end_estimated"] is False
+    _, out, _ = run(capsys, "costs")
+    assert "2026-12-01T03:00:36Z (est.)" in out and "0.01" in out, "rounded only where a person reads it"
 
 
 def test_costs_text_has_the_table_totals_and_a_warning_per_running_machine(
@@ -129,13 +152,13 @@ def test_costs_are_the_costs_pages_sums_own_servers_included(
     monkeypatch.setattr(spend_module, "time", clock)
     overview = spend_overview(RunStore(), now=now)
     answer = json.loads(run(capsys, "costs", "--json")[1])
-    assert answer["total_usd"] == round(overview.total_usd, 2) > 0
-    assert answer["month_usd"] == round(overview.month_usd, 2)
-    assert answer["today_usd"] == round(overview.today_usd, 2)
-    assert answer["billing_per_hour"] == round(overview.burn_per_hour, 2)
+    assert answer["total_usd"] == pytest.approx(overview.total_usd) and overview.total_usd > 0
+    assert answer["month_usd"] == pytest.approx(overview.month_usd)
+    assert answer["today_usd"] == pytest.approx(overview.today_usd)
+    assert answer["billing_per_hour"] == pytest.approx(overview.burn_per_hour)
     own = [line for line in answer["rentals"] if line["provider"] == OWN_SERVER]
     assert own and all(line["instance_id"] == "" for line in own)
-    assert round(sum(line["usd"] for line in answer["rentals"]), 2) == pytest.approx(answer["total_usd"], abs=0.05)
+    assert sum(line["usd"] for line in answer["rentals"]) == pytest.approx(answer["total_usd"]), "unrounded: sums agree"
     text = run(capsys, "costs")[1]
     assert "Your server" in text and f"total ${overview.total_usd:.2f}," in text
 

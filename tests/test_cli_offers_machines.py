@@ -235,7 +235,7 @@ async def test_a_run_that_came_alive_keeps_its_machine(clouds: dict[ProviderName
     run_id = run_in(store)  # planned: live
     clouds[RUNPOD].machines = [machine(RUNPOD, "pod-1", f"rentune-{run_id}-x", InstanceState.RUNNING, 1.0)]
     report = await list_machines(store, None, [RUNPOD], open=opener(*clouds.values()))
-    assert [m.orphan for m in report.machines] == [True]  # not exactly its name: not its machine
+    assert [m.orphan for m in report.machines] == [False]  # not a name Rentune gives: the user's own, never touched
     clouds[RUNPOD].machines = [machine(RUNPOD, "pod-1", f"rentune-{run_id}", InstanceState.RUNNING, 1.0)]
     orphaned = orphans.MachinesReport([orphans.Machine(clouds[RUNPOD].machines[0], None, True)], [], [], [RUNPOD])
     stopped, _ = await stop_orphans(store, orphaned, None, open=opener(*clouds.values()))
@@ -264,7 +264,7 @@ def test_machines_json(
     assert main(["machines", "--json"]) == 0
     machines = json.loads(capsys.readouterr().out)
     assert [list(m) for m in machines] == [
-        ["provider", "instance_id", "name", "state", "price_per_hour", "run_id", "orphan"]
+        ["provider", "instance_id", "name", "state", "price_per_hour", "run_id", "orphan", "other_computer"]
     ] * 6
     live = next(m for m in machines if m["instance_id"] == "pod-live")
     assert live == {
@@ -275,7 +275,55 @@ def test_machines_json(
         "price_per_hour": 0.69,
         "run_id": fleet["live"],
         "orphan": False,
+        "other_computer": False,
     }
+
+
+async def test_another_computers_machines_are_never_orphans_unless_asked(
+    clouds: dict[ProviderName, MemoryProvider],
+) -> None:
+    from desktop.services.platform.settings import installation_id
+
+    store = RunStore()
+    mine, theirs = installation_id(), "feedbeef"
+    assert mine != theirs
+    ended = run_in(store, RunState.PROVISIONING, RunState.FINISHED)
+    clouds[RUNPOD].machines = [
+        machine(RUNPOD, "pod-theirs", f"rentune-{theirs}-20261201-101010-abcd", InstanceState.RUNNING, 2.0),
+        machine(RUNPOD, "pod-mine", f"rentune-{mine}-{ended}", InstanceState.RUNNING, 0.5),
+    ]
+    report = await list_machines(store, None, [RUNPOD], open=opener(*clouds.values()))
+    assert [m.instance.instance_id for m in report.orphans] == ["pod-mine"]
+    assert [m.instance.instance_id for m in report.other_computers] == ["pod-theirs"]
+    assert orphans.other_computers_rate(report) == 2.0
+    stopped, _ = await stop_orphans(store, report, None, open=opener(*clouds.values()))
+    assert [i.instance_id for i in stopped] == ["pod-mine"] and clouds[RUNPOD].terminated == ["pod-mine"]
+    report = await list_machines(store, None, [RUNPOD], open=opener(*clouds.values()))
+    stopped, _ = await stop_orphans(store, report, None, open=opener(*clouds.values()), include_other_computers=True)
+    assert [i.instance_id for i in stopped] == ["pod-theirs"]
+
+
+async def test_stopping_an_orphan_closes_its_ledger_row(clouds: dict[ProviderName, MemoryProvider]) -> None:
+    from desktop.services.billing.ledger import Ledger, RentalState
+
+    store = RunStore()
+    ended = run_in(store, RunState.PROVISIONING, RunState.FINISHED)
+    clouds[RUNPOD].machines = [machine(RUNPOD, "pod-left", f"rentune-{ended}", InstanceState.RUNNING, 1.0)]
+    Ledger().open(ended, "runpod", "pod-left", "RTX 4090", 1.0, started=1_800_000_000.0)
+    report = await list_machines(store, None, [RUNPOD], open=opener(*clouds.values()))
+    await stop_orphans(store, report, None, open=opener(*clouds.values()))
+    row = Ledger().get("runpod", "pod-left")
+    assert row is not None and row.state is RentalState.ENDED and not row.running
+
+
+async def test_a_slow_provider_leaves_out_only_itself(clouds: dict[ProviderName, MemoryProvider]) -> None:
+    store = RunStore()
+    ended = run_in(store, RunState.PROVISIONING, RunState.FINISHED)
+    clouds[RUNPOD].machines = [machine(RUNPOD, "pod-left", f"rentune-{ended}", InstanceState.RUNNING, 1.0)]
+    clouds[LAMBDA].delay = 5.0
+    report = await list_machines(store, None, [RUNPOD, LAMBDA], open=opener(*clouds.values()), limit_s=0.3)
+    assert [m.instance.instance_id for m in report.orphans] == ["pod-left"]
+    assert any("Lambda skipped: no answer in 0.3 s" in note for note in report.notes)
 
 
 def test_machines_table_warns_of_orphans(

@@ -7,8 +7,9 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
 
-from desktop.cli.errors import EXIT_FAILED, CliError
+from desktop.cli.errors import EXIT_FAILED, CliError, print_error
 from desktop.cli.parser import build_parser
+from desktop.cli.settle import SETTLING_COMMANDS, settle_at_start
 
 # Each command's (module, function): a group's module is imported only when one of its commands runs.
 _COMMANDS: dict[str | None, tuple[str, str]] = {
@@ -50,9 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from desktop.services.local.toolenv import activate  # here: rentune --version imports nothing more
 
         activate()  # the local tools' private environment, once installed, is importable by every command
+        if args.command in SETTLING_COMMANDS:
+            settle_at_start()
         return _handler(args.command)(args)
     except CliError as exc:
-        print(f"rentune: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         print("rentune: interrupted", file=sys.stderr)
@@ -61,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from desktop.services.runs.store import RunStoreError  # here: `rentune --version` loads no database code
 
         if isinstance(exc, RunStoreError):  # every command opens the run database: one answer for all of them
-            print(f"rentune: error: {exc}", file=sys.stderr)
+            print_error(str(exc))
             return EXIT_FAILED
         return _unexpected(exc)
 
@@ -76,5 +79,5 @@ def _unexpected(exc: Exception) -> int:
         where = ""
     else:
         get_logger("cli").error("unexpected error", exc_info=exc)
-    print(f"rentune: error: unexpected {type(exc).__name__}: {exc}; please report it{where}", file=sys.stderr)
+    print_error(f"unexpected {type(exc).__name__}: {exc}; please report it{where}")
     return EXIT_FAILED

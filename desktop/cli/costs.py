@@ -2,9 +2,12 @@
 
 Every stretch of billing is listed: each rented machine (from the ledger) and each run on your own server at the
 hourly rate you stated (provider ``own``, no instance or GPU). ``--json`` prints one object: ``total_usd``,
-``month_usd``, ``today_usd`` and each line's ``usd`` are rounded to cents, ``billing_per_hour`` is what bills now;
-``price_per_hour`` is the price as recorded; ``started``/``stopped`` are ISO 8601 UTC (``2026-12-01T03:52:10Z``),
-``stopped`` null while it bills. Today and this month are the computer's local days, as in the app.
+``month_usd``, ``today_usd`` and each line's ``usd`` are unrounded (price per hour times rented hours; round where a
+person reads them), ``billing_per_hour`` is what bills now; ``price_per_hour`` is the price as recorded;
+``started``/``stopped`` are ISO 8601 UTC (``2026-12-01T03:52:10Z``), ``stopped`` null while it may bill; ``state`` is
+``creating``, ``live``, ``terminating`` or ``ended`` (a rental still ``creating`` or ``terminating`` counts as
+billing); ``end_estimated`` is true when the stop is the moment Rentune saw the machine gone rather than a time the
+provider reported. Today and this month are the computer's local days, as in the app.
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ def charge_json(charge: Charge, now: float) -> dict[str, Any]:
         "price_per_hour": charge.rate_per_hour,
         "started": iso_utc(charge.started),
         "stopped": None if charge.stopped is None else iso_utc(charge.stopped),
-        "usd": round(charge.usd(now), 2),
+        "state": charge.state,
+        "end_estimated": charge.end_estimated,
+        "usd": charge.usd(now),
     }
 
 
@@ -55,17 +60,17 @@ def overview_json(overview: SpendOverview) -> dict[str, Any]:
     """The whole overview as the JSON output shows it."""
     now = overview.now
     return {
-        "total_usd": round(overview.total_usd, 2),
-        "month_usd": round(overview.month_usd, 2),
-        "today_usd": round(overview.today_usd, 2),
-        "billing_per_hour": round(overview.burn_per_hour, 2),
+        "total_usd": overview.total_usd,
+        "month_usd": overview.month_usd,
+        "today_usd": overview.today_usd,
+        "billing_per_hour": overview.burn_per_hour,
         "rentals": [charge_json(charge, now) for charge in overview.charges],
         "running": [charge_json(charge, now) for charge in overview.billing],
     }
 
 
 def _row(charge: Charge, now: float) -> tuple[str, ...]:
-    stopped = "running" if charge.stopped is None else iso_utc(charge.stopped)
+    stopped = _stopped_words(charge)
     return (
         charge.run_id,
         _label(charge.provider),
@@ -76,6 +81,12 @@ def _row(charge: Charge, now: float) -> tuple[str, ...]:
         stopped,
         f"{charge.usd(now):.2f}",
     )
+
+
+def _stopped_words(charge: Charge) -> str:
+    if charge.stopped is None:
+        return charge.state if charge.state in ("creating", "terminating") else "running"
+    return iso_utc(charge.stopped) + (" (est.)" if charge.end_estimated else "")
 
 
 def table_lines(rows: list[tuple[str, ...]]) -> list[str]:

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
+from desktop.services.billing.ledger import Ledger, LedgerError
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import Instance, ProviderName
 from desktop.services.renting.orphans import (
@@ -17,6 +18,7 @@ from desktop.services.renting.orphans import (
     billing_rate,
     burn_rate,
     list_machines,
+    other_computers_rate,
     stop_orphans,
 )
 from desktop.services.runs.store import RunStore
@@ -33,6 +35,7 @@ def machine_dict(machine: Machine) -> dict[str, Any]:
         "price_per_hour": instance.price_per_hour,
         "run_id": machine.run_id,
         "orphan": machine.orphan,
+        "other_computer": machine.other_computer,
     }
 
 
@@ -41,7 +44,7 @@ _HEADER = ["PROVIDER", "ID", "NAME", "STATE", "$/H", "RUN"]
 
 def _row(machine: Machine) -> list[str]:
     instance = machine.instance
-    run = machine.run_id or ("ORPHAN" if machine.orphan else "-")
+    run = machine.run_id or ("ORPHAN" if machine.orphan else "another computer's" if machine.other_computer else "-")
     return [
         instance.provider.label,
         instance.instance_id,
@@ -80,11 +83,36 @@ def _stopped_line(instance: Instance) -> str:
     )
 
 
-def _stop(store: RunStore, report: MachinesReport, secrets: SecretStore) -> int:
-    if not report.orphans:
+def other_computers_line(report: MachinesReport) -> str | None:
+    """What the machines other Rentune installations rented bill (None when there are none)."""
+    others = report.other_computers
+    if not others:
+        return None
+    noun = "machine" if len(others) == 1 else "machines"
+    return (
+        f"{len(others)} {noun} of another computer's Rentune bill ${other_computers_rate(report):.2f}/h (not orphans: "
+        "that computer follows them; --stop-orphans --include-other-computers stops them too)"
+    )
+
+
+def unsettled_lines() -> list[str]:
+    """One line per rental still being created or terminated (they count as billing)."""
+    try:
+        rows = Ledger().unsettled()
+    except (LedgerError, OSError):
+        return []
+    return [
+        f"still {r.state.value}: {r.provider} {r.instance_id or r.label} of run {r.run_id} (counted as billing; "
+        "Rentune retries until the provider settles it)"
+        for r in rows
+    ]
+
+
+def _stop(store: RunStore, report: MachinesReport, secrets: SecretStore, others: bool) -> int:
+    if not report.orphans and not (others and report.other_computers):
         print("no orphaned machines to stop")
         return EXIT_OK
-    stopped, failures = asyncio.run(stop_orphans(store, report, secrets))
+    stopped, failures = asyncio.run(stop_orphans(store, report, secrets, include_other_computers=others))
     for instance in stopped:
         print(_stopped_line(instance))
     for failure in failures:
@@ -104,13 +132,13 @@ def run_machines(args: argparse.Namespace) -> int:
     if not report.answered:
         raise CliError("no provider answered (see above); check the network and the keys, then try again", EXIT_FAILED)
     if args.stop_orphans:
-        return _stop(store, report, secrets)
+        return _stop(store, report, secrets, args.include_other_computers)
     if args.json:
         print(json.dumps([machine_dict(m) for m in report.machines], indent=2))
         return EXIT_OK
     asked = ", ".join(name.label for name in report.answered)
     print(machines_table(report.machines) if report.machines else f"no machines at {asked}")
-    warning = orphan_warning(report)
-    if warning:
-        print(warning)
+    for line in (orphan_warning(report), other_computers_line(report), *unsettled_lines()):
+        if line:
+            print(line)
     return EXIT_OK

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from desktop import __version__
-from desktop.cli.errors import EXIT_USAGE
+from desktop.cli.errors import EXIT_USAGE, redacted
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Strategy, Targets
 from desktop.services.providers.base import ProviderName
 from trainer_payload.protocol import PROTOCOL_VERSION
@@ -18,8 +18,8 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line: the problem, and where the options are listed."""
 
     def error(self, message: str) -> NoReturn:
-        """Prints ``PROG: error: MESSAGE; see PROG --help`` and exits with 2."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        """Prints ``PROG: error: MESSAGE; see PROG --help`` (secrets masked) and exits with 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {redacted(message)}; see {self.prog} --help\n")
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -207,7 +207,12 @@ def _add_rent_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
     machines = commands.add_parser("machines", help="every machine at every provider; find and stop orphans")
     machines.add_argument("--json", action="store_true", help="print the machines as a JSON list")
     machines.add_argument(
-        "--stop-orphans", action="store_true", help="terminate the rentune-* machines no live run owns"
+        "--stop-orphans", action="store_true", help="terminate this computer's rentune-* machines no live run owns"
+    )
+    machines.add_argument(
+        "--include-other-computers",
+        action="store_true",
+        help="with --stop-orphans: also terminate machines another computer's Rentune rented on the same account",
     )
 
 

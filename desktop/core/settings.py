@@ -36,6 +36,8 @@ class Settings(BaseModel):
         start_at_login: Start Rentune at login, minimised to the menu bar or tray (opt-in).
         notifications: Announce budget thresholds, idle or orphaned machines and finished or failed runs.
         check_for_updates: At start, ask for the newest release and say when it is newer (opt-in; never downloads).
+        installation_id: This installation's id (8 hex digits, made on first use), carried in the names of the
+            machines it rents so another computer's machines on the same account are never taken for orphans.
     """
 
     # Keys this version does not know (one an older Rentune wrote, like allow_api_keys_on_remote) are dropped on load.
@@ -48,6 +50,7 @@ class Settings(BaseModel):
     start_at_login: bool = False
     notifications: bool = True
     check_for_updates: bool = False
+    installation_id: str = Field(default="", pattern="^([0-9a-f]{8})?$")
 
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:

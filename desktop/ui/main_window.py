@@ -15,6 +15,7 @@ from desktop.services.platform.resources import ResourceNotFoundError, resource_
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.background import spawn
 from desktop.ui.context import AppContext
+from desktop.ui.cost_words import upper_first
 from desktop.ui.design.icons import icon
 from desktop.ui.keyboard import make_tab_friendly
 from desktop.ui.pages.base import BasePage
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from desktop.ui.pages.monitor_page import MonitorPage
     from desktop.ui.pages.runs_page import RunsPage
     from desktop.ui.pages.wizard.wizard_page import WizardPage
+
+
+#: Seconds between two tries at rentals not yet settled (a machine whose terminate is not confirmed).
+SETTLE_RETRY_S = 60.0
+#: Seconds between two looks when everything was settled (another process may leave some).
+SETTLE_IDLE_S = 300.0
 
 
 class UnknownPageError(KeyError):
@@ -71,6 +78,7 @@ class MainWindow(QMainWindow):
         self.setObjectName("main_window")
         self.setAccessibleName("Rentune")
         self.resize(1280, 800)
+        self._settling: asyncio.Task[None] | None = None
         self.setMinimumSize(QSize(900, 600))
         self.settings, self.secrets = settings, secrets
         self.context = context or AppContext(settings, secrets)
@@ -270,6 +278,7 @@ class MainWindow(QMainWindow):
         if follow_runs:
             self._reattach()
             spawn(self.check_orphans())
+            self._settling = spawn(self.settle_rentals())
             if self.settings.check_for_updates:
                 spawn(self.check_for_update())
         self.cost_tracker.start()
@@ -317,6 +326,20 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"{words[0].upper()}{words[1:]}.")
         self.cost_tracker.meter.set_orphans(None)
 
+    async def settle_rentals(self) -> None:
+        """Settles rentals left ``creating`` or ``terminating`` now and then in the background, for the app's life.
+
+        A machine whose terminate has not been confirmed is retried every minute until its provider says it is gone.
+        """
+        from desktop.services.renting.reconcile import settle_rentals
+
+        while True:
+            settled = await settle_rentals(self.context.store, self.context.secrets)
+            if settled.lines:
+                self.status_label.setText(f"{upper_first(settled.lines[0])}.")
+            busy = settled.still_terminating or settled.busy or settled.notes
+            await asyncio.sleep(SETTLE_RETRY_S if busy else SETTLE_IDLE_S)
+
     async def check_orphans(self) -> None:
         """Asks the providers with a key for machines no live run owns; the Home page warns of them."""
         from desktop.services.renting.orphans import find_orphans
@@ -347,5 +370,7 @@ class MainWindow(QMainWindow):
         if self.cost_tracker.keeps_open(event):
             return
         self.cost_tracker.stop()
+        if self._settling is not None:
+            self._settling.cancel()
         self.sig_closed.emit()
         super().closeEvent(event)

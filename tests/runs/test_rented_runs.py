@@ -24,6 +24,7 @@ from desktop.cli import main
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
+from desktop.services.platform.settings import installation_id
 from desktop.services.renting.driver import RentalDriver, RentalOptions
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
@@ -191,7 +192,7 @@ def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     assert len(runs) == 1 and runs[0].state is RunState.FINISHED
     adapter = Path(str(runs[0].adapter))
     [instance] = cloud.fake.instances.values()
-    assert instance.label == f"rentune-{runs[0].id}"
+    assert instance.label == f"rentune-{installation_id()}-{runs[0].id}"
     assert instance.terminated is not None
     arrived = (adapter / "adapter_model.safetensors").stat().st_mtime
     assert instance.terminated - arrived < 30, "terminated within 30 s of the adapter arriving"
@@ -409,17 +410,40 @@ def test_rentune_run_warns_of_orphaned_machines_with_their_burn_rate(
     assert "rentune machines --stop-orphans" in err
 
 
-def test_renting_without_a_keyring_refuses_before_anything_is_rented(
+def test_renting_with_a_keyring_that_stores_nothing_refuses_before_anything_is_rented(
     runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import keyring
+    from keyring.backends.null import Keyring as NullKeyring
+
+    keyring.set_keyring(NullKeyring())  # (a keyring that does not exist at all keeps run keys in files instead)
+    assert main(["run", str(rented_spec(runpod))]) == 2
+    err = capsys.readouterr().err
+    assert "renting needs a keyring that keeps the run's own SSH key" in err
+    assert "the keyring backend keyring.backends.null.Keyring stores nothing: unset PYTHON_KEYRING_BACKEND" in err
+    assert runpod.fake.instances == {} and RunStore().all() == []
+
+
+def test_a_headless_server_without_a_keyring_rents_with_the_run_key_in_a_private_file(
+    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str], rentune_home: Path
 ) -> None:
     import keyring
     from keyring.backends.fail import Keyring as NoKeyring
 
+    from desktop.services.machines.keys import key_file
+
     keyring.set_keyring(NoKeyring())
-    assert main(["run", str(rented_spec(runpod))]) == 2
-    err = capsys.readouterr().err
-    assert "renting needs the OS keyring for the run's own SSH key" in err
-    assert runpod.fake.instances == {} and RunStore().all() == []
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5), report=print)
+    run_id = _create(engine, rented_spec(runpod))
+    path = key_file(run_id)
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert main(["resume", run_id]) == 0, capsys.readouterr()
+    assert RunStore().get(run_id).state is RunState.FINISHED
+    _nothing_left(runpod.fake)
+    assert path.read_text().startswith("-----BEGIN OPENSSH PRIVATE KEY-----"), "kept like a keyring keeps it"
+    engine.delete(run_id)
+    assert not path.exists(), "the run's private key goes with the run"
+    _secret_free(rentune_home, [runpod.fake.valid_key])
 
 
 def test_rentune_stop_of_a_detached_rented_run_pulls_the_checkpoint_and_terminates(

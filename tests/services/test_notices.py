@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
+from desktop.services.billing.activity import mark_activity
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.meter import read_meter
 from desktop.services.billing.notices import Notice, NoticeKind, NoticeMemory, due_notices
@@ -83,10 +85,31 @@ def test_a_machine_that_trains_nothing_is_announced_once_per_idle_spell() -> Non
     assert idle.minutes == pytest.approx(28, abs=0.5) and idle.guard_minutes == 20
     assert _said(memory, store, ledger, now + 60) == []
     event = {"seq": 1, "ts": now + 120, "event": "step", "step": 5}
-    (store.runs_dir / run_id / "events.jsonl").write_text(json.dumps(event) + "\n")  # the trainer moved again
+    mirror = store.runs_dir / run_id / "events.jsonl"
+    mirror.write_text(json.dumps(event) + "\n")  # the trainer moved again: mirrored here at now + 120
+    os.utime(mirror, (now + 120, now + 120))
     assert _said(memory, store, ledger, now + 300) == [], "moving again ends the spell"
     [again] = _said(memory, store, ledger, now + 120 + 11 * 60)
     assert again.kind is NoticeKind.IDLE and again.minutes == pytest.approx(11, abs=0.5)
+
+
+def test_transfer_bytes_moving_count_as_activity_not_idleness() -> None:
+    store, ledger, memory = RunStore(), Ledger(), NoticeMemory(None)
+    now = time.time()
+    run_id = _live_rented_run(store, ledger, now - 30 * 60, budget=0)
+    mark_activity(store.runs_dir / run_id, now - 60)  # an upload or a pull moved bytes a minute ago
+    assert _said(memory, store, ledger, now) == [], "a long transfer is work"
+
+
+def test_an_absurd_event_time_never_decides_idleness() -> None:
+    store, ledger, memory = RunStore(), Ledger(), NoticeMemory(None)
+    now = time.time()
+    run_id = _live_rented_run(store, ledger, now - 30 * 60, budget=0)
+    mirror = store.runs_dir / run_id / "events.jsonl"
+    mirror.write_text('{"seq": 1, "ts": 1e300, "event": "step", "step": 5}\n')
+    os.utime(mirror, (now - 40 * 60, now - 40 * 60))
+    [idle] = _said(memory, store, ledger, now)
+    assert idle.kind is NoticeKind.IDLE and idle.minutes == pytest.approx(28, abs=0.5), "1e300 changed nothing"
 
 
 def test_orphans_are_announced_once_per_set() -> None:

@@ -2,7 +2,10 @@
 
 The file is ``RENTUNE_HOME/data/ledger.sqlite``. The app and a detached ``rentune run`` may write at once, so the
 database runs in WAL mode with a busy timeout, and every call opens its own short-lived connection (safe across
-threads and processes). Dollars are an estimate from the recorded price per hour, not the provider's bill.
+threads and processes). A rental is written before its create request (state ``creating``, with the machine's
+label), so a machine made by a create whose answer never came is found again by that label. Dollars are the
+recorded price per hour times the rented hours, from the provider's own start and end times where it reports them
+(else the moments Rentune saw).
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from desktop.services.platform.paths import app_paths
 
 #: The schema this code reads and writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
@@ -27,56 +32,105 @@ CREATE TABLE IF NOT EXISTS rentals (
     id INTEGER PRIMARY KEY,
     run_id TEXT NOT NULL,
     provider TEXT NOT NULL,
-    instance_id TEXT NOT NULL,
+    instance_id TEXT,
     gpu TEXT NOT NULL,
     price_per_hour REAL NOT NULL,
     started REAL NOT NULL,
     stopped REAL,
+    label TEXT NOT NULL DEFAULT '',
+    offer_id TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT 'live',
+    end_estimated INTEGER NOT NULL DEFAULT 0,
     UNIQUE (provider, instance_id)
 );
 """
-_COLUMNS = "id, run_id, provider, instance_id, gpu, price_per_hour, started, stopped"
+# Schema 1 had no intent rows: instance ids were NOT NULL and there was no state. Its rows are copied over.
+_FROM_V1 = """
+ALTER TABLE rentals RENAME TO rentals_v1;
+{schema}
+INSERT INTO rentals (id, run_id, provider, instance_id, gpu, price_per_hour, started, stopped, state, end_estimated)
+    SELECT id, run_id, provider, instance_id, gpu, price_per_hour, started, stopped,
+           CASE WHEN stopped IS NULL THEN 'live' ELSE 'ended' END, 0 FROM rentals_v1;
+DROP TABLE rentals_v1;
+"""
+_COLUMNS = (
+    "id, run_id, provider, instance_id, gpu, price_per_hour, started, stopped, label, offer_id, state, end_estimated"
+)
 
 
 class LedgerError(RuntimeError):
     """The ledger file cannot be used; the message names the file and what to do."""
 
 
+class RentalState(StrEnum):
+    """Where a rental stands.
+
+    ``CREATING``: written before the create request; the machine may exist (its id is not known yet).
+    ``LIVE``: the provider made it. ``TERMINATING``: asked to terminate, the provider has not yet said it is gone.
+    ``ENDED``: gone. ``NOT_CREATED``: the create was refused, or no machine with its label turned up.
+    """
+
+    CREATING = "creating"
+    LIVE = "live"
+    TERMINATING = "terminating"
+    ENDED = "ended"
+    NOT_CREATED = "not_created"
+
+
+#: The states in which a rental may bill (counted as billing everywhere).
+BILLING_STATES = frozenset({RentalState.CREATING, RentalState.LIVE, RentalState.TERMINATING})
+#: The states left to settle with the provider (at every start).
+UNSETTLED_STATES = frozenset({RentalState.CREATING, RentalState.TERMINATING})
+
+
 @dataclass(frozen=True)
 class Rental:
-    """One rented machine.
+    """One rented machine (or one attempt to rent it).
 
     Attributes:
         id: The row's id.
         run_id: The run it was rented for.
         provider: The provider's name (``ProviderName.value``: "runpod", "vast", "lambda").
-        instance_id: The provider's id of the machine.
+        instance_id: The provider's id of the machine (None while creating, or when none was made).
         gpu: The GPU's display name.
         price_per_hour: Dollars per hour for the whole machine.
-        started: When billing started (unix time).
-        stopped: When it stopped (unix time), or None while it runs.
+        started: When billing started (unix time): the provider's own time when it reports one.
+        stopped: When it stopped (unix time), or None while it may bill.
+        label: The machine's name, chosen before the create request.
+        offer_id: The offer it was rented from.
+        state: Where the rental stands.
+        end_estimated: The stop is when Rentune saw it gone, not a time the provider reported.
     """
 
     id: int
     run_id: str
     provider: str
-    instance_id: str
+    instance_id: str | None
     gpu: str
     price_per_hour: float
     started: float
     stopped: float | None
+    label: str = ""
+    offer_id: str = ""
+    state: RentalState = RentalState.LIVE
+    end_estimated: bool = False
 
     @property
     def running(self) -> bool:
-        """Whether the machine is still rented (and billing)."""
-        return self.stopped is None
+        """Whether the machine may still bill (creating, live or terminating)."""
+        return self.state in BILLING_STATES
+
+    @property
+    def made(self) -> bool:
+        """Whether a machine exists or existed for it (every state but ``not_created``)."""
+        return self.state is not RentalState.NOT_CREATED
 
     def end(self, now: float) -> float:
-        """When its billing ends: the stop time, or ``now`` while it runs."""
+        """When its billing ends: the stop time, or ``now`` while it may bill."""
         return self.stopped if self.stopped is not None else now
 
     def usd(self, now: float) -> float:
-        """Dollars spent up to ``now`` (up to the stop time once stopped)."""
+        """Dollars spent up to ``now`` (up to the stop time once stopped): price per hour times rented hours."""
         return self.price_per_hour * max(0.0, self.end(now) - self.started) / 3600
 
     def usd_between(self, start: float, end: float, now: float) -> float:
@@ -112,8 +166,22 @@ def month_bounds(now: float) -> tuple[float, float]:
     return start.timestamp(), after.timestamp()
 
 
-def _rental(row: tuple[int, str, str, str, str, float, float, float | None]) -> Rental:
-    return Rental(*row)
+def _rental(row: tuple[Any, ...]) -> Rental:
+    row_id, run_id, provider, instance_id, gpu, price, started, stopped, label, offer_id, state, estimated = row
+    return Rental(
+        row_id,
+        run_id,
+        provider,
+        instance_id,
+        gpu,
+        price,
+        started,
+        stopped,
+        label,
+        offer_id,
+        RentalState(state),
+        bool(estimated),
+    )
 
 
 class Ledger:
@@ -139,6 +207,10 @@ class Ledger:
                 f"the ledger {self.path} was written by a newer Rentune (schema {version}); update Rentune"
             )
         db.execute("PRAGMA journal_mode = WAL")  # persistent: readers no longer block the writer
+        if version == 1:
+            migration = _FROM_V1.format(schema=_SCHEMA)
+            db.executescript(f"BEGIN;{migration}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+            return
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -162,33 +234,112 @@ class Ledger:
         price_per_hour: float,
         *,
         started: float | None = None,
+        label: str = "",
     ) -> Rental:
-        """Records a machine rented now (or at ``started``) and returns its rental.
+        """Records a machine rented now (or at ``started``) and returns its rental (a machine found, not created here).
 
         An instance is recorded once: opening one already in the ledger returns the rental recorded first.
         """
         with self._db() as db:
             db.execute(
-                "INSERT OR IGNORE INTO rentals (run_id, provider, instance_id, gpu, price_per_hour, started) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, provider, instance_id, gpu, price_per_hour, time.time() if started is None else started),
+                "INSERT OR IGNORE INTO rentals (run_id, provider, instance_id, gpu, price_per_hour, started, label, "
+                "state) VALUES (?, ?, ?, ?, ?, ?, ?, 'live')",
+                (run_id, provider, instance_id, gpu, price_per_hour, started or time.time(), label),
             )
         rental = self.get(provider, instance_id)
         assert rental is not None  # just inserted (or already there); rows are never deleted
         return rental
 
-    def close(self, provider: str, instance_id: str, stopped: float | None = None) -> Rental | None:
-        """Records that a machine stopped billing now (or at ``stopped``); None when the ledger does not know it.
+    def intend(  # noqa: PLR0917 - the rental's own fields, in the order of the table
+        self, run_id: str, provider: str, label: str, gpu: str, price_per_hour: float, offer_id: str = ""
+    ) -> Rental:
+        """Records a rental about to be created (state ``creating``): written before the create request is sent."""
+        with self._db() as db:
+            cursor = db.execute(
+                "INSERT INTO rentals (run_id, provider, instance_id, gpu, price_per_hour, started, label, offer_id, "
+                "state) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'creating')",
+                (run_id, provider, gpu, price_per_hour, time.time(), label, offer_id),
+            )
+            row_id = cursor.lastrowid
+        assert row_id is not None
+        return self.row(row_id)
 
-        Closing twice keeps the first stop time. A stop before the start counts as the start (no negative time).
+    def created(
+        self, row_id: int, instance_id: str, *, price_per_hour: float | None = None, started: float | None = None
+    ) -> Rental:
+        """Records that the provider made the machine of an intent row (it is ``live`` from here on).
+
+        Args:
+            row_id: The intent's row.
+            instance_id: The provider's id of the machine.
+            price_per_hour: The price it was made at (the intent's price when None).
+            started: When it started billing by the provider's clock (the intent's time when None).
         """
         with self._db() as db:
             db.execute(
-                "UPDATE rentals SET stopped = MAX(?, started) "
-                "WHERE provider = ? AND instance_id = ? AND stopped IS NULL",
-                (time.time() if stopped is None else stopped, provider, instance_id),
+                "UPDATE rentals SET instance_id = ?, price_per_hour = COALESCE(?, price_per_hour), "
+                "started = COALESCE(?, started), stopped = NULL, state = 'live' "
+                "WHERE id = ? AND state IN ('creating', 'not_created')",
+                (instance_id, price_per_hour, started, row_id),
+            )
+        return self.row(row_id)
+
+    def not_created(self, row_id: int) -> Rental:
+        """Records that an intent made no machine (refused, or none with its label at the provider): no dollars."""
+        with self._db() as db:
+            db.execute(
+                "UPDATE rentals SET state = 'not_created', stopped = started WHERE id = ? AND state = 'creating'",
+                (row_id,),
+            )
+        return self.row(row_id)
+
+    def terminating(self, provider: str, instance_id: str) -> Rental | None:
+        """Records that the machine is being terminated (it bills until the provider says it is gone)."""
+        with self._db() as db:
+            db.execute(
+                "UPDATE rentals SET state = 'terminating' WHERE provider = ? AND instance_id = ? AND state = 'live'",
+                (provider, instance_id),
             )
         return self.get(provider, instance_id)
+
+    def close(
+        self, provider: str, instance_id: str, stopped: float | None = None, *, estimated: bool | None = None
+    ) -> Rental | None:
+        """Records that a machine stopped billing now (or at ``stopped``); None when the ledger does not know it.
+
+        Closing twice keeps the first stop time. A stop before the start counts as the start (no negative time).
+
+        Args:
+            provider: The provider's name.
+            instance_id: The machine.
+            stopped: When it stopped; now when None.
+            estimated: Whether ``stopped`` is Rentune's own observation rather than the provider's time (by default:
+                estimated exactly when no time is given).
+        """
+        guess = stopped is None if estimated is None else estimated
+        with self._db() as db:
+            db.execute(
+                "UPDATE rentals SET stopped = MAX(?, started), state = 'ended', end_estimated = ? "
+                "WHERE provider = ? AND instance_id = ? AND stopped IS NULL",
+                (time.time() if stopped is None else stopped, int(guess), provider, instance_id),
+            )
+        return self.get(provider, instance_id)
+
+    def row(self, row_id: int) -> Rental:
+        """One rental by its row id.
+
+        Raises:
+            LedgerError: No such row.
+        """
+        with self._db() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM rentals WHERE id = ?", (row_id,)).fetchone()  # noqa: S608
+        if row is None:
+            raise LedgerError(f"the ledger {self.path} has no rental {row_id}")
+        return _rental(row)
+
+    def unsettled(self) -> list[Rental]:
+        """The rentals left to settle with their provider: still ``creating`` or ``terminating``, oldest first."""
+        return [rental for rental in self.rentals() if rental.state in UNSETTLED_STATES]
 
     def get(self, provider: str, instance_id: str) -> Rental | None:
         """The rental of one machine, or None."""
@@ -207,7 +358,7 @@ class Ledger:
             return [_rental(row) for row in rows]
 
     def running(self) -> list[Rental]:
-        """The rentals still billing, oldest first."""
+        """The rentals that may still bill (creating, live or terminating), oldest first."""
         return [rental for rental in self.rentals() if rental.running]
 
     def summary(self, now: float | None = None) -> CostSummary:

@@ -8,24 +8,21 @@ terminated at the provider with :func:`terminate_machine`.
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from collections.abc import Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from desktop.core.runs.progress import ENDED
 from desktop.core.runs.states import LIVE
+from desktop.services.billing.activity import last_activity
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.records import RunRow, RunRows
 from desktop.services.billing.rentals import rental_of
 from desktop.services.billing.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
 from desktop.services.providers.base import BILLING, Instance
 from trainer_payload.protocol import EVENTS_FILE_NAME
-
-#: Bytes read from the end of a run's event mirror to find its newest event.
-_TAIL_BYTES = 16_384
 
 
 @dataclass(frozen=True)
@@ -139,35 +136,31 @@ def live_runs_of(records: Sequence[RunRow]) -> list[str]:
 
 
 def last_event_time(folder: Path) -> float | None:
-    """The time of the newest event mirrored for a run (reads only the file's end), None when there is none."""
+    """When this computer last mirrored a new event of the run (the mirror's change time; None when there is none).
+
+    This computer's clock, not the event's ``ts``: a machine's clock, or a ``ts`` it made up, never decides whether
+    the run is idle.
+    """
     try:
-        with (folder / EVENTS_FILE_NAME).open("rb") as mirror:
-            mirror.seek(0, 2)
-            size = mirror.tell()
-            mirror.seek(max(0, size - _TAIL_BYTES))
-            tail = mirror.read()
+        moment = (folder / EVENTS_FILE_NAME).stat().st_mtime
     except OSError:
         return None
-    for line in reversed(tail.splitlines()):
-        with suppress(ValueError, TypeError, AttributeError):
-            return float(json.loads(line).get("ts"))
-    return None
+    return moment if math.isfinite(moment) else None
 
 
 def last_progress(record: RunRow, transitions: Sequence[dict[str, object]], folder: Path) -> float:
     """When a run last moved, counted as the rental driver's idle guard does.
 
-    A trainer event, a state change, or its machine coming up counts as moving.
+    A new trainer event, a state change, its machine coming up, or bytes of a transfer moving (an upload, a model
+    download, a checkpoint or adapter pull) count as moving.
     """
     times = [record.started]
     rental = rental_of(record)
     if rental is not None:
         times.append(rental.ready or rental.created)
     times += [float(str(row["ts"])) for row in transitions]
-    event = last_event_time(folder)
-    if event is not None:
-        times.append(event)
-    return max(times)
+    times += [t for t in (last_event_time(folder), last_activity(folder)) if t is not None]
+    return max(t for t in times if math.isfinite(t))
 
 
 def read_meter(

@@ -64,6 +64,7 @@ def run_spend(store: RunRows, run_id: str, *, ledger: Ledger | None = None, now:
 
 
 def _rented_spend(run_id: str, rentals: Sequence[Rental], now: float) -> RunSpend:
+    rentals = [rental for rental in rentals if rental.made]
     running = [rental for rental in rentals if rental.running]
     return RunSpend(
         run_id=run_id,
@@ -101,8 +102,10 @@ class Charge:
         rate_per_hour: Dollars per hour.
         started: When billing started (unix time).
         stopped: When it stopped, or None while it bills.
-        instance_id: The provider's id of a rented machine ("" for an own server).
+        instance_id: The provider's id of a rented machine ("" for an own server, or a rental still creating).
         gpu: The rented machine's GPU ("" for an own server).
+        state: The rental's state in the ledger ("live" for an own server while it bills, "ended" after).
+        end_estimated: The stop is when Rentune saw the machine gone, not a time its provider reported.
     """
 
     run_id: str
@@ -112,6 +115,8 @@ class Charge:
     stopped: float | None
     instance_id: str = ""
     gpu: str = ""
+    state: str = ""
+    end_estimated: bool = False
 
     @property
     def billing(self) -> bool:
@@ -156,8 +161,10 @@ def rental_charge(rental: Rental) -> Charge:
         rental.price_per_hour,
         rental.started,
         rental.stopped,
-        rental.instance_id,
+        rental.instance_id or "",
         rental.gpu,
+        rental.state.value,
+        rental.end_estimated,
     )
 
 
@@ -328,7 +335,7 @@ def spend_overview(
     """
     now = time.time() if now is None else now
     records = store.all()
-    rentals = (ledger or Ledger()).rentals()
+    rentals = [rental for rental in (ledger or Ledger()).rentals() if rental.made]
     charges = [rental_charge(rental) for rental in rentals]
     own: dict[str, RunSpend] = {}
     for record in records:

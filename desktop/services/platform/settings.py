@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
+
+import filelock
 
 from desktop.core.settings import Settings, SettingsError, settings_from_dict
 from desktop.services.platform.files import atomic_write_text
@@ -49,3 +52,25 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     path = path or app_paths().settings_file
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, settings.model_dump_json(indent=2) + "\n")
+
+
+def installation_id(path: Path | None = None) -> str:
+    """This installation's id, made and saved on first use (under a lock: two first starts agree on one id).
+
+    Args:
+        path: The settings file; the platform's by default.
+
+    Raises:
+        SettingsError: The settings file cannot be read (the message names it and the fix).
+    """
+    path = path or app_paths().settings_file
+    settings = load_settings(path)
+    if settings.installation_id:
+        return settings.installation_id
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(path.with_name(path.name + ".lock")):
+        settings = load_settings(path)  # another process may have made it meanwhile
+        if not settings.installation_id:
+            settings.installation_id = secrets.token_hex(4)
+            save_settings(settings, path)
+        return settings.installation_id

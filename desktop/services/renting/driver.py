@@ -1,11 +1,13 @@
 """Runs on rented machines: rent the cheapest matching offer, train, and terminate the moment the adapter is home.
 
-The :class:`RentalDriver` wraps the run engine. It rents a machine labelled ``rentune-<run id>``, waits until SSH
-answers (a banner, then a command; the host key is pinned then), points the run at it and lets the engine drive.
-Meanwhile it watches the provider: a machine taken away (a spot machine outbid or preempted, any machine gone) is
-terminated and the run moves to the next matching offer, resuming from the newest checkpoint at home; a machine that
-trains nothing for ``idle_minutes`` is terminated. Whatever ends the run (the adapter home, a failure, a stop, the
-budget) terminates the machine; every rental is written to the ledger with its price, start and stop.
+The :class:`RentalDriver` wraps the run engine. It rents a machine labelled ``rentune-<installation>-<run id>``
+(the rental is in the ledger before the create request: :mod:`.creating`), waits until SSH answers (a banner, then a
+command; the host key is pinned then), points the run at it and lets the engine drive. Meanwhile it watches the
+provider: a machine taken away (a spot machine outbid or preempted, any machine gone) is terminated and the run moves
+to the next matching offer, resuming from the newest checkpoint at home; a machine that does nothing for
+``idle_minutes`` (no trainer event, no state change, no transfer bytes moving) is terminated. A budget timer runs
+from the create to the end, whatever the phase. Whatever ends the run (the adapter home, a failure, a stop, the
+budget) terminates the machine until its provider says it is gone (:mod:`.terminator`).
 """
 
 from __future__ import annotations
@@ -14,17 +16,20 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from desktop.core.runs.labels import machine_label
 from desktop.core.runs.spec import ComputeSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
-from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.ledger import Ledger, RentalState
+from desktop.services.billing.meter import last_progress
 from desktop.services.billing.rentals import Rental, compute_of, rental_of
 from desktop.services.machines.keys import load_run_key
 from desktop.services.machines.machine import Machine
-from desktop.services.machines.ssh import Endpoint
+from desktop.services.machines.ssh import Endpoint, is_refused_login
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.platform.settings import installation_id
 from desktop.services.providers.base import (
     Instance,
     InstanceState,
@@ -36,13 +41,18 @@ from desktop.services.providers.base import (
     RentRequest,
 )
 from desktop.services.providers.registry import PROVIDERS, open_provider
+from desktop.services.renting.budget import PULL_STATES, budget_breach, budget_of
+from desktop.services.renting.creating import CreateTiming, Creator
+from desktop.services.renting.reconcile import Reconciler, renting_lock
+from desktop.services.renting.terminator import Terminator
 from desktop.services.runs.context import ENDED, quietly_close
 from desktop.services.runs.engine import RunEngine
 from desktop.services.runs.errors import RunBusyError, RunError
-from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord
 
 OpenProvider = Callable[[ProviderName, SecretStore], Provider]
+#: Seconds SSH may refuse the run's key after its banner shows before the login counts as refused (not "starting").
+REFUSED_LOGIN_GRACE_S = 60.0
 LOST_STATES = frozenset({InstanceState.STOPPED, InstanceState.FAILED, InstanceState.TERMINATED})
 
 
@@ -57,6 +67,10 @@ class RentalOptions:
         offers_tried: Offers tried per rental when creates fail for capacity.
         budget_margin_minutes: The run is stopped this long before its budget is reached (the stop takes time).
         bid_markup: A spot bid is the lowest winning bid times this (capped at ``max_price_per_hour``).
+        budget_poll_seconds: How often the budget timer compares what was spent with the budget.
+        terminate_patience: Seconds a terminate is retried before the run moves on, leaving the rental
+            ``terminating`` (retried in the background and at every start until the provider says it is gone).
+        create: How long a create's unclear outcome is waited for.
     """
 
     poll_seconds: float = 10.0
@@ -65,6 +79,9 @@ class RentalOptions:
     offers_tried: int = 3
     budget_margin_minutes: float = 3.0
     bid_markup: float = 1.05
+    budget_poll_seconds: float = 5.0
+    terminate_patience: float = 120.0
+    create: CreateTiming = field(default_factory=CreateTiming)
 
 
 class RentError(RunError):
@@ -81,6 +98,8 @@ class RentalDriver:
         ledger: Ledger | None = None,
         options: RentalOptions | None = None,
         open_provider: OpenProvider = open_provider,
+        installation: str | None = None,
+        terminator: Terminator | None = None,
     ) -> None:
         """Creates a driver.
 
@@ -89,12 +108,19 @@ class RentalDriver:
             ledger: Where rentals are booked (the app's by default).
             options: Timing and limits.
             open_provider: Opens a provider's client (tests pass fakes).
+            installation: This installation's id, carried in machine labels (the settings' by default).
+            terminator: Terminates machines until gone (tests pass one with a fast clock).
         """
         self.engine, self.ctx, self.report = engine, engine.ctx, engine.report
         self.ledger = ledger or Ledger()
         self.options = options or RentalOptions()
         self._open = open_provider
+        self._installation = installation
         self._clients: dict[ProviderName, Provider] = {}
+        self.terminator = terminator or Terminator(self.ledger)
+        self.creator = Creator(self.ledger, self.terminator, self.options.create)
+        self._lost_at: dict[str, float | None] = {}
+        self._refusals: dict[str, float] = {}
         self.ctx.spend = self.spent_with_stop
 
     # -- money -----------------------------------------------------------------------------------------------------
@@ -115,10 +141,17 @@ class RentalDriver:
     async def drive(self, run_id: str) -> RunRecord:
         """Rents (or reuses) a machine and follows the run until it ends; the machine never outlives the run.
 
-        Cancelling this (Ctrl-C) leaves the machine training: ``rentune resume`` continues.
+        Cancelling this (Ctrl-C) leaves a machine that trains training: ``rentune resume`` continues. A create in
+        flight is waited for (bounded) and what it made is terminated.
         """
         try:
-            return await self._drive(run_id)
+            if compute_of(self.ctx.store.get(run_id)) is None:
+                return await self.engine.drive(run_id)
+            self.ctx.driver_lock(run_id).release()  # raises RunBusyError at once when another process follows the run
+            with renting_lock(self.ctx.folder(run_id)) as held:
+                if not held:
+                    raise RunBusyError(f"run {run_id} is already being followed by another Rentune window or CLI")
+                return await self._drive_within_budget(run_id)
         except (asyncio.CancelledError, RunBusyError):
             raise  # detached, or another process follows the run (and its machine): nothing to let go here
         except BaseException as exc:
@@ -127,11 +160,42 @@ class RentalDriver:
         finally:
             await self.aclose()
 
+    async def _drive_within_budget(self, run_id: str) -> RunRecord:
+        """Drives the run while a timer, independent of its events, holds it to its budget."""
+        main = asyncio.ensure_future(self._drive(run_id))
+        guard = asyncio.ensure_future(self._budget_guard(run_id))
+        try:
+            await asyncio.wait({main, guard}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (guard, main):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if main.done() and not main.cancelled():
+            return main.result()
+        why = guard.result()
+        if self.ctx.store.get(run_id).state not in ENDED:
+            self.ctx.fail(run_id, why)
+        await self.release(run_id, why)
+        return self.ctx.store.get(run_id)
+
+    async def _budget_guard(self, run_id: str) -> str:
+        """Returns why once the run's budget requires its machine to go (never, for a run without a budget)."""
+        while True:
+            await asyncio.sleep(self.options.budget_poll_seconds)
+            record = self.ctx.store.get(run_id)
+            if budget_of(record) <= 0 or not self.ledger.rentals(run_id):
+                continue
+            spent = self.spent(run_id)
+            why = budget_breach(record, spent, self.spent_with_stop(run_id))
+            if why is not None:
+                return why
+
     async def _drive(self, run_id: str) -> RunRecord:
         compute = compute_of(self.ctx.store.get(run_id))
-        if compute is None:
-            return await self.engine.drive(run_id)
-        self.ctx.driver_lock(run_id).release()  # raises RunBusyError at once when another process follows the run
+        assert compute is not None  # drive() sends runs without [compute] to the engine
+        await self._settle_own(run_id)
         await self._drop_lost_machine(run_id)
         while True:
             record = self.ctx.store.get(run_id)
@@ -144,6 +208,27 @@ class RentalDriver:
             outcome = await self._follow(run_id, rental)
             if outcome is not None:
                 return outcome
+
+    async def _settle_own(self, run_id: str) -> None:
+        """Settles this run's rentals an earlier process left.
+
+        Creates without an answer, terminates not yet confirmed, and machines it rented but never recorded on the run
+        (the process died in between) are terminated.
+        """
+        keep = rental_of(self.ctx.store.get(run_id))
+        reconciler = Reconciler(
+            self.ctx.store,
+            self.ledger,
+            self.ctx.secrets,
+            open=lambda name, _s: self._client(name),
+            terminator=self.terminator,
+            patience=self.options.terminate_patience,
+            close_clients=False,
+        )
+        keep_key = None if keep is None else (keep.provider.value, keep.instance_id)
+        settled = await reconciler.settle_run(run_id, keep=keep_key)
+        for line in settled.lines:
+            self.report(line)
 
     async def _drop_lost_machine(self, run_id: str) -> None:
         """On a resume: a machine that went away meanwhile (outbid, stopped itself) is let go at once."""
@@ -214,10 +299,28 @@ class RentalDriver:
             if instance is None:
                 continue  # the provider did not answer: ask again, the engine keeps training meanwhile
             if instance.state in LOST_STATES:
+                self._lost_at[rental.instance_id] = instance.ended_at
                 return f"the {rental.provider.label} machine {rental.instance_id} was {self._lost_words(instance)}"
-            idle = time.time() - self._last_progress(run_id, rental)
+            idle = self._idle_seconds(run_id, rental)
             if idle_limit and idle >= idle_limit:
-                return f"the machine trained nothing for {idle / 60:.0f} min (idle guard: [compute] idle_minutes)"
+                return f"the machine did nothing for {idle / 60:.0f} min (idle guard: [compute] idle_minutes)"
+            await self._retry_terminating(run_id)
+
+    def _idle_seconds(self, run_id: str, rental: Rental) -> float:
+        """Seconds since the run last moved (0 during the final pull, which the idle guard never interrupts)."""
+        record = self.ctx.store.get(run_id)
+        if record.state in PULL_STATES:
+            return 0.0
+        moved = last_progress(record, self.ctx.store.transitions(run_id), self.ctx.folder(run_id))
+        return max(0.0, time.time() - max(moved, rental.ready or rental.created))
+
+    async def _retry_terminating(self, run_id: str) -> None:
+        """One more try at each machine of this run a terminate left ``terminating`` (it moved on meanwhile)."""
+        for row in self.ledger.rentals(run_id):
+            if row.state is RentalState.TERMINATING and row.instance_id is not None:
+                client = self._client(ProviderName(row.provider))
+                if await self.terminator.attempt(client, row.instance_id):
+                    self.report(f"{client.name.label} machine {row.instance_id} is terminated at last")
 
     @staticmethod
     def _lost_words(instance: Instance) -> str:
@@ -227,14 +330,6 @@ class RentalDriver:
             InstanceState.TERMINATED: "terminated by the provider",
         }[instance.state]
         return words + (f": {instance.status_text}" if instance.status_text else "")
-
-    def _last_progress(self, run_id: str, rental: Rental) -> float:
-        """When the run last moved: a trainer event (a step, a checkpoint...), a state change, the machine coming up."""
-        times = [rental.ready or rental.created]
-        times += [float(t["ts"]) for t in self.ctx.store.transitions(run_id)]
-        events = mirrored_events(self.ctx.folder(run_id))
-        times += [float(e.get("ts") or 0) for e in events[-1:]]
-        return max(times)
 
     async def _instance(self, rental: Rental) -> Instance | None:
         try:
@@ -335,6 +430,7 @@ class RentalDriver:
         )
 
     async def _create(self, run_id: str, compute: ComputeSpec, offer: Offer) -> Instance:
+        """Creates the machine with its rental recorded first (:mod:`.creating`) and points the run at it."""
         record = self.ctx.store.get(run_id)
         bid = None
         if offer.spot:
@@ -345,18 +441,25 @@ class RentalDriver:
         request = RentRequest(
             offer=offer,
             public_key=str(record.spec["run_key_public"]),
-            label=f"rentune-{run_id}",
+            label=machine_label(await self._installation_id(), run_id),
             image=compute.image or info.default_image or "",
             disk_gb=compute.disk_gb,
             bid_per_hour=bid,
         )
         self.report(f"renting {offer.count}x {offer.gpu} at {offer.provider.label} for ${offer.price_per_hour:.2f}/h")
-        instance = await self._client(offer.provider).create(request)
-        price = instance.price_per_hour or bid or offer.price_per_hour
-        self.ledger.open(run_id, offer.provider.value, instance.instance_id, offer.gpu, price)
-        rental = Rental(offer.provider, instance.instance_id, offer.gpu, price, offer.spot, offer.offer_id, time.time())
-        self.ctx.set_spec(run_id, rental=rental.as_dict(), hourly_rate_usd=price)
+        client = self._client(offer.provider)
+        row, instance = await self.creator.create(client, run_id, request, bid or offer.price_per_hour)
+        assert row.instance_id is not None
+        rental = Rental(
+            offer.provider, row.instance_id, offer.gpu, row.price_per_hour, offer.spot, offer.offer_id, row.started
+        )
+        self.ctx.set_spec(run_id, rental=rental.as_dict(), hourly_rate_usd=row.price_per_hour)
         return instance
+
+    async def _installation_id(self) -> str:
+        if self._installation is None:
+            self._installation = await asyncio.to_thread(installation_id)
+        return self._installation
 
     async def _bring_up(self, run_id: str, compute: ComputeSpec, offer: Offer, instance: Instance) -> Rental:
         """Waits until the new machine answers, pins its host key and points the run at it; terminates on failure."""
@@ -429,7 +532,12 @@ class RentalDriver:
         )
 
     async def _ssh_answers(self, run_id: str, target: SshTarget) -> str | None:
-        """The machine's host key once SSH shows its banner and runs a command (None while it does not)."""
+        """The machine's host key once SSH shows its banner and runs a command (None while it does not).
+
+        Raises:
+            RentError: SSH answers but has refused the run's key for :data:`REFUSED_LOGIN_GRACE_S` (a machine just up
+                may take a moment to install it; longer, it is a refused login, not a machine still starting).
+        """
         if not await ssh_banner(target.host, target.port):
             return None
         key = await asyncio.to_thread(load_run_key, run_id)
@@ -439,11 +547,23 @@ class RentalDriver:
             machine = await self.ctx.connect(endpoint, None, 15)
             await machine.run("true", time_limit=15)
             return machine.host_key
-        except Exception:  # noqa: BLE001 - any failure here means "not up yet"; the deadline bounds the wait
+        except Exception as exc:  # noqa: BLE001 - anything but a refused login means "not up yet"; the deadline bounds it
+            if is_refused_login(exc):
+                self._refused_login(run_id, target, exc)
             return None
         finally:
             if machine is not None:
                 await quietly_close(machine)
+
+    def _refused_login(self, run_id: str, target: SshTarget, exc: BaseException) -> None:
+        first = self._refusals.setdefault(run_id, time.monotonic())
+        if time.monotonic() - first < REFUSED_LOGIN_GRACE_S:
+            return
+        raise RentError(
+            f"the machine at {target.host}:{target.port} refuses the run's key for {target.user} ({exc}); it was "
+            "terminated. Check [compute] user (the image's login) and image (it must let the provider install the "
+            "key), or try another offer"
+        )
 
     # -- letting go ------------------------------------------------------------------------------------------------
 
@@ -454,34 +574,37 @@ class RentalDriver:
             await self._release(run_id, rental, why)
 
     async def _release_after(self, run_id: str, why: str) -> None:
-        with contextlib.suppress(ProviderError):
+        with contextlib.suppress(ProviderError, OSError):
             await self.release(run_id, why)
 
     async def _release(self, run_id: str, rental: Rental, why: str) -> None:
-        """Terminates the machine (retried), books its stop and moves it to the run's machine history.
+        """Terminates the machine until its provider says it is gone, and moves it to the run's machine history.
 
-        Raises:
-            ProviderError: The provider would not terminate it; the run keeps the rental so a later call retries.
+        A machine not confirmed gone within ``terminate_patience`` stays ``terminating`` in the ledger (billing, as
+        far as every sum knows) and is retried while the run goes on, by the app in the background and at every
+        start; the run is never left pointing at it.
         """
         client = self._client(rental.provider)
-        for attempt in range(3):
-            try:
-                await client.terminate(rental.instance_id)
-                break
-            except ProviderError as exc:
-                if attempt == 2:
-                    self.report(
-                        f"could not terminate {rental.provider.label} machine {rental.instance_id}: {exc.message}; "
-                        "it may still bill: rentune machines --stop-orphans stops it"
-                    )
-                    raise
-                await asyncio.sleep(1 + attempt)
-        stopped = time.time()
-        self.ledger.close(rental.provider.value, rental.instance_id, stopped)
+        gone = await self.terminator.until_gone(
+            client,
+            rental.instance_id,
+            patience=self.options.terminate_patience,
+            ended_at=self._lost_at.pop(rental.instance_id, None),
+        )
+        row = self.ledger.get(rental.provider.value, rental.instance_id)
+        stopped = row.stopped if row is not None and row.stopped is not None else time.time()
         record = self.ctx.store.get(run_id)
-        history = [*record.spec.get("machines", []), {**rental.as_dict(), "stopped": stopped, "why": why}]
-        self.ctx.set_spec(run_id, rental=None, machines=history)
-        self.report(f"terminated {rental.provider.label} machine {rental.instance_id} ({why})")
+        entry = {**rental.as_dict(), "stopped": stopped, "why": why, "terminating": not gone}
+        self.ctx.set_spec(run_id, rental=None, machines=[*record.spec.get("machines", []), entry])
+        if gone:
+            self.report(f"terminated {rental.provider.label} machine {rental.instance_id} ({why})")
+            return
+        problem = self.terminator.why_not(rental.provider.value, rental.instance_id)
+        self.report(
+            f"{rental.provider.label} machine {rental.instance_id} is not terminated yet ({problem or 'no answer'}): "
+            "it counts as billing and Rentune keeps terminating it until the provider says it is gone "
+            "(rentune machines and rentune doctor show it)"
+        )
 
     def _client(self, name: ProviderName) -> Provider:
         if name not in self._clients:
@@ -502,6 +625,7 @@ def self_stop_settings(compute: ComputeSpec, rental: Rental) -> dict[str, Any] |
     return {
         "provider": rental.provider.value,
         "api_url": PROVIDERS[rental.provider].url,
+        "graphql_url": PROVIDERS[rental.provider].graphql_url,
         "minutes": compute.self_stop_minutes,
         "instance_id": rental.instance_id,
         "send_api_key": rental.provider is ProviderName.LAMBDA and compute.send_api_key,

@@ -14,7 +14,7 @@ from pathlib import Path
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import LIVE, TERMINAL
 from desktop.services.billing.rentals import compute_of, rental_of
-from desktop.services.platform.logs import get_logger
+from desktop.services.platform.logs import get_logger, redact_known
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import ProviderError
 from desktop.services.renting.driver import RentalDriver
@@ -55,6 +55,9 @@ class RunManager:
         return self._engines[key]
 
     def _emit(self, run_id: str, line: str) -> None:
+        clean = redact_known(line)  # listeners show it (the UI) and keep it: no secret goes past here
+        if clean != line:
+            line = type(line)(clean)  # the same kind of line (an event's words stay an event's)
         for listener in list(self._listeners):
             listener(run_id, line)
 

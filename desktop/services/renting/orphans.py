@@ -1,8 +1,10 @@
 """Every machine at every provider, each tied to the run that owns it; Rentune's machines no live run owns are orphans.
 
-Rentune names its machines ``rentune-<run id>``. Such a machine is an orphan when that run is unknown here, has
-ended or has failed, or rents another machine now: nothing will use it, yet it bills. Machines with other names are
-the user's own and are never touched.
+Rentune names its machines ``rentune-<installation>-<run id>`` (:mod:`desktop.core.runs.labels`). A machine of this
+installation is an orphan when its run is unknown here, has ended or has failed, or rents another machine now:
+nothing will use it, yet it bills. A machine another installation rented (a second computer on the same account) is
+shown as that computer's, with what it bills, and is never an orphan: stopping it takes
+``--include-other-computers``. Machines with other names are the user's own and are never touched.
 """
 
 from __future__ import annotations
@@ -10,18 +12,21 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from desktop.core.runs.labels import parse_label
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.meter import BillingMachine
 from desktop.services.billing.rentals import Rental, rental_of
 from desktop.services.platform.secrets import SecretSource, SecretStore, SecretStoreError
-from desktop.services.providers.base import BILLING, GONE, Instance, InstanceState, ProviderError, ProviderName
-from desktop.services.providers.market import OpenProvider, gather_instances
+from desktop.services.platform.settings import installation_id
+from desktop.services.providers.base import BILLING, GONE, Instance, ProviderError, ProviderName
+from desktop.services.providers.market import PROVIDER_TIMEOUT_S, OpenProvider, gather_instances
 from desktop.services.providers.registry import PROVIDERS, open_provider
+from desktop.services.renting.terminator import Terminator
 from desktop.services.runs.store import RunStore
 
-#: The prefix of the machines Rentune rents.
-MACHINE_PREFIX = "rentune-"
+#: Seconds a stopped orphan is given to be confirmed gone (it stays ``terminating`` in the ledger after that).
+STOP_PATIENCE_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -31,12 +36,14 @@ class Machine:
     Attributes:
         instance: The provider's machine.
         run_id: The live run it belongs to (None when no live run owns it).
-        orphan: Rentune rented it, no live run owns it, and it still exists.
+        orphan: This installation rented it, no live run owns it, and it still exists.
+        other_computer: Another Rentune installation (a second computer on the account) rented it.
     """
 
     instance: Instance
     run_id: str | None
     orphan: bool
+    other_computer: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,8 +64,13 @@ class MachinesReport:
 
     @property
     def orphans(self) -> list[Machine]:
-        """The machines no live run owns."""
+        """The machines of this installation no live run owns."""
         return [machine for machine in self.machines if machine.orphan]
+
+    @property
+    def other_computers(self) -> list[Machine]:
+        """The machines another Rentune installation rented that still exist."""
+        return [m for m in self.machines if m.other_computer and m.instance.state not in GONE]
 
 
 def live_runs(store: RunStore) -> dict[str, Rental | None]:
@@ -70,27 +82,29 @@ def live_runs(store: RunStore) -> dict[str, Rental | None]:
     }
 
 
-def owner(instance: Instance, live: dict[str, Rental | None]) -> str | None:
-    """The live run a machine belongs to, read from its name (None for another name or no live run).
+def owner(instance: Instance, live: dict[str, Rental | None], installation: str) -> str | None:
+    """The live run of this installation a machine belongs to, read from its name (None: no live run owns it).
 
     A run that records the machine it rents owns only that one: another machine with its name is a leftover (a
     machine it moved away from that could not be terminated then).
     """
-    if not instance.name.startswith(MACHINE_PREFIX):
+    label = parse_label(instance.name)
+    if label is None or not label.belongs_to(installation) or label.run_id not in live:
         return None
-    run_id = instance.name.removeprefix(MACHINE_PREFIX)
-    if run_id not in live:
-        return None
-    rental = live[run_id]
+    rental = live[label.run_id]
     if rental is not None and (rental.provider, rental.instance_id) != (instance.provider, instance.instance_id):
         return None
-    return run_id
+    return label.run_id
 
 
-def _machine(instance: Instance, live: dict[str, Rental | None]) -> Machine:
-    run_id = owner(instance, live)
-    ours = instance.name.startswith(MACHINE_PREFIX)
-    return Machine(instance, run_id, ours and run_id is None and instance.state not in GONE)
+def _machine(instance: Instance, live: dict[str, Rental | None], installation: str) -> Machine:
+    label = parse_label(instance.name)
+    if label is None:
+        return Machine(instance, None, False)
+    if not label.belongs_to(installation):
+        return Machine(instance, None, False, other_computer=True)
+    run_id = owner(instance, live, installation)
+    return Machine(instance, run_id, run_id is None and instance.state not in GONE)
 
 
 async def list_machines(
@@ -99,6 +113,8 @@ async def list_machines(
     names: list[ProviderName],
     *,
     open: OpenProvider = open_provider,
+    installation: str | None = None,
+    limit_s: float = PROVIDER_TIMEOUT_S,
 ) -> MachinesReport:
     """Lists every machine at every provider with a key, each with its live run or marked an orphan.
 
@@ -107,12 +123,22 @@ async def list_machines(
         secrets: Where API keys are read (the keyring and the environment by default).
         names: The providers to ask.
         open: Opens a provider's client (tests inject their own).
+        installation: This installation's id (the settings' by default).
+        limit_s: Seconds each provider has to answer; a slow one is left out with a note, the rest are listed.
     """
-    found = await gather_instances(names, secrets, open=open)
+    mine = await _installation(installation)
+    found = await gather_instances(names, secrets, open=open, limit_s=limit_s)
     live = live_runs(store)
-    machines = [_machine(instance, live) for instance in found.instances]
+    machines = [_machine(instance, live, mine) for instance in found.instances]
     machines.sort(key=lambda m: (m.instance.provider.value, m.instance.name, m.instance.instance_id))
     return MachinesReport(machines, found.notes, found.unkeyed, found.answered)
+
+
+async def _installation(given: str | None) -> str:
+    """``given``, else this installation's id from the settings."""
+    if given:
+        return given
+    return await asyncio.to_thread(installation_id)
 
 
 def billing_rate(instances: list[Instance]) -> float:
@@ -125,31 +151,53 @@ def burn_rate(report: MachinesReport) -> float:
     return billing_rate([machine.instance for machine in report.orphans])
 
 
+def other_computers_rate(report: MachinesReport) -> float:
+    """Dollars per hour the machines of other Rentune installations bill now."""
+    return billing_rate([machine.instance for machine in report.other_computers])
+
+
 async def stop_orphans(
     store: RunStore,
     report: MachinesReport,
     secrets: SecretStore | None,
     *,
     open: OpenProvider = open_provider,
+    include_other_computers: bool = False,
+    ledger: Ledger | None = None,
+    installation: str | None = None,
 ) -> tuple[list[Instance], list[str]]:
-    """Terminates the report's orphans, checking each against the runs again first.
+    """Terminates the report's orphans until gone, checking each against the runs again first; closes their rentals.
 
-    A machine whose run came alive since the report, or whose name is not Rentune's, is left alone.
+    A machine whose run came alive since the report, or whose name is not Rentune's, is left alone; so is another
+    installation's, unless ``include_other_computers``.
 
     Returns:
-        The machines terminated, and one line per machine that could not be.
+        The machines terminated, and one line per machine that could not be (or is not confirmed gone yet).
     """
+    mine = await _installation(installation)
     live = live_runs(store)
-    doomed = [m.instance for m in report.orphans if _machine(m.instance, live).orphan]
+    doomed = []
+    for listed in report.machines:  # an orphan when listed, and still one now (its run may have come alive)
+        now = _machine(listed.instance, live, mine)
+        other = include_other_computers and listed.other_computer and now.other_computer
+        if ((listed.orphan and now.orphan) or other) and listed.instance.state not in GONE:
+            doomed.append(listed.instance)
     by_provider: dict[ProviderName, list[Instance]] = {}
     for instance in doomed:
         by_provider.setdefault(instance.provider, []).append(instance)
-    results = await asyncio.gather(*(_terminate(name, group, secrets, open) for name, group in by_provider.items()))
+    terminator = Terminator(ledger if ledger is not None else await asyncio.to_thread(Ledger))
+    results = await asyncio.gather(
+        *(_terminate(name, group, secrets, open, terminator) for name, group in by_provider.items())
+    )
     return [i for stopped, _ in results for i in stopped], [note for _, notes in results for note in notes]
 
 
 async def _terminate(
-    name: ProviderName, instances: list[Instance], secrets: SecretStore | None, open: OpenProvider
+    name: ProviderName,
+    instances: list[Instance],
+    secrets: SecretStore | None,
+    open: OpenProvider,
+    terminator: Terminator,
 ) -> tuple[list[Instance], list[str]]:
     stopped: list[Instance] = []
     notes: list[str] = []
@@ -159,12 +207,11 @@ async def _terminate(
         return [], [f"{name.label}: cannot stop {len(instances)} machines: {exc}"]
     try:
         for instance in instances:
-            try:
-                await provider.terminate(instance.instance_id)
-            except ProviderError as exc:
-                notes.append(f"{name.label}: cannot stop {instance.name} ({instance.instance_id}): {exc.message}")
-            else:
+            if await terminator.until_gone(provider, instance.instance_id, patience=STOP_PATIENCE_S):
                 stopped.append(instance)
+            else:
+                why = terminator.why_not(name.value, instance.instance_id)
+                notes.append(f"{name.label}: cannot stop {instance.name} ({instance.instance_id}): {why}")
     finally:
         await provider.aclose()
     return stopped, notes
@@ -186,8 +233,7 @@ async def find_orphans(
 ) -> MachinesReport | None:
     """The machines at the providers with a key, for a look at start (None when no provider has a key).
 
-    A provider that does not answer within ``time_limit`` is left out silently: the check is a courtesy at start,
-    never a reason to wait.
+    A provider that does not answer within ``time_limit`` is left out with a note; the others are reported.
     """
     try:
         names = await asyncio.to_thread(keyed_providers, secrets)
@@ -195,10 +241,7 @@ async def find_orphans(
         return None
     if not names:
         return None
-    try:
-        return await asyncio.wait_for(list_machines(store, secrets, names, open=open), time_limit)
-    except TimeoutError:
-        return None
+    return await list_machines(store, secrets, names, open=open, limit_s=time_limit)
 
 
 async def orphan_warning(
@@ -213,6 +256,8 @@ async def orphan_warning(
         return None
     listed = ", ".join(f"{m.instance.provider.label} {m.instance.instance_id} ({m.instance.name})" for m in orphans)
     one = len(orphans) == 1
+    if report.notes:
+        listed += " (" + "; ".join(report.notes) + ")"
     count = "1 orphaned machine (no live run owns it) bills" if one else f"{len(orphans)} orphaned machines bill"
     return f"warning: {count} ${burn_rate(report):.2f}/h: {listed}; rentune machines --stop-orphans terminates " + (
         "it" if one else "them"
@@ -241,18 +286,15 @@ async def terminate_machine(
     if not machine.rented:
         raise MachineInUseError("an own server is not rented: stop its run instead")
     provider = ProviderName(machine.provider)
-    probe = Instance(
-        provider, machine.instance_id, f"rentune-{machine.run_id}", InstanceState.RUNNING, machine.rate_per_hour
-    )
-    if machine.run_id is not None and owner(probe, live_runs(store)) is not None:
+    rental = live_runs(store).get(machine.run_id or "")
+    if rental is not None and (rental.provider.value, rental.instance_id) == (machine.provider, machine.instance_id):
         raise MachineInUseError(f"run {machine.run_id} uses this machine now: stop the run instead")
+    terminator = Terminator(ledger if ledger is not None else await asyncio.to_thread(Ledger))
     client = open(provider, secrets)
     try:
-        await client.terminate(machine.instance_id)
+        gone = await terminator.until_gone(client, machine.instance_id, patience=STOP_PATIENCE_S)
     finally:
         await client.aclose()
-    await asyncio.to_thread(_book_stop, ledger, machine)
-
-
-def _book_stop(ledger: Ledger | None, machine: BillingMachine) -> None:
-    (ledger or Ledger()).close(machine.provider, machine.instance_id)
+    if not gone:
+        why = terminator.why_not(machine.provider, machine.instance_id)
+        raise ProviderError(provider, f"the machine is not terminated yet ({why}); Rentune keeps trying")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import asyncssh
 
+from desktop.services.billing.activity import mark_activity
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import RemoteError
@@ -57,10 +58,13 @@ def newest_local_checkpoint(root: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-async def pull_folder(ctx: RunContext, machine: Machine, remote: str, local: Path, files: dict[str, str]) -> None:
+async def pull_folder(  # noqa: PLR0917 - who pulls, from where, to where, what
+    ctx: RunContext, run_id: str, machine: Machine, remote: str, local: Path, files: dict[str, str]
+) -> None:
     """Downloads a sealed folder; every file name must stay inside ``local`` (the machine is not trusted)."""
     items = [(f"{remote}/{name}", inside(local, name), digest) for name, digest in files.items()]
-    await machine.download_many(items, ctx.progress("download"))
+    mark_activity(ctx.folder(run_id))
+    await machine.download_many(items, ctx.progress("download", run_id))
     # The marker goes last: a folder without it is an unfinished pull and is never resumed from.
     await machine.download(f"{remote}/{CHECKPOINT_MARKER}", local / CHECKPOINT_MARKER)
 
@@ -83,7 +87,8 @@ async def _pull_checkpoint_locked(ctx: RunContext, run_id: str, machine: Machine
     if (local_root / name / CHECKPOINT_MARKER).exists():
         return
     try:
-        await pull_folder(ctx, machine, f"{record.remote_dir}/out/{event['path']}", local_root / name, event["sha256"])
+        remote = f"{record.remote_dir}/out/{event['path']}"
+        await pull_folder(ctx, run_id, machine, remote, local_root / name, event["sha256"])
     except (RemoteError, asyncssh.SFTPNoSuchFile) as exc:
         ctx.report(f"checkpoint {name} could not be pulled ({exc}); a newer one will be")
         return
@@ -104,5 +109,5 @@ async def pull_adapter(ctx: RunContext, run_id: str, machine: Machine, event: Do
     """Pulls the adapter a ``done`` event names into the run's ``adapter`` folder; returns that folder."""
     record = ctx.store.get(run_id)
     local = inside(ctx.folder(run_id), "adapter")
-    await pull_folder(ctx, machine, f"{record.remote_dir}/out/{event['adapter_path']}", local, event["files"])
+    await pull_folder(ctx, run_id, machine, f"{record.remote_dir}/out/{event['adapter_path']}", local, event["files"])
     return local

@@ -17,6 +17,7 @@ import filelock
 
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.core.settings import Settings
+from desktop.services.billing.activity import mark_activity
 from desktop.services.machines.failures import MACHINE_ERRORS, Backoff
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.platform.secrets import SecretStore
@@ -119,11 +120,16 @@ class RunContext:
             ) from exc
         return lock
 
-    def progress(self, verb: str) -> Callable[[str, int, int], None]:
-        """A transfer progress callback that reports large files about once a second."""
+    def progress(self, verb: str, run_id: str) -> Callable[[str, int, int], None]:
+        """A transfer progress callback that reports large files about once a second.
+
+        Every call also marks the run active (bytes moving), which the idle guard counts as work.
+        """
         started, last = time.monotonic(), [0.0]
+        folder = self.folder(run_id)
 
         def show(name: str, done: int, total: int) -> None:
+            mark_activity(folder)
             now = time.monotonic()
             if total < 5_000_000 or (done < total and now - last[0] < 1):
                 return  # small files: the folder-level message says enough

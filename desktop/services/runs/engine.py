@@ -12,7 +12,9 @@ This module holds the drive loop and the public API; connecting (:mod:`.connecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from desktop.services.machines.failures import MACHINE_ERRORS, Backoff, Permanen
 from desktop.services.machines.keys import create_run_key, delete_run_key, load_run_key
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.machines.ssh import fingerprint
-from desktop.services.platform.secrets import SecretStore
+from desktop.services.platform.secrets import SecretStore, probe_secret_store
 from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, self_stop, transfer
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.context import (
@@ -38,6 +40,9 @@ from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import final_event, newest_checkpoint_only
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import DoneEvent, Event, EventKind, JobState, StateEvent, StopCause
+
+#: Seconds between two looks at the self-stop heartbeat while a pull runs (it is touched at its own pace).
+PULL_HEARTBEAT_POLL_S = 15.0
 
 __all__ = [
     "DRIVER_LOCK_NAME",
@@ -138,9 +143,8 @@ class RunEngine:
             self.store.transition(record.id, RunState.CANCELLED, "no keyring for the run's SSH key")
             self.store.delete(record.id)
             raise RunError(
-                "renting needs the OS keyring for the run's own SSH key (its private half is kept nowhere else); "
-                "install and unlock a Secret Service such as gnome-keyring or KWallet, or use [target] with your own "
-                "key"
+                "renting needs a keyring that keeps the run's own SSH key (its private half is kept nowhere else): "
+                f"{_keyring_problem()}; or use [target] with your own key"
             )
         record = self.ctx.set_spec(record.id, run_key_public=public, run_key_installed=False)
         provider = spec.compute.provider if spec.compute else "?"
@@ -324,7 +328,8 @@ class RunEngine:
 
     async def _handle(self, run_id: str, machine: Machine, event: Event) -> RunRecord | None:
         if event["event"] is EventKind.CHECKPOINT:
-            await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event)
+            async with self._heartbeat_while_pulling(run_id, machine):
+                await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event)
         elif event["event"] is EventKind.DONE:
             return await self._finish(run_id, machine, event)
         elif event["event"] is EventKind.ERROR:
@@ -346,13 +351,32 @@ class RunEngine:
     async def _finish(self, run_id: str, machine: Machine, event: DoneEvent) -> RunRecord:
         """Ends a trained run: the newest checkpoint and the adapter come home, the uploaded data is deleted."""
         record = self.store.transition(run_id, RunState.SYNCING)
-        await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
-        record = self.store.transition(run_id, RunState.PULLING)
-        local = await checkpoints.pull_adapter(self.ctx, run_id, machine, event)
+        async with self._heartbeat_while_pulling(run_id, machine):
+            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+            record = self.store.transition(run_id, RunState.PULLING)
+            local = await checkpoints.pull_adapter(self.ctx, run_id, machine, event)
         await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
         self.store.update(run_id, adapter=str(local), error=None)
         self.report(f"adapter verified and saved to {local}")
         return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat_while_pulling(self, run_id: str, machine: Machine) -> AsyncIterator[None]:
+        """Keeps the machine's self-stop heartbeat fresh while a pull runs: the self-stop must never cut one short."""
+
+        async def beat() -> None:
+            while True:
+                with contextlib.suppress(*MACHINE_ERRORS):
+                    await self_stop.heartbeat(self.ctx, run_id, machine, self.ctx.heartbeats)
+                await asyncio.sleep(PULL_HEARTBEAT_POLL_S)
+
+        task = asyncio.ensure_future(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _relaunch(self, run_id: str, machine: Machine) -> RunRecord | None:
         """After the trainer died: acts on its last words, or starts it again (up to the limit)."""
@@ -469,6 +493,11 @@ class RunEngine:
             await quietly_close(machine)
 
 
+def _keyring_problem() -> str:
+    """Why the keyring did not keep a run key, in words with the fix (from a probe of the keyring)."""
+    return probe_secret_store().problem or "the keyring refused the key; unlock it and try again"
+
+
 def _with_run_key(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     """A rented run's spec with a run key the provider can be given (the old one went when the run ended).
 
@@ -480,7 +509,7 @@ def _with_run_key(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     public = create_run_key(run_id)
     if public is None:
         raise RunError(
-            "resuming a rented run needs the OS keyring for the run's new SSH key; install and unlock a Secret "
-            "Service such as gnome-keyring or KWallet, then resume again"
+            f"resuming a rented run needs a keyring that keeps the run's new SSH key: {_keyring_problem()}; then "
+            "resume again"
         )
     return {**spec, "run_key_public": public, "run_key_installed": False}

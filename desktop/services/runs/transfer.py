@@ -134,7 +134,7 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     files += resume_files(ctx, run_id)
     sizes = [path.stat().st_size for path, _ in files]
     await check_workdir(machine, remote, sum(sizes))
-    meter = UploadMeter(local / UPLOAD_PROGRESS_NAME, sizes, ctx.progress("upload"))
+    meter = UploadMeter(local / UPLOAD_PROGRESS_NAME, sizes, ctx.progress("upload", run_id))
     for path, relative in files:
         await machine.upload(path, f"{remote}/{relative}", meter.on_file)
         meter.file_done()

@@ -33,7 +33,7 @@ NUMERIC_COLUMNS = frozenset({"Spent", "Share", "Now"})
 FOOTNOTE = (
     "Dollars are estimates: rented machines at the price per hour recorded when they were rented, your own servers "
     "at the hourly rate you gave the run. Your provider's bill is the final word. Days and months are this "
-    "computer's."
+    "computer's. \u201cest.\u201d: a machine's end is when Rentune saw it gone, not a time its provider reported."
 )
 
 
@@ -52,7 +52,9 @@ def run_rows(runs: Sequence[RunCost]) -> list[tuple[str, ...]]:
         state = record.state.value.capitalize() if record else "Deleted"
         where = ", ".join(provider_label(key) for key in cost.providers) or "—"
         now = rate(cost.spend.rate_per_hour) if cost.spend.billing else "—"
-        rows.append((cost.run_id, model, where, state, money(cost.spend.usd), now))
+        estimated = any(rental.end_estimated for rental in cost.spend.rentals)
+        spent = money(cost.spend.usd) + (" est." if estimated else "")
+        rows.append((cost.run_id, model, where, state, spent, now))
     return rows
 
 
