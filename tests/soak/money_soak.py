@@ -166,7 +166,7 @@ class CloudPool:
 
     def start(self, machine_id: str, public_key: str, env: dict[str, str] | None = None) -> MachineAddress:
         """The machine of ``machine_id`` (started on the first call)."""
-        if machine_id not in self.ports:
+        if machine_id not in self.ports or self.ports[machine_id] in self.room.dead:  # a restart is a fresh host
             self.ports[machine_id] = self.room.new_host()
         port = self.ports[machine_id]
         return MachineAddress("fake", port, "root", self.room.hosts[port].host_key, Path("/nonexistent"))
@@ -299,6 +299,20 @@ class Process:
         self.thread.join(5)
 
 
+def stuck_tasks(process: Process) -> list[str]:
+    """Where each task of a stopped process waited (for a schedule that got stuck)."""
+    lines = []
+    for task in asyncio.all_tasks(process.loop):
+        chain, coroutine = [], task.get_coro()
+        while coroutine is not None and hasattr(coroutine, "cr_frame"):
+            frame = coroutine.cr_frame
+            if frame is not None:
+                chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            coroutine = coroutine.cr_await
+        lines.append(f"task {task.get_name()}: {' -> '.join(chain)} (waits on {coroutine!r:.80})")
+    return lines
+
+
 async def _short_sleep(_seconds: float) -> None:
     await asyncio.sleep(0.02)
 
@@ -428,7 +442,9 @@ class Schedule:
             name = self.rng.choice(list(ProviderName))
             spot = name is not ProviderName.LAMBDA and self.rng.random() < 0.5
             others = tuple(p.value for p in ProviderName if p is not name)
-            compute = ComputeSpec(name.value, gpu=GPU[name], spot=spot, providers=others, idle_minutes=1.0)
+            compute = ComputeSpec(
+                name.value, gpu=GPU[name], spot=spot, providers=others, idle_minutes=1.0, ready_timeout_minutes=0.5
+            )
             spec = RunSpec("org/tiny-model", self.train, None, {"max_steps": 4}, None, 0.0, compute=compute)
             ids.append(engine.create(spec).id)
         return ids
@@ -484,6 +500,8 @@ class Schedule:
                 took_away = True
             if now > deadline:
                 process.kill()
+                process.thread.join(5)
+                self.outcome.log += stuck_tasks(process)
                 return False
             time.sleep(0.05)
         process.stop()

@@ -156,7 +156,8 @@ class Reconciler:
         try:
             client = self._open(ProviderName(provider), self.secrets)
         except (ProviderError, SecretStoreError, ValueError) as exc:
-            done.notes.append(f"cannot settle {len(rows)} {_label(provider)} rentals now: {exc}")
+            count = "1 rental" if len(rows) == 1 else f"{len(rows)} rentals"
+            done.notes.append(f"cannot settle {count} at {_label(provider)} now: {exc}")
             return
         try:
             for row in rows:
