@@ -17,7 +17,7 @@ help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
-	@echo "make soak           the money soak: 40 seeded fault schedules over the fake clouds (SOAK_SEEDS=N for more)"
+	@echo "make soak           the money soak: 60 seeded fault schedules over the fake clouds (SOAK_SEEDS=N for more)"
 	@echo "make dist           build the double-clickable app for this platform into dist/ (see installers/README.md)"
 	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet, MLX)"
 	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
@@ -90,7 +90,7 @@ bench: $(VENV)/.test-installed
 	$(PY) -m tests.benchmarks
 
 # The money soak (tests/soak/): seeded random fault schedules over the three fake clouds, 200+ rentals in all.
-SOAK_SEEDS ?= 40
+SOAK_SEEDS ?= 60
 soak: $(VENV)/.test-installed
 	$(PY) -m tests.soak --seeds $(SOAK_SEEDS)
 

@@ -82,6 +82,24 @@ class World:
         self.train = tmp_path / "train.jsonl"
         self.train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
 
+    def driver_for(self, world: World) -> RentalDriver:
+        """A second process's driver on ``world``'s clouds and machines (its own engine, same store and ledger)."""
+        engine = RunEngine(
+            RunStore(),
+            SecretStore(),
+            EngineOptions(poll_seconds=0.02, grace_seconds=0.5),
+            report=self.lines.append,
+            connect=world.connect,
+        )
+        return RentalDriver(
+            engine,
+            ledger=Ledger(),
+            options=world.driver.options,
+            open_provider=lambda n, _s: world.clouds[n],
+            installation="0123abcd",
+            terminator=Terminator(Ledger(), sleep=short_sleep),
+        )
+
     async def connect(self, endpoint: Endpoint, pinned: str | None, time_limit: float) -> Any:
         return await self.hosts[endpoint.port].connect(endpoint, pinned, time_limit)
 

@@ -251,3 +251,30 @@ async def test_a_refused_login_is_named_as_such_not_waited_out_as_a_machine_star
     assert final.state is RunState.FAILED
     assert "refuses the run's key for root" in str(final.error) and "not ready" not in str(final.error)
     assert world.runpod.live() == []
+
+
+async def test_a_final_pull_cut_short_by_a_dead_driver_is_finished_by_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desktop.services.runs import checkpoints
+
+    world = World(tmp_path)
+    finishes(world.runpod)
+    real_pull = checkpoints.pull_adapter
+
+    async def never_ends(*_args: object) -> Path:
+        await asyncio.Event().wait()  # the driver dies while the adapter is on its way
+        raise AssertionError
+
+    monkeypatch.setattr(checkpoints, "pull_adapter", never_ends)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    first = asyncio.ensure_future(world.driver.drive(run_id))
+    while world.engine.store.get(run_id).state is not RunState.PULLING:
+        await asyncio.sleep(0.01)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    monkeypatch.setattr(checkpoints, "pull_adapter", real_pull)
+    final = await asyncio.wait_for(World(tmp_path).driver_for(world).drive(run_id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    assert world.runpod.live() == []

@@ -13,7 +13,7 @@ from tests.soak.money_soak import run_schedule
 def main() -> int:
     """Runs the schedules and prints what they did, then every invariant break."""
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__)
-    parser.add_argument("--seeds", type=int, default=40, help="schedules to run (default 40)")
+    parser.add_argument("--seeds", type=int, default=60, help="schedules to run (default 60)")
     parser.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
     parser.add_argument("--runs", type=int, default=4, help="runs per schedule (default 4)")
     args = parser.parse_args()

@@ -13,7 +13,7 @@ cleared) and three invariants are checked:
 2. each rental's dollars equal the fake's billed seconds times its price, within 1 %;
 3. no adapter that reached home is lost, and no machine is taken away by Rentune while a transfer to or from it moves.
 
-``python -m tests.soak --seeds 40`` runs the long soak (``make soak``); the tests run a short seed set.
+``python -m tests.soak --seeds 60`` runs the long soak (``make soak``); the tests run a short seed set.
 """
 
 from __future__ import annotations
@@ -297,6 +297,12 @@ class Process:
         """Ends a process that finished its work."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+            self.loop.run_until_complete(asyncio.sleep(0))  # the cancelled tasks end here, on a live process
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            self.loop.close()
 
 
 def stuck_tasks(process: Process) -> list[str]:

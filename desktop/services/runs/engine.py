@@ -298,6 +298,14 @@ class RunEngine:
                 "continue from the newest local checkpoint",
             )
         await self_stop.ensure_self_stop(self.ctx, run_id, machine)
+        if self.store.get(run_id).state in {RunState.SYNCING, RunState.PULLING}:
+            # The final pull was under way when the last driver went (a crash, a kill): finish it now instead of
+            # waiting for news from a trainer that has already said its last word.
+            final = await asyncio.to_thread(final_event, self.folder(run_id))
+            if final is not None:
+                outcome = await self._handle(run_id, machine, final)
+                if outcome is not None:
+                    return outcome
         return await self._monitor(run_id, machine)
 
     async def _monitor(self, run_id: str, machine: Machine) -> RunRecord:
