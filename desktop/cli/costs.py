@@ -96,15 +96,23 @@ def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def _still_running(charge: Charge, now: float) -> str:
-    where = (
-        "your server"
-        if charge.provider == OWN_SERVER
-        else f"{_label(charge.provider)} instance {charge.instance_id} ({charge.gpu})"
-    )
-    return (
-        f"still running: {where} of run {charge.run_id} at ${charge.rate_per_hour:.2f}/h, "
-        f"${charge.usd(now):.2f} so far; rentune stop {charge.run_id} ends it"
-    )
+    if charge.provider == OWN_SERVER:
+        where = "your server"
+    else:
+        machine = f" {charge.instance_id}" if charge.instance_id else ""
+        where = f"{_label(charge.provider)} instance{machine} ({charge.gpu})"
+    rate = f"at ${charge.rate_per_hour:.2f}/h, ${charge.usd(now):.2f} so far"
+    if charge.state == "creating":
+        return (
+            f"being created: {where} of run {charge.run_id} {rate}; Rentune looks it up by name at every start "
+            "and terminates it if it exists"
+        )
+    if charge.state == "terminating":
+        return (
+            f"being terminated: {where} of run {charge.run_id} {rate}; Rentune retries until the provider says it "
+            "is gone (rentune machines retries now)"
+        )
+    return f"still running: {where} of run {charge.run_id} {rate}; rentune stop {charge.run_id} ends it"
 
 
 def overview_text(overview: SpendOverview) -> list[str]:
