@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS rentals (
     offer_id TEXT NOT NULL DEFAULT '',
     state TEXT NOT NULL DEFAULT 'live',
     end_estimated INTEGER NOT NULL DEFAULT 0,
+    stop_sent REAL,
     UNIQUE (provider, instance_id)
 );
 """
@@ -292,6 +293,22 @@ class Ledger:
                 (row_id,),
             )
         return self.row(row_id)
+
+    def stop_sent(self, provider: str, instance_id: str, at: float | None = None) -> None:
+        """Records that a terminate request for the machine is about to go out (kept across crashes)."""
+        with self._db() as db:
+            db.execute(
+                "UPDATE rentals SET stop_sent = ? WHERE provider = ? AND instance_id = ? AND stopped IS NULL",
+                (time.time() if at is None else at, provider, instance_id),
+            )
+
+    def last_stop_sent(self, provider: str, instance_id: str) -> float | None:
+        """When the last terminate request for the machine went out (None when none did)."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT stop_sent FROM rentals WHERE provider = ? AND instance_id = ?", (provider, instance_id)
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     def terminating(self, provider: str, instance_id: str) -> Rental | None:
         """Records that the machine is being terminated (it bills until the provider says it is gone)."""

@@ -67,9 +67,19 @@ class Terminator:
             attempt += 1
 
     async def attempt(self, client: Provider, instance_id: str, *, ended_at: float | None = None) -> bool:
-        """One terminate request and one look; True when the machine is gone (its ledger row then ``ended``)."""
+        """One look, then (unless already gone) one terminate request and one more look.
+
+        True when the machine is gone (its ledger row then ``ended``). The look first finds a machine an earlier
+        request (perhaps of a process that died before its answer) already ended: its end is that request's time.
+        """
         key = f"{client.name.value}:{instance_id}"
+        provider = client.name.value
         try:
+            instance = await client.get(instance_id)
+            if instance.state in GONE:
+                self.book_end(instance, ended_at, self.ledger.last_stop_sent(provider, instance_id))
+                return True
+            self.ledger.stop_sent(provider, instance_id, self.clock())
             await client.terminate(instance_id)
             accepted = self._accepted.setdefault(key, self.clock())  # the first accepted terminate ended it
             instance = await client.get(instance_id)
