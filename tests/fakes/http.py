@@ -237,6 +237,23 @@ class FakeCloud(ABC):
         self.pool.kill(instance.id)
         self.save()
 
+    #: Where an instance's billing start is kept in ``extra`` (None: its ``created`` time).
+    billing_start_key: str | None = None
+
+    def billed_seconds(self, instance_id: str) -> float:
+        """Seconds the provider bills the instance for: from its billing start to its termination (or now).
+
+        Stopped time counts (a stopped machine still bills its disk); only a termination ends the count.
+
+        Raises:
+            KeyError: No instance of that id was ever created.
+        """
+        with self.lock:
+            instance = self.instances[instance_id]
+            start = instance.created if self.billing_start_key is None else instance.extra[self.billing_start_key]
+            end = instance.terminated if instance.terminated is not None else time.time()
+            return max(0.0, end - float(start))
+
     def live_instances(self) -> list[FakeInstance]:
         """Instances not terminated."""
         return [i for i in self.instances.values() if i.live]

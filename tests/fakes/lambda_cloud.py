@@ -85,15 +85,7 @@ class FakeLambda(FakeCloud):
             raise KeyError(f"instance {instance_id} has no machine yet")
         return SshAddress(address.host, address.port, address.user)
 
-    def billed_seconds(self, instance_id: str) -> float:
-        """Seconds Lambda bills the machine for: from its launch to its termination (or now).
-
-        Raises:
-            KeyError: No machine of that id was ever launched.
-        """
-        instance = self.instances[instance_id]
-        end = instance.terminated if instance.terminated is not None else time.time()
-        return max(0.0, end - float(instance.extra["launched_at"]))
+    billing_start_key = "launched_at"  # billing starts at the booking, not at a restart
 
     def preempt(self, instance_id: str) -> None:
         """Lambda takes the machine back: it goes away, and the instance reads ``preempted`` until terminated."""

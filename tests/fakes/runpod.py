@@ -211,16 +211,6 @@ class FakeRunPod(FakeCloud):
         body = request.json() if request.method == "POST" and request.path.endswith("/action") else None
         return isinstance(body, dict) and body.get("action") == "terminate"
 
-    def billed_seconds(self, pod_id: str) -> float:
-        """Seconds the pod has billed: from its creation until it was deleted (until now while it exists).
-
-        A stopped pod still bills its disk, so stopping does not end the count; only a delete does.
-        """
-        with self.lock:
-            instance = self.instances[pod_id]
-            end = instance.terminated if instance.terminated is not None else time.time()
-            return max(0.0, end - instance.created)
-
     # -- keys ------------------------------------------------------------------------------------------------------
 
     def _refusal(self, request: FakeRequest, path: str) -> FakeResponse | None:

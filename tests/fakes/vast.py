@@ -106,15 +106,7 @@ class FakeVast(FakeCloud):
             return FakeResponse(429, {"detail": "API requests too frequent endpoint threshold=4.0"})
         return reply
 
-    def billed_seconds(self, instance_id: str) -> float:
-        """Seconds Vast bills the instance for: from its create to its destroy (or now), stopped time included.
-
-        Raises:
-            KeyError: No instance of that id was ever created.
-        """
-        instance = self.instances[instance_id]
-        end = instance.terminated if instance.terminated is not None else time.time()
-        return max(0.0, end - float(instance.extra["booked_at"]))
+    billing_start_key = "booked_at"  # billing starts at the booking, not at a restart
 
     def lose_host(self, instance_id: str, status: str = "offline") -> None:
         """The instance's host goes ``offline`` (or ``unknown``, or the container ``exited``): it never runs again."""
