@@ -574,7 +574,7 @@ class Schedule:
         """Booked dollars against billed ones: within 1 %, except where the provider took the machine away and
         reported no end time: then the ledger's estimated end (when Rentune saw it gone) may be later, never earlier,
         by at most the time it takes to notice (a few polls, slow answers included)."""
-        billed = cloud.billed_seconds(row.instance_id) * row.price_per_hour / 3600  # type: ignore[attr-defined]
+        billed = cloud.billed_seconds(row.instance_id) * row.price_per_hour / 3600
         booked = row.usd(time.time())
         skew = CLOCK_SKEW_S * row.price_per_hour / 3600
         instance = cloud.instances.get(row.instance_id)
