@@ -56,7 +56,13 @@ def test_end_of_input_ends_the_chat(smollm2: SmolLM2) -> None:
 
 
 def test_ctrl_c_stops_the_answer_not_the_chat(smollm2: SmolLM2) -> None:
-    command = [sys.executable, "-m", "desktop", "chat", str(smollm2.gguf), "--temperature", "0", "--max-tokens", "2000"]
+    chat = ["chat", str(smollm2.gguf), "--temperature", "0", "--max-tokens", "2000"]
+    # as at a terminal: a suite started in the background (`make test &`) hands its children an ignored SIGINT
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = ['rentune', *{chat!r}]; runpy.run_module('desktop', run_name='__main__', alter_sys=True)"
+    )
+    command = [sys.executable, "-c", start]
     process = subprocess.Popen(
         command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -359,7 +359,8 @@ async def test_stop_before_the_trainer_starts_takes_the_key_off_the_machine(
     ssh_host: SshHost, make_spec: SpecFactory
 ) -> None:
     manager = RunManager(RunStore(), SecretStore())
-    record = manager.launch(load(make_spec(ssh_host)))
+    # a job too long to end on its own: on a loaded machine the stop may land only after the trainer started
+    record = manager.launch(load(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0)))
     for _ in range(600):
         if RunStore().installed_keys(run_id=record.id):
             break

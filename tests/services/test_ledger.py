@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -182,3 +183,12 @@ def test_two_processes_write_at_once(ledger: Ledger) -> None:
         assert writer.returncode == 0, err.decode()
     assert len(ledger.rentals()) == 80 and not ledger.running()
     assert ledger.summary(now=0).total_usd == pytest.approx(80.0)
+
+
+def test_many_openers_of_a_new_ledger_at_once_all_succeed(tmp_path: Path) -> None:
+    """The app's background settle, its pages and the CLI open the ledger together; none may see "locked"."""
+    path = tmp_path / "ledger.sqlite"
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        ledgers = list(pool.map(lambda _: Ledger(path), range(16)))
+    ledgers[0].open("r1", "runpod", "pod-1", "A100", 1.0, started=0.0)
+    assert [r.instance_id for r in ledgers[-1].rentals()] == ["pod-1"]

@@ -185,6 +185,22 @@ def _rental(row: tuple[Any, ...]) -> Rental:
     )
 
 
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switches the file to write-ahead logging (persistent: readers then never block the writer).
+
+    The switch needs the file to itself, and SQLite answers "locked" at once instead of waiting when another
+    connection is switching too, so it is retried for as long as any other write would wait.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while db.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
+        try:
+            db.execute("PRAGMA journal_mode = WAL").fetchall()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class Ledger:
     """Records rentals and sums what they cost.
 
@@ -198,22 +214,34 @@ class Ledger:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or app_paths().ensure().data_dir / "ledger.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            self._migrate(db)
+        try:
+            with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)) as db:
+                _use_wal(db)
+                self._migrate(db)
+        except sqlite3.Error as exc:
+            raise LedgerError(
+                f"the ledger {self.path} cannot be used ({exc}); check the file and its folder's permissions"
+            ) from exc
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            raise LedgerError(
-                f"the ledger {self.path} was written by a newer Rentune (schema {version}); update Rentune"
-            )
-        db.execute("PRAGMA journal_mode = WAL")  # persistent: readers no longer block the writer
-        if version == 1:
-            migration = _FROM_V1.format(schema=_SCHEMA)
-            db.executescript(f"BEGIN;{migration}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
-            return
-        db.executescript(_SCHEMA)
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        """Brings the schema to this version; one process at a time (the app, its background and the CLI open it)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(db.execute("PRAGMA user_version").fetchall()[0][0])
+            if version > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"the ledger {self.path} was written by a newer Rentune (schema {version}); update Rentune"
+                )
+            if version != SCHEMA_VERSION:
+                script = _FROM_V1.format(schema=_SCHEMA) if version == 1 else _SCHEMA
+                for statement in script.split(";"):  # not executescript: it would commit the transaction first
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
