@@ -339,6 +339,14 @@ def test_machines_table_warns_of_orphans(
     assert "Vast.ai skipped" in err
 
 
+def test_include_other_computers_alone_is_refused_not_ignored(
+    clouds: dict[ProviderName, MemoryProvider], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["machines", "--include-other-computers"]) == 2
+    assert "run rentune machines --stop-orphans --include-other-computers" in capsys.readouterr().err
+    assert all(not cloud.terminated for cloud in clouds.values())
+
+
 def test_stop_orphans_says_what_it_stopped(
     clouds: dict[ProviderName, MemoryProvider], fleet: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

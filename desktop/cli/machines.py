@@ -123,6 +123,11 @@ def _stop(store: RunStore, report: MachinesReport, secrets: SecretStore, others:
 
 def run_machines(args: argparse.Namespace) -> int:
     """Lists the machines (a table, or ``--json``) and, with ``--stop-orphans``, terminates the orphans."""
+    if args.include_other_computers and not args.stop_orphans:
+        raise CliError(
+            "--include-other-computers only widens --stop-orphans; to stop other computers' machines too, run "
+            "rentune machines --stop-orphans --include-other-computers"
+        )
     names, secrets, store = list(ProviderName), SecretStore(), RunStore()
     report = asyncio.run(list_machines(store, secrets, names))
     if len(report.unkeyed) == len(names):

@@ -75,6 +75,7 @@ class MemoryCloud:
         self.faults: dict[str, list[Fault]] = {}
         self.hold_creates: asyncio.Event | None = None  # set: creates go on; clear: they wait
         self.billed: dict[str, tuple[float, float | None]] = {}
+        self.reports_start_times = True  # False: like Lambda, machines come without a created_at
         self._ids = itertools.count(1)
 
     def fail(self, call: str, *faults: Fault) -> None:
@@ -112,6 +113,7 @@ class MemoryCloud:
         fault = await self._fault("create")
         if request.offer.offer_id in self.no_capacity_for:
             raise NoCapacityError(self.name, f"offer {request.offer.offer_id} is gone")
+        await request.sending()  # a slow provider's delay (say, a key uploaded first) is over: the create goes out
         instance = self._make(request)
         if fault is not None:
             self._raise(fault, "create")
@@ -137,7 +139,7 @@ class MemoryCloud:
             "RTX 4090",
             request.offer.spot,
             ssh,
-            created_at=now,
+            created_at=now if self.reports_start_times else None,
         )
         return self.instances[instance_id]
 

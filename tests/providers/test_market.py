@@ -27,6 +27,7 @@ from desktop.services.providers.base import (
     named_in,
     offer_matches,
 )
+from desktop.services.providers.key_entry import key_state
 from desktop.services.providers.market import gather_instances, gather_offers, size_offers
 
 RUNPOD, VAST, LAMBDA = ProviderName.RUNPOD, ProviderName.VAST, ProviderName.LAMBDA
@@ -232,3 +233,16 @@ def test_a_gpu_name_is_matched_with_its_memory() -> None:
     assert (match_gpu(gpus, ("A100 SXM4",), 80) or gpus[0]).id == "a100-80gb"
     assert (match_gpu(gpus, ("A100 PCIe", "NVIDIA A100 80GB PCIe"), 80) or gpus[0]).id == "a100-80gb"
     assert match_gpu(gpus, ("RTX 4090",), 48) is None  # a name with the wrong memory is not trusted
+
+
+async def test_a_malformed_key_in_the_environment_is_named_not_called_a_missing_keyring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RUNPOD_API_KEY", "rp_ key")
+    market = await gather_offers(OfferQuery(), [RUNPOD], secrets=SecretStore())
+    [note] = market.notes
+    assert note.startswith("RunPod skipped: RUNPOD_API_KEY holds a RunPod API key with a space inside")
+    assert "keyring" in note and "no keyring on this computer" not in note
+    assert market.unkeyed == [RUNPOD]
+    state = key_state(RUNPOD, SecretStore())
+    assert not state.present and state.words.startswith("RUNPOD_API_KEY holds a RunPod API key with a space inside")

@@ -52,6 +52,21 @@ async def test_a_create_that_made_a_machine_but_got_no_answer_is_adopted_not_sen
     assert_books_balance(world, world.runpod, run_id)
 
 
+async def test_a_machine_adopted_after_an_unclear_create_bills_from_when_the_create_went_out(tmp_path: Path) -> None:
+    """Lambda reports no start time: the ledger starts when the create was sent, not when the rental was recorded
+    (a key upload may come between) nor when the lookup found the machine."""
+    world = World(tmp_path)
+    finishes(world.runpod)
+    world.runpod.reports_start_times = False
+    world.runpod.fail("create", Fault("uncertain", after_acting=True, delay=0.5))
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    final = await asyncio.wait_for(world.driver.drive(run_id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    [row] = world.ledger.rentals(run_id)
+    billed_from = world.runpod.billed[row.instance_id or ""][0]
+    assert billed_from - 0.05 <= row.started <= billed_from
+
+
 async def test_a_create_with_no_answer_and_no_machine_is_not_created_and_the_next_offer_is_tried(
     tmp_path: Path,
 ) -> None:

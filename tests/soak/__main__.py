@@ -18,13 +18,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=4, help="runs per schedule (default 4)")
     args = parser.parse_args()
     started = time.monotonic()
-    rentals, kills, faults, breaks = 0, 0, {}, []
+    rentals, kills, faults, breaks, gaps = 0, 0, {}, [], []
     for seed in range(args.first, args.first + args.seeds):
         outcome = run_schedule(seed, args.runs)
         rentals, kills = rentals + outcome.rentals, kills + outcome.kills
         for kind, count in outcome.faults.items():
             faults[kind] = faults.get(kind, 0) + count
         breaks += outcome.violations
+        gaps += outcome.gaps
         for line in outcome.log:
             print(f"    | {line}")
         print(
@@ -38,6 +39,10 @@ def main() -> int:
     )
     for kind, count in sorted(faults.items()):
         print(f"  {count:4d}  {kind}")
+    for estimated, kind in ((False, "provider's or answered"), (True, "estimated")):
+        seconds = [abs(gap) for gap, guess in gaps if guess is estimated]
+        if seconds:
+            print(f"booked - billed, {kind} ends: {len(seconds)} rentals, largest {max(seconds):.3f} s")
     print(f"invariant breaks: {len(breaks)}")
     for line in breaks:
         print(f"  {line}")

@@ -118,6 +118,18 @@ def test_the_settings_page_shows_a_key_stored_elsewhere_when_it_shows_again(
     assert page.remove_buttons[SecretName.RUNPOD].isEnabled()
 
 
+def test_a_malformed_key_in_the_environment_shows_as_unusable_with_the_fix(
+    window: MainWindow, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VAST_API_KEY", "vast key")
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    badge = page.key_status[SecretName.VAST]
+    wait_for(lambda: badge.text() == "VAST_API_KEY cannot be used")
+    assert "with a space inside; set it to the key alone" in badge.toolTip()
+
+
 def test_a_cloud_key_is_checked_with_its_provider_before_it_is_stored(
     window: MainWindow,
     qtbot: QtBot,

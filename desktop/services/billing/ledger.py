@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from time import monotonic, sleep  # apart from time.time, which tests set
 from typing import Any
 
 from desktop.services.platform.paths import app_paths
@@ -191,14 +192,14 @@ def _use_wal(db: sqlite3.Connection) -> None:
     The switch needs the file to itself, and SQLite answers "locked" at once instead of waiting when another
     connection is switching too, so it is retried for as long as any other write would wait.
     """
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    deadline = monotonic() + BUSY_TIMEOUT_S
     while db.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
         try:
             db.execute("PRAGMA journal_mode = WAL").fetchall()
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+            if "locked" not in str(exc) or monotonic() > deadline:
                 raise
-            time.sleep(0.05)
+            sleep(0.05)
 
 
 class Ledger:
@@ -292,6 +293,14 @@ class Ledger:
             row_id = cursor.lastrowid
         assert row_id is not None
         return self.row(row_id)
+
+    def sending(self, row_id: int) -> None:
+        """Moves a ``creating`` row's start to now: its create request goes out (setup such as a key upload is over).
+
+        The start of a machine its provider gives no start time for (Lambda) is then at most one request early.
+        """
+        with self._db() as db:
+            db.execute("UPDATE rentals SET started = ? WHERE id = ? AND state = 'creating'", (time.time(), row_id))
 
     def created(
         self, row_id: int, instance_id: str, *, price_per_hour: float | None = None, started: float | None = None

@@ -89,6 +89,13 @@ class SecretStoreError(RuntimeError):
     """The keyring cannot be used; the message says how to get one."""
 
 
+class MalformedSecretError(SecretStoreError):
+    """A secret's value (typed, or from its environment variable) has a space or control character inside.
+
+    The message names where the value came from and the fix.
+    """
+
+
 @dataclass(frozen=True)
 class SecretStatus:
     """Whether a secret is set, and where from, without revealing it.
@@ -128,19 +135,19 @@ def clean_secret(value: str | None, name: SecretName, *, variable: bool = False)
         variable: The value came from the secret's environment variable (the message names it).
 
     Raises:
-        SecretStoreError: A whitespace or control character is inside the value; the message names where it came
-            from and the fix.
+        MalformedSecretError: A whitespace or control character is inside the value; the message names where it
+            came from and the fix.
     """
     stripped = (value or "").strip()
     bad = _bad_character(stripped)
     if bad is None:
         return stripped or None
     if variable:
-        raise SecretStoreError(
+        raise MalformedSecretError(
             f"{name.env_var} holds a {name.label} with a {_character_words(bad)} inside; set it to the key alone "
             f"(no spaces, quotes or line breaks), or unset {name.env_var} to use the keyring"
         )
-    raise SecretStoreError(
+    raise MalformedSecretError(
         f"the {name.label} has a {_character_words(bad)} inside; copy the key alone (no spaces or line breaks) "
         "and try again"
     )

@@ -6,7 +6,8 @@ rest of the app never sees a provider's own field names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -167,6 +168,7 @@ class RentRequest:
         image: The container image (ignored where the provider rents VMs).
         disk_gb: Disk for the container.
         bid_per_hour: For spot offers, the bid for the whole machine (None: on-demand).
+        on_send: Awaited right before the create request goes out (see :meth:`sending`).
     """
 
     offer: Offer
@@ -175,6 +177,16 @@ class RentRequest:
     image: str
     disk_gb: int = 50
     bid_per_hour: float | None = None
+    on_send: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
+
+    async def sending(self) -> None:
+        """Called by a provider right before its create request, after any setup (a key upload).
+
+        The rental's record starts there, the earliest a machine can bill from (what a provider that reports no start
+        time is booked by).
+        """
+        if self.on_send is not None:
+            await self.on_send()
 
 
 class ProviderError(RuntimeError):

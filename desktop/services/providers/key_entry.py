@@ -30,20 +30,24 @@ class KeyState:
         provider: The provider.
         source: The keyring, the environment, missing, or no keyring on this computer.
         masked: The key with all but its last characters hidden ("" when there is none).
+        problem: Why the key cannot be used (a space inside its environment variable), "" when it can.
     """
 
     provider: ProviderName
     source: SecretSource
     masked: str = ""
+    problem: str = ""
 
     @property
     def present(self) -> bool:
-        """Whether a key is set."""
-        return self.source in {SecretSource.KEYRING, SecretSource.ENVIRONMENT}
+        """Whether a usable key is set."""
+        return self.source in {SecretSource.KEYRING, SecretSource.ENVIRONMENT} and not self.problem
 
     @property
     def words(self) -> str:
         """Where the key comes from, for the page: ``Key ••••1a2b, in the keyring``."""
+        if self.problem:
+            return f"{self.problem[0].upper()}{self.problem[1:]}."
         if self.source is SecretSource.ENVIRONMENT:
             return f"Key {self.masked}, from {PROVIDERS[self.provider].secret.env_var}"
         if self.source is SecretSource.KEYRING:
@@ -61,6 +65,8 @@ def key_state(name: ProviderName, secrets: SecretStore) -> KeyState:
     """The provider's key as the page shows it (blocking: the keyring may take a while or prompt)."""
     secret = PROVIDERS[name].secret
     status = secrets.status(secret)
+    if status.problem:
+        return KeyState(name, status.source, problem=status.problem)
     if status.source not in {SecretSource.KEYRING, SecretSource.ENVIRONMENT}:
         return KeyState(name, status.source)
     try:

@@ -295,7 +295,7 @@ class LambdaProvider:
             "name": request.label,
         }
         try:
-            instance_id = await self._launch(body)
+            instance_id = await self._launch(body, request)
         except UncertainOutcomeError:
             if key_id in self._registered:  # a machine may use it: deleted with that machine, once named() finds it
                 self._key_of_label[request.label] = key_id
@@ -389,12 +389,13 @@ class LambdaProvider:
 
     # -- launch --------------------------------------------------------------------------------------------------
 
-    async def _launch(self, body: dict[str, Any]) -> str:
+    async def _launch(self, body: dict[str, Any], request: RentRequest) -> str:
         """Sends the launch once (only a 429 is sent again); returns the new instance's id.
 
         Raises:
             UncertainOutcomeError: A 5xx or no answer: the machine may have launched.
         """
+        await request.sending()
         response = await self._api.request("POST", "/instance-operations/launch", json=body, once=True)
         ids = data_of(response, f"launch {body['instance_type_name']} in {body['region_name']}")["instance_ids"]
         return str(ids[0])

@@ -16,7 +16,7 @@ from typing import TypeVar
 from desktop.core.sizing.gpus import GpuSpec
 from desktop.core.sizing.offers import OfferSizing, SizingJob, match_gpu, size_offer, size_unknown_gpu
 from desktop.core.sizing.plan import Fit
-from desktop.services.platform.secrets import SecretStore, SecretStoreError
+from desktop.services.platform.secrets import MalformedSecretError, SecretStore, SecretStoreError
 from desktop.services.providers.base import (
     Instance,
     MissingKeyError,
@@ -78,13 +78,9 @@ async def _ask(
     limit_s: float,
 ) -> tuple[list[_T], str | None, bool]:
     """Asks one provider; returns (items, the note when it was left out, whether for want of a key)."""
-    try:
-        provider = open(name, secrets)
-    except MissingKeyError:
-        return [], f"{name.label} skipped: no API key; rentune keys set {name.value}", True
-    except SecretStoreError:
-        variable = PROVIDERS[name].secret.env_var
-        return [], f"{name.label} skipped: no API key (no keyring on this computer; set {variable})", True
+    provider, unkeyed = _opened(name, secrets, open)
+    if provider is None:
+        return [], f"{name.label} skipped: {unkeyed}", True
     try:
         async with asyncio.timeout(limit_s):
             return await call(provider), None, False
@@ -96,6 +92,18 @@ async def _ask(
         return [], f"{name.label} skipped: unexpected answer from its API ({exc})", False
     finally:
         await provider.aclose()
+
+
+def _opened(name: ProviderName, secrets: SecretStore | None, open: OpenProvider) -> tuple[Provider | None, str]:
+    """The provider's client, or None and why its key cannot be had."""
+    try:
+        return open(name, secrets), ""
+    except MissingKeyError:
+        return None, f"no API key; rentune keys set {name.value}"
+    except MalformedSecretError as exc:
+        return None, str(exc)
+    except SecretStoreError:
+        return None, f"no API key (no keyring on this computer; set {PROVIDERS[name].secret.env_var})"
 
 
 async def _ask_all(

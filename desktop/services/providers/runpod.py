@@ -432,6 +432,7 @@ class RunPodProvider:
         if bid is not None:
             return spot_instance(await self._graphql.rent_spot(request, gpu_id, cloud, count, bid), request)
         body = create_body(request, gpu_id, cloud, count)
+        await request.sending()
         response = await self._api.request("POST", "/pods", json=body, once=True)
         if response.status_code >= 400:
             raise create_error(response)

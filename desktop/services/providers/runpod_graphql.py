@@ -228,6 +228,7 @@ class RunPodGraphQL:
             ProviderError: Any other refusal, or GraphQL is gone.
         """
         variables = {"input": spot_input(request, gpu_id, cloud, count, bid / count)}
+        await request.sending()
         data = await self.run(RENT_SPOT_MUTATION, variables, once=True)
         pod = data.get("podRentInterruptable")
         if not isinstance(pod, dict) or not pod.get("id"):

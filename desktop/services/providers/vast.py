@@ -227,6 +227,7 @@ class VastProvider:
 
     async def _rent(self, request: RentRequest) -> str:
         offer_id = request.offer.offer_id
+        await request.sending()
         response = await self._creates.request("PUT", f"/asks/{offer_id}/", json=create_body(request), once=True)
         body = _json(response)
         if response.status_code < 400 and body.get("success") is not False and body.get("new_contract"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.ledger import Rental as LedgerRental
@@ -74,11 +74,15 @@ class Creator:
         intent = await asyncio.to_thread(
             self.ledger.intend, run_id, offer.provider.value, request.label, offer.gpu, price, offer.offer_id
         )
-        task = asyncio.ensure_future(client.create(request))
-        answered = None
+
+        async def sending() -> None:
+            await asyncio.to_thread(self.ledger.sending, intent.id)
+
+        task = asyncio.ensure_future(client.create(replace(request, on_send=sending)))
+        billed_from = None
         try:
             instance = await asyncio.shield(task)
-            answered = time.time()
+            billed_from = time.time()
         except asyncio.CancelledError:
             await self._after_cancel(client, intent, task)
             raise
@@ -89,16 +93,17 @@ class Creator:
             raise
         except Exception as exc:  # noqa: BLE001 - anything else mid-request leaves the outcome unknown
             instance = await self._look_up(client, intent, f"the create failed midway ({exc})")
-        return self._record(intent, instance, price, answered), instance
+        return self._record(intent, instance, price, billed_from), instance
 
     def _record(
-        self, intent: LedgerRental, instance: Instance, price: float, answered: float | None = None
+        self, intent: LedgerRental, instance: Instance, price: float, billed_from: float | None = None
     ) -> LedgerRental:
         """Marks the intent ``live``, started at the provider's own time, else when the create answered.
 
-        Without either (a machine found after an unclear answer) the intent's time stands: a little early, never late.
+        Without either (a machine found after an unclear answer) the intent's time stands, which is when the create
+        request went out (:meth:`RentRequest.sending`): at most one request early, never late.
         """
-        started = started_at(intent, instance) or answered
+        started = started_at(intent, instance) or billed_from
         return self.ledger.created(
             intent.id, instance.instance_id, price_per_hour=instance.price_per_hour or price, started=started
         )

@@ -25,7 +25,7 @@ from desktop.core.sizing.setup import Strategy
 from desktop.services.data.prepare import manifest_tokens, read_manifest
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, resolve_model
 from desktop.services.models.sizing import SizingError, draft_workload, resolution_message, training_setup
-from desktop.services.platform.secrets import SecretStore, SecretStoreError
+from desktop.services.platform.secrets import MalformedSecretError, SecretStore, SecretStoreError
 from desktop.services.providers.base import (
     AuthError,
     MissingKeyError,
@@ -216,6 +216,8 @@ async def _ask(
     except MissingKeyError:
         words = f"No {name.label} API key yet: add one to see its offers (find it at {PROVIDERS[name].console})."
         return [], ProviderAnswer(name, ProviderStatus.NO_KEY, words)
+    except MalformedSecretError as exc:
+        return [], ProviderAnswer(name, ProviderStatus.REFUSED, f"{str(exc)[0].upper()}{str(exc)[1:]}.")
     except SecretStoreError:
         return [], ProviderAnswer(name, ProviderStatus.NO_KEYRING, no_keyring_words(name))
     try:

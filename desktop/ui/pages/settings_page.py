@@ -233,7 +233,10 @@ class SettingsPage(BasePage):
     def _show_key_statuses(self, statuses: list[SecretStatus]) -> None:
         for status in statuses:
             words, severity = _SOURCE_BADGES.get(status.source, (f"From {status.name.env_var}", "success"))
+            if status.problem:  # a space or line break inside the variable: the key cannot be used as it is
+                words, severity = f"{status.name.env_var} cannot be used", "danger"
             self.key_status[status.name].show_state(words, severity)
+            self.key_status[status.name].setToolTip(status.problem)
             self.remove_buttons[status.name].setEnabled(status.source is SecretSource.KEYRING)
 
     def on_store_key_clicked(self, name: SecretName) -> None:
