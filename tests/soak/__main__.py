@@ -39,10 +39,11 @@ def main() -> int:
     )
     for kind, count in sorted(faults.items()):
         print(f"  {count:4d}  {kind}")
-    for estimated, kind in ((False, "provider's or answered"), (True, "estimated")):
-        seconds = [abs(gap) for gap, guess in gaps if guess is estimated]
+    for kind in ("reported", "estimated", "noticed"):
+        seconds = sorted(abs(gap) for gap, how in gaps if how == kind)
         if seconds:
-            print(f"booked - billed, {kind} ends: {len(seconds)} rentals, largest {max(seconds):.3f} s")
+            median, largest = seconds[len(seconds) // 2], seconds[-1]
+            print(f"|booked - billed|, ends {kind}: {len(seconds)} rentals, median {median:.3f} s, max {largest:.3f} s")
     print(f"invariant breaks: {len(breaks)}")
     for line in breaks:
         print(f"  {line}")

@@ -342,7 +342,8 @@ class Outcome:
         violations: Invariant breaks (empty: none).
         log: What the last process said, when the schedule got stuck.
         estimated_ends: Rentals whose machine the provider took away without an end time (checked for lateness).
-        gaps: Per rental, booked minus billed seconds, and whether its end was estimated.
+        gaps: Per rental, booked minus billed seconds, and how its end was known: "reported" by the provider,
+            "estimated" (when the terminate was accepted), or "noticed" (a machine taken away, seen gone).
     """
 
     seed: int
@@ -352,7 +353,7 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     estimated_ends: int = 0
-    gaps: list[tuple[float, bool]] = field(default_factory=list)
+    gaps: list[tuple[float, str]] = field(default_factory=list)
 
 
 class Schedule:
@@ -582,10 +583,11 @@ class Schedule:
         by at most the time it takes to notice (a few polls, slow answers included)."""
         billed = cloud.billed_seconds(row.instance_id) * row.price_per_hour / 3600
         booked = row.usd(time.time())
-        self.outcome.gaps.append(((booked - billed) * 3600 / row.price_per_hour, row.end_estimated))
         skew = (ROUND_TRIP_S if row.end_estimated else CLOCK_SKEW_S) * row.price_per_hour / 3600
         instance = cloud.instances.get(row.instance_id)
         taken = instance is not None and (instance.stopped is not None or instance.extra.get("lost"))
+        kind = "noticed" if taken and row.end_estimated else "estimated" if row.end_estimated else "reported"
+        self.outcome.gaps.append(((booked - billed) * 3600 / row.price_per_hour, kind))
         if taken and row.end_estimated:
             self.outcome.estimated_ends += 1
             late = booked - billed
