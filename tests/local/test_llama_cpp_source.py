@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -41,13 +46,60 @@ async def test_missing_llama_cpp_python_says_how_to_install(monkeypatch: pytest.
 async def test_unreachable_package_index_says_to_retry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "tools"
     monkeypatch.setenv("RENTUNE_TOOLS_CACHE", str(cache))
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens on the discard port
-    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
-    monkeypatch.setenv("PIP_RETRIES", "0")
-    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    monkeypatch.setenv("RENTUNE_PYPI_URL", "http://127.0.0.1:9/simple")  # nothing listens on the discard port
     with pytest.raises(LocalToolError) as error:
         await llama_cpp_converters(no_progress)
     message = str(error.value)
     assert "package index" in message
     assert "try again" in message
     assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []
+
+
+@pytest.fixture
+def index_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, bytes]]:
+    """A package index on loopback listing the pinned archive, with whatever bytes the test puts in it."""
+    served: dict[str, bytes] = {}
+    pin = llama_cpp_source.source_pin(importlib.metadata.version("llama-cpp-python"))
+
+    class Index(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.endswith("/llama-cpp-python/"):
+                listing = {"files": [{"filename": pin.filename, "url": f"../../files/{pin.filename}", "hashes": {}}]}
+                body, kind = json.dumps(listing).encode(), "application/vnd.pypi.simple.v1+json"
+            else:
+                body, kind = served["archive"], "application/octet-stream"
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("RENTUNE_TOOLS_CACHE", str(tmp_path / "tools"))
+    monkeypatch.setenv("RENTUNE_PYPI_URL", f"http://127.0.0.1:{server.server_port}/simple")
+    yield served
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_source_archive_whose_sha256_differs_is_deleted_unopened(
+    index_serving: dict[str, bytes], tmp_path: Path
+) -> None:
+    index_serving["archive"] = b"not the archive PyPI published"
+    with pytest.raises(LocalToolError) as error:
+        await llama_cpp_converters(no_progress)
+    message = str(error.value)
+    assert f"has sha256 {hashlib.sha256(index_serving['archive']).hexdigest()}, not the pinned" in message
+    assert "llama_cpp_python-" in message and "deleted unopened" in message
+    leftovers = [p for p in (tmp_path / "tools").rglob("*") if not p.name.endswith(".lock")]
+    assert leftovers == [], "nothing of the archive was kept or unpacked"
+
+
+async def test_a_version_without_a_pinned_source_says_to_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llama_cpp_source.importlib.metadata, "version", lambda _name: "0.0.1")
+    with pytest.raises(LocalToolError, match=r"llama-cpp-python 0\.0\.1 is installed, but Rentune knows the source"):
+        await llama_cpp_converters(no_progress)

@@ -1,15 +1,19 @@
 """llama.cpp's own GGUF converters, pinned to the installed llama-cpp-python and cached on first use.
 
 The converters are not a package on PyPI, but llama-cpp-python's source distribution carries them with the
-``gguf-py`` they are written against (PyPI's ``gguf`` lags behind). The first use downloads that sdist with pip,
-keeps only the converters, their ``conversion`` package and ``gguf-py``, and caches them per version; later uses read
-the cache only. A file lock keeps parallel processes from building the same cache at once.
+``gguf-py`` they are written against (PyPI's ``gguf`` lags behind). The first use downloads that sdist from the
+package index (PyPI's JSON simple API, ``$RENTUNE_PYPI_URL`` to override), checks it against the sha256 pinned in
+``resources/local-tools/llama-cpp-sources.json`` before anything in it is unpacked or run, keeps only the converters,
+their ``conversion`` package and ``gguf-py``, and caches them per version; later uses read the cache only. A file lock
+keeps parallel processes from building the same cache at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -17,13 +21,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from filelock import FileLock, Timeout
 
 from desktop.services.local.common import LocalToolError, Progress, partial_name
 from desktop.services.local.toolenv import run_python
 from desktop.services.platform.paths import app_paths
+from desktop.services.platform.resources import resource_bytes
 
 CACHE_ENV = "RENTUNE_TOOLS_CACHE"
+INDEX_ENV = "RENTUNE_PYPI_URL"
+DEFAULT_INDEX = "https://pypi.org/simple"
+_PACKAGE = "llama-cpp-python"
 _VENDOR = "vendor/llama.cpp"
 _KEPT = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
 
@@ -152,23 +161,83 @@ async def _build(version: str, root: Path, progress: Progress) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def _download(version: str, folder: Path) -> Path:
-    command = ["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check"]
-    try:
-        await run_python([*command, f"llama-cpp-python=={version}", "-d", str(folder)], what="pip download")
-    except LocalToolError as exc:
+@dataclass(frozen=True)
+class SourcePin:
+    """The one source archive of a llama-cpp-python version Rentune takes, and its sha256."""
+
+    version: str
+    filename: str
+    sha256: str
+
+
+def source_pin(version: str) -> SourcePin:
+    """The pinned archive of ``version`` (``resources/local-tools/llama-cpp-sources.json``).
+
+    Raises:
+        LocalToolError: No archive of that version is pinned.
+    """
+    pins = json.loads(resource_bytes("local-tools", "llama-cpp-sources.json"))[_PACKAGE]
+    if version not in pins:
+        known = ", ".join(sorted(pins))
         raise LocalToolError(
-            f"could not download llama-cpp-python {version}'s source from the package index (is it reachable?); "
-            f"connect to the internet and try again ({exc})"
+            f"llama-cpp-python {version} is installed, but Rentune knows the source of {known} only; reinstall the "
+            "local tools (Models page, or rentune tools install) so their version matches"
+        )
+    return SourcePin(version, pins[version]["filename"], pins[version]["sha256"])
+
+
+async def _download(version: str, folder: Path, transport: httpx.AsyncBaseTransport | None = None) -> Path:
+    """Downloads the pinned source archive into ``folder`` and checks its sha256; nothing in it is run.
+
+    Raises:
+        LocalToolError: Not pinned, not listed by the index, unreachable, or its sha256 differs (the file is deleted).
+    """
+    pin = source_pin(version)
+    index = os.environ.get(INDEX_ENV, DEFAULT_INDEX).rstrip("/")
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=60, follow_redirects=True) as client:
+            url = await _archive_url(client, index, pin)
+            archive = await _fetch(client, url, folder / pin.filename)
+    except (httpx.HTTPError, ValueError) as exc:  # ValueError: an answer that is not the index's JSON
+        reason = str(exc) or type(exc).__name__
+        raise LocalToolError(
+            f"could not download llama-cpp-python {version}'s source from the package index {index} ({reason}); "
+            "connect to the internet and try again"
         ) from None
-    return _archive(folder, version)
+    return _checked(archive, pin)
 
 
-def _archive(folder: Path, version: str) -> Path:
-    found = sorted(folder.glob("llama_cpp_python-*.tar.gz"))
-    if not found:
-        raise LocalToolError(f"pip downloaded no source archive of llama-cpp-python {version}; try again")
-    return found[0]
+async def _archive_url(client: httpx.AsyncClient, index: str, pin: SourcePin) -> str:
+    answer = await client.get(f"{index}/{_PACKAGE}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    answer.raise_for_status()
+    for entry in answer.json().get("files", []):
+        if entry.get("filename") == pin.filename:
+            return str(httpx.URL(f"{index}/{_PACKAGE}/").join(str(entry["url"])))
+    raise LocalToolError(f"the package index {index} does not list {pin.filename}; try again later")
+
+
+async def _fetch(client: httpx.AsyncClient, url: str, target: Path) -> Path:
+    async with client.stream("GET", url) as answer:
+        answer.raise_for_status()
+        with target.open("wb") as out:
+            async for chunk in answer.aiter_bytes(1 << 20):
+                out.write(chunk)
+    return target
+
+
+def _checked(archive: Path, pin: SourcePin) -> Path:
+    """``archive`` when its sha256 is the pinned one; else it is deleted and the error names both."""
+    digest = hashlib.sha256()
+    with archive.open("rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != pin.sha256:
+        archive.unlink()
+        raise LocalToolError(
+            f"{pin.filename} from the package index has sha256 {digest.hexdigest()}, not the pinned {pin.sha256}; "
+            "it was deleted unopened. Check the index (RENTUNE_PYPI_URL) and try again"
+        )
+    return archive
 
 
 _REGISTER = re.compile(r"@ModelBase\.register\(([^)]*)\)")
