@@ -44,18 +44,20 @@ help:
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Rentune needs Python 3.11 or newer: install it and run make again, or set PYTHON=python3.12")'
 	@$(STAGE) venv $(PYTHON) -m venv $(VENV)
-	@$(STAGE) venv $(PIP) install --quiet --upgrade pip
 
-$(VENV)/.base-installed: pyproject.toml $(BUILD_LOCK) $(BASE_LOCK) | $(PY)
-	$(PIP) $(HASHED) -r $(BUILD_LOCK)
+# pip itself and what builds source packages, before anything else (pip upgrades itself from the lock).
+$(VENV)/.build-installed: $(BUILD_LOCK) | $(PY)
+	@$(STAGE) install-build $(PIP) $(HASHED) -r $(BUILD_LOCK)
+	@touch $@
+
+$(VENV)/.base-installed: pyproject.toml $(BASE_LOCK) $(VENV)/.build-installed
 	$(PIP) $(HASHED) -r $(BASE_LOCK)
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
 # The lock holds torch's CPU build (torch==2.13.0+cpu): PyPI's Linux torch is a multi-GB CUDA build.
-$(VENV)/.test-installed: pyproject.toml trainer_payload/requirements.txt $(BUILD_LOCK) $(DEV_LOCK) | $(PY)
+$(VENV)/.test-installed: pyproject.toml trainer_payload/requirements.txt $(DEV_LOCK) $(VENV)/.build-installed
 ifeq ($(DEV_LOCKED),1)
-	@$(STAGE) install-build $(PIP) $(HASHED) -r $(BUILD_LOCK)
 	@$(STAGE) install $(PIP) $(HASHED) --no-build-isolation --find-links $(TORCH_FIND_LINKS) -r $(DEV_LOCK)
 	@$(STAGE) install-self $(PIP) install --quiet --no-deps --no-build-isolation -e .
 else
@@ -76,9 +78,15 @@ lock: $(VENV)/.test-installed
 	  --override $(LOCKS)/torch-cpu.txt -c $(BUILD_LOCK) -c $(BASE_LOCK) -o $(DEV_LOCK)
 	$(UV_COMPILE) --universal --python-version 3.11 $(LOCKS)/dist-tools.in -c $(BUILD_LOCK) -c $(BASE_LOCK) -o $(DIST_LOCK)
 
-$(VENV)/.local-installed: pyproject.toml | $(PY)
+# Where the test lock applies, the local libraries come with it (locked); elsewhere from pyproject.toml's ranges.
+ifeq ($(DEV_LOCKED),1)
+$(VENV)/.local-installed: $(VENV)/.test-installed
+else
+$(VENV)/.local-installed: pyproject.toml $(VENV)/.build-installed
+	@echo "note: no lock for this platform and Python: the local libraries install from pyproject.toml's ranges, without hash checks" >&2
 	$(PIP) install --quiet -e '.[local,mlx]'
 	@touch $@
+endif
 
 run: $(VENV)/.base-installed
 	@bash installers/system-deps.sh run
@@ -110,7 +118,6 @@ DIST_LOCK := $(LOCKS)/dist-tools.txt
 
 $(DIST_PY):
 	$(PYTHON) -m venv $(DIST_VENV)
-	$(DIST_PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 
 DIST_PIP := $(DIST_PY) -m pip --disable-pip-version-check
 $(DIST_VENV)/.installed: pyproject.toml $(BUILD_LOCK) $(BASE_LOCK) $(DIST_LOCK) | $(DIST_PY)
