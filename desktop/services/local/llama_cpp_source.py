@@ -11,7 +11,6 @@ keeps parallel processes from building the same cache at once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -26,6 +25,7 @@ from filelock import FileLock, Timeout
 
 from desktop.services.local.common import LocalToolError, Progress, partial_name
 from desktop.services.local.toolenv import run_python
+from desktop.services.platform.files import sha256_file
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.resources import resource_bytes
 
@@ -204,7 +204,7 @@ async def _download(version: str, folder: Path, transport: httpx.AsyncBaseTransp
             f"could not download llama-cpp-python {version}'s source from the package index {index} ({reason}); "
             "connect to the internet and try again"
         ) from None
-    return _checked(archive, pin)
+    return await asyncio.to_thread(_checked, archive, pin)  # hashing 80 MB stays off the event loop
 
 
 async def _archive_url(client: httpx.AsyncClient, index: str, pin: SourcePin) -> str:
@@ -227,14 +227,11 @@ async def _fetch(client: httpx.AsyncClient, url: str, target: Path) -> Path:
 
 def _checked(archive: Path, pin: SourcePin) -> Path:
     """``archive`` when its sha256 is the pinned one; else it is deleted and the error names both."""
-    digest = hashlib.sha256()
-    with archive.open("rb") as source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != pin.sha256:
+    digest = sha256_file(archive)
+    if digest != pin.sha256:
         archive.unlink()
         raise LocalToolError(
-            f"{pin.filename} from the package index has sha256 {digest.hexdigest()}, not the pinned {pin.sha256}; "
+            f"{pin.filename} from the package index has sha256 {digest}, not the pinned {pin.sha256}; "
             "it was deleted unopened. Check the index (RENTUNE_PYPI_URL) and try again"
         )
     return archive
