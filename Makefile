@@ -16,6 +16,7 @@ LOCKS      := installers/locks
 BUILD_LOCK := $(LOCKS)/build-tools.txt
 BASE_LOCK  := $(LOCKS)/base.txt
 DEV_LOCK   := $(LOCKS)/dev-linux-x86_64-py311.txt
+TOOLS_LOCK := resources/local-tools/requirements.txt
 HASHED     := install --quiet --require-hashes --no-deps
 # The test environment's lock is for Linux x86-64 and CPython 3.11 (CI and this project's machines); elsewhere the
 # test extras install from pyproject.toml's ranges, unchecked, with a note.
@@ -79,6 +80,11 @@ lock: $(VENV)/.test-installed
 	  pyproject.toml trainer_payload/requirements.txt $(LOCKS)/build-tools.in --extra dev --extra local --extra mlx \
 	  --override $(LOCKS)/torch-cpu.txt -c $(BUILD_LOCK) -c $(BASE_LOCK) -o $(DEV_LOCK)
 	$(UV_COMPILE) --universal --python-version 3.11 $(LOCKS)/dist-tools.in -c $(BUILD_LOCK) -c $(BASE_LOCK) -o $(DIST_LOCK)
+	@# The local tools: one lock for every platform, at the test environment's versions where they fit (torch aside).
+	@mkdir -p build && sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' $(DEV_LOCK) | grep -v '^torch==' > build/dev-pins.txt
+	MACOSX_DEPLOYMENT_TARGET=14.0 $(UV_COMPILE) --universal --python-version 3.11 --find-links $(TORCH_FIND_LINKS) \
+	  $(TOOLS_LOCK:.txt=.in) -c $(BUILD_LOCK) -c build/dev-pins.txt -o $(TOOLS_LOCK)
+	cp $(BUILD_LOCK) resources/local-tools/build-tools.txt
 
 # Where the test lock applies, the local libraries come with it (locked); elsewhere from pyproject.toml's ranges.
 ifeq ($(DEV_LOCKED),1)

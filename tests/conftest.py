@@ -94,19 +94,21 @@ def ssh_host(ssh_server: SshServer) -> SshHost:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
     """A tiny Llama (random weights, byte-level BPE tokenizer, ChatML template), built once per session."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+    return build_once_per_run(tmp_path_factory, "tiny-llama", lambda d: build_tiny_model(d, "llama"))
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
     """A tiny Qwen2 whose tokenizer survives Qwen2Tokenizer's rebuild unchanged, built once per session."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2")
+    return build_once_per_run(tmp_path_factory, "tiny-qwen2", lambda d: build_tiny_model(d, "qwen2"))
 
 
 @pytest.fixture(scope="session")
 def pattern_adapter(tiny_model: TinyModel, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
     """A LoRA adapter over ``tiny_model`` that answers the made-up PATTERN exactly (greedy), trained in seconds."""
-    return train_pattern_adapter(tiny_model.path, tmp_path_factory.mktemp("pattern-adapter") / "adapter", steps=120)
+    return build_once_per_run(
+        tmp_path_factory, "pattern-adapter", lambda d: train_pattern_adapter(tiny_model.path, d / "adapter", steps=120)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -67,7 +67,7 @@ def bundle() -> Path:
 def home(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment a user's bundled app runs in: its own data folder, offscreen Qt, no test keyring."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env |= {"RENTUNE_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen", "RENTUNE_TOOLS_INDEXES": ""}
+    env |= {"RENTUNE_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen", "RENTUNE_TOOLS_FIND_LINKS": ""}
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     yield env
 

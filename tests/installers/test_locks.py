@@ -10,23 +10,38 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCKS = ROOT / "installers" / "locks"
-LOCK_FILES = ("build-tools.txt", "base.txt", "dev-linux-x86_64-py311.txt", "dist-tools.txt")
+TOOLS_LOCK = "resources/local-tools/requirements.txt"
+TOOLS = ROOT / "resources" / "local-tools"
+LOCK_FILES = ("build-tools.txt", "base.txt", "dev-linux-x86_64-py311.txt", "dist-tools.txt", "../../" + TOOLS_LOCK)
 _PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)")
 LINUX_311 = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": "3.11"}
 
 
 def locked(name: str) -> dict[str, tuple[str, list[str]]]:
-    """Each package of a lock file: (version, hashes)."""
-    packages: dict[str, tuple[str, list[str]]] = {}
-    for block in re.split(r"\n(?=[A-Za-z0-9])", (LOCKS / name).read_text(encoding="utf-8")):
+    """Each package of a lock file (in installers/locks, or a path from there): (version, hashes)."""
+    return {name: (version, hashes) for name, (version, hashes, _marker) in entries(LOCKS / name).items()}
+
+
+def entries(path: Path, environment: dict[str, str] | None = None) -> dict[str, tuple[str, list[str], str]]:
+    """Each package of a lock file whose marker holds in ``environment`` (all when None): (version, hashes, marker)."""
+    packages: dict[str, tuple[str, list[str], str]] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", path.read_text(encoding="utf-8")):
         match = _PIN.match(block)
-        if match:
-            packages[canonicalize_name(match[1])] = (match[2], re.findall(r"--hash=sha256:([0-9a-f]{64})", block))
+        if not match:
+            continue
+        marker = block.split("\\\n", 1)[0].partition(";")[2].strip()
+        if environment is None or not marker or Marker(marker).evaluate(environment):
+            packages[canonicalize_name(match[1])] = (
+                match[2],
+                re.findall(r"--hash=sha256:([0-9a-f]{64})", block),
+                marker,
+            )
     return packages
 
 
@@ -57,7 +72,7 @@ def test_the_locks_hold_every_dependency_in_its_range(lock: str, groups: list[st
 
 def test_the_payload_and_local_tools_pins_are_the_locked_versions() -> None:
     packages = locked("dev-linux-x86_64-py311.txt")
-    for requirements in ("trainer_payload/requirements.txt", "resources/local-tools/requirements.txt"):
+    for requirements in ("trainer_payload/requirements.txt", "resources/local-tools/requirements.in"):
         for line in (ROOT / requirements).read_text(encoding="utf-8").splitlines():
             requirement = line.split("#", 1)[0].strip()
             if "==" in requirement and ";" not in requirement:
@@ -81,3 +96,32 @@ def test_a_tampered_hash_stops_pip_before_anything_is_installed(tmp_path: Path) 
     assert result.returncode != 0
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr and "annotated-types" in result.stderr
     assert not target.exists() or list(target.iterdir()) == []
+
+
+PLATFORMS = {
+    "linux-x86_64": LINUX_311,
+    "macos-arm64": {"sys_platform": "darwin", "platform_machine": "arm64", "python_version": "3.12"},
+    "windows-x86_64": {"sys_platform": "win32", "platform_machine": "AMD64", "python_version": "3.13"},
+}
+
+
+@pytest.mark.parametrize("platform", list(PLATFORMS))
+def test_the_local_tools_lock_holds_every_wanted_package_for_each_platform(platform: str) -> None:
+    environment = PLATFORMS[platform]
+    packages = entries(TOOLS / "requirements.txt", environment)
+    for line in (TOOLS / "requirements.in").read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate(environment):
+            continue
+        version, hashes, _marker = packages[canonicalize_name(requirement.name)]
+        assert requirement.specifier.contains(version, prereleases=True) and hashes, f"{platform}: {requirement}"
+    assert ("mlx-lm" in packages) == (platform == "macos-arm64")
+    assert not [name for name in packages if name.startswith(("nvidia-", "triton"))], "no CUDA build anywhere"
+
+
+def test_the_local_tools_build_with_the_projects_locked_build_tools() -> None:
+    assert (TOOLS / "build-tools.txt").read_text(encoding="utf-8") == (LOCKS / "build-tools.txt").read_text(
+        encoding="utf-8"
+    ), "make lock copies installers/locks/build-tools.txt to resources/local-tools/"

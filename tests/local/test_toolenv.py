@@ -152,3 +152,38 @@ def test_a_removal_cut_short_leaves_an_unfinished_install_not_a_broken_one(monke
     with pytest.raises(LocalToolError, match=r"could not delete .* quit Rentune"):
         remove_tools()
     assert tools_status().state is ToolsState.PARTIAL and local_python() == Path(sys.executable)
+
+
+def _lock_line(lock: str, name: str) -> str:
+    """``name``'s entry (version and every hash) of one of the project's lock files, as one line."""
+    text = (Path(__file__).resolve().parents[2] / "installers" / "locks" / lock).read_text(encoding="utf-8")
+    block = ("\n" + text).split(f"\n{name}==", 1)[1].split("\n    # via", 1)[0]
+    return f"{name}==" + block.replace("\\\n", " ")
+
+
+async def test_a_file_that_differs_from_the_lock_stops_the_install_in_one_line_and_installs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from desktop.services.local import toolenv
+
+    version = _lock_line("base.txt", "annotated-types").split()[0].split("==")[1]
+    monkeypatch.setattr(toolenv, "build_tools_text", lambda: _lock_line("build-tools.txt", "editables") + "\n")
+    monkeypatch.setattr(toolenv, "requirements_text", lambda: f"annotated-types=={version} --hash=sha256:{'0' * 64}\n")
+    monkeypatch.setenv(PYTHON_ENV, sys.executable)
+    with pytest.raises(LocalToolError) as refused:
+        await toolenv.install_tools(lambda _text, _fraction: None, links=[])
+    message = str(refused.value)
+    assert message.startswith("installing the local tools stopped: annotated-types==") and "\n" not in message
+    assert "does not match the sha256 in Rentune's lock" in message
+    site = tools_env().site_packages()
+    assert (site / "editables").is_dir(), "the build tools went in, checked"
+    assert not list(site.glob("annotated_types*")), "nothing of the refused package was installed"
+    assert tools_status().state is ToolsState.PARTIAL
+
+
+def test_pip_refusing_a_platform_the_lock_lacks_is_named() -> None:
+    from desktop.services.local.toolenv import lock_refusal
+
+    said = lock_refusal(["ERROR: No matching distribution found for torch==2.13.0+cpu"])
+    assert said is not None and "holds no file of torch==2.13.0+cpu for this computer" in said
+    assert lock_refusal(["ERROR: Could not build wheels for llama-cpp-python"]) is None

@@ -1,5 +1,5 @@
-"""Options the user sets are what the engine does: the budget stops a run, the checkpoints kept are kept, and the
-Hugging Face token reaches the machine only when the model comes from the Hub."""
+"""Options the user sets are what the engine does: the budget stops a run, and the Hugging Face token reaches the
+machine only when the model comes from the Hub (the checkpoints-kept setting: test_engine_end_to_end's first test)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from desktop.cli import main
 from desktop.core.runs.progress import cost_so_far
 from desktop.core.runs.states import RunState
-from desktop.core.settings import Settings
 from desktop.services.platform.secrets import SecretName, SecretStore
-from desktop.services.platform.settings import save_settings
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
 from tests.fixtures.sshd import SshHost
@@ -85,17 +82,6 @@ async def test_a_budget_reached_mid_training_brings_the_checkpoint_saved_on_stop
     await asyncio.wait_for(drive, 300)
     kept = assert_ended_for_its_budget(record.id, 5.0)
     assert kept, "the checkpoint written on SIGTERM is on this computer"
-
-
-def test_the_checkpoints_kept_setting_is_what_rentune_run_keeps(
-    ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
-) -> None:
-    save_settings(Settings(keep_local_checkpoints=1))
-    assert main(["run", str(make_spec(ssh_host, max_steps=12, checkpoint_steps=4))]) == 0
-    run_id = RunStore().all()[0].id
-    written = [e for e in mirrored_events(RunStore().folder(run_id)) if e["event"] == "checkpoint"]
-    assert len(written) >= 3
-    assert [p.name for p in local_checkpoints(run_id)] == [Path(written[-1]["path"]).name]
 
 
 @pytest.fixture

@@ -294,7 +294,7 @@ def test_a_budget_too_small_to_stop_a_machine_rents_nothing(runpod: CloudUnderTe
 
 def test_idle_guard_terminates_a_machine_that_trains_nothing(runpod: CloudUnderTest, rented_spec: SpecWriter) -> None:
     engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 20, "grad_accum": 2}, idle_minutes=0.75))
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 20, "grad_accum": 2}, idle_minutes=0.25))
     folder = engine.folder(run_id)
 
     async def freeze_the_trainer() -> RunState:

@@ -3,7 +3,9 @@
 It lives under the data folder, for an app that does not have the tools itself (the bundled app never does).
 
 ``rentune tools install`` (or the Models page) makes a virtual environment from a Python of the app's own version
-and pip-installs the pinned stack (``resources/local-tools/requirements.txt``) into it; a marker file written last
+and pip-installs the locked stack into it (``resources/local-tools/requirements.txt``: every file's sha256, for Linux
+x86-64, macOS arm64 and Windows x86-64; pip takes nothing else, and a file whose hash differs stops the install before
+anything of it is unpacked); a marker file written last
 says it is complete, so an interrupted install is finished by running it again (pip keeps what it installed and its
 cache keeps what it downloaded). Once complete, the app imports the tools from it (:func:`activate`) and runs its
 child jobs with its Python (:func:`local_python`). Removing it deletes the folder.
@@ -16,6 +18,7 @@ import hashlib
 import importlib
 import json
 import os
+import platform
 import re
 import shutil
 import sys
@@ -39,8 +42,10 @@ MARKER = "rentune-tools.json"
 APP_PATH_FILE = "rentune-app.pth"
 #: Overrides the Python the environment is made from (its version must be the app's).
 PYTHON_ENV = "RENTUNE_TOOLS_PYTHON"
-#: Space-separated extra package indexes pip may take wheels from ("" for none); the default is per platform.
-INDEXES_ENV = "RENTUNE_TOOLS_INDEXES"
+#: Space-separated pages or folders pip may also find files in ("" for none). The default is torch's own page on
+#: Linux (its CPU build is not on PyPI); PyPI is the only index. The lock's hashes decide what is taken, wherever from.
+FIND_LINKS_ENV = "RENTUNE_TOOLS_FIND_LINKS"
+TORCH_CPU_PAGE = "https://download.pytorch.org/whl/cpu/torch/"
 #: About what the stack takes on disk once installed (torch's CPU build is most of it), for the free-space check.
 INSTALLED_BYTES = 1_600_000_000
 #: The distributions listed in the status, in the order a user cares about.
@@ -239,18 +244,21 @@ def remove_tools() -> int:
 
 
 def requirements_text() -> str:
-    """The pinned stack, as shipped with the app."""
+    """The locked stack, as shipped with the app."""
     return resource_bytes("local-tools", "requirements.txt").decode("utf-8")
 
 
-def extra_indexes() -> list[str]:
-    """The package indexes pip may also take wheels from: PyTorch's CPU builds, llama-cpp-python's prebuilt wheels."""
-    configured = os.environ.get(INDEXES_ENV)
+def build_tools_text() -> str:
+    """The locked build tools (pip, scikit-build-core, cmake, ninja) llama-cpp-python is built with."""
+    return resource_bytes("local-tools", "build-tools.txt").decode("utf-8")
+
+
+def find_links() -> list[str]:
+    """Where pip may find files besides PyPI: torch's CPU build page on Linux, nothing elsewhere."""
+    configured = os.environ.get(FIND_LINKS_ENV)
     if configured is not None:
         return configured.split()
-    if sys.platform == "darwin":
-        return ["https://abetlen.github.io/llama-cpp-python/whl/metal"]
-    return ["https://download.pytorch.org/whl/cpu", "https://abetlen.github.io/llama-cpp-python/whl/cpu"]
+    return [TORCH_CPU_PAGE] if sys.platform == "linux" else []
 
 
 async def find_base_python() -> Path:
@@ -289,14 +297,16 @@ async def _python_version(python: str) -> str | None:
     return output.decode().strip() if process.returncode == 0 else None
 
 
-async def install_tools(progress: Progress, *, indexes: Sequence[str] | None = None) -> ToolsStatus:
-    """Makes (or finishes) the environment and installs the pinned stack into it.
+async def install_tools(progress: Progress, *, links: Sequence[str] | None = None) -> ToolsStatus:
+    """Makes (or finishes) the environment and installs the locked stack into it.
 
-    Progress goes to ``progress`` as pip reports each package. Cancelling stops pip at once; running it again
-    finishes the install.
+    The build tools go in first (llama-cpp-python is built from its source with them, never with build requirements
+    pip would fetch unchecked), then the stack, every file checked against its sha256. Progress goes to ``progress``
+    as pip reports each package. Cancelling stops pip at once; running it again finishes the install.
 
     Raises:
-        LocalToolError: No suitable Python, not enough disk space, or pip failed (its last lines are in the message).
+        LocalToolError: No suitable Python, not enough disk space, a file that does not match the lock, or pip failed
+            (its last lines are in the message).
     """
     env = tools_env()
     base = await find_base_python()
@@ -308,12 +318,18 @@ async def install_tools(progress: Progress, *, indexes: Sequence[str] | None = N
         await _run([str(base), "-m", "venv", str(env.folder)], progress, what="making the tools environment")
     env.marker.unlink(missing_ok=True)
     (env.site_packages() / APP_PATH_FILE).unlink(missing_ok=True)  # pip must see the environment's packages only
-    requirements = env.folder / "requirements.txt"
+    build_tools, requirements = env.folder / "build-tools.txt", env.folder / "requirements.txt"
+    build_tools.write_text(build_tools_text(), encoding="utf-8")
     requirements.write_text(requirements_text(), encoding="utf-8")
-    command = [str(env.python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
-    for index in extra_indexes() if indexes is None else indexes:
-        command += ["--extra-index-url", index]
-    await _run([*command, "-r", str(requirements)], progress, what="installing the local tools")
+    pip = [str(env.python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+    locked = [*pip, "--require-hashes", "--no-deps"]
+    progress("installing the build tools", None)
+    await _run([*locked, "-r", str(build_tools)], progress, what="installing the build tools")
+    links_args = [
+        argument for link in (find_links() if links is None else links) for argument in ("--find-links", link)
+    ]
+    command = [*locked, "--no-build-isolation", *links_args, "-r", str(requirements)]
+    await _run(command, progress, what="installing the local tools")
     _write_app_path(env, app_python_version())
     _write_marker(env)
     progress("the local tools are installed", 1.0)
@@ -359,12 +375,42 @@ async def run_python(
     return await run_program([str(local_python()), *arguments], env=env, on_line=on_line, what=what)
 
 
+def lock_refusal(lines: Sequence[str]) -> str | None:
+    """One line for pip refusing a file the lock does not allow, or None when pip failed for another reason."""
+    text = "\n".join(lines)
+    if "DO NOT MATCH THE HASHES" in text:
+        found = re.search(r"DO NOT MATCH THE HASHES.*?\n\s*([A-Za-z0-9_.-]+==\S+)", text, re.DOTALL)
+        package = found[1] if found else "a package"
+        return (
+            f"{package} as downloaded does not match the sha256 in Rentune's lock, so nothing of it was installed or "
+            "run: a download was damaged or a package index served another file; try again later, and if it persists "
+            "report it (nothing else on this computer changed)"
+        )
+    missing = re.search(r"No matching distribution found for ([A-Za-z0-9_.+=<>!~-]+)", text)
+    if missing:
+        return (
+            f"Rentune's lock holds no file of {missing[1]} for this computer ({sys.platform} {platform.machine()}, "
+            f"Python {app_python_version()}); the local tools are locked for Linux x86-64 (Python 3.11), macOS arm64 "
+            "and Windows x86-64 only"
+        )
+    return None
+
+
 async def _run(command: list[str], progress: Progress, *, what: str) -> None:
+    lines: list[str] = []
+
     def on_line(line: str) -> None:
+        lines.append(line)
         step = pip_step(line)
         if step:
             progress(step, None)
 
     env = os.environ | {"PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONPATH", None)
-    await run_program(command, env=env, on_line=on_line, what=what)
+    try:
+        await run_program(command, env=env, on_line=on_line, what=what)
+    except LocalToolError as exc:
+        refusal = lock_refusal(lines)
+        if refusal is None:
+            raise
+        raise LocalToolError(f"{what} stopped: {refusal}") from exc
