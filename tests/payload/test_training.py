@@ -69,11 +69,11 @@ def assert_adapter_changes_the_model(base: Path, adapter: Path) -> None:
 def test_kill_9_then_restart_resumes_exactly_and_skips_a_truncated_checkpoint(
     make_job: JobFactory, tmp_path: Path
 ) -> None:
-    reference = make_job("reference", max_steps=120)
+    reference = make_job("reference", max_steps=50)
     assert run_payload(reference).returncode == 0
     expected = losses(events_of(reference))
 
-    job = make_job("broken", max_steps=120)
+    job = make_job("broken", max_steps=50)
     process = start_payload(job, tmp_path / "payload.log")
     wait_for_event(job, lambda e: e["event"] == "checkpoint" and e["step"] == 30)
     process.kill()

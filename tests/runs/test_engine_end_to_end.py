@@ -233,12 +233,14 @@ def test_machine_lost_then_resume_on_another_machine(
 
 def test_changed_host_key_is_refused(ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path) -> None:
     """The key pinned at the first contact is the one every later contact must offer (no training needed: a
-    machine without the spec's Python fails right after the first contact pinned its key)."""
+    machine without the spec's Python fails, with the reason, right after the first contact pinned its key)."""
     runner = engine()
     spec = make_spec(ssh_host).read_text().replace(f'python = "{sys.executable}"', 'python = "/nonexistent/python3"')
     (tmp_path / "NOPYTHON.toml").write_text(spec)
     record = runner.create(load(tmp_path / "NOPYTHON.toml"))
-    assert asyncio.run(runner.drive(record.id)).state is RunState.FAILED
+    failed = asyncio.run(runner.drive(record.id))
+    assert failed.state is RunState.FAILED, "a machine that cannot prepare fails the run instead of retrying"
+    assert failed.error and "preparing the machine failed" in failed.error and "[target] python" in failed.error
     pinned = str(RunStore().get(record.id).host_key).split()[:2]
     assert pinned == ssh_host.host_public_key.split()[:2], "pinned at the first contact"
     impostor = SshServer(tmp_path / "impostor")

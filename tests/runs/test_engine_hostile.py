@@ -169,38 +169,39 @@ async def test_a_checkpoint_naming_files_outside_the_run_folder_fails_the_run_an
     assert "rentune-run-" not in authorized(ssh_host)
 
 
-async def test_a_link_on_this_computer_leading_out_of_the_run_folder_is_not_followed(
-    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path
-) -> None:
-    runner = engine()
-    record = runner.create(load(make_spec(ssh_host, max_steps=20, checkpoint_steps=10)))
+async def test_a_link_on_this_computer_leading_out_of_the_run_folder_is_not_followed(tmp_path: Path) -> None:
+    host, lines = FakeHost(), list[str]()
+    runner = make_engine(host, lines)
+    record = create_run(runner, tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
     (runner.folder(record.id) / "checkpoints").symlink_to(outside)
-    final = await asyncio.wait_for(runner.drive(record.id), 240)
-    kill(final.pid)
+    host.on_launch = trains_to_the_end
+    final = await asyncio.wait_for(runner.drive(record.id), 30)
     assert final.state is RunState.FAILED
     assert final.error is not None and final.error.startswith("the machine sent an unsafe path: 'checkpoints'")
     assert "through a link" in final.error
     assert list(outside.iterdir()) == [], "no checkpoint went through the link"
 
 
-async def test_a_garbage_line_in_the_event_stream_is_skipped_and_the_run_goes_on(
-    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path
-) -> None:
-    lines: list[str] = []
-    runner = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2), report=lines.append)
-    record = runner.create(load(make_spec(ssh_host, max_steps=20)))
-    folder = runner.folder(record.id)
-    drive = asyncio.ensure_future(runner.drive(record.id))
-    await wait_local_event(folder, lambda e: e["event"] == "step", limit_s=200)
-    with machine_events(tmp_path, record.id).open("a") as stream:
-        stream.write('this is not an event\n{"seq": 99999999, "event": "step"}\n')
-    final = await asyncio.wait_for(drive, 240)
-    assert final.state is RunState.FINISHED
-    events = assert_contiguous(folder)
-    assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 21))
-    assert any(line.startswith("skipped 2 malformed event line(s) from the machine") for line in lines)
+async def test_a_garbage_line_in_the_event_stream_is_skipped_and_the_run_goes_on(tmp_path: Path) -> None:
+    host, lines = FakeHost(), list[str]()
+    runner = make_engine(host, lines)
+    record = create_run(runner, tmp_path)
+
+    def trains_among_garbage(fake: FakeHost, folder: str) -> None:
+        fake.emit(EventKind.STEP, step=1, loss=2.0)
+        fake.write_raw("this is not an event")
+        fake.write_raw('{"seq": 99999999, "event": "step"}')
+        fake.emit(EventKind.STEP, step=2, loss=1.5)
+        trains_to_the_end(fake, folder)
+
+    host.on_launch = trains_among_garbage
+    final = await asyncio.wait_for(runner.drive(record.id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    events = assert_contiguous(runner.folder(record.id))
+    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2]
+    assert any(line.startswith("skipped 2 malformed event line(s) from the machine") for line in lines), lines
 
 
 @pytest.mark.parametrize("ts", [math.nan, math.inf, 1e300], ids=["NaN", "Infinity", "1e300"])
@@ -312,10 +313,17 @@ class Crash(BaseException):
 
 
 def test_a_crash_between_mirroring_events_and_saving_the_offset_repeats_no_event(
-    ssh_host: SshHost, make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runner = engine()
-    record = runner.create(load(make_spec(ssh_host, max_steps=8, checkpoint_steps=4)))
+    host, lines = FakeHost(), list[str]()
+    record = create_run(make_engine(host, lines), tmp_path)
+
+    def eight_steps(fake: FakeHost, folder: str) -> None:
+        for step in range(1, 9):
+            fake.emit(EventKind.STEP, step=step, loss=1.0)
+        trains_to_the_end(fake, folder)
+
+    host.on_launch = eight_steps
     save = RunStore.update
 
     def crash_before_saving_the_offset(self: RunStore, run_id: str, **fields: object) -> object:
@@ -326,10 +334,11 @@ def test_a_crash_between_mirroring_events_and_saving_the_offset_repeats_no_event
     with monkeypatch.context() as patch:
         patch.setattr(RunStore, "update", crash_before_saving_the_offset)
         with pytest.raises(Crash):
-            asyncio.run(runner.drive(record.id))
+            asyncio.run(make_engine(host, lines).drive(record.id))
     assert RunStore().get(record.id).last_seq < 5, "the offset was not saved"
-    assert asyncio.run(engine().drive(record.id)).state is RunState.FINISHED
-    events = assert_contiguous(runner.folder(record.id))
+    assert asyncio.run(make_engine(host, lines).drive(record.id)).state is RunState.FINISHED
+    assert host.launches == 1, "the trainer that was running is followed again, not started anew"
+    events = assert_contiguous(RunStore().folder(record.id))
     assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 9))
 
 

@@ -25,18 +25,6 @@ from trainer_payload.protocol import ErrorKind
 pytestmark = pytest.mark.slow
 
 
-async def test_a_failed_install_fails_the_run_with_the_reason_instead_of_retrying(
-    ssh_host: SshHost, make_spec: SpecFactory
-) -> None:
-    spec_path = make_spec(ssh_host)
-    spec_path.write_text(spec_path.read_text().replace("python = ", 'python = "/no/such/python" # '))
-    runner = engine()
-    record = runner.create(load(spec_path))
-    final = await asyncio.wait_for(runner.drive(record.id), 60)
-    assert final.state is RunState.FAILED
-    assert final.error and "preparing the machine failed" in final.error and "[target] python" in final.error
-
-
 async def test_an_app_closed_while_the_adapter_comes_home_finishes_on_reattach_without_retraining(
     ssh_host: SshHost, make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

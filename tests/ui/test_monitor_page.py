@@ -577,38 +577,6 @@ def test_event_chunks_stop_at_the_last_complete_line_and_skip_junk(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_a_real_run_on_the_loopback_machine_is_followed_to_its_adapter(
-    page: MonitorPage,
-    context: AppContext,
-    wait_for: Callable[..., None],
-    ssh_host: SshHost,
-    request: pytest.FixtureRequest,
-) -> None:
-    import tomllib
-
-    from desktop.core.runs.spec import run_spec_from_dict
-
-    write_spec: SpecFactory = request.getfixturevalue("make_spec")
-    spec_path = write_spec(ssh_host, max_steps=20, checkpoint_steps=10)
-    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
-    record = context.manager.launch(spec)
-    page.show_run(record.id)
-    wait_for(lambda: not context.manager.is_driving(record.id), timeout=240)
-    wait_for(lambda: page.state_badge.text() == "Finished")
-    final = context.store.get(record.id)
-    assert page.chart.point_counts()[0] >= 2
-    assert page.stats["step"].text().startswith("20 of 20")
-    assert page.stats["adapter"].text() == final.adapter
-    assert page.stats["checkpoints"].text().startswith("2 checkpoints were kept on this computer")
-    log = log_text(page)
-    assert "adapter verified and saved" in log and "Machine ready after" in log
-    assert not any(raw in log for raw in RAW_WORDS), log
-    assert not (page.stop_button.isEnabled() or page.pull_button.isEnabled() or page.resume_button.isEnabled())
-    chips = chip_names(page)
-    assert chips[-1] == "Finished" and "Training" in chips
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(900)  # two uploads, two setups and two model loads on a loaded two-core machine
 def test_a_real_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_finishes(
     page: MonitorPage,
@@ -618,7 +586,8 @@ def test_a_real_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_fin
     request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What the Stop dialog promises: stop keeps a checkpoint, Resume continues from it on the same machine."""
+    """What the Stop dialog promises: stop keeps a checkpoint, Resume continues from it on the same machine; the run is
+    followed to its adapter."""
     import tomllib
 
     from desktop.core.runs.spec import run_spec_from_dict
@@ -663,7 +632,17 @@ def test_a_real_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_fin
     assert steps[-1]["step"] == end
     assert next(e["step"] for e in steps if e["seq"] > resumed["seq"]) == stopped.checkpoint_step + 1
     wait_for(lambda: page.state_badge.text() == "Finished")
-    assert "Resumed by you: continuing from the newest checkpoint" in log_text(page)
+    log = log_text(page)
+    assert "Resumed by you: continuing from the newest checkpoint" in log
+    # followed to its adapter: the chart, the numbers, the log in words, nothing left to press
+    assert page.chart.point_counts()[0] >= 2
+    assert page.stats["step"].text().startswith(f"{end} of {end}")
+    assert page.stats["adapter"].text() == final.adapter
+    assert "adapter verified and saved" in log and "Machine ready after" in log
+    assert not any(raw in log for raw in RAW_WORDS), log
+    assert not (page.stop_button.isEnabled() or page.pull_button.isEnabled() or page.resume_button.isEnabled())
+    chips = chip_names(page)
+    assert chips[-1] == "Finished" and "Training" in chips
 
 
 def test_the_chart_axes_change_only_when_the_points_leave_them() -> None:
