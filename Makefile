@@ -85,6 +85,10 @@ lock: $(VENV)/.test-installed
 	MACOSX_DEPLOYMENT_TARGET=14.0 $(UV_COMPILE) --universal --python-version 3.11 --find-links $(TORCH_FIND_LINKS) \
 	  $(TOOLS_LOCK:.txt=.in) -c $(BUILD_LOCK) -c build/dev-pins.txt -o $(TOOLS_LOCK)
 	cp $(BUILD_LOCK) resources/local-tools/build-tools.txt
+	@# The payload, for the rented machine: every package it needs but torch, whose image build is never replaced.
+	printf 'torch ; python_version < "0"\n' > build/no-torch.txt
+	$(UV_COMPILE) --universal --python-version 3.11 trainer_payload/requirements.txt --override build/no-torch.txt \
+	  -c build/dev-pins.txt -o trainer_payload/requirements-lock.txt
 
 # Where the test lock applies, the local libraries come with it (locked); elsewhere from pyproject.toml's ranges.
 ifeq ($(DEV_LOCKED),1)

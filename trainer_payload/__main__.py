@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
     boot.add_argument(
-        "--requirements", type=Path, help="pinned requirements to install (default: the payload's requirements.txt)"
+        "--lock", type=Path, help="hashed lock to install from (default: the payload's requirements-lock.txt)"
     )
     return parser
 
@@ -39,12 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.train import run_job
 
         return run_job(args.job)
-    from trainer_payload.bootstrap import REQUIREMENTS, bootstrap, enter_venv, in_venv_of
+    from trainer_payload.bootstrap import bootstrap, enter_venv, in_venv_of
+    from trainer_payload.lock import LOCK
 
-    requirements = (args.requirements or REQUIREMENTS).resolve()
+    lock = (args.lock or LOCK).resolve()
     if args.dry_run or in_venv_of(args.job):
-        return bootstrap(args.job, dry_run=args.dry_run, requirements=requirements)
-    return enter_venv(args.job, requirements)
+        return bootstrap(args.job, dry_run=args.dry_run, lock=lock)
+    return enter_venv(args.job, lock)
 
 
 if __name__ == "__main__":

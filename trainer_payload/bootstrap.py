@@ -7,9 +7,10 @@ then ``preparing`` with ``ready: true``) or its ``error`` event. It runs in two 
    next to ``job.json``) over that Python with its site-packages visible, so the image's torch is used as it is and
    an externally managed system Python (PEP 668) is never installed into; then it re-runs itself with the venv's
    Python.
-2. In the venv, it installs only the pinned packages that are missing, with pip under a constraints file that pins
-   the image's torch and CUDA libraries at their installed versions (nothing replaces them), and downloads the model
-   in parallel with the install.
+2. In the venv, it installs only the locked packages that are missing (:mod:`trainer_payload.lock`: every file's
+   sha256, ``pip --require-hashes --no-deps``, so pip takes exactly those files and never touches the image's torch
+   and CUDA libraries, which the lock leaves out), checks that what it installed accepts the image's torch, and
+   downloads the model in parallel with the install.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_payload.failures import classify, config_error, hint
+from trainer_payload.lock import LOCK, Locked, applies, canonical, read_lock, to_install, torch_conflicts
 from trainer_payload.protocol import (
     EVENTS_FILE_NAME,
     VENV_DIR,
@@ -45,7 +47,8 @@ REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 NEVER_INSTALL = {"torch", "torchvision", "torchaudio"}
 #: The image's own builds: pinned at their installed versions (with every ``nvidia-*`` library) for every install.
 KEPT_DISTRIBUTIONS = ("torch", "torchvision", "torchaudio", "triton")
-CONSTRAINTS_FILE_NAME = "pip-constraints.txt"
+#: The lock entries one pip run installs, written in the run's output folder (kept for the log).
+INSTALL_FILE_NAME = "pip-install.txt"
 LAYER_PTH_NAME = "rentune-base-site.pth"
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
 EXIT_READY, EXIT_FAILED = 0, 1
@@ -56,7 +59,7 @@ PROGRESS_SECONDS = 5.0
 
 
 def pinned_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str]]:
-    """(name, version) pairs of ``requirements.txt``, torch excluded."""
+    """(name, version) pairs of ``requirements.txt`` (what the lock is made from), torch excluded."""
     pins = []
     for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip()
@@ -65,19 +68,6 @@ def pinned_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str]]:
             if name.lower() not in NEVER_INSTALL:
                 pins.append((name, version))
     return pins
-
-
-def missing_requirements(pins: list[tuple[str, str]]) -> list[str]:
-    """The ``name==version`` specs not installed at exactly that version."""
-    missing = []
-    for name, version in pins:
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            installed = None
-        if installed != version:
-            missing.append(f"{name}=={version}")
-    return missing
 
 
 def machine_facts() -> dict[str, Any]:
@@ -94,40 +84,36 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
-def kept_distributions() -> list[str]:
-    """``name==version`` of the image's torch stack as installed: torch, torchvision, torchaudio, triton, nvidia-*."""
-    kept: dict[str, str] = {}
+def kept_distributions() -> set[str]:
+    """Canonical names of the image's torch stack, kept as the image has them when present.
+
+    torch, torchvision, torchaudio, triton, every ``nvidia-*`` library and what torch itself requires.
+    """
+    kept = set(KEPT_DISTRIBUTIONS)
     for dist in importlib.metadata.distributions():
-        name = re.sub(r"[-_.]+", "-", str(dist.metadata["Name"] or "")).lower()
-        if name in KEPT_DISTRIBUTIONS or name.startswith("nvidia-"):
-            kept.setdefault(name, dist.version)  # the first one on the path is the one imported
-    return sorted(f"{name}=={version}" for name, version in kept.items())
+        name = canonical(str(dist.metadata["Name"] or ""))
+        if name.startswith("nvidia-"):
+            kept.add(name)
+    try:
+        requires = importlib.metadata.requires("torch") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    kept.update(canonical(re.split(r"[\s;<>=!~\[(]", line, maxsplit=1)[0]) for line in requires)
+    return kept
 
 
-def write_constraints(path: Path) -> Path:
-    """Writes the pip constraints file that keeps the image's torch stack as it is; returns its path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{spec}\n" for spec in kept_distributions()), encoding="utf-8")
-    return path
+def install_command(requirements_file: Path) -> list[str]:
+    """The pip command installing the lock entries of ``requirements_file`` here, each file checked by its sha256.
 
-
-def install_command(specs: list[str], constraints: Path) -> list[str]:
-    """The pip command installing ``specs`` into this interpreter's environment, never changing the constraints.
+    Nothing else is pulled in (``--no-deps``): the lock holds every package the trainer needs.
 
     pip, not uv: uv does not count the packages a ``--system-site-packages`` venv sees as installed
     (astral-sh/uv#7358), so it would download a second torch into the venv instead of keeping the image's.
     """
     return [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--no-input",
-        "--disable-pip-version-check",
-        "--constraint",
-        str(constraints),
-        *specs,
-    ]
+        sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+        "--require-hashes", "--no-deps", "-r", str(requirements_file),
+    ]  # fmt: skip
 
 
 # -- phase 1: the run's venv over the machine's Python ---------------------------------------------------------
@@ -162,7 +148,7 @@ def create_venv(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def enter_venv(job_path: Path, requirements: Path = REQUIREMENTS) -> int:
+def enter_venv(job_path: Path, lock: Path = LOCK) -> int:
     """Creates the run's venv and continues the bootstrap in it, in this same process (the app follows its pid).
 
     Returns:
@@ -182,7 +168,7 @@ def enter_venv(job_path: Path, requirements: Path = REQUIREMENTS) -> int:
         return EXIT_FAILED
     package_root = str(Path(__file__).resolve().parent.parent)
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    arguments = ["-m", "trainer_payload", "bootstrap", str(job_path.resolve()), "--requirements", str(requirements)]
+    arguments = ["-m", "trainer_payload", "bootstrap", str(job_path.resolve()), "--lock", str(lock)]
     sys.stdout.flush()
     try:
         os.execve(python, [str(python), *arguments], env)  # noqa: S606 - our own venv's Python, fixed arguments
@@ -194,7 +180,7 @@ def enter_venv(job_path: Path, requirements: Path = REQUIREMENTS) -> int:
 # -- phase 2: install what is missing and download the model -----------------------------------------------------
 
 
-def bootstrap(job_path: Path, *, dry_run: bool = False, requirements: Path = REQUIREMENTS) -> int:
+def bootstrap(job_path: Path, *, dry_run: bool = False, lock: Path = LOCK) -> int:
     """Installs what this interpreter lacks and downloads the model; returns the exit code (0 when ready).
 
     Every failure ends as an ``error`` event: ``config`` for a bad job file (exit 2), ``install`` when pip fails,
@@ -205,7 +191,7 @@ def bootstrap(job_path: Path, *, dry_run: bool = False, requirements: Path = REQ
         return spec
     events = EventWriter(Path(spec.output_dir) / EVENTS_FILE_NAME)
     try:
-        return _prepare(spec, events, requirements, dry_run=dry_run)
+        return _prepare(spec, events, lock, dry_run=dry_run)
     except Exception as exc:  # noqa: BLE001 - every failure must become an error event, never a silent crash
         kind = classify(exc)
         events.emit(EventKind.ERROR, kind=kind.value, message=f"{type(exc).__name__}: {exc}"[:2000], hint=hint(kind))
@@ -220,29 +206,30 @@ def _load(job_path: Path) -> JobSpec | int:
         return config_error(job_path, str(exc))
 
 
-def _prepare(spec: JobSpec, events: EventWriter, requirements: Path, *, dry_run: bool) -> int:
-    pins = pinned_requirements(requirements)
-    missing = missing_requirements(pins)
-    detail = f"{len(missing)} of {len(pins)} pinned packages to install" if missing else "every package is installed"
+def _prepare(spec: JobSpec, events: EventWriter, lock: Path, *, dry_run: bool) -> int:
+    entries = [entry for entry in read_lock(lock) if applies(entry)]
+    needed = to_install(entries, kept_distributions())
+    missing = [f"{entry.name}=={entry.version}" for entry in needed]
+    detail = f"{len(needed)} of {len(entries)} locked packages to install" if needed else "every package is installed"
+    facts = machine_facts()
     events.emit(
-        EventKind.STATE,
-        state=JobState.INSTALLING.value,
-        step="check",
-        detail=detail,
-        missing=missing,
-        dry_run=dry_run,
-        **machine_facts(),
-    )
+        EventKind.STATE, state=JobState.INSTALLING.value, step="check", detail=detail, missing=missing,
+        dry_run=dry_run, **facts,
+    )  # fmt: skip
     if dry_run:
         return EXIT_READY
-    started = time.monotonic()
-    constraints = write_constraints(Path(spec.output_dir) / CONSTRAINTS_FILE_NAME)
-    hub_first = [spec_ for spec_ in missing if spec_.lower().startswith("huggingface_hub")]
-    if hub_first and not _install(hub_first, constraints, events):
+    started, folder = time.monotonic(), Path(spec.output_dir)
+    hub_first = [entry for entry in needed if entry.name == "huggingface-hub"]  # the download needs it
+    if hub_first and not _install(hub_first, folder, events):
         return EXIT_FAILED
     download = _Download(spec.base_model) if not Path(spec.base_model).exists() else None
-    rest = [spec_ for spec_ in missing if spec_ not in hub_first]
-    if rest and not _install(rest, constraints, events):
+    rest = [entry for entry in needed if entry not in hub_first]
+    if rest and not _install(rest, folder, events):
+        return EXIT_FAILED
+    conflicts = torch_conflicts(entries, facts.get("torch"))
+    if conflicts:
+        what = f"the installed packages need another torch than the image's torch {facts.get('torch')}"
+        _install_failed(events, what, "\n".join(conflicts) + "; choose an image with a torch they accept")
         return EXIT_FAILED
     install_seconds = round(time.monotonic() - started, 2)
     events.emit(
@@ -260,24 +247,48 @@ def _prepare(spec: JobSpec, events: EventWriter, requirements: Path, *, dry_run:
     return EXIT_READY
 
 
-def _install(specs: list[str], constraints: Path, events: EventWriter) -> bool:
-    """Installs ``specs`` with pip, reporting each package it collects; False (after an error event) when it fails."""
-    detail = f"installing {', '.join(specs)}"
-    events.emit(EventKind.STATE, state=JobState.INSTALLING.value, step="packages", detail=detail)
+def _install(entries: list[Locked], folder: Path, events: EventWriter) -> bool:
+    """Installs lock entries with pip, reporting each package it collects; False (after an error event) on failure."""
+    specs = [f"{entry.name}=={entry.version}" for entry in entries]
+    events.emit(
+        EventKind.STATE, state=JobState.INSTALLING.value, step="packages", detail=f"installing {', '.join(specs)}"
+    )
+    requirements = folder / INSTALL_FILE_NAME
+    requirements.parent.mkdir(parents=True, exist_ok=True)
+    requirements.write_text("".join(f"{entry.entry}\n" for entry in entries), encoding="utf-8")
     tail: collections.deque[str] = collections.deque(maxlen=PIP_TAIL_LINES)
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     with subprocess.Popen(
-        install_command(specs, constraints), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        install_command(requirements), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     ) as pip:
         assert pip.stdout is not None  # set by stdout=PIPE
+        output: list[str] = []
         for line in pip.stdout:
             sys.stdout.write(line)  # the whole output stays in the bootstrap's log
+            output.append(line)
             tail.append(line.rstrip())
             if line.startswith("Collecting "):
                 events.emit(EventKind.STATE, state=JobState.INSTALLING.value, step="packages", detail=line.strip())
     if pip.returncode:
+        refused = hash_refusal(output)
+        if refused is not None:
+            message = (
+                f"{refused} as downloaded does not match the sha256 in the payload's lock, so nothing of it was "
+                "installed or run (a damaged download, or an index serving another file)"
+            )
+            events.emit(EventKind.ERROR, kind=ErrorKind.INSTALL.value, message=message, hint=hint(ErrorKind.INSTALL))
+            return False
         return _install_failed(events, f"installing {' '.join(specs)}", "\n".join(tail))
     return True
+
+
+def hash_refusal(output: list[str]) -> str | None:
+    """The ``name==version`` pip refused because its file's hash differs from the lock's, or None."""
+    text = "".join(output)
+    found = re.search(r"DO NOT MATCH THE HASHES.*?\n\s*([A-Za-z0-9_.-]+==[^\s:]+)", text, re.DOTALL)
+    if found:
+        return found[1]
+    return "a package" if "DO NOT MATCH THE HASHES" in text else None
 
 
 def _install_failed(events: EventWriter, what: str, output: str) -> bool:

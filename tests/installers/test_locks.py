@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCKS = ROOT / "installers" / "locks"
 TOOLS_LOCK = "resources/local-tools/requirements.txt"
 TOOLS = ROOT / "resources" / "local-tools"
-LOCK_FILES = ("build-tools.txt", "base.txt", "dev-linux-x86_64-py311.txt", "dist-tools.txt", "../../" + TOOLS_LOCK)
+PAYLOAD_LOCK = "trainer_payload/requirements-lock.txt"
+LOCK_FILES = (
+    "build-tools.txt", "base.txt", "dev-linux-x86_64-py311.txt", "dist-tools.txt", "../../" + TOOLS_LOCK,
+    "../../" + PAYLOAD_LOCK,
+)  # fmt: skip
 _PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)")
 LINUX_311 = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": "3.11"}
 

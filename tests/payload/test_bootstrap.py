@@ -14,21 +14,22 @@ import pytest
 
 from tests.payload.conftest import written_events
 from trainer_payload.bootstrap import (
-    CONSTRAINTS_FILE_NAME,
+    INSTALL_FILE_NAME,
     bootstrap,
     cached_bytes,
     install_command,
     kept_distributions,
-    missing_requirements,
     pinned_requirements,
-    write_constraints,
 )
 from trainer_payload.failures import hint
+from trainer_payload.lock import Locked, read_lock, to_install
 from trainer_payload.protocol import VENV_DIR, VENV_PYTHON, ErrorKind, EventKind, JobState
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: A small pure-Python package, pinned, that the test environment does not have: installed from PyPI for real.
 SMALL_PIN = ("text-unidecode", "1.3")
+#: The sha256 of its only file on PyPI (text_unidecode-1.3-py2.py3-none-any.whl).
+SMALL_PIN_SHA256 = "1311f10e8b895935241623731c2ba64f4c455287888b18189350b67134a822e8"
 
 
 def test_requirements_are_pinned_and_never_include_torch() -> None:
@@ -38,23 +39,34 @@ def test_requirements_are_pinned_and_never_include_torch() -> None:
     assert "torch" not in names
 
 
-def test_test_environment_has_every_pinned_package() -> None:
-    assert missing_requirements(pinned_requirements()) == []
-    assert missing_requirements([("surely-not-installed-pkg", "1.0")]) == ["surely-not-installed-pkg==1.0"]
+def test_the_lock_holds_every_pin_with_hashes_and_no_torch_stack() -> None:
+    entries = {entry.name: entry for entry in read_lock()}
+    for name, version in pinned_requirements():
+        entry = entries[name.lower().replace("_", "-")]
+        assert entry.version == version and "--hash=sha256:" in entry.entry, name
+    assert not [name for name in entries if name.startswith(("torch", "nvidia-", "triton"))], "the image's, never ours"
 
 
-def test_install_uses_this_interpreter_under_the_constraints(tmp_path: Path) -> None:
-    command = install_command(["x==1"], tmp_path / "c.txt")
-    assert command[:4] == [sys.executable, "-m", "pip", "install"] and command[-1] == "x==1"
-    assert command[command.index("--constraint") + 1] == str(tmp_path / "c.txt")
+def test_the_test_environment_needs_nothing_and_a_missing_package_is_listed() -> None:
+    assert to_install(read_lock(), kept_distributions()) == []
+    absent = Locked("surely-not-installed-pkg", "1.0", "", "surely-not-installed-pkg==1.0 --hash=sha256:00")
+    elsewhere = Locked("pywin32", "311", "sys_platform == 'win32'", "pywin32==311 ; sys_platform == 'win32'")
+    assert to_install([absent, elsewhere], set()) == [absent]
 
 
-def test_constraints_pin_the_images_torch_stack_at_its_installed_versions(tmp_path: Path) -> None:
+def test_the_images_torch_stack_stays_as_it_is_even_at_another_version() -> None:
     kept = kept_distributions()
-    assert f"torch=={importlib.metadata.version('torch')}" in kept
-    nvidia = {d.metadata["Name"].lower() for d in importlib.metadata.distributions() if d.metadata["Name"]}
-    assert {spec.split("==")[0] for spec in kept} >= {n.replace("_", "-") for n in nvidia if n.startswith("nvidia")}
-    assert write_constraints(tmp_path / "c.txt").read_text().splitlines() == kept
+    assert {"torch", "triton"} <= kept and "sympy" in kept, "torch's own requirements are the image's"
+    older = Locked("sympy", "0.1", "", "sympy==0.1 --hash=sha256:00")
+    assert to_install([older], kept) == [], "the image's sympy is kept"
+    assert to_install([older], set()) == [older]
+
+
+def test_install_checks_every_file_and_pulls_in_nothing(tmp_path: Path) -> None:
+    command = install_command(tmp_path / "pip-install.txt")
+    assert command[:4] == [sys.executable, "-m", "pip", "install"]
+    assert "--require-hashes" in command and "--no-deps" in command
+    assert command[-2:] == ["-r", str(tmp_path / "pip-install.txt")]
 
 
 def test_bootstrap_on_a_ready_machine_reports_and_is_quick(tmp_path: Path) -> None:
@@ -83,14 +95,20 @@ def test_hub_cache_progress_counts_files_still_being_written(tmp_path: Path) -> 
 # -- the real install path, as the machine runs it -------------------------------------------------------------------
 
 
-def make_job_folder(folder: Path, pins: list[str], **job: object) -> tuple[Path, Path]:
-    """A run folder with a local model (no download) and a requirements file; returns (job.json, requirements)."""
+def make_job_folder(folder: Path, entries: list[str], **job: object) -> tuple[Path, Path]:
+    """A run folder with a local model (no download) and a lock file of ``entries``; returns (job.json, lock)."""
     (folder / "model").mkdir(parents=True)
     job_path = folder / "job.json"
     job_path.write_text(json.dumps({"base_model": "model", "train_file": "t.jsonl", "output_dir": "out", **job}))
-    requirements = folder / "requirements.txt"
-    requirements.write_text("".join(f"{pin}\n" for pin in pins))
-    return job_path, requirements
+    lock = folder / "requirements-lock.txt"
+    lock.write_text("".join(f"{entry}\n" for entry in entries))
+    return job_path, lock
+
+
+def small_pin(sha256: str = SMALL_PIN_SHA256) -> str:
+    """The small package's lock entry (with its real hash unless told otherwise)."""
+    name, version = SMALL_PIN
+    return f"{name}=={version} --hash=sha256:{sha256}"
 
 
 def run_bootstrap(job: Path, requirements: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -100,7 +118,7 @@ def run_bootstrap(job: Path, requirements: Path, **env: str) -> subprocess.Compl
     """
     fresh_pip = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     return subprocess.run(
-        [sys.executable, "-m", "trainer_payload", "bootstrap", job.name, "--requirements", str(requirements)],
+        [sys.executable, "-m", "trainer_payload", "bootstrap", job.name, "--lock", str(requirements)],
         cwd=job.parent,
         env=fresh_pip | {"PYTHONPATH": str(PACKAGE_ROOT)} | env,
         capture_output=True,
@@ -123,7 +141,7 @@ def test_bootstrap_installs_a_missing_pin_from_the_index_into_the_run_venv_and_k
     name, version = SMALL_PIN
     with pytest.raises(importlib.metadata.PackageNotFoundError):
         importlib.metadata.version(name)
-    job, requirements = make_job_folder(tmp_path / "run", [f"{name}=={version}"])
+    job, requirements = make_job_folder(tmp_path / "run", [small_pin()])
     result = run_bootstrap(job, requirements)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     events = written_events(job.parent / "out" / "events.jsonl")
@@ -139,8 +157,24 @@ def test_bootstrap_installs_a_missing_pin_from_the_index_into_the_run_venv_and_k
     assert in_run_venv(job, TORCH_OF).split() == [importlib.metadata.version("torch"), torch.__file__]
     with pytest.raises(importlib.metadata.PackageNotFoundError):
         importlib.metadata.version(name)  # the machine's own Python was not installed into
-    constraints = (job.parent / "out" / CONSTRAINTS_FILE_NAME).read_text()
-    assert f"torch=={importlib.metadata.version('torch')}" in constraints.splitlines()
+    assert (job.parent / "out" / INSTALL_FILE_NAME).read_text() == small_pin() + "\n", "exactly the locked entry"
+
+
+@pytest.mark.slow
+def test_a_file_whose_hash_differs_from_the_lock_stops_the_install_in_one_line_and_installs_nothing(
+    tmp_path: Path,
+) -> None:
+    name, version = SMALL_PIN
+    job, lock = make_job_folder(tmp_path / "run", [small_pin("0" * 64)])
+    result = run_bootstrap(job, lock)
+    assert result.returncode == 1
+    error = written_events(job.parent / "out" / "events.jsonl")[-1]
+    assert (error["event"], error["kind"]) == ("error", "install")
+    assert error["message"] == (
+        f"{name}=={version} as downloaded does not match the sha256 in the payload's lock, so nothing of it was "
+        "installed or run (a damaged download, or an index serving another file)"
+    )
+    assert not list((job.parent / VENV_DIR).rglob("text_unidecode*")), "nothing of it in the run's venv"
 
 
 def write_wheel(folder: Path, name: str, version: str, requires: list[str]) -> None:
@@ -169,7 +203,8 @@ def test_a_pin_that_wants_another_torch_fails_as_an_install_error_instead_of_rep
     wheels.mkdir()
     write_wheel(wheels, "torch", "999.0", [])  # a "newer torch" the index would offer
     write_wheel(wheels, "rentune-wants-new-torch", "1.0", ["torch>=999"])
-    job, requirements = make_job_folder(tmp_path / "run", ["rentune-wants-new-torch==1.0"])
+    digest = hashlib.sha256((wheels / "rentune_wants_new_torch-1.0-py3-none-any.whl").read_bytes()).hexdigest()
+    job, requirements = make_job_folder(tmp_path / "run", [f"rentune-wants-new-torch==1.0 --hash=sha256:{digest}"])
     result = run_bootstrap(job, requirements, PIP_FIND_LINKS=str(wheels), PIP_NO_INDEX="1")
     assert result.returncode == 1
     error = written_events(job.parent / "out" / "events.jsonl")[-1]
@@ -182,7 +217,7 @@ def test_a_pin_that_wants_another_torch_fails_as_an_install_error_instead_of_rep
 
 @pytest.mark.slow
 def test_a_failing_pip_is_an_install_error_with_its_last_lines_and_a_hint(tmp_path: Path) -> None:
-    job, requirements = make_job_folder(tmp_path / "run", ["rentune-no-such-package==1.0"])
+    job, requirements = make_job_folder(tmp_path / "run", [f"rentune-no-such-package==1.0 --hash=sha256:{'1' * 64}"])
     result = run_bootstrap(job, requirements)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -196,7 +231,7 @@ def test_a_failing_pip_is_an_install_error_with_its_last_lines_and_a_hint(tmp_pa
 
 
 def test_a_job_with_a_wrong_type_is_a_config_error_before_anything_is_installed(tmp_path: Path) -> None:
-    job, requirements = make_job_folder(tmp_path / "run", ["rentune-no-such-package==1.0"], lora_r="16")
+    job, requirements = make_job_folder(tmp_path / "run", [small_pin("1" * 64)], lora_r="16")
     result = run_bootstrap(job, requirements)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

@@ -102,9 +102,9 @@ async def test_a_connection_cut_while_bootstrapping_follows_the_same_bootstrap(
 async def test_a_failing_pip_fails_the_run_once_with_pips_words_and_the_hint(
     ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path
 ) -> None:
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text("rentune-no-such-package==1.0\n")
-    python, starts = python_wrapper(tmp_path, "--requirements", str(requirements))
+    lock = tmp_path / "requirements-lock.txt"
+    lock.write_text(f"rentune-no-such-package==1.0 --hash=sha256:{'1' * 64}\n")
+    python, starts = python_wrapper(tmp_path, "--lock", str(lock))
     runner = engine()
     record = runner.create(load(with_python(make_spec(ssh_host), python)))
     final = await asyncio.wait_for(runner.drive(record.id), 600)
