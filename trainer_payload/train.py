@@ -37,6 +37,9 @@ from trainer_payload.protocol import (
 
 EXIT_DONE, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
 CHECKPOINT_DIR_NAME = "checkpoints"
+#: How long the ranks of a distributed run may take to finish their step and save after SIGTERM before torch's
+#: launcher kills them (a provider's own preemption deadline still applies).
+STOP_GRACE_SECONDS = 600
 
 
 class Stop:
@@ -340,8 +343,11 @@ def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
         command += ["--multi_gpu"]
     command += ["-m", "trainer_payload", "run", str(job_path)]
     # Own process group, so a SIGTERM for this process (spot preemption, user stop) reaches every rank: each
-    # one saves its part of the checkpoint and exits instead of dying mid-write.
-    launcher = subprocess.Popen(command, start_new_session=True)
+    # one saves its part of the checkpoint and exits instead of dying mid-write. torch's launcher would SIGKILL the
+    # ranks 30 s after forwarding the signal, before a slow step and save end (seen on a loaded machine): it waits
+    # as long as a stop may take instead (torch versions that read this variable; older ones keep their 30 s).
+    env = os.environ | {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(STOP_GRACE_SECONDS)}
+    launcher = subprocess.Popen(command, start_new_session=True, env=env)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):

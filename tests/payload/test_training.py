@@ -182,3 +182,31 @@ def test_fsdp_without_gpus_is_a_config_error_with_a_hint(make_job: JobFactory) -
     assert run_payload(job).returncode == 2
     error = next(e for e in events_of(job) if e["event"] == "error")
     assert error["kind"] == "config" and "needs NVIDIA GPUs" in error["message"]
+
+
+def test_the_launcher_gives_the_ranks_time_to_save_before_it_kills_them(
+    make_job: JobFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's launcher SIGKILLs the ranks 30 s after forwarding SIGTERM unless told otherwise: on a loaded machine
+    that came before the step and the save ended, and the stop's checkpoint was lost."""
+    from trainer_payload import train
+    from trainer_payload.protocol import JobSpec
+
+    started: list[dict[str, str]] = []
+
+    class Launcher:
+        pid = 0
+
+        def __init__(self, command: list[str], *, start_new_session: bool, env: dict[str, str]) -> None:
+            assert start_new_session and "accelerate.commands.launch" in command
+            started.append(env)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(train.subprocess, "Popen", Launcher)
+    monkeypatch.setattr(train.signal, "signal", lambda *_args: None)  # this test process keeps its own handlers
+    job = make_job(num_gpus=2, strategy="ddp")
+    assert train._launch_distributed(JobSpec.load(job), job) == 0
+    assert started[0]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(train.STOP_GRACE_SECONDS)
+    assert train.STOP_GRACE_SECONDS >= 300
