@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.secret_watch import ArgvWatch
 from tests.fixtures.sshd import SshHost, SshServer
 from tests.runs.conftest import SpecFactory
 
@@ -55,31 +54,6 @@ async def wait_local_event(folder: Path, predicate, limit_s: float = 600) -> Non
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"event never mirrored in {limit_s:.0f} s")
-
-
-class ArgvWatch:
-    """Samples every process's command line while a run goes on, for a secret."""
-
-    def __init__(self, secret: str) -> None:
-        self.secret, self.leaks, self.samples = secret.encode(), list[str](), 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> ArgvWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.05):
-            self.samples += 1
-            for entry in Path("/proc").glob("[0-9]*/cmdline"):
-                with contextlib.suppress(OSError):
-                    if self.secret in entry.read_bytes():
-                        self.leaks.append(f"argv of pid {entry.parent.name}")
 
 
 def test_rentune_run_trains_and_brings_home_a_verified_adapter(

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from desktop.services.runs.store import RunStore
 from tests.fakes.http import FakeCloud, FakeInstance
 from tests.fakes.machines import processes_of
 from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.secret_watch import ArgvWatch
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 
 pytestmark = pytest.mark.slow
@@ -126,42 +126,30 @@ def _assert_ledger_matches(fake: FakeCloud, run_id: str) -> None:
         assert abs(booked.usd(time.time()) - booked.price_per_hour * provider_seconds / 3600) < 0.01
 
 
-class KeyWatch:
+class KeyWatch(ArgvWatch):
     """Samples, while a run goes on, every process's command line and the machines' processes' environments, and
     the machines' disks at the end, for the account's API key."""
 
     def __init__(self, fake: FakeCloud) -> None:
-        self.fake, self.key = fake, fake.valid_key.encode()
-        self.leaks: list[str] = []
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> KeyWatch:
-        self._thread.start()
-        return self
+        super().__init__(fake.valid_key)
+        self.fake = fake
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__exit__()
         for instance in self.fake.instances.values():
             home = instance.address.home if instance.address else None
             for path in home.rglob("*") if home else ():
-                if path.is_file() and self.key in path.read_bytes():
+                if path.is_file() and self.secret in path.read_bytes():
                     self.leaks.append(f"machine disk: {path}")
 
-    def _watch(self) -> None:
-        while not self._stop.wait(0.05):
-            self.samples += 1
-            for entry in Path("/proc").glob("[0-9]*/cmdline"):
+    def sample(self) -> None:
+        """Every command line, and the environment of every process of every machine."""
+        super().sample()
+        for machine_id in list(self.fake.instances):
+            for pid in processes_of(self.fake.pool.marker(machine_id)):
                 with contextlib.suppress(OSError):
-                    if self.key in entry.read_bytes():
-                        self.leaks.append(f"argv of pid {entry.parent.name}")
-            for machine_id in list(self.fake.instances):
-                for pid in processes_of(self.fake.pool.marker(machine_id)):
-                    with contextlib.suppress(OSError):
-                        if self.key in Path(f"/proc/{pid}/environ").read_bytes():
-                            self.leaks.append(f"environment of machine process {pid}")
+                    if self.secret in Path(f"/proc/{pid}/environ").read_bytes():
+                        self.leaks.append(f"environment of machine process {pid}")
 
 
 def _secret_free(home: Path, keys: list[str]) -> None:
