@@ -34,6 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Runs the slow tests first (in their own order): the parallel workers share them out, and the quick ones fill
+    in at the end instead of one worker running a long test alone while the other waits."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 # -- isolation ------------------------------------------------------------------------------------------------------
 
 
@@ -107,7 +113,7 @@ def tiny_qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
 def pattern_adapter(tiny_model: TinyModel, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
     """A LoRA adapter over ``tiny_model`` that answers the made-up PATTERN exactly (greedy), trained in seconds."""
     return build_once_per_run(
-        tmp_path_factory, "pattern-adapter", lambda d: train_pattern_adapter(tiny_model.path, d / "adapter", steps=120)
+        tmp_path_factory, "pattern-adapter", lambda d: train_pattern_adapter(tiny_model.path, d / "adapter", steps=150)
     )
 
 
@@ -129,7 +135,7 @@ def gguf_tiny_model(smollm2: SmolLM2, tmp_path_factory: pytest.TempPathFactory) 
 def gguf_pattern_adapter(gguf_tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
     """A LoRA adapter over ``gguf_tiny_model`` that answers the PATTERN exactly (greedy)."""
     return build_once_per_run(
-        tmp_path_factory, "gguf-adapter", lambda d: train_pattern_adapter(gguf_tiny_model, d / "adapter", steps=120)
+        tmp_path_factory, "gguf-adapter", lambda d: train_pattern_adapter(gguf_tiny_model, d / "adapter", steps=40)
     )
 
 

@@ -24,11 +24,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 @pytest.fixture(scope="session")
 def smollm2_adapter(smollm2: SmolLM2, tmp_path_factory: pytest.TempPathFactory) -> TrainedAdapter:
-    """SmolLM2 with a LoRA that answers the PATTERN (60 steps, about a minute on 2 cores)."""
+    """SmolLM2 with a LoRA that answers the PATTERN (12 steps on the whole pattern: about 16 s alone)."""
     return build_once_per_run(
         tmp_path_factory,
         "smollm2-adapter",
-        lambda d: train_pattern_adapter(smollm2.hf, d / "adapter", steps=60, learning_rate=2e-3),
+        lambda d: train_pattern_adapter(smollm2.hf, d / "adapter", steps=12, learning_rate=3e-3),
     )
 
 

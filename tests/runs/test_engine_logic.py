@@ -16,6 +16,7 @@ from desktop.core.runs.states import RunState
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.store import RunRecord, RunStore
+from desktop.services.runs.transfer import SMALL_FILE_BYTES, UPLOAD_ARCHIVE_NAME, payload_files
 from tests.fixtures.fake_machine import FakeHost
 from trainer_payload.protocol import CHECKPOINT_MARKER, EventKind, JobState
 
@@ -141,3 +142,26 @@ async def test_a_run_over_its_budget_is_stopped_and_says_why(host: FakeHost, tmp
     assert final.error and final.error.startswith("budget of $0.20 reached")
     assert "no checkpoint had been written" in final.error
     assert any(command.startswith(f"kill -TERM {final.pid}") for command in host.commands)
+
+
+async def test_small_files_travel_as_one_archive_and_large_ones_on_their_own(host: FakeHost, tmp_path: Path) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path)
+    big = '{"messages": [{"role": "user", "content": "' + "x" * (SMALL_FILE_BYTES + 1) + '"}]}\n'
+    (tmp_path / "train.jsonl").write_text(big)
+    host.on_launch = trains_to_the_end
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.FINISHED
+    folder = str(final.remote_dir)
+    uploads = [c for c in host.commands if "tar -xf" in c]
+    assert len(uploads) == 1, "one unpack for every small file"
+    assert f"{folder}/{UPLOAD_ARCHIVE_NAME}" not in host.files, "the archive is deleted once unpacked"
+    assert not (engine.folder(record.id) / UPLOAD_ARCHIVE_NAME).exists()
+    assert host.files[f"{folder}/data/train.jsonl"] == big.encode(), "the large file travelled on its own"
+    sent = {
+        f"payload/trainer_payload/{p.name}": await asyncio.to_thread(Path(str(p)).read_bytes) for p in payload_files()
+    }
+    assert all(host.files[f"{folder}/{name}"] == data for name, data in sent.items())
+    assert b'"max_steps": 4' in host.files[f"{folder}/job.json"]

@@ -1,5 +1,8 @@
 """Options the user sets are what the engine does: the budget stops a run, and the Hugging Face token reaches the
-machine only when the model comes from the Hub (the checkpoints-kept setting: test_engine_end_to_end's first test)."""
+machine only when the model comes from the Hub (the checkpoints-kept setting: test_engine_end_to_end's first test).
+
+A budget spent before training starts (the trainer is stopped as soon as it is launched) is a case of
+test_engine_logic's test_a_run_over_its_budget_is_stopped_and_says_why, on an in-memory machine."""
 
 from __future__ import annotations
 
@@ -55,18 +58,6 @@ def assert_ended_for_its_budget(run_id: str, budget: float) -> list[Path]:
     return kept
 
 
-async def test_a_run_is_stopped_as_soon_as_the_budget_of_its_spec_is_spent(
-    ssh_host: SshHost, make_spec: SpecFactory
-) -> None:
-    # One cent at $1 per second: spent while uploading, so the trainer is stopped as soon as it is launched.
-    spec = load(with_budget(make_spec(ssh_host, max_steps=100_000), 0.01, RATE))
-    runner = engine()
-    record = runner.create(spec)
-    assert record.spec["budget_usd"] == 0.01
-    await asyncio.wait_for(runner.drive(record.id), 600)
-    assert_ended_for_its_budget(record.id, 0.01)
-
-
 async def test_a_budget_reached_mid_training_brings_the_checkpoint_saved_on_stop_home(
     ssh_host: SshHost, make_spec: SpecFactory
 ) -> None:
@@ -74,6 +65,7 @@ async def test_a_budget_reached_mid_training_brings_the_checkpoint_saved_on_stop
     spec = load(with_budget(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0), 1_000_000.0, RATE))
     runner = engine()
     record = runner.create(spec)
+    assert record.spec["budget_usd"] == 1_000_000.0 and record.spec["hourly_rate_usd"] == RATE  # read from [budget]
     drive = asyncio.ensure_future(runner.drive(record.id))
     await wait_local_event(runner.folder(record.id), lambda e: e["event"] == "step" and e["step"] >= 3, 600)
     # How long setting up takes varies too much to size a budget in advance: it is lowered once training runs.

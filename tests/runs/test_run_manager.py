@@ -1,4 +1,9 @@
-"""The app's run manager against a real sshd: background driving, one driver per run, stop keeping a checkpoint."""
+"""The app's run manager: background driving, one driver per run, pull and stop, reattach after a restart.
+
+The machine is a :class:`~tests.fixtures.fake_machine.FakeHost`: these are the manager's rules. The same paths on a
+real sshd and trainer: test_engine_end_to_end (stop keeps a checkpoint, the app killed then reattached) and
+test_wizard_end_to_end (a new window reattaches to a live run).
+"""
 
 from __future__ import annotations
 
@@ -7,58 +12,78 @@ from pathlib import Path
 
 import pytest
 
+from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import RunState
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.renting.manager import RunManager
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
-from tests.fixtures.sshd import SshHost
-from tests.runs.conftest import SpecFactory
-from tests.runs.test_engine_end_to_end import load, wait_local_event
+from tests.fixtures.fake_machine import FakeHost
+from tests.runs.test_engine_end_to_end import wait_local_event
+from trainer_payload.protocol import EventKind
 
-pytestmark = pytest.mark.slow
-
-
-def manager() -> RunManager:
-    return RunManager(RunStore(), SecretStore(), EngineOptions(poll_seconds=0.2))
+FAST = EngineOptions(poll_seconds=0.02, grace_seconds=0.5)
 
 
-async def test_a_second_driver_of_the_same_run_is_refused(ssh_host: SshHost, make_spec: SpecFactory) -> None:
-    runs = manager()
+def manager(host: FakeHost) -> RunManager:
+    return RunManager(RunStore(), SecretStore(), FAST, connect=host.connect)
+
+
+def spec(tmp_path: Path) -> RunSpec:
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    return RunSpec("org/tiny-model", train, None, {"max_steps": 100}, SshTarget("trainer", "gpu.example", 22), 0, 0)
+
+
+def checkpoint(host: FakeHost, folder: str, step: int) -> None:
+    """The trainer reaches ``step`` and saves a checkpoint there."""
+    host.emit(EventKind.STEP, step=step, loss=1.0 / step)
+    name = f"checkpoints/checkpoint-{step}"
+    digests = host.write_folder(f"{folder}/out/{name}", {"adapter_model.safetensors": f"step {step}".encode()})
+    host.emit(EventKind.CHECKPOINT, step=step, path=name, bytes=6, sha256=digests)
+
+
+async def test_a_second_driver_is_refused_and_stop_brings_the_checkpoint_saved_on_stop_home(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost()
+    host.on_launch = lambda fake, folder: checkpoint(fake, folder, 2)
+    host.on_terminate = lambda fake, folder: checkpoint(fake, folder, 3)
+    runs = manager(host)
     lines: list[tuple[str, str]] = []
     runs.add_listener(lambda run_id, line: lines.append((run_id, line)))
-    record = runs.launch(load(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=20)))  # stopped long before
+    record = runs.launch(spec(tmp_path))
     assert runs.is_driving(record.id)
     folder = runs.store.folder(record.id)
-    await wait_local_event(folder, lambda e: e["event"] == "step")
+    await wait_local_event(folder, lambda e: e["event"] == "checkpoint", 30)
+
     with pytest.raises(RunBusyError, match="already being followed"):
-        await RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2)).drive(record.id)
-    await wait_local_event(folder, lambda e: e["event"] == "checkpoint")
+        await RunEngine(RunStore(), options=FAST, connect=host.connect).drive(record.id)
     pulled = await runs.pull(record.id)
-    for _ in range(50):  # the tiny model checkpoints faster than a pull: the newest known may already be rotated
-        if pulled is not None:
-            break
-        await asyncio.sleep(0.2)
-        pulled = await runs.pull(record.id)
-    assert pulled is not None and pulled.name.startswith("checkpoint-")
-    stopped = await runs.stop(record.id)
-    assert stopped.state is RunState.CANCELLED
-    assert not runs.is_driving(record.id)
+    assert pulled is not None and pulled.name == "checkpoint-2"
+    stopped = await asyncio.wait_for(runs.stop(record.id), 30)
+
+    assert stopped.state is RunState.CANCELLED and not runs.is_driving(record.id)
     assert any(run_id == record.id and "trainer started" in line for run_id, line in lines)
-    newest = max(int(p.name.split("-")[1]) for p in (folder / "checkpoints").glob("checkpoint-*"))
-    steps = [e["step"] for e in mirrored_events(folder) if e["event"] == "step"]
-    assert newest >= max(steps) - 1, "the checkpoint written on stop is home"
+    assert (folder / "checkpoints" / "checkpoint-3").is_dir(), "the checkpoint written on stop is home"
+    assert host.launches == 1
 
 
-async def test_reattach_follows_live_runs_after_the_app_restarts(
-    ssh_host: SshHost, make_spec: SpecFactory, rentune_home: Path
-) -> None:
-    first = manager()
-    record = first.launch(load(make_spec(ssh_host, max_steps=30)))
-    await wait_local_event(first.store.folder(record.id), lambda e: e["event"] == "step")
-    await first.close()  # the app quits mid-run: the trainer goes on
-    second = manager()
+async def test_reattach_follows_live_runs_after_the_app_restarts(tmp_path: Path) -> None:
+    host = FakeHost()
+    host.on_launch = lambda fake, folder: checkpoint(fake, folder, 2)
+    first = manager(host)
+    record = first.launch(spec(tmp_path))
+    await wait_local_event(first.store.folder(record.id), lambda e: e["event"] == "checkpoint", 30)
+    await first.close()  # the app quits mid-run: the trainer goes on, and finishes while no app follows it
+    files = host.write_folder(f"{host.folder}/out/adapter", {"adapter_model.safetensors": b"final weights"})
+    host.emit(EventKind.DONE, adapter_path="adapter", files=files)
+
+    second = manager(host)
     assert second.reattach_all() == [record.id]
-    final = await asyncio.wait_for(second.wait(record.id), 240)
-    assert final.state is RunState.FINISHED and final.adapter
+    final = await asyncio.wait_for(second.wait(record.id), 30)
+
+    assert final.state is RunState.FINISHED and final.adapter and host.launches == 1
+    events = mirrored_events(second.store.folder(record.id))
+    assert [e["event"] for e in events].count("done") == 1

@@ -14,10 +14,12 @@ from pathlib import Path
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import LIVE, TERMINAL
 from desktop.services.billing.rentals import compute_of, rental_of
+from desktop.services.machines.machine import Connect
 from desktop.services.platform.logs import get_logger, redact_known
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import ProviderError
 from desktop.services.renting.driver import RentalDriver
+from desktop.services.runs import connection
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine, RunError
 from desktop.services.runs.store import RunRecord, RunStore
 
@@ -29,8 +31,17 @@ _log = get_logger("runs")
 class RunManager:
     """Starts, follows, stops and resumes runs in the background of the running app."""
 
-    def __init__(self, store: RunStore, secrets: SecretStore, options: EngineOptions | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        secrets: SecretStore,
+        options: EngineOptions | None = None,
+        *,
+        connect: Connect = connection.ssh_connect,
+    ) -> None:
+        """Follows no run yet; ``connect`` logs its engines in to machines (SSH unless a test gives another)."""
         self.store, self.secrets, self.options = store, secrets, options or EngineOptions()
+        self._connect = connect
         self._tasks: dict[str, asyncio.Task[RunRecord | None]] = {}
         self._listeners: list[Listener] = []
         self._engines: dict[str, RunEngine] = {}
@@ -50,7 +61,7 @@ class RunManager:
         key = run_id or ""
         if key not in self._engines:
             self._engines[key] = RunEngine(
-                self.store, self.secrets, self.options, report=lambda line: self._emit(key, line)
+                self.store, self.secrets, self.options, report=lambda line: self._emit(key, line), connect=self._connect
             )
         return self._engines[key]
 
@@ -82,7 +93,7 @@ class RunManager:
         def report(line: str) -> None:  # listeners (widgets) hear it on the loop's thread, never from the worker
             loop.call_soon_threadsafe(self._emit, "", line)
 
-        creator = RunEngine(self.store, self.secrets, self.options, report=report)
+        creator = RunEngine(self.store, self.secrets, self.options, report=report, connect=self._connect)
         record = await asyncio.to_thread(creator.create, spec)
         self.follow(record.id)
         return record
