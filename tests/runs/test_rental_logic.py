@@ -134,3 +134,25 @@ async def test_a_run_followed_elsewhere_is_neither_rented_for_nor_let_go(tmp_pat
     finally:
         elsewhere.release()
     assert world.runpod.requests == [] and world.runpod.terminated == []
+
+
+async def test_a_machine_that_trains_nothing_is_terminated_by_the_idle_guard_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    world, hosts = World(tmp_path), list[Any]()
+
+    def hangs_after_a_checkpoint(host: Any) -> None:  # the first trainer stays alive but trains nothing
+        hosts.append(host)
+        host.on_launch = checkpoint_then_keep_training if len(hosts) == 1 else trains_to_the_end
+
+    world.runpod.on_create = hangs_after_a_checkpoint
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True, idle_minutes=0.05))  # 3 s idle
+
+    final = await asyncio.wait_for(world.driver.drive(run_id), 60)
+
+    assert final.state is RunState.FINISHED, final.error
+    machines = world.engine.store.get(run_id).spec["machines"]
+    assert len(machines) == 2 and "idle guard" in machines[0]["why"], machines
+    assert world.runpod.terminated == ["runpod-1", "runpod-2"]
+    assert [r.stopped is not None for r in Ledger().rentals(run_id)] == [True, True]
+    assert any("checkpoint-2" in name for name in hosts[1].files), "the new machine resumes from the checkpoint"

@@ -1,5 +1,10 @@
 """Renting end to end: ``rentune run`` with ``[compute]`` against the fake clouds, whose machines are real sshd
-servers on loopback, training the tiny model with the real payload."""
+servers on loopback, training the tiny model with the real payload.
+
+The driver's decisions when a machine goes wrong run on in-memory clouds and hosts in test_rental_logic (a spot
+machine outbid or taken away, a machine the idle guard terminates) and test_rental_money (ledger and terminate under
+faults); moving to a new machine with real parts: test_rented_resume and test_engine_end_to_end's machine-lost test.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import contextlib
 import getpass
 import json
 import os
-import signal
 import sys
 import time
 import tomllib
@@ -189,37 +193,6 @@ def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     _secret_free(rentune_home, [cloud.fake.valid_key])
 
 
-def test_spot_machine_outbid_mid_training_finishes_on_a_second_machine(
-    runpod: CloudUnderTest, rented_spec: SpecWriter
-) -> None:
-    engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 30, "grad_accum": 4}, spot=True))
-    folder = engine.folder(run_id)
-
-    async def outbid_mid_training() -> RunState:
-        drive = asyncio.ensure_future(driver.drive(run_id))
-        for _ in range(1200):  # until a checkpoint is safe on this computer
-            if list(folder.glob("checkpoints/checkpoint-*/rentune_checkpoint.json")):
-                break
-            await asyncio.sleep(0.1)
-        with runpod.fake.lock:
-            [first] = runpod.fake.instances.values()
-            runpod.fake.stop_instance(first, outbid=True)
-        return (await drive).state
-
-    assert asyncio.run(outbid_mid_training()) is RunState.FINISHED
-    first, second = runpod.fake.instances.values()
-    assert first.extra["outbid"] and first.terminated is not None, "the outbid machine is terminated (disk billing)"
-    assert second.terminated is not None
-    events = mirrored_events(folder)
-    resumed = [e for e in events if e["event"] == "state" and e["state"] == "training"][-1]
-    assert str(resumed.get("resume_from", "")).startswith("checkpoint-")
-    history = RunStore().get(run_id).spec["machines"]
-    assert [m["instance_id"] for m in history] == [first.id, second.id]
-    _nothing_left(runpod.fake)
-    _assert_ledger_matches(runpod.fake, run_id)
-
-
 def test_a_machine_that_never_becomes_ready_is_terminated_with_a_clear_message(
     runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -278,28 +251,6 @@ def test_a_budget_too_small_to_stop_a_machine_rents_nothing(runpod: CloudUnderTe
     record = asyncio.run(driver.drive(run_id))
     assert record.state is RunState.FAILED and "raise [budget] max_usd" in str(record.error)
     assert runpod.fake.instances == {}
-
-
-def test_idle_guard_terminates_a_machine_that_trains_nothing(runpod: CloudUnderTest, rented_spec: SpecWriter) -> None:
-    engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 20, "grad_accum": 2}, idle_minutes=0.25))
-    folder = engine.folder(run_id)
-
-    async def freeze_the_trainer() -> RunState:
-        drive = asyncio.ensure_future(driver.drive(run_id))
-        for _ in range(1200):
-            if any(e["event"] == "step" for e in mirrored_events(folder)):
-                break
-            await asyncio.sleep(0.1)
-        pid = RunStore().get(run_id).pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)  # alive but training nothing, as a hung job would
-        return (await drive).state
-
-    assert asyncio.run(freeze_the_trainer()) is RunState.FINISHED
-    machines = RunStore().get(run_id).spec["machines"]
-    assert "idle guard" in machines[0]["why"] and len(machines) == 2
-    _nothing_left(runpod.fake)
 
 
 def _instances(fake: FakeCloud) -> list[FakeInstance]:
