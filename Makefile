@@ -6,7 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 # Tests run in parallel workers (pytest-xdist): most of a test's time is spent waiting on sshd, the payload and the
-# event loop, so even 2 cores finish sooner. PYTEST_WORKERS=0 runs them in this process (for debugging).
+# event loop, so even 2 cores finish sooner. PYTEST_WORKERS=0 runs them in this process (for debugging). The slow
+# tests are collected first (tests/conftest.py) and handed out one at a time (--maxschedchunk 1): xdist otherwise
+# gives each worker a contiguous quarter of the list, and one worker ran every slow test while the other idled.
 PYTEST_WORKERS ?= auto
 # Each stage of make test adds its time to build/stage-times.txt (.ci/run prints it).
 STAGE := bash installers/stage.sh
@@ -118,7 +120,7 @@ imports: $(VENV)/.test-installed
 # The 25 slowest tests are listed at the end of every run: the suite's cost stays in sight.
 pytest: $(VENV)/.test-installed
 	@$(STAGE) system-deps bash installers/system-deps.sh test
-	@$(STAGE) pytest $(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25; status=$$?; \
+	@$(STAGE) pytest $(PY) -m pytest -n $(PYTEST_WORKERS) --maxschedchunk 1 --durations=25; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; fi; exit $$status
 
 test: lint typecheck imports pytest

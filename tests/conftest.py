@@ -35,9 +35,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Runs the slow tests first (in their own order): the parallel workers share them out, and the quick ones fill
-    in at the end instead of one worker running a long test alone while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Runs the slow tests first, taking the first of each file, then the second of each, and so on.
+
+    The parallel workers then share the slow tests out, the quick ones fill in at the end (no long test alone at the
+    end), and two tests waiting on one expensive build (the bundle, a trained adapter) rarely start together: one
+    worker builds while the other runs another file's test.
+    """
+    seen: dict[str, int] = {}
+    keys: dict[str, tuple[bool, int, int]] = {}
+    for index, item in enumerate(items):
+        slow = item.get_closest_marker("slow") is not None
+        nth = seen[item.path.name] = seen.get(item.path.name, -1) + 1
+        keys[item.nodeid] = (not slow, nth if slow else 0, index)
+    items.sort(key=lambda item: keys[item.nodeid])
 
 
 # -- isolation ------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.gguf_models import build_once_per_run
 from tests.gpu.gpu_check import REPO
 
 # Three payload processes and two probes: about a minute alone, several on a loaded 2-core machine.
@@ -24,7 +25,12 @@ def table_rows(report: str, heading: str) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def smoke_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    out = tmp_path_factory.mktemp("out")
+    """The smoke check's result and report, run once per test run (its tests may run on different workers)."""
+    return build_once_per_run(tmp_path_factory, "gpu-smoke", run_smoke)
+
+
+def run_smoke(out: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Runs ``gpu_check --smoke`` on this CPU with its report in ``out``."""
     env = os.environ | {"OUT": str(out), "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(
         [sys.executable, "-m", "tests.gpu.gpu_check", "--smoke", "--site", str(out / "no-site")],

@@ -115,20 +115,17 @@ def test_sigterm_saves_a_checkpoint_and_says_why(make_job: JobFactory, tmp_path:
 
 @pytest.mark.parametrize(("method", "folder"), [("qlora", "adapter"), ("full", "model"), ("full-8bit", "model")])
 def test_qlora_and_full_finetune_paths_run_on_cpu(make_job: JobFactory, method: str, folder: str) -> None:
-    job = make_job(method=method, max_steps=6, checkpoint_steps=3)
+    unsloth = method == "qlora"  # one case also asks for unsloth, which is not here: trl trains and says why
+    job = make_job(method=method, max_steps=6, checkpoint_steps=3, **({"engine": "unsloth"} if unsloth else {}))
     result = run_payload(job)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     done = next(e for e in events_of(job) if e["event"] == "done")
     assert done["adapter_path"] == folder
     assert done["metrics"]["steps"] == 6
-
-
-def test_unsloth_request_without_a_gpu_trains_on_trl_and_says_why(make_job: JobFactory) -> None:
-    job = make_job(engine="unsloth", max_steps=2, checkpoint_steps=0)
-    assert run_payload(job).returncode == 0
-    preparing = next(e for e in events_of(job) if e["event"] == "state" and e["state"] == "preparing")
-    assert preparing["engine"].startswith("trl (unsloth was requested, but unsloth")
-    assert "instead" in preparing["engine"]
+    if unsloth:
+        preparing = next(e for e in events_of(job) if e["event"] == "state" and e["state"] == "preparing")
+        assert preparing["engine"].startswith("trl (unsloth was requested, but unsloth")
+        assert "instead" in preparing["engine"]
 
 
 def test_bad_job_spec_is_a_config_error(make_job: JobFactory) -> None:

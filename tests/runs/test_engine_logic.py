@@ -7,7 +7,9 @@ user sees: the run's final state, its error in the machine's words, and what was
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +167,27 @@ async def test_small_files_travel_as_one_archive_and_large_ones_on_their_own(hos
     }
     assert all(host.files[f"{folder}/{name}"] == data for name, data in sent.items())
     assert b'"max_steps": 4' in host.files[f"{folder}/job.json"]
+
+
+async def test_an_app_closed_while_the_adapter_comes_home_finishes_on_reattach_without_retraining(
+    host: FakeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(host, [])
+    record = create_run(engine, tmp_path)
+    host.on_launch = trains_to_the_end
+
+    async def closed_mid_download(self: RunEngine, run_id: str, machine: Any, event: dict[str, Any]) -> None:
+        raise asyncio.CancelledError  # the app quits while the adapter is being pulled
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunEngine, "_finish", closed_mid_download)
+        with contextlib.suppress(asyncio.CancelledError):
+            await engine.drive(record.id)
+    assert engine.store.get(record.id).state is not RunState.FINISHED
+    host.trainer_pid = None  # the trainer that had finished has exited
+
+    final = await asyncio.wait_for(make_engine(host, []).drive(record.id), 30)
+
+    assert final.state is RunState.FINISHED and final.adapter
+    assert final.relaunches == 0 and host.launches == 1, "the trainer that had finished was not started again"
+    assert (engine.folder(record.id) / "adapter" / "adapter_model.safetensors").is_file()

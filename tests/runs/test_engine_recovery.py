@@ -1,19 +1,19 @@
-"""The engine never bills for nothing: a failed install fails the run, an interrupted finish is not retrained."""
+"""The engine never bills for nothing: a failed install fails the run, a cut bootstrap is followed, not repeated.
+
+An interrupted finish is not retrained: test_engine_logic (the app closed while the adapter comes home).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from desktop.core.runs.states import RunState
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.renting.manager import RunManager
-from desktop.services.runs.engine import RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
 from tests.fixtures.sshd import SshHost
@@ -23,28 +23,6 @@ from trainer_payload.failures import hint
 from trainer_payload.protocol import ErrorKind
 
 pytestmark = pytest.mark.slow
-
-
-async def test_an_app_closed_while_the_adapter_comes_home_finishes_on_reattach_without_retraining(
-    ssh_host: SshHost, make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    runner = engine()
-    record = runner.create(load(make_spec(ssh_host, max_steps=12, checkpoint_steps=6)))
-
-    async def closed_mid_download(self: RunEngine, run_id: str, machine: Any, event: dict[str, Any]) -> None:
-        raise asyncio.CancelledError  # the app quits while the adapter is being pulled
-
-    with monkeypatch.context() as patch:
-        patch.setattr(RunEngine, "_finish", closed_mid_download)
-        with contextlib.suppress(asyncio.CancelledError):
-            await runner.drive(record.id)
-    assert RunStore().get(record.id).state is not RunState.FINISHED
-    final = await asyncio.wait_for(engine().drive(record.id), 120)
-    assert final.state is RunState.FINISHED and final.adapter
-    assert final.relaunches == 0, "the trainer that had finished was not started again"
-    events = mirrored_events(RunStore().folder(record.id))
-    assert sum(1 for e in events if e["event"] == "state" and e["state"] == "training") == 1
-    assert (tmp_path / "remote" / record.id / "model" / "config.json").is_file(), "the local model folder went along"
 
 
 async def test_stop_before_the_trainer_starts_ends_the_run_at_once(ssh_host: SshHost, make_spec: SpecFactory) -> None:

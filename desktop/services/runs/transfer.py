@@ -153,8 +153,10 @@ async def send_files(
 ) -> None:
     """Sends (local path, path in ``remote``) pairs: the small ones as one archive, unpacked there."""
     local = ctx.folder(run_id)
-    small = [(path, relative) for path, relative in files if path.stat().st_size <= SMALL_FILE_BYTES]
-    items = [item for item in files if item not in small]
+    small: list[tuple[Path, str]] = []
+    items: list[tuple[Path, str]] = []  # what travels on its own: the archive first, then the large files
+    for item in files:
+        (small if item[0].stat().st_size <= SMALL_FILE_BYTES else items).append(item)
     archive = local / UPLOAD_ARCHIVE_NAME
     if small:
         await asyncio.to_thread(write_archive, archive, small)
