@@ -20,6 +20,7 @@ from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
 from tests.fixtures.fake_machine import FakeHost
+from tests.runs.rental_world import trains_to_the_end
 from tests.runs.test_engine_end_to_end import wait_local_event
 from trainer_payload.protocol import EventKind
 
@@ -77,8 +78,7 @@ async def test_reattach_follows_live_runs_after_the_app_restarts(tmp_path: Path)
     record = first.launch(spec(tmp_path))
     await wait_local_event(first.store.folder(record.id), lambda e: e["event"] == "checkpoint", 30)
     await first.close()  # the app quits mid-run: the trainer goes on, and finishes while no app follows it
-    files = host.write_folder(f"{host.folder}/out/adapter", {"adapter_model.safetensors": b"final weights"})
-    host.emit(EventKind.DONE, adapter_path="adapter", files=files)
+    trains_to_the_end(host, host.folder)
 
     second = manager(host)
     assert second.reattach_all() == [record.id]
