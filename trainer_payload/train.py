@@ -218,6 +218,24 @@ def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, int]:
     return train, evaluation, dropped
 
 
+#: Methods that use bitsandbytes: QLoRA's 4-bit weights and the full fine-tune's 8-bit optimizer.
+BITSANDBYTES_METHODS = frozenset({"qlora", "full-8bit"})
+
+
+def leave_out_unused_quantisation(spec: JobSpec) -> bool:
+    """Keeps bitsandbytes from being imported by a job that does not quantise; returns whether it was left out.
+
+    PEFT imports bitsandbytes whenever it is installed, and bitsandbytes imports torch's compiler: about 1.5 s of
+    every trainer start (each relaunch, each rank) paid on the rented machine for a library the job never calls.
+    ``None`` in ``sys.modules`` is Python's way of saying a module is absent: ``importlib.util.find_spec`` answers
+    None, so PEFT and transformers skip their bitsandbytes layers.
+    """
+    if spec.method in BITSANDBYTES_METHODS or "bitsandbytes" in sys.modules:
+        return False
+    sys.modules["bitsandbytes"] = None  # type: ignore[assignment]
+    return True
+
+
 class PayloadRun:
     """One execution of a job, from loading to the final adapter."""
 
@@ -233,6 +251,8 @@ class PayloadRun:
     def execute(self) -> int:
         """Runs the job; returns the process exit code."""
         engine, engine_note = choose_engine(self.spec)  # before transformers: Unsloth patches it on import
+        if engine == "trl":
+            leave_out_unused_quantisation(self.spec)
         from trl import SFTTrainer
 
         self.state(

@@ -74,6 +74,7 @@ class MemoryCloud:
         self.on_create: Any = None  # called with the new host: its trainer script
         self.faults: dict[str, list[Fault]] = {}
         self.hold_creates: asyncio.Event | None = None  # set: creates go on; clear: they wait
+        self.creates_held = 0  # creates that reached the provider and waited on hold_creates
         self.billed: dict[str, tuple[float, float | None]] = {}
         self.reports_start_times = True  # False: like Lambda, machines come without a created_at
         self._ids = itertools.count(1)
@@ -109,6 +110,7 @@ class MemoryCloud:
     async def create(self, request: RentRequest) -> Instance:
         """Makes a machine (after a held create is let go), then fails if a fault says so."""
         if self.hold_creates is not None:
+            self.creates_held += 1
             await self.hold_creates.wait()
         fault = await self._fault("create")
         if request.offer.offer_id in self.no_capacity_for:

@@ -104,8 +104,9 @@ async def test_cancelling_during_a_create_terminates_what_it_made(tmp_path: Path
     world.runpod.hold_creates = asyncio.Event()
     run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
     drive = asyncio.ensure_future(world.driver.drive(run_id))
-    while not world.ledger.rentals(run_id):
+    while not world.runpod.creates_held:  # the create reached the provider (a loaded machine may take a while)
         await asyncio.sleep(0.01)
+    assert world.ledger.rentals(run_id), "recorded before the create request"
     drive.cancel()  # Ctrl-C while the provider is still making the machine
     await asyncio.sleep(0.05)
     world.runpod.hold_creates.set()  # ... and then it does
