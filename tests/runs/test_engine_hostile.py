@@ -27,7 +27,7 @@ from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import InstalledKey, RunStore
 from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.memory_keyring import MemoryKeyring
-from tests.fixtures.sshd import SshHost, SshServer
+from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory
 from tests.runs.test_engine_end_to_end import assert_contiguous, engine, load, wait_local_event
 from tests.runs.test_engine_logic import create_run, make_engine, trains_to_the_end
@@ -255,25 +255,6 @@ async def test_a_self_stop_the_machine_will_not_start_is_reported_and_training_g
 
 
 # -- launching exactly one trainer -------------------------------------------------------------------------------
-
-
-async def test_a_login_shell_that_prints_noise_still_launches(
-    ssh_server: SshServer, make_spec: SpecFactory, tmp_path: Path
-) -> None:
-    home = tmp_path / "chatty-home"
-    home.mkdir()
-    (home / ".bashrc").write_text('echo "Welcome to GPU Cloud! Your balance: 4242"\necho 4242\n')
-    ssh_server.extra_config = [f"SetEnv HOME={home}"]  # bash started by sshd reads ~/.bashrc before every command
-    ssh_server.restart()
-    host = ssh_server.host()
-    async with asyncssh.connect(**host.connect_kwargs()) as conn:  # type: ignore[arg-type]
-        assert "Welcome to GPU Cloud" in str((await conn.run("true")).stdout), "the machine is chatty"
-    runner = engine()
-    record = runner.create(load(make_spec(host, max_steps=10)))
-    final = await asyncio.wait_for(runner.drive(record.id), 240)
-    assert final.state is RunState.FINISHED, final.error
-    pid_file = tmp_path / "remote" / record.id / "out" / "trainer.pid"
-    assert pid_file.read_text().strip() == str(final.pid)
 
 
 async def test_a_lost_pid_does_not_start_a_second_trainer(ssh_host: SshHost, make_spec: SpecFactory) -> None:

@@ -165,16 +165,25 @@ def _secret_free(home: Path, keys: list[str]) -> None:
             assert b"PRIVATE KEY" not in data, f"a private key was written to {path}"
 
 
-@pytest.mark.parametrize("cloud_name", ["runpod", "vast"])
+@pytest.mark.parametrize(("cloud_name", "keyring_exists"), [("runpod", True), ("vast", False)])
 def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     cloud_name: str,
+    keyring_exists: bool,
     request: pytest.FixtureRequest,
     rented_spec: SpecWriter,
     capsys: pytest.CaptureFixture[str],
     rentune_home: Path,
     memory_keyring: MemoryKeyring,
 ) -> None:
+    """Vast's run is a headless server's: no keyring at all, so the run's SSH key lives in a private file."""
+    import keyring
+    from keyring.backends.fail import Keyring as NoKeyring
+
+    from desktop.services.machines.keys import key_file
+
     cloud: CloudUnderTest = request.getfixturevalue(cloud_name)
+    if not keyring_exists:
+        keyring.set_keyring(NoKeyring())
     with KeyWatch(cloud.fake) as watch:
         assert main(["run", str(rented_spec(cloud))]) == 0, capsys.readouterr()
     assert watch.samples > 10 and not watch.leaks, f"the API key was seen: {watch.leaks[:3]}"
@@ -190,6 +199,14 @@ def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     assert instance.terminated - arrived < 30, "terminated within 30 s of the adapter arriving"
     _nothing_left(cloud.fake)
     _assert_ledger_matches(cloud.fake, runs[0].id)
+    path = key_file(runs[0].id)
+    if keyring_exists:
+        assert not path.exists(), "the keyring keeps the run key: no file"
+    else:
+        assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+        assert path.read_text().startswith("-----BEGIN OPENSSH PRIVATE KEY-----"), "kept like a keyring keeps it"
+        RunEngine(RunStore()).delete(runs[0].id)
+        assert not path.exists(), "the run's private key goes with the run"
     _secret_free(rentune_home, [cloud.fake.valid_key])
 
 
@@ -361,28 +378,6 @@ def test_renting_with_a_keyring_that_stores_nothing_refuses_before_anything_is_r
     assert "renting needs a keyring that keeps the run's own SSH key" in err
     assert "the keyring backend keyring.backends.null.Keyring stores nothing: unset PYTHON_KEYRING_BACKEND" in err
     assert runpod.fake.instances == {} and RunStore().all() == []
-
-
-def test_a_headless_server_without_a_keyring_rents_with_the_run_key_in_a_private_file(
-    runpod: CloudUnderTest, rented_spec: SpecWriter, capsys: pytest.CaptureFixture[str], rentune_home: Path
-) -> None:
-    import keyring
-    from keyring.backends.fail import Keyring as NoKeyring
-
-    from desktop.services.machines.keys import key_file
-
-    keyring.set_keyring(NoKeyring())
-    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5), report=print)
-    run_id = _create(engine, rented_spec(runpod))
-    path = key_file(run_id)
-    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
-    assert main(["resume", run_id]) == 0, capsys.readouterr()
-    assert RunStore().get(run_id).state is RunState.FINISHED
-    _nothing_left(runpod.fake)
-    assert path.read_text().startswith("-----BEGIN OPENSSH PRIVATE KEY-----"), "kept like a keyring keeps it"
-    engine.delete(run_id)
-    assert not path.exists(), "the run's private key goes with the run"
-    _secret_free(rentune_home, [runpod.fake.valid_key])
 
 
 def test_rentune_stop_of_a_detached_rented_run_pulls_the_checkpoint_and_terminates(
