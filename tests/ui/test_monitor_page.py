@@ -32,9 +32,8 @@ from desktop.ui.pages import monitor_page
 from desktop.ui.pages.monitor_page import MonitorPage, read_event_chunk
 from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.loss_chart import EMPTY_TEXT, loss_axis_range, step_axis_end
+from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.recorded_run import record_finished_run, record_live_rented_run, seal
-from tests.fixtures.sshd import SshHost
-from tests.runs.conftest import SpecFactory, make_spec  # noqa: F401 - the fixture, shared with the engine tests
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, EventWriter
 
 FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
@@ -576,69 +575,66 @@ def test_event_chunks_stop_at_the_last_complete_line_and_skip_junk(tmp_path: Pat
     assert replaced.restarted and replaced.events[0]["seq"] == 3
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # two uploads, two setups and two model loads on a loaded two-core machine
-def test_a_real_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_finishes(
+def test_a_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_finishes(
     page: MonitorPage,
     context: AppContext,
     wait_for: Callable[..., None],
-    ssh_host: SshHost,
-    request: pytest.FixtureRequest,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What the Stop dialog promises: stop keeps a checkpoint, Resume continues from it on the same machine; the run is
-    followed to its adapter."""
-    import tomllib
-
-    from desktop.core.runs.spec import run_spec_from_dict
+    """What the Stop dialog promises: stop keeps a checkpoint, Resume continues on the same machine; the run is
+    followed to its adapter. The machine is in memory: the same stop and resume on a real sshd and trainer are
+    test_engine_end_to_end's stop test and test_rented_resume; the wizard journey follows a real run in the app."""
+    from desktop.services.renting.manager import RunManager
     from desktop.services.runs.events import mirrored_events
+    from tests.runs.test_run_manager import checkpoint, spec
 
-    write_spec: SpecFactory = request.getfixturevalue("make_spec")
-    spec_path = write_spec(ssh_host, max_steps=400, checkpoint_steps=5)
-    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
-    record = context.manager.launch(spec)
+    host = FakeHost()
+    host.on_launch = lambda fake, folder: [checkpoint(fake, folder, step) for step in (4, 5)]
+    host.on_terminate = lambda fake, folder: checkpoint(fake, folder, 6)  # the trainer saves when told to stop
+    context._manager = RunManager(context.store, context.secrets, context._options(), connect=host.connect)
+    record = context.manager.launch(spec(tmp_path))
     page.show_run(record.id)
     checkpoints = context.store.runs_dir / record.id / "checkpoints"
-    wait_for(lambda: checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*/rentune_checkpoint.json")), 240)
+    wait_for(lambda: any(checkpoints.glob("checkpoint-*/rentune_checkpoint.json")), 60)
     monkeypatch.setattr(monitor_page, "confirm", lambda *_args: True)
     wait_for(page.stop_button.isEnabled)
     page.stop_button.click()
-    wait_for(lambda: page.state_badge.text() == "Stopped" and page.resume_button.isEnabled(), timeout=120)
+    wait_for(lambda: page.state_badge.text() == "Stopped" and page.resume_button.isEnabled(), timeout=60)
     stopped = page.progress.stopped
-    assert stopped is not None and stopped.checkpoint_step is not None
-    headline = f"Stopped by you — checkpoint at step {stopped.checkpoint_step:,} kept"
+    assert stopped is not None and stopped.checkpoint_step == 6
+    headline = "Stopped by you — checkpoint at step 6 kept"
     assert page.banner.headline_label.text() == headline
     wait_for(lambda: headline in log_text(page))
 
-    # The resumed trainer gets its job anew from the run's spec: a few more steps end this test's run soon.
-    end = stopped.checkpoint_step + 3
-    spec_after = context.store.get(record.id).spec
-    context.store.update(record.id, spec={**spec_after, "training": {**spec_after["training"], "max_steps": end}})
+    def resumed_trainer(fake: FakeHost, folder: str) -> None:
+        for step in (7, 8):
+            fake.emit(EventKind.STEP, step=step, loss=1.0 / step)
+        files = fake.write_folder(f"{folder}/out/adapter", {"adapter_model.safetensors": b"final weights"})
+        fake.emit(EventKind.DONE, adapter_path="adapter", files=files)
+
+    host.on_launch = resumed_trainer
     page.resume_button.click()
     wait_for(
         lambda: context.manager.is_driving(record.id) or context.store.get(record.id).state is not RunState.CANCELLED
     )
-    # the resumed run may be in a live state a moment before its driver counts as driving: wait for both to end
     wait_for(
         lambda: not context.manager.is_driving(record.id) and context.store.get(record.id).state not in LIVE,
-        timeout=300,
+        timeout=60,
     )
     final = context.store.get(record.id)
     assert final.state is RunState.FINISHED, final.error
-    events = mirrored_events(context.store.runs_dir / record.id)
-    resumed = next(e for e in reversed(events) if e["event"] is EventKind.STATE and e["state"] == "training")
-    assert resumed.get("resume_from") == f"checkpoint-{stopped.checkpoint_step}"
-    steps = [e for e in events if e["event"] is EventKind.STEP]
-    assert steps[-1]["step"] == end
-    assert next(e["step"] for e in steps if e["seq"] > resumed["seq"]) == stopped.checkpoint_step + 1
+    assert host.launches == 2, "resumed on the same machine"
+    steps = [e["step"] for e in mirrored_events(context.store.runs_dir / record.id) if e["event"] is EventKind.STEP]
+    assert steps == [4, 5, 6, 7, 8]
     wait_for(lambda: page.state_badge.text() == "Finished")
     log = log_text(page)
     assert "Resumed by you: continuing from the newest checkpoint" in log
     # followed to its adapter: the chart, the numbers, the log in words, nothing left to press
     assert page.chart.point_counts()[0] >= 2
-    assert page.stats["step"].text().startswith(f"{end} of {end}")
     assert page.stats["adapter"].text() == final.adapter
-    assert "adapter verified and saved" in log and "Machine ready after" in log
+    assert "Machine ready" in log and "Bringing the adapter home" in log
+    assert f"Finished: the adapter is on this computer, in {final.adapter}" in log
     assert not any(raw in log for raw in RAW_WORDS), log
     assert not (page.stop_button.isEnabled() or page.pull_button.isEnabled() or page.resume_button.isEnabled())
     chips = chip_names(page)
