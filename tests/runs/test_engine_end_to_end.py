@@ -139,9 +139,12 @@ def test_a_cut_connection_repeats_no_event_and_a_killed_trainer_is_relaunched_an
     assert [e["step"] for e in events[trainings[-1] :] if e["event"] == "step"][-1] == 30
 
 
-def test_app_killed_mid_training_then_resume_reattaches(
+def test_app_killed_before_saving_the_pid_then_resume_follows_the_same_trainer(
     ssh_host: SshHost, make_spec: SpecFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The app dies mid-training, and its last moments lost the trainer's pid: resume finds the trainer by the run
+    folder's pid file and follows it, never starting a second one. (With the pid saved: the wizard's "a new window
+    reattaches" test.)"""
     spec = make_spec(ssh_host, max_steps=30)
     app = subprocess.Popen(
         [sys.executable, "-m", "desktop", "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -156,9 +159,16 @@ def test_app_killed_mid_training_then_resume_reattaches(
     assert main(["runs", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)[0]
     assert run["state"] == "training"
+    first = RunStore().get(run["id"]).pid
+    RunStore().update(run["id"], pid=None)
     assert main(["resume", run["id"][:15]]) == 0
-    assert RunStore().get(run["id"]).state is RunState.FINISHED
-    assert_contiguous(RunStore().folder(run["id"]))
+    out = capsys.readouterr().out
+    assert f"a trainer is already running in the run's folder (pid {first}); following it" in out
+    final = RunStore().get(run["id"])
+    assert final.state is RunState.FINISHED and final.relaunches == 0 and final.pid == first
+    events = assert_contiguous(RunStore().folder(run["id"]))
+    assert len([e for e in events if e["event"] == "state" and e["state"] == "training"]) == 1, "one trainer"
+    assert not any(line.startswith(("uploaded", "trainer started")) for line in out.splitlines()), "none started"
 
 
 @pytest.mark.timeout(900)  # two uploads, two setups and 20 slow steps: ~30 s alone, 200 s beside busy loops

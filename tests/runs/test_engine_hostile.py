@@ -22,7 +22,7 @@ from desktop.services.billing.meter import last_progress
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.renting.manager import RunManager
-from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
+from desktop.services.runs.engine import EngineOptions, RunError
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import InstalledKey, RunStore
 from tests.fixtures.fake_machine import FakeHost
@@ -255,38 +255,6 @@ async def test_a_self_stop_the_machine_will_not_start_is_reported_and_training_g
 
 
 # -- launching exactly one trainer -------------------------------------------------------------------------------
-
-
-async def test_a_lost_pid_does_not_start_a_second_trainer(ssh_host: SshHost, make_spec: SpecFactory) -> None:
-    runner = engine()
-    record = runner.create(load(make_spec(ssh_host, max_steps=100_000, checkpoint_steps=0)))
-    folder = runner.folder(record.id)
-    drive = asyncio.ensure_future(runner.drive(record.id))
-    await wait_local_event(folder, lambda e: e["event"] == "step", limit_s=200)
-    drive.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await drive
-    first = RunStore().get(record.id).pid
-    RunStore().update(record.id, pid=None)  # the app died between starting the trainer and saving its pid
-    lines: list[str] = []
-    again = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2), report=lines.append)
-    follow = asyncio.ensure_future(again.drive(record.id))
-    try:
-        adopted = f"a trainer is already running in the run's folder (pid {first}); following it"
-        for _ in range(1200):
-            if adopted in lines or follow.done():
-                break
-            await asyncio.sleep(0.1)
-        assert adopted in lines
-        assert RunStore().get(record.id).pid == first
-        await again.request_stop(record.id)
-        final = await asyncio.wait_for(follow, 240)
-    finally:
-        kill(first)
-    assert final.state is RunState.CANCELLED and final.relaunches == 0
-    trainings = [e for e in assert_contiguous(folder) if e["event"] == "state" and e["state"] == "training"]
-    assert len(trainings) == 1, "one trainer, followed again"
-    assert not any(line.startswith(("uploaded", "trainer started")) for line in lines), "nothing started again"
 
 
 class Crash(BaseException):
