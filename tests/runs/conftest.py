@@ -34,3 +34,18 @@ def make_spec(tmp_path: Path, tiny_model: TinyModel, chat_dataset: Path) -> Spec
         return path
 
     return make
+
+
+def python_wrapper(folder: Path, *extra: str, delay_s: float = 0) -> tuple[Path, Path]:
+    """A stand-in for the machine's Python that logs each start, may wait first and may add arguments."""
+    calls, wrapper = folder / "python-starts.log", folder / "python-wrapper"
+    wrapper.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\nsleep {delay_s}\nexec {sys.executable} "$@" {" ".join(extra)}\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, calls
+
+
+def with_python(spec_path: Path, python: Path) -> Path:
+    spec_path.write_text(spec_path.read_text().replace(f'python = "{sys.executable}"', f'python = "{python}"'))
+    return spec_path

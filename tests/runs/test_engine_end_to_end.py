@@ -24,7 +24,7 @@ from desktop.services.runs.store import RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.secret_watch import ArgvWatch
 from tests.fixtures.sshd import SshHost, SshServer
-from tests.runs.conftest import SpecFactory
+from tests.runs.conftest import SpecFactory, python_wrapper, with_python
 
 pytestmark = pytest.mark.slow
 
@@ -112,31 +112,42 @@ def test_rentune_run_trains_and_brings_home_a_verified_adapter(
     ]
 
 
-def test_a_cut_connection_repeats_no_event_and_a_killed_trainer_is_relaunched_and_resumes(
-    ssh_host: SshHost, make_spec: SpecFactory
+def test_cut_connections_repeat_nothing_and_a_killed_trainer_is_relaunched_and_resumes(
+    ssh_host: SshHost, make_spec: SpecFactory, tmp_path: Path
 ) -> None:
-    """Two faults in one run: every connection cut at the first checkpoint, the trainer killed at the second."""
+    """Three faults in one run: every connection cut while the machine is set up (the reconnect follows the same
+    bootstrap), the trainer killed at its first checkpoint (relaunched, it resumes from there), and every connection
+    cut again as the relaunched trainer starts (no event lost or repeated across the reconnect)."""
+    python, starts = python_wrapper(tmp_path, delay_s=3)
     runner = engine()
-    record = runner.create(load(make_spec(ssh_host, max_steps=30)))
+    record = runner.create(load(with_python(make_spec(ssh_host, max_steps=30), python)))
     folder = runner.folder(record.id)
 
     async def scenario() -> RunState:
         drive = asyncio.ensure_future(runner.drive(record.id))
-        await wait_local_event(folder, lambda e: e["event"] == "checkpoint")
+        while not starts.exists():
+            await asyncio.sleep(0.05)
         assert ssh_host.server.cut_connections() >= 1
-        await wait_local_event(folder, lambda e: e["event"] == "checkpoint" and e["step"] >= 20)
+        await wait_local_event(folder, lambda e: e["event"] == "checkpoint" and e["step"] >= 10)
         os.kill(int(RunStore().get(record.id).pid or 0), signal.SIGKILL)
+        while RunStore().get(record.id).relaunches == 0:  # the new trainer needs seconds to start: cut meanwhile
+            await asyncio.sleep(0.05)
+        assert ssh_host.server.cut_connections() >= 1
         return (await drive).state
 
-    assert asyncio.run(scenario()) is RunState.FINISHED
+    assert asyncio.run(scenario()) is RunState.FINISHED, RunStore().get(record.id).error
+    assert len(starts.read_text().splitlines()) == 1, "the reconnect followed the running bootstrap"
+    history = [t["to_state"] for t in RunStore().transitions(record.id)]
+    assert history.count("uploading") == 1 and history.count("bootstrapping") == 1
     assert RunStore().get(record.id).relaunches == 1
     events = assert_contiguous(folder)
+    installing = [e.get("step") for e in events if e["event"] == "state" and e["state"] == "installing"]
+    assert installing[:2] == ["environment", "check"] and sum(1 for e in events if e.get("ready") is True) == 1
     trainings = [i for i, e in enumerate(events) if e["event"] == "state" and e["state"] == "training"]
-    first_trainer = [e["step"] for e in events[: trainings[-1]] if e["event"] == "step"]
-    assert first_trainer == list(range(1, len(first_trainer) + 1)) and len(first_trainer) >= 20, "cut: none lost"
-    resumed = events[trainings[-1]]["resume_from"]
-    assert resumed is not None and int(resumed.split("-")[1]) >= 20
-    assert [e["step"] for e in events[trainings[-1] :] if e["event"] == "step"][-1] == 30
+    resumed = int(events[trainings[-1]]["resume_from"].split("-")[1])
+    assert resumed >= 10
+    after = [e["step"] for e in events[trainings[-1] :] if e["event"] == "step"]
+    assert after == list(range(resumed + 1, 31)), "across the cut: every step once"
 
 
 def test_app_killed_before_saving_the_pid_then_resume_follows_the_same_trainer(

@@ -54,6 +54,22 @@ async def until_trained_by_a_trainer(engine: RunEngine, run_id: str) -> None:
         await asyncio.sleep(0.01)
 
 
+async def test_a_connection_lost_while_launching_follows_the_trainer_that_started(
+    host: FakeHost, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    record = create_run(engine, tmp_path)
+    host.on_launch = trains_to_the_end
+    host.drop_after("-m trainer_payload run")  # the trainer starts; its pid never reaches this computer
+
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+
+    assert final.state is RunState.FINISHED, final.error
+    assert host.launches == 1 and final.relaunches == 0, "followed by its pid file, not started again"
+    assert any("a trainer is already running in the run's folder" in line for line in lines)
+
+
 async def test_dropped_connections_are_retried_and_the_run_still_finishes(host: FakeHost, tmp_path: Path) -> None:
     lines: list[str] = []
     engine = make_engine(host, lines)

@@ -404,9 +404,10 @@ class RunEngine:
             return monitor.cancel_stopped(self.ctx, run_id, "")
         if record.relaunches >= self.options.max_relaunches:
             return self.ctx.fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
-        self.store.update(run_id, relaunches=record.relaunches + 1)
         self.report("the trainer died without a final event; relaunching (it resumes from its checkpoint)")
         await launch.launch(self.ctx, run_id, machine)
+        # Counted once started: a connection lost mid-launch is retried without using up a relaunch.
+        self.store.update(run_id, relaunches=record.relaunches + 1)
         return None
 
     # -- looking, pulling and stopping ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine
-from desktop.services.machines.ssh import RemoteError
+from desktop.services.machines.ssh import CommandFailedError
 from desktop.services.platform.secrets import SecretName, SecretStoreError
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.events import mirrored_events
@@ -139,6 +139,7 @@ async def launch(ctx: RunContext, run_id: str, machine: Machine) -> None:
 
     Raises:
         PermanentError: The machine would not start it; the message has its output.
+        RemoteError: The connection was lost before the command ended (it passes: the engine reconnects).
     """
     record = ctx.store.get(run_id)
     if record.state is not RunState.TRAINING:
@@ -151,8 +152,10 @@ async def launch(ctx: RunContext, run_id: str, machine: Machine) -> None:
     )
     try:
         output = await machine.run(command, stdin=await asyncio.to_thread(_token_stdin, ctx, run_id))
-    except RemoteError as exc:
+    except CommandFailedError as exc:  # the machine answered: retrying the same command cannot help
         raise PermanentError(f"the trainer could not be started on the machine: {exc}") from exc
+    # A connection lost mid-command (no exit status) passes: the next contact follows the trainer if it started
+    # (its pid file) or launches again (a half-made pid file is stale and goes).
     pid = _marked_pid(output)
     if pid is None:
         raise PermanentError(f"the trainer could not be started on the machine; it answered: {output[-500:]!r}")
