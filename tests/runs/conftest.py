@@ -49,3 +49,16 @@ def python_wrapper(folder: Path, *extra: str, delay_s: float = 0) -> tuple[Path,
 def with_python(spec_path: Path, python: Path) -> Path:
     spec_path.write_text(spec_path.read_text().replace(f'python = "{sys.executable}"', f'python = "{python}"'))
     return spec_path
+
+
+@pytest.fixture
+def token_probe(tmp_path: Path) -> tuple[Path, Path]:
+    """An interpreter for [target] python that notes whether HF_TOKEN is in its environment (never its value)."""
+    seen, wrapper = tmp_path / "token-seen", tmp_path / "python-probe"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -n "${{HF_TOKEN:-}}" ]; then echo sent >> "{seen}"; else echo absent >> "{seen}"; fi\n'
+        f'HF_HUB_OFFLINE=1 exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, seen

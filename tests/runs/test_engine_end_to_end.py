@@ -65,6 +65,7 @@ def test_rentune_run_trains_and_brings_home_a_verified_adapter(
     rentune_home: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    token_probe: tuple[Path, Path],
 ) -> None:
     token = "hf_" + "SuperSecretTokenValue1234567890"
     monkeypatch.setenv("HF_TOKEN", token)
@@ -72,9 +73,15 @@ def test_rentune_run_trains_and_brings_home_a_verified_adapter(
 
     configure_logging("DEBUG")  # the most the app ever writes
     save_settings(Settings(keep_local_checkpoints=1))
+    wrapper, seen = token_probe
+    spec = make_spec(ssh_host)
+    spec.write_text(spec.read_text().replace(f'python = "{sys.executable}"', f'python = "{wrapper}"'))
     with ArgvWatch(token) as watch:
-        assert main(["run", str(make_spec(ssh_host))]) == 0
+        assert main(["run", str(spec)]) == 0
     assert watch.samples > 10 and not watch.leaks, f"the token was seen: {watch.leaks[:3]}"
+    # The wrapper sees the bootstrap; the trainer then runs on the run's venv interpreter (not the wrapper) and gets
+    # its stdin from the same _token_stdin, so one "absent" covers both.
+    assert seen.read_text().split() == ["absent"], "the machine got the token for a local model"
     for root in (rentune_home, tmp_path / "remote"):
         for path in root.rglob("*"):
             assert not (path.is_file() and token.encode() in path.read_bytes()), f"token found in {path}"
