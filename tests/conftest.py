@@ -27,11 +27,16 @@ SECRET_ENV_VARS = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "HF_TOKEN
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Runs Qt offscreen and keeps Hugging Face libraries offline for the whole session."""
+    """Runs Qt offscreen, keeps Hugging Face libraries offline and math libraries on one thread, for the session."""
     os.environ["QT_QPA_PLATFORM"] = "offscreen"
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # One thread per process: the workers already keep both cores busy, and a second OpenMP thread only spins
+    # against them (a trainer beside two busy loops used 7.5 CPU-s with one thread, 9.7-14 CPU-s with two).
+    # Subprocesses inherit it; the sshd machines set it for their sessions (tests/fixtures/sshd.py).
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
 
 #: Fixtures that make a test a Qt test (it runs with the QApplication and the qasync loop).

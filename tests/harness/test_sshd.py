@@ -8,13 +8,22 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from tests.fixtures.sshd import SshHost
+from tests.fixtures.sshd import SshHost, SshServer
 
 
 async def test_key_login_runs_a_command_with_the_host_key_pinned(ssh_host: SshHost) -> None:
     async with asyncssh.connect(**ssh_host.connect_kwargs()) as conn:
         result = await conn.run("echo hello from $(whoami)", check=True)
     assert result.stdout == f"hello from {ssh_host.user}\n"
+
+
+async def test_sessions_get_one_math_thread_and_the_tests_own_variables(ssh_server: SshServer) -> None:
+    ssh_server.extra_config = ["SetEnv RENTUNE_PROBE=yes"]  # sshd keeps only its first SetEnv line: merged
+    ssh_server.stop()
+    ssh_server.start()
+    async with asyncssh.connect(**ssh_server.host().connect_kwargs()) as conn:
+        result = await conn.run("echo $OMP_NUM_THREADS $MKL_NUM_THREADS $RENTUNE_PROBE", check=True)
+    assert result.stdout == "1 1 yes\n"
 
 
 async def test_sftp_subsystem_transfers_a_file(ssh_host: SshHost, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from desktop.services.billing.ledger import Ledger, RentalState
 from desktop.services.providers.base import InstanceState, ProviderName, RentRequest
 from desktop.services.renting import driver as rental
 from desktop.services.renting.reconcile import settle_rentals
+from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
 from tests.fakes.memory_cloud import Fault, MemoryCloud, offer
 from tests.runs.rental_world import (
@@ -294,3 +295,17 @@ async def test_a_final_pull_cut_short_by_a_dead_driver_is_finished_by_the_next_o
     final = await asyncio.wait_for(World(tmp_path).driver_for(world).drive(run_id), 30)
     assert final.state is RunState.FINISHED, final.error
     assert world.runpod.live() == []
+
+
+async def test_the_budget_stops_a_training_run_before_it_is_crossed_and_terminates(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.runpod._offers = [offer(ProviderName.RUNPOD, "dear", 3600.0)]  # $1 a second: stopping costs $189
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", checkpoint_then_keep_training)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True), budget=191.0)  # 2 s of renting
+    final = await asyncio.wait_for(world.driver.drive(run_id), 30)
+    assert final.state is RunState.CANCELLED and "budget of $191.00 reached" in str(final.error), final.error
+    assert world.runpod.live() == [] and world.runpod.terminated == ["runpod-1"]
+    assert any(e["event"] == "checkpoint" for e in mirrored_events(world.engine.folder(run_id)))
+    [row] = world.ledger.rentals(run_id)
+    assert row.usd(row.stopped or 0) < 191.0
+    assert_books_balance(world, world.runpod, run_id)
