@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
@@ -20,7 +20,9 @@ from desktop.ui.main_window import MainWindow, UnknownPageError
 from desktop.ui.pages.home_page import FLOW_STEPS
 from desktop.ui.pages.settings_page import SettingsPage
 from desktop.ui.status import IDLE_TEXT, running_summary
+from desktop.ui.widgets.blocks import install_wheel_guard
 from tests.fixtures.memory_keyring import MemoryKeyring
+from tests.fixtures.qt_input import wheel
 
 KEY = "rk_live_" + "Q1w2E3r4T5y6U7i8"
 
@@ -292,3 +294,33 @@ def test_install_local_tools_from_the_chat_runs_on_the_models_page(
     models = window.page("models")
     assert window.stack.currentWidget() is models
     wait_for(lambda: models.banner.headline_label.text() == "Installing the local tools did not finish.", 60)  # type: ignore[attr-defined]
+
+
+def test_the_wheel_scrolls_every_page_list_and_table_that_overflows(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    app = QApplication.instance()
+    assert app is not None
+    guard = install_wheel_guard(app)  # as the app does at start
+    try:
+        win = MainWindow(Settings(), SecretStore())
+        qtbot.addWidget(win)
+        win.resize(1024, 700)
+        win.show()
+        qtbot.waitExposed(win)
+        qloop.run_until_complete(win.load_pages())
+        scrolled = []
+        for name in win.page_names():
+            win.show_page(name)
+            QApplication.processEvents()
+            for area in win.page(name).findChildren(QAbstractScrollArea):
+                bar = area.verticalScrollBar()
+                if not area.isVisible() or bar.maximum() == 0:
+                    continue
+                bar.setValue(0)
+                wheel(area.viewport(), -2)
+                assert bar.value() > 0, f"the wheel scrolls {type(area).__name__} on {name}"
+                scrolled.append(f"{name}: {type(area).__name__}")
+        assert len(scrolled) >= 3, scrolled
+    finally:
+        app.removeEventFilter(guard)

@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QWheelEvent
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
@@ -22,6 +21,7 @@ from desktop.ui.design.palette import METRICS
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.wizard.model_step import METHODS, TRAINING_FIELDS, ModelStep
 from desktop.ui.widgets.blocks import install_wheel_guard
+from tests.fixtures.qt_input import wheel
 from trainer_payload.protocol import JOB_INT_RANGES
 
 
@@ -187,22 +187,6 @@ def test_the_training_boxes_take_their_ranges_from_the_payload() -> None:
     assert {"lora_r", "seq_len", "micro_batch", "grad_accum", "keep_checkpoints"} <= {f.key for f in TRAINING_FIELDS}
 
 
-def wheel(widget: QWidget, steps: int) -> None:
-    """Turns the mouse wheel over ``widget`` (one notch is 120)."""
-    centre = QPointF(widget.width() / 2, widget.height() / 2)
-    event = QWheelEvent(
-        centre,
-        widget.mapToGlobal(centre),
-        QPoint(0, 0),
-        QPoint(0, 120 * steps),
-        Qt.MouseButton.NoButton,
-        Qt.KeyboardModifier.NoModifier,
-        Qt.ScrollPhase.NoScrollPhase,
-        False,
-    )
-    QApplication.sendEvent(widget, event)
-
-
 def test_the_wheel_over_an_unfocused_lora_rank_leaves_it_alone(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, context: AppContext
 ) -> None:
@@ -212,17 +196,22 @@ def test_the_wheel_over_an_unfocused_lora_rank_leaves_it_alone(
     try:
         step = ModelStep(context)
         qtbot.addWidget(step)
-        step.resize(1100, 800)
+        step.resize(1024, 600)
         step.show()
         step.activateWindow()
         qtbot.waitExposed(step)
         step.advanced_toggle.setChecked(True)
+        qtbot.waitUntil(step.advanced_box.isVisible)
+        QApplication.processEvents()
         rank = step.spins["lora_r"]
         assert rank.focusPolicy() == Qt.FocusPolicy.StrongFocus, "a wheel never focuses a number field"
         step.filter_edit.setFocus()
         qtbot.waitUntil(step.filter_edit.hasFocus)
         before = rank.value()
+        page = step.scroll_area.verticalScrollBar()
+        assert page.maximum() > 0, "the step overflows its window here"
         wheel(rank, -3)
+        assert page.value() > 0, "the wheel over the box scrolls the page instead"
         wheel(rank, 2)
         assert rank.value() == before, "scrolling the page over the box does not edit it"
         rank.setFocus()

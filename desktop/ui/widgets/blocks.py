@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
     QAbstractSlider,
     QAbstractSpinBox,
     QComboBox,
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QScrollBar,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -243,21 +245,30 @@ class WheelGuard(QObject):
     """Keeps the scroll wheel from editing a number, choice or slider it passes over without focus.
 
     Install once on the application (:func:`install_wheel_guard`). Such fields take focus only by click or Tab, and
-    a wheel turned over an unfocused one scrolls the page around it instead.
+    a wheel turned over an unfocused one scrolls the page, list or table around it instead. Scroll bars are left
+    alone: a scroll area scrolls by forwarding the wheel to its bar.
     """
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        """Re-routes wheel events aimed at an unfocused field to its parent; stops the wheel from focusing fields."""
-        if not isinstance(watched, (QAbstractSpinBox, QComboBox, QAbstractSlider)):
-            return False
+        """Re-routes wheel events aimed at an unfocused field to its scroll area; stops the wheel from focusing fields."""
+        if isinstance(watched, QScrollBar) or not isinstance(watched, (QAbstractSpinBox, QComboBox, QAbstractSlider)):
+            return False  # a scroll bar is how a scroll area scrolls: it gets the wheel its area forwards to it
         if event.type() == QEvent.Type.Polish and watched.focusPolicy() == Qt.FocusPolicy.WheelFocus:
             watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         if event.type() != QEvent.Type.Wheel or watched.hasFocus():
             return False
-        parent = watched.parentWidget()
-        if parent is not None:
-            QCoreApplication.sendEvent(parent, event)
+        area = enclosing_scroll_area(watched)
+        if area is not None:  # sent, not propagated: Qt passes a sent wheel event to no parent on its own
+            QCoreApplication.sendEvent(area.viewport(), event)
         return True
+
+
+def enclosing_scroll_area(widget: QWidget) -> QAbstractScrollArea | None:
+    """The nearest scroll area (a page, list or table) that ``widget`` lies in, if any."""
+    parent = widget.parentWidget()
+    while parent is not None and not isinstance(parent, QAbstractScrollArea):
+        parent = parent.parentWidget()
+    return parent
 
 
 def install_wheel_guard(app: QObject) -> WheelGuard:
