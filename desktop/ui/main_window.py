@@ -22,12 +22,13 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.catalog import PAGES, WIZARD_STEPS, PageEntry, page_names, warm_up
 from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
-from desktop.ui.theme import apply_theme
+from desktop.ui.theme import apply_theme, theme_events
 from desktop.ui.tray import CostTracker
 from desktop.ui.widgets.elided_label import ElidedLabel
 from desktop.ui.widgets.orphans_banner import OrphansBanner
 
 if TYPE_CHECKING:
+    from desktop.ui.design.palette import Palette
     from desktop.ui.pages.chat_page import ChatPage
     from desktop.ui.pages.costs_page import CostsPage
     from desktop.ui.pages.models_page import ModelsPage
@@ -211,6 +212,7 @@ class MainWindow(QMainWindow):
         for entry in PAGES:
             if entry.in_sidebar:
                 QListWidgetItem(icon(entry.icon), entry.label, self.sidebar)
+        theme_events().sig_changed.connect(self.on_theme_changed)
         self.stack = QStackedWidget()
         layout.addWidget(self.sidebar)
         layout.addWidget(self.stack, 1)
@@ -356,6 +358,12 @@ class MainWindow(QMainWindow):
         name = self._sidebar_pages[row]
         self.stack.setCurrentWidget(self._built(name))
         self.sig_page_changed.emit(name)
+
+    def on_theme_changed(self, palette: Palette) -> None:
+        """Draws the sidebar's icons again in the new palette's text colour (the rest follow through ``tint``)."""
+        entries = [entry for entry in PAGES if entry.in_sidebar]
+        for row, entry in enumerate(entries):
+            self.sidebar.item(row).setIcon(icon(entry.icon, palette.text))
 
     def on_settings_changed(self, settings: Settings) -> None:
         """Applies saved preferences that take effect at once."""

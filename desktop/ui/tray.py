@@ -52,7 +52,7 @@ from desktop.ui.cost_words import (
     tray_place,
     upper_first,
 )
-from desktop.ui.design.icons import icon
+from desktop.ui.design.icons import tint
 from desktop.ui.meter import CostMeter
 from desktop.ui.widgets.dialogs import confirm
 
@@ -163,7 +163,7 @@ class CostMenu(QMenu):
         if item.kind == "info":
             action.setEnabled(False)
         elif item.kind == "stop":
-            action.setIcon(icon("circle-stop"))
+            tint(action, "circle-stop")
         action.triggered.connect(lambda _checked=False, a=action: self._on_triggered(a))
         self.addAction(action)
 
@@ -249,7 +249,7 @@ class StatusMeter(QWidget):
         self.menu = CostMenu("Machines billing now", self)
         self.button = QToolButton()
         self.button.setText("Stop…")
-        self.button.setIcon(icon("circle-stop"))
+        tint(self.button, "circle-stop")
         self.button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.button.setMenu(self.menu)

@@ -9,17 +9,21 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QWidget
+from PySide6.QtGui import QColor, QImage
+from PySide6.QtWidgets import QAbstractButton, QAbstractScrollArea, QApplication, QLabel, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings, Theme
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.platform.settings import load_settings
+from desktop.ui.design.icons import IconTint
+from desktop.ui.design.palette import DARK
 from desktop.ui.main_window import MainWindow, UnknownPageError
 from desktop.ui.pages.home_page import FLOW_STEPS
 from desktop.ui.pages.settings_page import SettingsPage
 from desktop.ui.status import IDLE_TEXT, running_summary
+from desktop.ui.theme import apply_theme, current_palette
 from desktop.ui.widgets.blocks import install_wheel_guard
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.qt_input import wheel
@@ -241,8 +245,6 @@ def test_only_the_home_page_is_built_before_the_window_first_shows(
 
 def test_sidebar_rows_are_tall_enough_for_their_padding(qtbot: QtBot) -> None:
     """Rows measured before the stylesheet would overlap: each must be taller than its text with the padding."""
-    from desktop.ui.theme import apply_theme
-
     apply_theme(Theme.LIGHT)  # as the app does before it builds the window
     win = MainWindow(Settings(), SecretStore())
     qtbot.addWidget(win)
@@ -324,3 +326,58 @@ def test_the_wheel_scrolls_every_page_list_and_table_that_overflows(
         assert len(scrolled) >= 3, scrolled
     finally:
         app.removeEventFilter(guard)
+
+
+def _ink(image: QImage) -> QColor:
+    """The mean colour of an icon's drawn (opaque) pixels."""
+    drawn = [image.pixelColor(x, y) for x in range(image.width()) for y in range(image.height())]
+    drawn = [c for c in drawn if c.alpha() > 200]
+    assert drawn, "the icon draws something"
+    return QColor(*(round(sum(getattr(c, part)() for c in drawn) / len(drawn)) for part in ("red", "green", "blue")))
+
+
+def _contrast(one: QColor, other: QColor) -> float:
+    def luminance(c: QColor) -> float:
+        parts = [v / 255 for v in (c.red(), c.green(), c.blue())]
+        linear = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in parts]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(one), luminance(other)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_dark_chosen_in_settings_redraws_every_icon_for_the_dark_window(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None]
+) -> None:
+    apply_theme(Theme.LIGHT)  # as the app starts for a user whose saved theme is light
+    win = MainWindow(Settings(), SecretStore())
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    qloop.run_until_complete(win.load_pages())
+    page = win.page("settings")
+    assert isinstance(page, SettingsPage)
+    page.theme_combo.setCurrentIndex(page.theme_combo.findData(Theme.DARK))
+    try:
+        page.save_button.click()
+        wait_for(lambda: current_palette() is DARK)
+        rows = [win.sidebar.item(row) for row in range(win.sidebar.count())]
+        drawn = {f"sidebar {item.text()}": item.icon() for item in rows}
+        on_accent = {}  # primary buttons: the icon sits on the accent colour
+        for button in win.findChildren(QAbstractButton):
+            if not button.icon().isNull():
+                name = f"button {button.text() or button.accessibleName()}"
+                (on_accent if button.property("role") == "primary" else drawn)[name] = button.icon()
+        images = {name: icon_.pixmap(18, 18).toImage() for name, icon_ in drawn.items()}
+        for label in win.findChildren(QLabel):
+            if label.findChild(IconTint) is not None:
+                images[f"picture beside {label.parentWidget().accessibleName() or label.parentWidget()}"] = (
+                    label.pixmap().toImage()
+                )
+        ratios = {name: _contrast(_ink(image), QColor(DARK.window)) for name, image in images.items()}
+        accent = QColor(DARK.accent)
+        ratios |= {name: _contrast(_ink(i.pixmap(18, 18).toImage()), accent) for name, i in on_accent.items()}
+        faint = {name: round(ratio, 1) for name, ratio in ratios.items() if ratio < 3}
+        assert len(images) > 20 and on_accent and not faint, f"icons hard to see in the dark: {faint}"
+    finally:
+        apply_theme(Theme.LIGHT)

@@ -26,7 +26,7 @@ from desktop.core.runs.draft import RunDraft
 from desktop.services.platform.environment import EnvironmentCheck, check_environment
 from desktop.services.platform.secrets import SecretName, SecretStore, StoreState, probe_secret_store
 from desktop.ui.background import Operation, off_ui_thread
-from desktop.ui.design.icons import icon
+from desktop.ui.design.icons import tint
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Badge, Card, caption, heading, plain_button, primary_button
 
@@ -93,7 +93,7 @@ class NeedTile(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         top = QHBoxLayout()
         picture = QLabel()
-        picture.setPixmap(icon(icon_name, None, 22).pixmap(22, 22))
+        tint(picture, icon_name, size=22)
         top.addWidget(picture)
         top.addWidget(heading(title), 1)
         self.badge = Badge("Checking", "info")

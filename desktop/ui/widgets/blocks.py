@@ -23,10 +23,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.ui.design.icons import icon
+from desktop.ui.design.icons import IconColor, tint
 from desktop.ui.design.palette import METRICS
 
 SEVERITY_ICONS = {"success": "circle-check", "warning": "triangle-alert", "danger": "circle-alert", "info": "info"}
+
+
+def severity_color(severity: str) -> IconColor:
+    """The foreground colour of ``severity`` (success, warning, danger, info) in whichever palette is current."""
+    return lambda palette: palette.severity(severity)[0]
 
 
 def set_role(widget: QWidget, role: str, severity: str | None = None) -> None:
@@ -40,11 +45,9 @@ def set_role(widget: QWidget, role: str, severity: str | None = None) -> None:
 
 def primary_button(text: str, icon_name: str | None = None, accessible_name: str | None = None) -> QPushButton:
     """The one main action of a page or dialog (Next, Launch, Export), in the accent colour."""
-    from desktop.ui.theme import current_palette  # the theme module imports this one
-
     button = QPushButton(text)
     set_role(button, "primary")
-    _decorate(button, icon_name, accessible_name, current_palette().accent_text)
+    _decorate(button, icon_name, accessible_name, "accent_text")
     return button
 
 
@@ -65,7 +68,7 @@ def plain_button(text: str, icon_name: str | None = None, accessible_name: str |
 
 def _decorate(button: QPushButton, icon_name: str | None, accessible_name: str | None, color: str | None) -> None:
     if icon_name:
-        button.setIcon(icon(icon_name, color))
+        tint(button, icon_name, color or "text")
     button.setAccessibleName(accessible_name or text_of(button))
 
 
@@ -172,11 +175,8 @@ class Banner(QFrame):
 
     def show_message(self, severity: str, headline: str, details: str = "") -> None:
         """Shows ``headline`` (and ``details``) in the colour of ``severity``; an empty headline hides the banner."""
-        from desktop.ui.theme import current_palette
-
         set_role(self, "banner", severity)
-        foreground, _ = current_palette().severity(severity)
-        self.icon_label.setPixmap(icon(SEVERITY_ICONS.get(severity, "info"), foreground, 20).pixmap(20, 20))
+        tint(self.icon_label, SEVERITY_ICONS.get(severity, "info"), severity_color(severity), 20)
         self.headline_label.setText(headline)
         self.details_label.setText(details)
         self.details_label.setVisible(bool(details))
@@ -196,7 +196,7 @@ class EmptyState(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 32, 24, 32)
         picture = QLabel()
-        picture.setPixmap(icon(icon_name, None, 40).pixmap(40, 40))
+        tint(picture, icon_name, size=40)
         picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout.addWidget(picture)
         title_label = heading(title)
@@ -250,7 +250,7 @@ class WheelGuard(QObject):
     """
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        """Re-routes wheel events aimed at an unfocused field to its scroll area; stops the wheel from focusing fields."""
+        """Sends the wheel over an unfocused field to its scroll area; stops the wheel from focusing fields."""
         if isinstance(watched, QScrollBar) or not isinstance(watched, (QAbstractSpinBox, QComboBox, QAbstractSlider)):
             return False  # a scroll bar is how a scroll area scrolls: it gets the wheel its area forwards to it
         if event.type() == QEvent.Type.Polish and watched.focusPolicy() == Qt.FocusPolicy.WheelFocus:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from desktop.ui.design.icons import icon
-from desktop.ui.theme import current_palette
+from desktop.ui.design.icons import tint
 from desktop.ui.widgets.blocks import caption, destructive_button, heading, plain_button
 
 
@@ -47,7 +46,7 @@ class ConfirmDeleteDialog(QDialog):
     def _title_row(self, headline: str) -> QHBoxLayout:
         row = QHBoxLayout()
         picture = QLabel()
-        picture.setPixmap(icon("trash-2", current_palette().danger, 24).pixmap(24, 24))
+        tint(picture, "trash-2", "danger", 24)
         picture.setAlignment(Qt.AlignmentFlag.AlignTop)
         self.headline_label = heading(headline)
         self.headline_label.setWordWrap(True)

@@ -14,9 +14,8 @@ from desktop.services.local.base_model import BaseAvailability, BaseState
 from desktop.services.local.llama_cpp_source import CONVERTERS_DOWNLOAD_MB
 from desktop.services.local.needs import LocalNeeds
 from desktop.services.local.tools import install_commands
-from desktop.ui.design.icons import icon
-from desktop.ui.theme import current_palette
-from desktop.ui.widgets.blocks import SEVERITY_ICONS, caption, plain_button, primary_button
+from desktop.ui.design.icons import tint
+from desktop.ui.widgets.blocks import SEVERITY_ICONS, caption, plain_button, primary_button, severity_color
 from desktop.ui.widgets.local_words import size_text, tools_text
 
 
@@ -93,9 +92,8 @@ class NeedsPanel(QFrame):
 
     def _line(self, severity: str, text: str) -> QHBoxLayout:
         row = QHBoxLayout()
-        foreground, _ = current_palette().severity(severity)
         picture = QLabel()
-        picture.setPixmap(icon(SEVERITY_ICONS[severity], foreground, 16).pixmap(16, 16))
+        tint(picture, SEVERITY_ICONS[severity], severity_color(severity), 16)
         picture.setAlignment(Qt.AlignmentFlag.AlignTop)
         label = QLabel(text)
         label.setWordWrap(True)

@@ -24,10 +24,9 @@ from PySide6.QtWidgets import (
 from desktop.services.platform.logs import get_logger
 from desktop.services.runs.drafts import save_draft
 from desktop.ui.context import AppContext
-from desktop.ui.design.icons import icon
+from desktop.ui.design.icons import tint
 from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
-from desktop.ui.theme import current_palette
 from desktop.ui.widgets.blocks import plain_button, primary_button, set_role
 
 _log = get_logger("ui.wizard")
@@ -57,7 +56,7 @@ class StepIndicator(QWidget):
             row.addWidget(button)
             if index < len(titles) - 1:
                 arrow = QLabel()
-                arrow.setPixmap(icon("chevron-right", current_palette().text_muted, 14).pixmap(14, 14))
+                tint(arrow, "chevron-right", "text_muted", 14)
                 row.addWidget(arrow)
         row.addStretch(1)
         self._titles = titles
