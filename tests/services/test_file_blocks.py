@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from desktop.services.platform.files import BLOCK, HashingWriter, Segment, SegmentReader, sha256_file, sha256_prefix
+from desktop.services.platform.files import (
+    BLOCK,
+    HashingWriter,
+    Segment,
+    SegmentReader,
+    open_hashing_writer,
+    sha256_file,
+    sha256_prefix,
+)
 
 
 def read_all(reader: SegmentReader) -> tuple[list[tuple[int, bytes]], list[Segment]]:
@@ -54,3 +63,23 @@ def test_a_hashing_writer_continues_a_partial_file_and_hashes_all_of_it(tmp_path
     assert writer.close() == hashlib.sha256(data).hexdigest() == sha256_file(path)
     assert path.read_bytes() == data
     assert sha256_prefix(path, 5000) == hashlib.sha256(data[:5000]).hexdigest()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads this process's open files from /proc")
+async def test_a_writer_still_opening_when_its_pull_is_cancelled_is_closed(tmp_path: Path) -> None:
+    """Stop or quit during a pull: the worker thread opens the file anyway, and it must not stay open."""
+    path = tmp_path / "checkpoint.bin.part"
+    path.write_bytes(b"x" * (64 << 20))  # continuing a big copy: opening hashes it first (a while, in the thread)
+
+    def open_here() -> int:
+        return sum(fd.resolve() == path for fd in Path("/proc/self/fd").iterdir())
+
+    pull = asyncio.ensure_future(open_hashing_writer(path, 64 << 20))
+    await asyncio.sleep(0.005)
+    pull.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pull
+    await asyncio.get_running_loop().shutdown_default_executor()  # the thread has opened and hashed it
+    for _ in range(3):
+        await asyncio.sleep(0)  # the opening's done callbacks run
+    assert open_here() == 0, "the file the cancelled pull was opening is closed"

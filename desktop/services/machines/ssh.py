@@ -25,7 +25,15 @@ from desktop.services.machines.openssh_sftp import (
     copy_with_sftp,
     suits_openssh,
 )
-from desktop.services.platform.files import BLOCK, HashingWriter, Segment, SegmentReader, sha256_file, sha256_prefix
+from desktop.services.platform.files import (
+    BLOCK,
+    HashingWriter,
+    Segment,
+    SegmentReader,
+    open_hashing_writer,
+    sha256_file,
+    sha256_prefix,
+)
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.programs import OpenSshTools, find_openssh
 
@@ -436,7 +444,7 @@ class RemoteMachine:
         size = (await sftp.stat(remote)).size or 0
         done = partial.stat().st_size if partial.exists() else 0
         done = 0 if done > size else done
-        writer = await asyncio.to_thread(HashingWriter, partial, done)
+        writer = await open_hashing_writer(partial, done)
         try:
             await self._fetch_into(sftp, remote, writer, done=done, size=size, name=local.name, progress=progress)
         finally:

@@ -6,6 +6,7 @@ GIL on blocks of this size, so the event loop runs on while a block is read, wri
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import contextlib
 import hashlib
@@ -228,3 +229,22 @@ class HashingWriter:
         """Closes the file and returns the SHA-256 of everything in it."""
         self._handle.close()
         return self._digest.hexdigest()
+
+
+async def open_hashing_writer(path: Path, keep: int) -> HashingWriter:
+    """A :class:`HashingWriter` made in a worker thread; closed again if the caller is cancelled meanwhile.
+
+    A thread cannot be stopped: it opens the file even after the task awaiting it was cancelled (Stop, the app
+    closing mid-pull), and the handle would be left open.
+    """
+    opening = asyncio.ensure_future(asyncio.to_thread(HashingWriter, path, keep))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_if_opened)
+        raise
+
+
+def _close_if_opened(opening: asyncio.Future[HashingWriter]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
