@@ -87,3 +87,33 @@ async def test_reattach_follows_live_runs_after_the_app_restarts(tmp_path: Path)
     assert final.state is RunState.FINISHED and final.adapter and host.launches == 1
     events = mirrored_events(second.store.folder(record.id))
     assert [e["event"] for e in events].count("done") == 1
+
+
+async def test_a_stop_whose_cancel_is_lost_while_the_trainer_starts_still_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio.wait_for drops a cancel that meets its result (Python 3.11): Stop pressed as the trainer starts was
+    lost, the run trained on and Stop never returned. Seen once under load; here the launch loses it every time."""
+    from desktop.services.runs import launch as launching
+
+    real_launch = launching.launch
+    started = asyncio.Event()
+
+    async def launch_losing_a_cancel(*args: object) -> None:
+        started.set()
+        task = asyncio.ensure_future(real_launch(*args))  # type: ignore[arg-type]
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await task  # the cancel is lost: the trainer starts, the drive goes on to follow it
+
+    monkeypatch.setattr(launching, "launch", launch_losing_a_cancel)
+    host = FakeHost()
+    host.on_terminate = lambda fake, folder: checkpoint(fake, folder, 3)
+    runs = manager(host)
+    record = runs.launch(spec(tmp_path))
+    await asyncio.wait_for(started.wait(), 30)
+    stopped = await asyncio.wait_for(runs.stop(record.id), 30)
+    assert stopped.state is RunState.CANCELLED and not runs.is_driving(record.id)
+    assert host.launches == 1 and host.trainer_pid is None, "the trainer that started was told to stop"
+    assert (runs.store.folder(record.id) / "checkpoints" / "checkpoint-3").is_dir(), "its checkpoint came home"

@@ -30,6 +30,7 @@ from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import Endpoint, is_refused_login
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.platform.settings import installation_id
+from desktop.services.platform.tasks import cancel_and_wait
 from desktop.services.providers.base import (
     Instance,
     InstanceState,
@@ -168,10 +169,7 @@ class RentalDriver:
             await asyncio.wait({main, guard}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (guard, main):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait(task)
         if main.done() and not main.cancelled():
             return main.result()
         why = guard.result()
@@ -248,10 +246,7 @@ class RentalDriver:
             await asyncio.wait({drive, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (drive, watch):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait(task)
         if drive.done() and not drive.cancelled():
             return await self._after_drive(run_id, rental, drive.result())
         lost = watch.result()

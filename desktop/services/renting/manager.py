@@ -8,6 +8,7 @@ up every run that was live, so checkpoints keep coming home.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.machines.machine import Connect
 from desktop.services.platform.logs import get_logger, redact_known
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.platform.tasks import cancel_and_wait
 from desktop.services.providers.base import ProviderError
 from desktop.services.renting.driver import RentalDriver
 from desktop.services.runs import connection
@@ -168,10 +170,11 @@ class RunManager:
         return await self._release_if_ended(run_id, await self.wait(run_id))
 
     async def _cancel(self, run_id: str) -> None:
+        """Ends the task driving ``run_id`` (a trainer that started meanwhile is stopped by the caller, by its pid)."""
         task = self._tasks.get(run_id)
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is not None:
+            with contextlib.suppress(Exception):  # the drive's own failure is in its record
+                await cancel_and_wait(task)
 
     async def pull(self, run_id: str) -> Path | None:
         """Pulls the newest checkpoint now; returns the local folder (None when there is none yet)."""
@@ -210,4 +213,6 @@ class RunManager:
         tasks = [task for task in self._tasks.values() if not task.done()]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(task)

@@ -26,6 +26,7 @@ from desktop.services.machines.keys import create_run_key, delete_run_key, load_
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.secrets import SecretStore, probe_secret_store
+from desktop.services.platform.tasks import cancel_and_wait
 from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, self_stop, transfer
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.context import (
@@ -382,9 +383,7 @@ class RunEngine:
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _relaunch(self, run_id: str, machine: Machine) -> RunRecord | None:
         """After the trainer died: acts on its last words, or starts it again (up to the limit)."""
