@@ -252,3 +252,26 @@ def test_the_model_step_fits_the_window_with_advanced_settings_open(
     widest = max((table.fontMetrics().horizontalAdvance(e.id) for e in load_catalog()), default=0)
     assert table.columnWidth(0) >= widest, "model ids are shown whole"
     assert table.horizontalScrollBar().maximum() == 0
+
+
+def test_a_number_out_of_range_becomes_the_nearest_allowed_and_the_step_says_why(qtbot: QtBot, step: ModelStep) -> None:
+    step.advanced_toggle.setChecked(True)
+    epochs = step.spins["epochs"]
+    epochs.setValue(3)
+    epochs.setFocus()
+    qtbot.waitUntil(epochs.hasFocus)
+    epochs.selectAll()
+    qtbot.keyClicks(epochs, "0.05")
+    qtbot.keyClick(epochs, Qt.Key.Key_Tab)  # leaving the field is when Qt corrects it
+    assert epochs.value() == pytest.approx(0.1), "the nearest number it takes, not the old 3.00 back"
+    assert step.correction_note.isVisible()
+    assert step.correction_note.text() == (
+        "Epochs (passes over the data): 0.05 is below the lowest it takes, 0.10; it is that now."
+    )
+    rank = step.spins["lora_r"]
+    rank.setFocus()
+    qtbot.waitUntil(rank.hasFocus)
+    rank.selectAll()
+    qtbot.keyClicks(rank, "16")
+    qtbot.keyClick(rank, Qt.Key.Key_Tab)
+    assert rank.value() == 16 and not step.correction_note.isVisible(), "a number in range clears the note"

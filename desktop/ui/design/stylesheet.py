@@ -98,6 +98,7 @@ QGroupBox::title {{ subcontrol-origin: margin; left: 4px; top: 2px; color: {pale
 QFrame[role="banner"] {{ border-radius: {METRICS.radius}px; }}
 QLabel {{ background: transparent; }}
 QLabel[role="caption"] {{ color: {palette.text_muted}; }}
+QLabel[role="field_note"] {{ color: {palette.warning}; font-weight: 600; }}
 QLabel[role="heading"], QLabel[role="section"] {{ font-weight: 700; }}
 QLabel[role="badge"] {{ border-radius: 9px; padding: 1px 8px; font-weight: 600; }}
 QLabel[role="metric"] {{ font-weight: 700; }}

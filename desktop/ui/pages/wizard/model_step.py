@@ -35,6 +35,7 @@ from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
 from desktop.ui.widgets.blocks import Card, caption, plain_button, set_role
+from desktop.ui.widgets.number_fields import explain_corrections
 from desktop.ui.widgets.tables import pick_one_table
 from trainer_payload.protocol import JOB_INT_RANGES
 
@@ -267,6 +268,7 @@ class ModelStep(WizardStep):
             spin = _spin_box(field)
             spin.setMinimumWidth(120)
             spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
+            explain_corrections(spin, field.label, self.on_correction)
             self.spins[field.key] = spin
             label = QLabel(field.label)
             label.setBuddy(spin)
@@ -277,11 +279,20 @@ class ModelStep(WizardStep):
         for pair in range(ADVANCED_COLUMNS):
             grid.setColumnStretch(pair * 2, 1)
         self.advanced_box.body.addLayout(grid)
+        self.correction_note = caption()
+        set_role(self.correction_note, "field_note")
+        self.correction_note.setVisible(False)
+        self.advanced_box.body.addWidget(self.correction_note)
         self.lora_note = caption("LoRA rank and alpha only matter for LoRA and QLoRA.")
         self.advanced_box.body.addWidget(self.lora_note)
         self.advanced_box.setVisible(False)
         layout.addWidget(self.advanced_box)
         return holder
+
+    def on_correction(self, words: str) -> None:
+        """Says under the settings why a number typed is not the one kept ("" hides it)."""
+        self.correction_note.setText(words)
+        self.correction_note.setVisible(bool(words))
 
     # -- the wizard's interface -----------------------------------------------------------------------------------
 
