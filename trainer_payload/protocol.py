@@ -434,6 +434,8 @@ class JobSpec:
     """What to train and how (``job.json``). Relative paths are relative to the job file.
 
     The keys are fixed by the protocol; see the field names. ``epochs`` is used when ``max_steps`` is 0 or less.
+    With an ``eval_file``, the held-out loss is measured every ``eval_steps`` steps, or after each tenth of the run
+    when ``eval_steps`` is 0.
     """
 
     base_model: str
@@ -450,7 +452,7 @@ class JobSpec:
     micro_batch: int = 2
     grad_accum: int = 4
     epochs: float = 3.0
-    max_steps: int = -1
+    max_steps: int = 0
     learning_rate: float = 2e-4
     lr_scheduler: str = "cosine"
     warmup_ratio: float = 0.03

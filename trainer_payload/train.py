@@ -165,6 +165,11 @@ def _peft_config(spec: JobSpec) -> Any:
     )
 
 
+#: With rows held out and no interval set, the held-out loss is measured after each tenth of the run (transformers
+#: reads an ``eval_steps`` below 1 as that share of all steps).
+DEFAULT_EVAL_RATIO = 0.1
+
+
 def _sft_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
     from trl import SFTConfig
 
@@ -193,8 +198,8 @@ def _sft_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
         # The datasets come tokenised with their labels (trainer_payload.labels): TRL trains on them as they are.
         assistant_only_loss=False,
         completion_only_loss=False,
-        eval_strategy="steps" if has_eval and spec.eval_steps else "no",
-        eval_steps=spec.eval_steps or None,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=spec.eval_steps or DEFAULT_EVAL_RATIO,
         # 8-bit AdamW for full-8bit; otherwise the fused AdamW transformers defaults to (faster than adamw_torch).
         optim="adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch_fused",
         disable_tqdm=True,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.tiny_models import TinyModel
 from tests.payload.conftest import JobFactory, events_of, losses, run_payload, start_payload
 from trainer_payload.checkpoints import is_complete
@@ -30,10 +31,13 @@ def wait_for_event(job: Path, predicate, timeout: float = 120) -> dict:  # type:
 def test_forty_steps_report_learn_checkpoint_and_leave_a_working_adapter(
     make_job: JobFactory, tiny_model: TinyModel
 ) -> None:
-    job = make_job()
+    job = make_job(eval_file="eval.jsonl")  # rows held out, no interval set: evaluated about ten times
+    write_chat_dataset(job.parent / "eval.jsonl", count=8)
     result = run_payload(job)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     events = events_of(job)
+    evals = [e for e in events if e["event"] == "eval"]
+    assert [e["step"] for e in evals] == list(range(4, 41, 4)) and all(e["eval_loss"] > 0 for e in evals)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert all(e["event"] in set(EventKind) for e in events)
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)

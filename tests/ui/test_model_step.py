@@ -116,15 +116,17 @@ def test_method_and_advanced_settings_round_trip_through_the_draft(step: ModelSt
         "learning_rate": 5e-5,
         "checkpoint_minutes": 15,
         "keep_checkpoints": 5,
+        "eval_steps": 25,
+        "max_steps": 60,
     }
     for key, value in wanted.items():
         step.spins[key].setValue(value)
     step.model_edit.setText("Qwen/Qwen2.5-7B-Instruct")
     draft = context.draft
-    draft.training["max_steps"] = 10  # keys the step does not show are kept
+    draft.training["seed"] = 7  # keys the step does not show are kept
     step.save_into(draft)
     assert (draft.base_model, draft.method) == ("Qwen/Qwen2.5-7B-Instruct", "lora")
-    assert draft.training == {**wanted, "max_steps": 10}
+    assert draft.training == {**wanted, "seed": 7}
     assert isinstance(draft.training["seq_len"], int)
     # A fresh step shows the saved draft again.
     again = ModelStep(context)

@@ -106,7 +106,9 @@ def test_review_shows_the_whole_run_in_words_with_edit_links(
     assert "Rows: " in data and "for training" in data and "Tokens per epoch: " in data
     model = step.section_text("model")
     assert f"Base model: {draft.base_model}" in model and "LoRA rank 8" in model
-    assert "Sequence length: 128 tokens" in model and "Length: 40 steps at most" in model
+    assert "Sequence length: 128 tokens" in model and "Length: 40 steps at most (a quick trial)" in model
+    held_out = "Evaluation: the held-out rows ten times a run" if draft.eval_file else "Evaluation: none: no rows"
+    assert held_out in model and "Checkpoints: every " in model
     assert "seq_len" not in model and "micro_batch" not in model, "words, not the job's keys"
     sizing = step.section_text("sizing")
     assert "Your pick: RTX 4090: fits" in sizing and "At your server's rate" in sizing and "Trains on: 1 GPU" in sizing
@@ -330,3 +332,14 @@ def test_the_question_before_renting_names_provider_gpu_rate_total_and_budget(
     assert f"${pick.total_usd:,.2f} in all" in summary
     assert "$25.00" in details and "terminated the moment the adapter is on this computer" in details
     assert step.context.store.all() == [], "answered no: nothing rented"
+
+
+def test_the_evaluation_is_said_as_the_wizard_set_it() -> None:
+    from desktop.ui.pages.wizard.review_words import evaluation_words
+
+    draft = RunDraft()
+    assert evaluation_words(draft) == "none: no rows are held out on the Data step"
+    draft.eval_file = "eval.jsonl"
+    assert evaluation_words(draft) == "the held-out rows ten times a run"
+    draft.training = {**draft.training, "eval_steps": 1}
+    assert evaluation_words(draft) == "the held-out rows every 1 step"

@@ -30,6 +30,8 @@ DEFAULT_TRAINING: dict[str, Any] = {
     "learning_rate": job_default("learning_rate"),
     "checkpoint_minutes": int(job_default("checkpoint_minutes")),
     "keep_checkpoints": job_default("keep_checkpoints"),
+    "eval_steps": job_default("eval_steps"),
+    "max_steps": job_default("max_steps"),  # 0: every epoch (a quick trial sets a number)
 }
 
 

@@ -102,6 +102,10 @@ TRAINING_FIELDS: list[TrainingField] = [
     TrainingField("learning_rate", "Learning rate", 1e-7, 0.5, 1e-5, decimals=10),
     TrainingField("checkpoint_minutes", "Checkpoint every (minutes)", 1, 1440, 5),
     TrainingField("keep_checkpoints", "Checkpoints kept on the GPU machine", *JOB_INT_RANGES["keep_checkpoints"], 1),
+    TrainingField(
+        "eval_steps", "Evaluate held-out rows every (steps; 0: ten times a run)", *JOB_INT_RANGES["eval_steps"], 10
+    ),
+    TrainingField("max_steps", "Quick trial: stop after (steps; 0: train every epoch)", 0, 10_000_000, 10),
 ]
 
 

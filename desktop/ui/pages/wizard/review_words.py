@@ -84,10 +84,27 @@ def model_rows(draft: RunDraft) -> Rows:
     )
     steps = int(keys.get("max_steps", -1) or -1)
     epochs = keys.get("epochs", 3)
-    rows.append(("Length", f"{steps:,} steps at most" if steps > 0 else f"{epochs:g} epochs over the data"))
+    length = f"{steps:,} steps at most (a quick trial)" if steps > 0 else f"{epochs:g} {_plural(epochs, 'epoch')}"
+    rows.append(("Length", length if steps > 0 else f"{length} over the data"))
+    rows.append(("Evaluation", evaluation_words(draft)))
     rows.append(("Learning rate", f"{float(keys.get('learning_rate', 2e-4)):g}"))
-    rows.append(("Checkpoints", f"every {float(keys.get('checkpoint_minutes', 30)):g} minutes"))
+    minutes = float(keys.get("checkpoint_minutes", 30))
+    rows.append(("Checkpoints", f"every {minutes:g} {_plural(minutes, 'minute')}"))
     return rows
+
+
+def evaluation_words(draft: RunDraft) -> str:
+    """When the held-out rows are evaluated, or that none are held out."""
+    if not draft.eval_file:
+        return "none: no rows are held out on the Data step"
+    every = int(draft.training.get("eval_steps", 0) or 0)
+    return (
+        f"the held-out rows every {every:,} {_plural(every, 'step')}" if every else "the held-out rows ten times a run"
+    )
+
+
+def _plural(count: float, noun: str) -> str:
+    return noun if count == 1 else f"{noun}s"
 
 
 def sized_option(draft: RunDraft, sizing: Sizing | None) -> tuple[GpuOption | None, str]:
