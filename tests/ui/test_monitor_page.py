@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QObject, QUrl, Slot
+import shiboken6
+from PySide6.QtCore import QEvent, QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.spec import SshTarget
@@ -655,3 +657,22 @@ def test_the_chart_axes_change_only_when_the_points_leave_them() -> None:
     assert loss_axis_range(0.2, 0.4, (0.0, 6.0)) == pytest.approx((0.1, 0.42))  # huddled in a corner: zoom in
     assert loss_axis_range(0.5, 0.5, (0.0, 0.0)) == pytest.approx((0.475, 0.505))  # one point
     assert loss_axis_range(float("nan"), 2.0, (1.0, 3.0)) == (1.0, 3.0)
+
+
+def test_an_action_that_ends_after_its_window_closed_shows_nothing_and_raises_nothing(
+    context: AppContext, qloop: asyncio.AbstractEventLoop
+) -> None:
+    """A resume or pull still running when the window is closed ends quietly (it set a label of the closed page)."""
+    from desktop.services.runs.engine import RunError
+
+    widget = MonitorPage(context)
+    run_id = make_run(RunStore(), [RunState.PAUSED])
+    widget.run_id = run_id
+    answer: asyncio.Future[str] = qloop.create_future()
+    acting = asyncio.ensure_future(widget._act(run_id, "Resuming…", answer), loop=qloop)
+    qloop.run_until_complete(asyncio.sleep(0))
+    widget.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert not shiboken6.isValid(widget)
+    answer.set_exception(RunError("the machine did not answer"))
+    assert qloop.run_until_complete(acting) == (False, None)

@@ -453,7 +453,7 @@ class MonitorPage(BasePage):
 
     def _done_acting(self, run_id: str, message: str) -> None:
         self._actions.pop(run_id, None)
-        if run_id == self.run_id:
+        if run_id == self.run_id and shiboken6.isValid(self):  # an action can outlive its window: nothing to show
             self.action_label.setText(message)
             self._set_buttons()
             self.on_tick()
