@@ -122,3 +122,19 @@ def _lightness(image: QImage) -> float:
         QColor(image.pixel(x, y)).lightnessF() for x in range(0, image.width(), 9) for y in range(0, image.height(), 9)
     ]
     return sum(values) / len(values)
+
+
+def test_cents_are_charted_as_dollars_without_a_scale_factor(qtbot: QtBot) -> None:
+    from desktop.services.billing.spend import PeriodSpend
+    from desktop.ui.widgets.spend_chart import SpendChart
+
+    chart = SpendChart()
+    qtbot.addWidget(chart)
+    day = 86_400.0
+    chart.show_periods(
+        [PeriodSpend(i * day, (i + 1) * day, {"runpod": 0.002 * (i + 1)}) for i in range(3)], by_month=False
+    )
+    chart.show()
+    qtbot.waitExposed(chart)
+    label = chart.plot_widget.getPlotItem().getAxis("left").labelString()
+    assert "Dollars" in label and "(x" not in label, f"no scale such as (x0.001) beside the dollars: {label}"

@@ -109,7 +109,9 @@ class SpendChart(QWidget):
         count = len(self.periods)
         ticks = [(i, period_label(p, self.by_month, i, count)) for i, p in enumerate(self.periods)]
         plot.getAxis("bottom").setTicks([ticks])
-        plot.getAxis("left").setLabel("Dollars", color=palette.text_muted)
+        dollars = plot.getAxis("left")
+        dollars.enableAutoSIPrefix(False)  # cents stay dollars: no "Dollars (x0.001)"
+        dollars.setLabel("Dollars", color=palette.text_muted)
         top = max((p.usd for p in self.periods), default=0.0)
         plot.setXRange(-0.6, max(0, count - 1) + 0.6, padding=0)
         plot.setYRange(0, top * 1.12 if top > 0 else 1.0, padding=0)
