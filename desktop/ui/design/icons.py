@@ -77,7 +77,6 @@ class IconTint(QObject):
         super().__init__(target)
         from desktop.ui.theme import theme_events  # the theme module imports this one
 
-        self.target = target
         self.show(name, color, size)
         theme_events().sig_changed.connect(self.on_theme_changed)
 
@@ -90,11 +89,12 @@ class IconTint(QObject):
 
     def on_theme_changed(self, palette: Palette) -> None:
         """Redraws the icon in ``palette``'s colours."""
+        target = self.parent()
         drawn = icon(self.name, palette_color(self.color, palette), self.size)
-        if isinstance(self.target, QLabel):
-            self.target.setPixmap(drawn.pixmap(self.size, self.size))
-        elif isinstance(self.target, (QAbstractButton, QAction)):
-            self.target.setIcon(drawn)
+        if isinstance(target, QLabel):
+            target.setPixmap(drawn.pixmap(self.size, self.size))
+        elif isinstance(target, (QAbstractButton, QAction)):
+            target.setIcon(drawn)
 
 
 def tint(target: QAbstractButton | QAction | QLabel, name: str, color: IconColor = "text", size: int = 18) -> None:
