@@ -52,6 +52,7 @@ def _request(args: argparse.Namespace, source: AdapterSource) -> ExportRequest:
         merged=args.merge,
         gguf=tuple(dict.fromkeys(args.gguf or ())),
         lora_gguf=args.lora_gguf,
+        base_gguf=args.base_gguf,
         ollama=args.ollama,
         mlx=args.mlx,
     )

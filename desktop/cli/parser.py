@@ -267,6 +267,9 @@ def _add_export_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--gguf", type=_gguf_type, action="append", metavar="TYPE", help=f"a quantised GGUF ({', '.join(GGUF_TYPES)})"
     )
     export.add_argument("--lora-gguf", action="store_true", help="the adapter as a GGUF LoRA, with the base as GGUF")
+    export.add_argument(
+        "--base-gguf", action="store_true", help="the base model as GGUF too, to chat with it beside the fine-tune"
+    )
     export.add_argument("--ollama", action="store_true", help="an Ollama Modelfile beside the GGUF")
     export.add_argument("--mlx", action="store_true", help="an MLX model folder, checked by generating with it")
     export.add_argument("--json", action="store_true", help="print what was written as JSON")

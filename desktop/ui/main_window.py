@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, QSignalBlocker, QSize, Signal
@@ -159,7 +160,9 @@ class MainWindow(QMainWindow):
     def _build_monitor(self) -> BasePage:
         from desktop.ui.pages.monitor_page import MonitorPage
 
-        return MonitorPage(self.context)
+        page = MonitorPage(self.context)
+        page.sig_open_models.connect(self.on_models_requested)
+        return page
 
     def _build(self, entry: PageEntry) -> BasePage:
         page: BasePage = getattr(self, f"_build_{entry.builder}")()
@@ -304,6 +307,12 @@ class MainWindow(QMainWindow):
         models = cast("ModelsPage", self._built("models"))
         self.show_page("models")
         models.on_install_tools()
+
+    def on_models_requested(self, adapter: str) -> None:
+        """Opens the Models page with the adapter or checkpoint at ``adapter`` selected, to export or chat."""
+        models = cast("ModelsPage", self._built("models"))
+        self.show_page("models")
+        models.select_when_listed(Path(adapter))
 
     def on_chat_requested(self, model: str, lora: str) -> None:
         """Opens the chat on a model picked on the Models page."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,15 @@ from desktop.services.runs.adapters import delete_adapter, read_inventory
 from desktop.services.runs.store import RunLiveError, RunStore
 from tests.fakes.hub import FakeHub, HubRepo
 from tests.fixtures.adapters import TrainedAdapter
-from tests.fixtures.exported_models import STATE_SECONDS, record_returned_run, seed_exports, write_gguf
+from tests.fixtures.exported_models import (
+    STATE_SECONDS,
+    record_returned_run,
+    record_stopped_run,
+    seed_exports,
+    write_gguf,
+)
 from tests.fixtures.tiny_models import TinyModel
+from trainer_payload.checkpoints import seal_checkpoint
 
 
 @pytest.fixture
@@ -87,6 +95,35 @@ def test_a_returned_adapter_is_listed_with_its_time_cost_and_exports(pattern_ada
     )
     assert by_id[unpriced].usd is None
     assert not inventory.leftovers
+
+
+def test_every_complete_adapter_checkpoint_of_any_run_is_an_adapter_of_its_own(
+    pattern_adapter: TrainedAdapter,
+) -> None:
+    store = RunStore()
+    stopped = record_stopped_run(store, pattern_adapter.path, 20, base="org/base", eval_file=Path("held.jsonl"))
+    checkpoints = store.folder(stopped) / "checkpoints"
+    shutil.copytree(checkpoints / "checkpoint-20", checkpoints / "checkpoint-40")
+    seal_checkpoint(checkpoints / "checkpoint-40", 40)
+    shutil.copytree(pattern_adapter.path, checkpoints / "checkpoint-60")  # still being pulled: no marker yet
+    full = checkpoints / "checkpoint-80"  # a full fine-tune's checkpoint is a whole model, not an adapter
+    full.mkdir()
+    (full / "config.json").write_text("{}", encoding="utf-8")
+    seal_checkpoint(full, 80)
+    finished = record_returned_run(store, pattern_adapter.path, finished_ago=7200)
+    write_gguf(exports_folder(f"{stopped}-step-40") / "model-Q8_0.gguf", file_type=7)
+
+    inventory = read_inventory(store)
+
+    listed = [(a.run_id, a.step, a.state) for a in inventory.adapters]
+    assert listed == [(stopped, 40, "cancelled"), (stopped, 20, "cancelled"), (finished, None, "finished")]
+    newest = inventory.adapters[0]
+    assert newest.is_checkpoint and newest.source.adapter == (checkpoints / "checkpoint-40").resolve()
+    assert newest.source.base == "org/base" and newest.source.eval_file == Path("held.jsonl")
+    assert newest.source.run_id == stopped and newest.export_folder == exports_folder(f"{stopped}-step-40")
+    assert [item.path.name for item in newest.exports] == ["model-Q8_0.gguf"]
+    assert not inventory.leftovers  # a checkpoint's export folder belongs to it
+    assert not inventory.adapters[2].is_checkpoint and inventory.adapters[2].export_folder == exports_folder(finished)
 
 
 def test_exports_of_a_deleted_run_are_still_listed(pattern_adapter: TrainedAdapter) -> None:

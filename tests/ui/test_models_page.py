@@ -158,13 +158,15 @@ def test_export_to_gguf_from_the_page_writes_the_gguf(
     run_id = record_returned_run(store, gguf_pattern_adapter.path, base=str(gguf_pattern_adapter.base))
     reload(page, qloop)
     dialog = export_dialog(page)
-    assert dialog.gguf_check.isChecked() and dialog.type_combo.currentData() == "Q4_K_M"
+    assert dialog.gguf_check.isChecked() and dialog.gguf_types() == ("Q4_K_M",)
     lines = dialog.needs_panel.lines
     assert lines[0] == f"Base model: {gguf_pattern_adapter.base} is on this computer.", lines
     # llama.cpp's converters are downloaded on the first GGUF step only: said until they are cached
     assert all("converters once" in line or line.startswith("Everything this needs") for line in lines[1:])
     assert dialog.start_button.isEnabled()
-    dialog.type_combo.setCurrentIndex(dialog.type_combo.findData("Q8_0"))
+    dialog.type_checks["Q4_K_M"].setChecked(False)
+    dialog.type_checks["Q8_0"].setChecked(True)
+    dialog.base_gguf_check.setChecked(False)  # the base beside it: the checkpoint journey's test
     dialog.start_button.click()
 
     assert page.task is not None and page.task_card.isVisible()

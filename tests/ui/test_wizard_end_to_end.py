@@ -293,7 +293,9 @@ def export_on_the_models_page(window: MainWindow, wait_for: Callable[..., None],
     page.export_button.click()
     dialog = page.dialog
     assert isinstance(dialog, ExportDialog) and dialog.gguf_check.isChecked()
-    dialog.type_combo.setCurrentIndex(dialog.type_combo.findData("Q8_0"))
+    dialog.type_checks["Q4_K_M"].setChecked(False)
+    dialog.type_checks["Q8_0"].setChecked(True)
+    dialog.base_gguf_check.setChecked(False)
     dialog.start_button.click()
     wait_for(lambda: page.task is None, 600)
     gguf = exports_folder(run_id) / "model-Q8_0.gguf"

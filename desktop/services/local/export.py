@@ -42,6 +42,7 @@ class ExportRequest:
         lora_gguf: Write the adapter as a GGUF LoRA, with the base as GGUF beside it.
         ollama: Write an Ollama ``Modelfile``.
         mlx: Write an MLX folder and check that it generates.
+        base_gguf: Also write the base model as GGUF (``base-TYPE.gguf``), to chat with it beside the fine-tune.
     """
 
     adapter: Path
@@ -52,12 +53,13 @@ class ExportRequest:
     lora_gguf: bool = False
     ollama: bool = False
     mlx: bool = False
+    base_gguf: bool = False
 
     def formats(self) -> list[OutputFormat]:
         """The output formats asked for."""
         asked = {
             OutputFormat.MERGED: self.merged,
-            OutputFormat.GGUF: bool(self.gguf),
+            OutputFormat.GGUF: bool(self.gguf) or self.base_gguf,
             OutputFormat.LORA_GGUF: self.lora_gguf,
             OutputFormat.OLLAMA: self.ollama,
             OutputFormat.MLX: self.mlx,
@@ -159,6 +161,8 @@ async def _write_outputs(
         steps.append(lambda: _write_gguf(request, merged, scratch, result, progress))
     if request.lora_gguf:
         steps.append(lambda: _write_lora_gguf(request, base, scratch, result, progress))
+    elif request.base_gguf:
+        steps.append(lambda: _write_base_gguf(request, base, scratch, result, progress))
     if request.ollama:
         steps.append(lambda: _write_modelfile(request, merged or base, result))
     if request.mlx and merged is not None:
@@ -187,11 +191,21 @@ async def _write_gguf(
 async def _write_lora_gguf(
     request: ExportRequest, base: Path, scratch: Path, result: ExportResult, progress: Progress
 ) -> None:
-    from desktop.services.local.gguf import convert_lora_to_gguf, convert_to_gguf, quantize_gguf
+    from desktop.services.local.gguf import convert_lora_to_gguf
 
     result.lora_gguf = await convert_lora_to_gguf(
         request.adapter, base, request.out / "adapter-lora.gguf", progress=progress
     )
+    await _write_base_gguf(request, base, scratch, result, progress)
+
+
+async def _write_base_gguf(
+    request: ExportRequest, base: Path, scratch: Path, result: ExportResult, progress: Progress
+) -> None:
+    """The base model as GGUF of the first type asked for (Q8_0 when none), beside the fine-tune's files."""
+    from desktop.services.local.gguf import convert_to_gguf, quantize_gguf
+
+    progress("converting the base model to GGUF, to compare with", None)
     base_type = request.gguf[0] if request.gguf else DEFAULT_BASE_GGUF
     f16 = request.out / "base-F16.gguf" if base_type == "F16" else scratch / "base-F16.gguf"
     await convert_to_gguf(base, f16, outtype="f16", progress=progress)

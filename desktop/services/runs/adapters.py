@@ -2,8 +2,10 @@
 
 Every run with an adapter folder on this computer is listed with its base model, size, training time and spend
 (:func:`desktop.services.billing.spend.run_spend`), and the exports in its folder under
-:func:`desktop.services.local.inventory.exports_root`. Export folders whose run has no adapter here any more (the
-run or its adapter was deleted) are listed on their own, so nothing on the disk is hidden.
+:func:`desktop.services.local.inventory.exports_root`. Every complete checkpoint a run pulled home (finished, stopped
+or failed) is listed too: each is a PEFT adapter of its step, exported into its own folder (``RUN-step-N``).
+Export folders whose run has no adapter here any more (the run or its adapter was deleted) are listed on their own,
+so nothing on the disk is hidden.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from desktop.services.billing.ledger import Ledger, LedgerError
 from desktop.services.billing.spend import run_spend
 from desktop.services.local.common import folder_bytes
 from desktop.services.local.inventory import ExportedItem, exports_folder, exports_root, scan_exports
-from desktop.services.runs.outputs import ADAPTER_CONFIG, AdapterSource, resolve_adapter
+from desktop.services.runs.checkpoints import local_checkpoints
+from desktop.services.runs.outputs import ADAPTER_CONFIG, AdapterSource, AdapterSourceError, resolve_adapter
 from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, RunStore
+from trainer_payload.protocol import CHECKPOINT_MARKER
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class ReturnedAdapter:
         remote_dir: The run's folder on that machine, when known.
         ended: Whether the run has ended (only then may its adapter be deleted).
         exports: What was exported from it, in its export folder.
+        step: The training step of a checkpoint; None for the run's final adapter.
+        state: The run's state (``finished``, ``stopped``, ``failed``...).
     """
 
     run_id: str
@@ -52,11 +58,23 @@ class ReturnedAdapter:
     remote_dir: str | None
     ended: bool
     exports: tuple[ExportedItem, ...] = ()
+    step: int | None = None
+    state: str = RunState.FINISHED.value
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """Whether this is a checkpoint of the run rather than its final adapter."""
+        return self.step is not None
+
+    @property
+    def export_name(self) -> str:
+        """The name of its export folder: the run id, and ``-step-N`` for a checkpoint."""
+        return self.run_id if self.step is None else f"{self.run_id}-step-{self.step}"
 
     @property
     def export_folder(self) -> Path:
         """Where this adapter's exports are written."""
-        return exports_folder(self.run_id)
+        return exports_folder(self.export_name)
 
 
 @dataclass(frozen=True)
@@ -88,10 +106,10 @@ def read_inventory(store: RunStore, *, ledger: Ledger | None = None, now: float 
     adapters = [
         adapter
         for record in sorted(store.all(), key=lambda r: r.updated, reverse=True)
-        if (adapter := _returned(store, record, ledger, now)) is not None
+        for adapter in _returned(store, record, ledger, now)
     ]
     root = exports_root()
-    names = {adapter.run_id for adapter in adapters}
+    names = {adapter.export_name for adapter in adapters}
     leftovers = {}
     if root.is_dir():
         for folder in sorted(root.iterdir()):
@@ -102,25 +120,64 @@ def read_inventory(store: RunStore, *, ledger: Ledger | None = None, now: float 
     return Inventory(adapters, leftovers)
 
 
-def _returned(store: RunStore, record: RunRecord, ledger: Ledger | None, now: float) -> ReturnedAdapter | None:
-    if not record.adapter or not (Path(record.adapter) / ADAPTER_CONFIG).is_file():
-        return None
-    source = resolve_adapter(record.id, store)
+def _returned(store: RunStore, record: RunRecord, ledger: Ledger | None, now: float) -> list[ReturnedAdapter]:
+    """The run's final adapter (when home) and its complete adapter checkpoints, newest step first."""
+    final = resolve_adapter(record.id, store) if _is_adapter(record.adapter) else None
+    checkpoints = [
+        (step, source)
+        for step, folder in reversed(local_checkpoints(store.folder(record.id) / "checkpoints"))
+        if (folder / CHECKPOINT_MARKER).is_file() and (source := _checkpoint_source(record, folder)) is not None
+    ]
+    if final is None and not checkpoints:
+        return []
     transitions = store.transitions(record.id)
     training = sum(s.seconds for s in phase_durations(transitions, now) if s.state is RunState.TRAINING)
     usd, rented = _spend(store, record, ledger, now)
-    return ReturnedAdapter(
-        run_id=record.id,
-        source=source,
-        bytes=folder_bytes(source.adapter),
-        finished=record.updated,
-        trained_seconds=training,
-        usd=usd,
-        rented=rented,
-        target=record.target,
-        remote_dir=record.remote_dir,
-        ended=record.state in DELETABLE,
-        exports=tuple(scan_exports(exports_folder(record.id))),
+
+    def adapter(source: AdapterSource, step: int | None) -> ReturnedAdapter:
+        name = record.id if step is None else f"{record.id}-step-{step}"
+        return ReturnedAdapter(
+            run_id=record.id,
+            source=source,
+            bytes=folder_bytes(source.adapter),
+            finished=record.updated,
+            trained_seconds=training,
+            usd=usd,
+            rented=rented,
+            target=record.target,
+            remote_dir=record.remote_dir,
+            ended=record.state in DELETABLE,
+            exports=tuple(scan_exports(exports_folder(name))),
+            step=step,
+            state=record.state.value,
+        )
+
+    found = [adapter(final, None)] if final is not None else []
+    return found + [adapter(source, step) for step, source in checkpoints]
+
+
+def _is_adapter(folder: str | None) -> bool:
+    return bool(folder) and (Path(str(folder)) / ADAPTER_CONFIG).is_file()
+
+
+def _checkpoint_source(record: RunRecord, folder: Path) -> AdapterSource | None:
+    """A checkpoint as an adapter (the run's base model and held-out chats); None when it holds no adapter.
+
+    A full fine-tune's checkpoints hold whole models, not adapters; a damaged adapter config is not listed either.
+    """
+    if not _is_adapter(str(folder)):
+        return None
+    base = record.spec.get("base_model")
+    eval_file = record.spec.get("eval_file")
+    try:
+        from_folder = resolve_adapter(str(folder))
+    except AdapterSourceError:
+        return None
+    return AdapterSource(
+        from_folder.adapter,
+        base if isinstance(base, str) and base else from_folder.base,
+        Path(eval_file) if isinstance(eval_file, str) and eval_file else None,
+        record.id,
     )
 
 

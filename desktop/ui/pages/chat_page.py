@@ -44,6 +44,10 @@ NO_MODEL_YET = (
     "file or an MLX folder above; the answers then appear here as the model writes them."
 )
 ANSWERS_APPEAR = "The answers appear here as the model writes them."
+NO_BASE_EXPORTED = (
+    'To compare with the base model, export the fine-tune on the Models page with "The base model as GGUF too" '
+    "ticked, or browse for a GGUF of the base above."
+)
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_MAX_TOKENS = 512
 
@@ -199,6 +203,9 @@ class ChatPage(BasePage):
             picker.set_items(exports)
         none_yet = not any(item.chat_engine for _, item in exports)
         self.columns[0].transcript.setPlaceholderText(NO_MODEL_YET if none_yet else ANSWERS_APPEAR)
+        if self.side_check.isChecked() and not self._second_chosen and self.key(1) is None and not self.answering:
+            self._pick_base_beside()  # the base exported beside the first model is listed now
+            self.on_model_picked(1)
         self._describe()
 
     def key(self, index: int) -> ModelKey | None:
@@ -237,10 +244,8 @@ class ChatPage(BasePage):
         for widget in self._second_row:
             widget.setVisible(on)
         self.columns[1].setVisible(on)
-        first = self.key(0)
-        if on and not self._second_chosen and first is not None:
-            self.pickers[1].set_path(self._base_of(first))
-            self.lora_pickers[1].set_path(None)
+        if on and not self._second_chosen:
+            self._pick_base_beside()
         if on:
             self.on_model_picked(1)
         else:  # the second model's memory is freed; it loads again when side by side is back on
@@ -248,20 +253,34 @@ class ChatPage(BasePage):
             CoroutineOperation(self, lambda _job: second.unload(), group="load-1").run()
         self._describe()
 
-    def _base_of(self, key: ModelKey) -> Path:
+    def _pick_base_beside(self) -> None:
+        """Puts the first model's base in the second column (none, and a hint, when the base was not exported).
+
+        The base is the first model's own file without its LoRA, or the base GGUF exported beside it.
+        """
+        first = self.key(0)
+        base = self._base_of(first) if first is not None else None
+        self.pickers[1].set_path(base)
+        self.lora_pickers[1].set_path(None)
+        missing = first is not None and base is None
+        self.columns[1].transcript.setPlaceholderText(NO_BASE_EXPORTED if missing else ANSWERS_APPEAR)
+
+    def _base_of(self, key: ModelKey) -> Path | None:
         """The model to put beside ``key``: its own file without the LoRA, or the base GGUF exported beside it."""
         model, lora = key
         if lora is not None:
             return model
         bases = [item.path for _, item in self.inventory.all_exports() if item.of_base]
-        return next((base for base in bases if base.parent == model.parent), model)
+        return next((base for base in bases if base.parent == model.parent), None)
 
     def _describe(self) -> None:
-        bases = {item.path for _, item in self.inventory.all_exports() if item.of_base}
+        exports = [item for _, item in self.inventory.all_exports() if item.chat_engine is not None]
+        bases = {item.path for item in exports if item.of_base}
+        tuned = {item.path for item in exports if not item.of_base}
         for index, column in enumerate(self.columns):
             key = self.key(index)
             column.describe(key)
-            fine_tuned = key is not None and key[1] is not None
+            fine_tuned = key is not None and (key[1] is not None or key[0] in tuned)
             base = key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index))
             title = "Fine-tuned" if fine_tuned else "Base" if base else column.name
             if column.title_label is not None:
@@ -290,9 +309,11 @@ class ChatPage(BasePage):
         question = self.prompt.text().strip()
         if not question or self.answering:
             return
-        missing = [self.columns[i].name for i in self.active() if self.key(i) is None]
-        if missing:
+        if self.key(0) is None:
             self.banner.show_message("warning", "Choose a model first.", "Pick an exported model or browse for one.")
+            return
+        if 1 in self.active() and self.key(1) is None:
+            self.banner.show_message("warning", "Choose the second model, or turn off Side by side.", NO_BASE_EXPORTED)
             return
         if not self._check_tools():
             return

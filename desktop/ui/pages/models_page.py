@@ -47,8 +47,10 @@ from desktop.ui.widgets.confirm_delete import ConfirmDeleteDialog
 from desktop.ui.widgets.dialogs import confirm
 from desktop.ui.widgets.local_dialogs import CompareChoice, CompareDialog, ExportDialog
 from desktop.ui.widgets.local_words import (
+    adapter_kind,
     adapter_loss,
     adapter_summary,
+    adapter_title,
     export_loss,
     item_name,
     kind_text,
@@ -67,7 +69,7 @@ class ModelEntry:
     """What a row of the list stands for: an adapter, or an export (with the adapter it came from, if here).
 
     Attributes:
-        origin: The run id (or export folder name) it belongs to.
+        origin: The export folder name it belongs to (a run id, ``RUN-step-N`` for a checkpoint).
         adapter: The adapter of that run, when it is on this computer.
         item: The export, for an export row; None for the adapter's own row (or a group of leftovers).
     """
@@ -109,8 +111,8 @@ class ModelsPage(BasePage):
     icon_name = "boxes"
     scrolls = False
     purpose = (
-        "The adapters your runs brought home, and every model exported from them. Export one for llama.cpp, "
-        "Ollama or MLX, compare it with its base, or chat with it."
+        "The adapters and checkpoints your runs brought home, and every model exported from them. Export one for "
+        "llama.cpp, Ollama or MLX, compare it with its base, or chat with it."
     )
     sig_chat = Signal(str, str)
     sig_new_run = Signal()
@@ -147,7 +149,8 @@ class ModelsPage(BasePage):
         return EmptyState(
             "boxes",
             "No models here yet",
-            "When a run finishes, its adapter comes home and appears here, with what it cost. From here you export "
+            "When a run finishes, its adapter comes home and appears here, with what it cost; a stopped run's "
+            "checkpoints appear too. From here you export "
             "it (GGUF for llama.cpp and Ollama, MLX, a merged model), compare it with its base and chat with it.",
             button,
         )
@@ -241,9 +244,9 @@ class ModelsPage(BasePage):
         self.tree.clear()
         self.entries = []
         for adapter in inventory.adapters:
-            parent = self._add_row(None, ModelEntry(adapter.run_id, adapter), self._adapter_cells(adapter))
+            parent = self._add_row(None, ModelEntry(adapter.export_name, adapter), self._adapter_cells(adapter))
             for item in adapter.exports:
-                self._add_row(parent, ModelEntry(adapter.run_id, adapter, item), self._item_cells(item))
+                self._add_row(parent, ModelEntry(adapter.export_name, adapter, item), self._item_cells(item))
         for name, items in inventory.leftovers.items():
             cells = (f"Exports of {name}", "Adapter deleted", "", "")
             parent = self._add_row(None, ModelEntry(name, None), cells)
@@ -251,12 +254,15 @@ class ModelsPage(BasePage):
                 self._add_row(parent, ModelEntry(name, None, item), self._item_cells(item))
         self.tree.expandAll()
         self._reselect(selected)
+        if self.task is None and self._after is not None and self.select(self._after):
+            self._after = None
         self.on_selection_changed()
 
     def _adapter_cells(self, adapter: ReturnedAdapter) -> tuple[str, ...]:
         base = adapter.source.base or "unknown base"
         training = f"{format_duration(adapter.trained_seconds)} · {spend_text(adapter)}"
-        return (f"Run {adapter.run_id} · {base}", "LoRA adapter", size_text(adapter.bytes), training)
+        step = f" · step {adapter.step}" if adapter.step is not None else ""
+        return (f"Run {adapter.run_id}{step} · {base}", adapter_kind(adapter), size_text(adapter.bytes), training)
 
     def _item_cells(self, item: ExportedItem) -> tuple[str, ...]:
         return (item_name(item), kind_text(item), size_text(item.bytes), "")
@@ -299,10 +305,15 @@ class ModelsPage(BasePage):
         for index, row in self._rows():
             entry = self.entries[index]
             shown = entry.item.path if entry.item else entry.adapter.source.adapter if entry.adapter else None
-            if shown == path:
+            if shown is not None and shown.resolve() == path.resolve():
                 self.tree.setCurrentItem(row)
                 return True
         return False
+
+    def select_when_listed(self, path: Path) -> None:
+        """Selects the adapter or export at ``path`` once the listing being read now (or next) shows it."""
+        if not self.select(path):
+            self._after = path
 
     def selected(self) -> ModelEntry | None:
         """What the selected row stands for."""
@@ -324,7 +335,8 @@ class ModelsPage(BasePage):
         self.chat_button.setEnabled(item is not None and self._chat_target(entry) is not None)
         self.report_button.setEnabled(self._report(entry) is not None)
         self.folder_button.setEnabled(entry is not None and (item is not None or adapter is not None))
-        self.delete_button.setEnabled(entry is not None and (item is not None or adapter is not None) and not busy)
+        deletable = item is not None or (adapter is not None and not adapter.is_checkpoint)
+        self.delete_button.setEnabled(entry is not None and deletable and not busy)
         self.detail_label.setText(self._detail(entry))
 
     def _detail(self, entry: ModelEntry | None) -> str:
@@ -332,6 +344,9 @@ class ModelsPage(BasePage):
             return ""
         if entry.item is not None:
             return f"{kind_text(entry.item)}, {size_text(entry.item.bytes)}: {entry.item.path}"
+        if entry.adapter is not None and entry.adapter.is_checkpoint:
+            kept = "It stays with its run (Resume continues from it); deleting the run on the Runs page frees it."
+            return f"{adapter_summary(entry.adapter)}\n{kept}"
         if entry.adapter is not None:
             return adapter_summary(entry.adapter)
         return f"Exported from {entry.origin}, whose adapter was deleted from this computer."
@@ -384,7 +399,7 @@ class ModelsPage(BasePage):
     def start_export(self, adapter: ReturnedAdapter, request: ExportRequest) -> None:
         """Exports ``request`` with progress and Cancel."""
         self._start(
-            f"Exporting the adapter of {adapter.run_id}",
+            f"Exporting {adapter_title(adapter)}",
             lambda job: export(request, _progress(job)),
             self._exported,
             "Export",
@@ -422,7 +437,7 @@ class ModelsPage(BasePage):
                 secrets=self.context.secrets,
             )
 
-        self._start(f"Comparing the adapter of {adapter.run_id} with its base", work, self._compared, "Comparison")
+        self._start(f"Comparing {adapter_title(adapter)} with its base", work, self._compared, "Comparison")
 
     def _compared(self, outcome: tuple[Any, Path, Path]) -> None:
         result, _markdown, page = outcome
@@ -561,7 +576,7 @@ class ModelsPage(BasePage):
             return
         if entry.item is not None:
             self._ask_delete_export(entry, entry.item)
-        elif entry.adapter is not None:
+        elif entry.adapter is not None and not entry.adapter.is_checkpoint:
             self._ask_delete_adapter(entry.adapter)
 
     def _ask_delete_adapter(self, adapter: ReturnedAdapter) -> None:
@@ -587,7 +602,7 @@ class ModelsPage(BasePage):
         self._open(dialog)
 
     def _ask_delete_export(self, entry: ModelEntry, item: ExportedItem) -> None:
-        origin = f"the adapter of run {entry.origin}" if entry.adapter else f"{entry.origin} (its adapter is gone)"
+        origin = adapter_title(entry.adapter) if entry.adapter else f"{entry.origin} (its adapter is gone)"
         losses = [export_loss(item, origin)]
         if entry.adapter is None:
             losses = [

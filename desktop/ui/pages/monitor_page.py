@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import asyncssh
 import shiboken6
-from PySide6.QtCore import QTimer, QUrl
+from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
 from PySide6.QtWidgets import QStackedWidget, QWidget
 from qasync import asyncSlot
@@ -75,8 +75,12 @@ class MonitorPage(BasePage):
     """Follows one run: what it is doing, how training goes, what it costs, and what can be done with it.
 
     Call :meth:`show_run` with a run id; the page then keeps itself current while it is visible.
+
+    Signals:
+        sig_open_models: Export or chat with the run's adapter, or its newest checkpoint: that folder's path.
     """
 
+    sig_open_models = Signal(str)
     page_name = "monitor"
     title = "Run monitor"
     icon_name = "activity"
@@ -123,6 +127,7 @@ class MonitorPage(BasePage):
         self.log_view, self.action_label = view.log_view, view.action_label
         self.stop_button, self.pull_button, self.resume_button = view.stop_button, view.pull_button, view.resume_button
         self.move_button, self.folder_button = view.move_button, view.folder_button
+        self.models_button = view.models_button
 
     def _connect_actions(self) -> None:
         for button, handler in (
@@ -131,6 +136,7 @@ class MonitorPage(BasePage):
             (self.resume_button, self.on_resume_clicked),
             (self.move_button, self.on_resume_elsewhere_clicked),
             (self.folder_button, self.on_open_folder_clicked),
+            (self.models_button, self.on_models_clicked),
         ):
             button.clicked.connect(lambda _checked=False, handler=handler: handler())
 
@@ -361,6 +367,26 @@ class MonitorPage(BasePage):
             button.setEnabled(idle and usable)
         self.resume_button.setToolTip(f"Resume is not possible: {refusal}." if refusal else "")
         self.folder_button.setEnabled(self.run_id is not None)
+        adapter_home = self._usable_adapter() is not None
+        self.models_button.setVisible(adapter_home)
+        self.models_button.setEnabled(adapter_home)
+
+    def _usable_adapter(self) -> Path | None:
+        """The run's adapter when it is home, else its newest complete checkpoint (None when neither is)."""
+        if self.snapshot is None or self.run_id is None:
+            return None
+        files = self.snapshot.files
+        if files.adapter is not None:
+            return files.adapter
+        if not files.checkpoint_steps:
+            return None
+        return self.context.store.runs_dir / self.run_id / "checkpoints" / f"checkpoint-{files.checkpoint_steps[-1]}"
+
+    def on_models_clicked(self) -> None:
+        """Opens the Models page on the run's adapter, or its newest checkpoint, to export, compare or chat."""
+        usable = self._usable_adapter()
+        if usable is not None:
+            self.sig_open_models.emit(str(usable))
 
     # -- actions -------------------------------------------------------------------------------------------------
 

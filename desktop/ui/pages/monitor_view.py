@@ -145,7 +145,11 @@ class MonitorView(QWidget):
         self.resume_button = primary_button("&Resume", "play", "Resume the run from its newest checkpoint")
         self.move_button = plain_button("Resume &elsewhere…", "server", "Continue the run on another server")
         self.folder_button = plain_button("Open &folder", "folder-open", "Open the run's folder")
-        for button in (self.resume_button, self.pull_button, self.move_button, self.folder_button):
+        self.models_button = plain_button(
+            "E&xport or chat…", "boxes", "Export, compare or chat with the run's adapter or newest checkpoint"
+        )
+        buttons = (self.resume_button, self.pull_button, self.move_button, self.models_button, self.folder_button)
+        for button in buttons:
             row.addWidget(button)
         row.addStretch(1)
         row.addWidget(self.stop_button)

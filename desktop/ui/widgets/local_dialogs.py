@@ -14,7 +14,6 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QDialog,
     QFileDialog,
     QFormLayout,
@@ -28,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.services.local.export import ExportRequest
+from desktop.services.local.export import DEFAULT_GGUF, ExportRequest
 from desktop.services.local.gguf import QUANT_TYPES
 from desktop.services.local.needs import LocalNeeds, local_needs, needs_now
 from desktop.services.local.tools import LocalStep
@@ -36,6 +35,7 @@ from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.adapters import ReturnedAdapter
 from desktop.ui.background import CoroutineOperation
 from desktop.ui.widgets.blocks import caption, heading, plain_button, primary_button
+from desktop.ui.widgets.local_words import adapter_title, sentence
 from desktop.ui.widgets.needs_panel import NeedsPanel
 
 #: What each GGUF type is for, in the type picker.
@@ -66,7 +66,7 @@ class _LocalStepDialog(QDialog):
         self.layout_ = QVBoxLayout(self)
         self.layout_.setSpacing(12)
         self.layout_.addWidget(heading(title))
-        self.layout_.addWidget(caption(f"From the adapter of run {adapter.run_id}."))
+        self.layout_.addWidget(caption(sentence(f"from {adapter_title(adapter)}")))
 
     def _finish_layout(self, start_text: str) -> None:
         self.layout_.addLayout(self._base_row())
@@ -161,27 +161,42 @@ class ExportDialog(_LocalStepDialog):
         grid = QGridLayout(box)
         grid.setContentsMargins(0, 0, 0, 0)
         self.gguf_check = self._check("&GGUF for llama.cpp, LM Studio and Ollama", True)
-        self.type_combo = QComboBox()
-        self.type_combo.setAccessibleName("GGUF type")
-        for qtype in QUANT_TYPES:
-            self.type_combo.addItem(f"{qtype} — {QUANT_WORDS[qtype]}", qtype)
-        self.type_combo.currentIndexChanged.connect(lambda _index: self.refresh_needs())
-        self.gguf_check.toggled.connect(self.type_combo.setEnabled)
-        type_label = QLabel("&Type")
-        type_label.setBuddy(self.type_combo)
-        type_row = QHBoxLayout()
-        type_row.setContentsMargins(24, 0, 0, 0)
-        type_row.addWidget(type_label)
-        type_row.addWidget(self.type_combo, 1)
+        self.type_checks = {qtype: self._type_check(qtype) for qtype in QUANT_TYPES}
+        types = QGridLayout()
+        types.setContentsMargins(24, 0, 0, 0)
+        for index, check in enumerate(self.type_checks.values()):
+            types.addWidget(check, index // 2, index % 2)
+        self.base_gguf_check = self._check("The &base model as GGUF too, to compare the two side by side in Chat", True)
+        self.gguf_check.toggled.connect(self.on_gguf_toggled)
         self.merged_check = self._check("&Merged model (16-bit safetensors, for Transformers and vLLM)")
         self.lora_check = self._check("GGUF &LoRA: the adapter alone, with the base model as GGUF beside it")
         self.ollama_check = self._check("&Ollama Modelfile (with the GGUF or the GGUF LoRA)")
         self.mlx_check = self._check("M&LX model, for Apple Silicon")
         grid.addWidget(self.gguf_check, 0, 0)
-        grid.addLayout(type_row, 1, 0)
-        for row, check in enumerate((self.lora_check, self.ollama_check, self.merged_check, self.mlx_check), 2):
+        grid.addLayout(types, 1, 0)
+        base_row = QHBoxLayout()
+        base_row.setContentsMargins(24, 0, 0, 0)
+        base_row.addWidget(self.base_gguf_check)
+        grid.addLayout(base_row, 2, 0)
+        for row, check in enumerate((self.lora_check, self.ollama_check, self.merged_check, self.mlx_check), 3):
             grid.addWidget(check, row, 0)
         return box
+
+    def _type_check(self, qtype: str) -> QCheckBox:
+        check = self._check(f"{qtype}: {QUANT_WORDS[qtype]}", qtype == DEFAULT_GGUF)
+        check.setAccessibleName(f"GGUF type {qtype}: {QUANT_WORDS[qtype]}")
+        return check
+
+    def on_gguf_toggled(self, on: bool) -> None:
+        """The types and the base GGUF belong to the GGUF choice: shown enabled only with it."""
+        for check in (*self.type_checks.values(), self.base_gguf_check):
+            check.setEnabled(on)
+
+    def gguf_types(self) -> tuple[str, ...]:
+        """The GGUF types ticked, smallest first (none when GGUF is not ticked)."""
+        if not self.gguf_check.isChecked():
+            return ()
+        return tuple(qtype for qtype, check in self.type_checks.items() if check.isChecked())
 
     def _check(self, text: str, checked: bool = False) -> QCheckBox:
         check = QCheckBox(text)
@@ -205,6 +220,8 @@ class ExportDialog(_LocalStepDialog):
         """Nothing ticked, or a Modelfile without a GGUF to point at."""
         if not self.steps():
             return "Tick at least one thing to export."
+        if self.gguf_check.isChecked() and not self.gguf_types():
+            return "Tick at least one GGUF type, or untick GGUF."
         if self.ollama_check.isChecked() and not (self.gguf_check.isChecked() or self.lora_check.isChecked()):
             return "An Ollama Modelfile points at a GGUF: also tick GGUF or GGUF LoRA."
         return ""
@@ -216,8 +233,9 @@ class ExportDialog(_LocalStepDialog):
             base=self.base(),
             out=self.adapter.export_folder,
             merged=self.merged_check.isChecked(),
-            gguf=(str(self.type_combo.currentData()),) if self.gguf_check.isChecked() else (),
+            gguf=self.gguf_types(),
             lora_gguf=self.lora_check.isChecked(),
+            base_gguf=self.gguf_check.isChecked() and self.base_gguf_check.isChecked(),
             ollama=self.ollama_check.isChecked(),
             mlx=self.mlx_check.isChecked(),
         )

@@ -87,6 +87,21 @@ def item_name(item: ExportedItem) -> str:
     return item.path.name
 
 
+def adapter_title(adapter: ReturnedAdapter) -> str:
+    """Which adapter it is: ``the adapter of run abc`` or ``the step-40 checkpoint of run abc``."""
+    if adapter.step is None:
+        return f"the adapter of run {adapter.run_id}"
+    return f"the step-{adapter.step} checkpoint of run {adapter.run_id}"
+
+
+def adapter_kind(adapter: ReturnedAdapter) -> str:
+    """The Models list's "What" for an adapter: ``LoRA adapter`` or ``Checkpoint, step 40 (run stopped)``."""
+    if adapter.step is None:
+        return "LoRA adapter"
+    ended = "" if adapter.state == "finished" else f" (run {adapter.state})"
+    return f"Checkpoint, step {adapter.step}{ended}"
+
+
 def spend_text(adapter: ReturnedAdapter) -> str:
     """What the run cost: ``$3.40``, or words when nothing priced it."""
     if adapter.usd is None:
@@ -97,10 +112,14 @@ def spend_text(adapter: ReturnedAdapter) -> str:
 def adapter_summary(adapter: ReturnedAdapter) -> str:
     """One line about an adapter: base model, training time, cost and where it lies."""
     base = adapter.source.base or "an unnamed base model"
-    return (
-        f"Trained on {base} for {format_duration(adapter.trained_seconds)}, {spend_text(adapter)}. "
-        f"Adapter folder: {adapter.source.adapter}"
-    )
+    trained = f"Trained on {base} for {format_duration(adapter.trained_seconds)}, {spend_text(adapter)}."
+    if adapter.step is not None:
+        return (
+            f"{sentence(adapter_title(adapter))} A checkpoint is a LoRA adapter of its step: export it, compare it "
+            f"and chat with it like a finished one. The run: {trained[0].lower()}{trained[1:]} "
+            f"Folder: {adapter.source.adapter}"
+        )
+    return f"{trained} Adapter folder: {adapter.source.adapter}"
 
 
 def adapter_loss(adapter: ReturnedAdapter) -> str:

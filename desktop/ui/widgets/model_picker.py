@@ -56,14 +56,14 @@ class ModelPicker(QWidget):
         """Lists the exports that fit (models, or LoRAs), keeping the current choice."""
         current = self.path()
         self.combo.clear()
+        wanted = (ExportKind.GGUF_LORA,) if self.loras else (ExportKind.GGUF, ExportKind.MLX)
+        fitting = [(origin, item) for origin, item in items if item.kind in wanted and not item.damaged]
         if self.loras:
             self.combo.addItem("No LoRA", "")
-        wanted = (ExportKind.GGUF_LORA,) if self.loras else (ExportKind.GGUF, ExportKind.MLX)
-        for origin, item in items:
-            if item.kind in wanted and not item.damaged:
-                self.combo.addItem(item_label(origin, item), str(item.path))
-        if not self.loras and self.combo.count() == 0:
-            self.combo.addItem("No exported model yet: browse for a GGUF file", "")
+        else:
+            self.combo.addItem("Choose a model…" if fitting else "No exported model yet: browse for a GGUF file", "")
+        for origin, item in fitting:
+            self.combo.addItem(item_label(origin, item), str(item.path))
         if current is not None:
             self.set_path(current)
 
@@ -73,7 +73,7 @@ class ModelPicker(QWidget):
         return Path(data) if data else None
 
     def set_path(self, path: Path | None) -> None:
-        """Chooses ``path`` (added to the list when it is not there); None chooses no LoRA."""
+        """Chooses ``path`` (added to the list when it is not there); None chooses none (no LoRA, no model)."""
         if path is None:
             self.combo.setCurrentIndex(0)
             return
