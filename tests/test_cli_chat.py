@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -47,6 +48,19 @@ def test_interactive_chat_keeps_history_resets_and_exits(smollm2: SmolLM2) -> No
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"> {first}\n> {second}\n> > {first}\n> "
     assert "(conversation cleared)" in done.stderr
+
+
+def test_save_to_adds_the_chat_to_a_file_of_training_chats(smollm2: SmolLM2, tmp_path: Path) -> None:
+    target = tmp_path / "good.jsonl"
+    for _ in range(2):
+        done = rentune_chat(
+            str(smollm2.gguf), "--prompt", "Hi!", "--temperature", "0", "--max-tokens", "6", "--save-to", str(target)
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == f"Added this chat to {target} (one chat per line).\n"
+    answer = direct_answer(smollm2.gguf, [{"role": "user", "content": "Hi!"}], 6)
+    lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert lines == [{"messages": [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": answer}]}] * 2
 
 
 def test_end_of_input_ends_the_chat(smollm2: SmolLM2) -> None:

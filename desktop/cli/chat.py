@@ -1,7 +1,8 @@
 """``rentune chat``: ask a local GGUF or MLX model once (``--prompt``), or chat with it in the terminal.
 
 With ``--prompt`` only the answer goes to stdout. In the terminal, ``/reset`` forgets the conversation, ``/exit`` or
-end of input leaves, and Ctrl-C during an answer stops that answer only.
+end of input leaves, and Ctrl-C during an answer stops that answer only. ``--save-to FILE.jsonl`` adds the chat, when
+it ends, to a file of training chats (the format the data step reads), as the app's "Save as training data" does.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 
 from desktop.cli.errors import EXIT_OK, CliError
 from desktop.services.local.chat import ChatModel, Conversation, open_chat
+from desktop.services.local.chat_history import export_training_jsonl
 from desktop.services.local.common import LocalToolError
 
 _HELP = "Type a message and press Enter; /reset forgets the conversation, /exit leaves, Ctrl-C stops an answer."
@@ -43,7 +46,20 @@ def run_chat(args: argparse.Namespace) -> int:
                 _interactive(runner, model, conversation, args)
         finally:
             runner.run(model.close())
+    if args.save_to is not None:
+        _save(conversation, args.save_to)
     return EXIT_OK
+
+
+def _save(conversation: Conversation, target: Path) -> None:
+    """Adds the chat to the training file ``target`` and says so on stderr."""
+    try:
+        export_training_jsonl(conversation, target)
+    except ValueError as exc:
+        raise CliError(f"nothing saved to {target}: {exc}", exit_code=1) from exc
+    except OSError as exc:
+        raise CliError(f"could not write {target} ({exc.strerror or exc}); choose another file", exit_code=1) from exc
+    print(f"Added this chat to {target} (one chat per line).", file=sys.stderr)
 
 
 async def _say(model: ChatModel, conversation: Conversation, question: str, args: argparse.Namespace) -> None:

@@ -284,6 +284,9 @@ def _add_chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     chat.add_argument("--system", help="a system message")
     chat.add_argument("--temperature", type=float, default=0.7, help="0 answers greedily (default 0.7)")
     chat.add_argument("--max-tokens", type=int, default=512, help="longest answer in tokens (default 512)")
+    chat.add_argument(
+        "--save-to", type=Path, metavar="FILE.jsonl", help="add the chat to this file of training chats when it ends"
+    )
 
 
 def _add_compare_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

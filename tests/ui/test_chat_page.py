@@ -7,17 +7,21 @@ the same base with its GGUF LoRA answer a question only the fine-tune knows.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QFileDialog, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
+from desktop.services.data.check import check_dataset
+from desktop.services.local.chat import Conversation
 from desktop.services.local.common import no_progress
 from desktop.services.local.gguf import convert_lora_to_gguf, convert_to_gguf
 from desktop.services.platform.secrets import SecretStore
@@ -100,10 +104,12 @@ def test_an_answer_streams_token_by_token_and_matches_llama_cpp(
     expected = direct_answer(smollm2.gguf, [{"role": "user", "content": "What is the capital of France?"}], 24)
     column = page.columns[0]
     assert column.last_answer() == expected and expected.strip()
-    assert column.text().endswith(expected)
+    shown, footer = column.text().rsplit("\n", 1)
+    assert shown.endswith(expected.strip())  # shown as Markdown once complete (plain text here)
+    assert re.fullmatch(r"\d+ tokens · [\d.]+ tokens/s · first after [\d.]+ s · Copy", footer), footer
     assert "What is the capital of France?" in column.text()
-    before = column.text()[: len(column.text()) - len(expected)]
-    growing = [text for text in updates if text.startswith(before) and len(before) < len(text) < len(column.text())]
+    before = shown[: len(shown) - len(expected.strip())]
+    growing = [text for text in updates if text.startswith(before) and len(before) < len(text) < len(shown)]
     assert len(growing) > 5  # the answer appeared piece by piece, not at once
     assert page.send_button.isEnabled() and not page.stop_button.isEnabled()
     page.columns[0].copy_button.click()
@@ -126,7 +132,7 @@ def test_stop_ends_the_answer_and_clear_forgets_the_conversation(
 
     stopped = column.last_answer()
     assert stopped and len(stopped) < 1500  # far from the 500 numbers asked for
-    assert column.text().endswith("(stopped)")
+    assert column.text().splitlines()[-1].startswith("(stopped) ")  # then its speed and Copy
     assert column.badge.text() == "Ready" and page.send_button.isEnabled()
     assert [turn["role"] for turn in column.conversation.turns] == ["user", "assistant"]
 
@@ -201,3 +207,62 @@ def test_a_file_that_is_not_a_model_is_a_readable_sentence(
     assert f"{bogus} is not a GGUF file" in details
     assert "--" not in details and "rentune" not in details
     assert page.columns[0].badge.text() == "Could not load"
+
+
+def test_each_answer_has_its_speed_and_copy_regenerates_saves_as_training_data_and_comes_back(
+    page: ChatPage,
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    smollm2: SmolLM2,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page.open_model(str(smollm2.gguf))
+    wait_for(ready(page), timeout=120)
+    page.temperature_spin.setValue(0)
+    page.tokens_spin.setValue(8)
+    column = page.columns[0]
+    assert not page.again_button.isEnabled() and not page.save_button.isEnabled()  # nothing answered yet
+    for question in ("Say hello.", "Say goodbye."):
+        ask(page, qtbot, question)
+        wait_for(idle(page), timeout=120)
+    first, second = column.answers
+    assert 'href="copy:1"' in column.transcript.toHtml() and 'href="copy:2"' in column.transcript.toHtml()
+    column.transcript.anchorClicked.emit(QUrl("copy:1"))  # the Copy link under the first answer
+    assert QGuiApplication.clipboard().text() == first
+
+    page.again_button.click()  # greedy: the same answer again, replacing the last one in the history
+    wait_for(idle(page), timeout=120)
+    assert column.answers == [first, second] and len(column.conversation.turns) == 4
+    assert "· answered again" in column.text()
+
+    target = tmp_path / "good-chats.jsonl"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *_args: (str(target), ""))
+    page.save_button.click()
+    wait_for(lambda: "Added this chat" in page.banner.headline_label.text(), timeout=30)
+    messages = json.loads(target.read_text(encoding="utf-8"))["messages"]
+    assert [m["content"] for m in messages] == ["Say hello.", first, "Say goodbye.", second]
+    assert check_dataset(target).report.valid == 1
+
+    again = ChatPage(page.context)  # the app opened again: the chat with this model comes back
+    again.show()
+    again.open_model(str(smollm2.gguf))
+    wait_for(lambda: len(again.columns[0].answers) == 2, timeout=120)
+    assert again.columns[0].conversation.turns == column.conversation.turns
+    assert "from your last session" in again.columns[0].text()
+    qloop.run_until_complete(again.close_models())
+    again.close()
+    again.deleteLater()
+
+
+def test_an_answer_in_markdown_shows_its_code_block_in_a_fixed_width_font(page: ChatPage) -> None:
+    answer = "Run this:\n\n```python\nprint('hi')\n```\n\nThen **check** it."
+    conversation = Conversation(None, [{"role": "user", "content": "How?"}, {"role": "assistant", "content": answer}])
+    column = page.columns[0]
+    column.show_saved(conversation)
+    text = column.text()
+    assert "print('hi')" in text and "```" not in text and "**" not in text
+    block = column.transcript.document().find("print('hi')")
+    assert block.charFormat().font().fixedPitch() or "monospace" in block.charFormat().fontFamilies()[0].lower()
+    assert column.answers == [answer]

@@ -64,6 +64,14 @@ class Conversation:
         """Forgets every turn (the system message stays)."""
         self.turns.clear()
 
+    def take_back(self) -> str | None:
+        """Removes the last exchange (to answer it again); returns its question, or None when there is none."""
+        if len(self.turns) < 2:
+            return None
+        question = self.turns[-2]["content"]
+        del self.turns[-2:]
+        return question
+
 
 # -- GGUF headers: what a file is, read from its first key/value pairs -------------------------------------------
 

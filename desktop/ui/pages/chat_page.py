@@ -16,6 +16,7 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
+    QFileDialog,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.services.local.chat_history import export_training_jsonl
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.needs import needs_now
 from desktop.services.local.tools import LocalStep
@@ -48,6 +50,8 @@ NO_BASE_EXPORTED = (
     'To compare with the base model, export the fine-tune on the Models page with "The base model as GGUF too" '
     "ticked, or browse for a GGUF of the base above."
 )
+#: Adding to a training file, not replacing it: the save dialog does not ask about overwriting.
+_APPEND_OPTIONS = QFileDialog.Option.DontConfirmOverwrite
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_MAX_TOKENS = 512
 
@@ -169,14 +173,22 @@ class ChatPage(BasePage):
         self.send_button = primary_button("Se&nd", "play", "Send the message")
         self.stop_button = plain_button("St&op", "square", "Stop the answers")
         self.clear_button = plain_button("&Clear", "eraser", "Clear the conversation")
-        self.send_button.clicked.connect(lambda _checked=False: self.on_send())
-        self.stop_button.clicked.connect(lambda _checked=False: self.on_stop())
-        self.clear_button.clicked.connect(lambda _checked=False: self.on_clear())
+        self.again_button = plain_button("&Regenerate", "refresh-cw", "Answer the last message again")
+        self.save_button = plain_button("Save as trainin&g data…", "file-text", "Add this chat to a JSONL file")
+        for button, handler in (
+            (self.send_button, self.on_send),
+            (self.stop_button, self.on_stop),
+            (self.clear_button, self.on_clear),
+            (self.again_button, self.on_regenerate),
+            (self.save_button, self.on_save_training),
+        ):
+            button.clicked.connect(lambda _checked=False, act=handler: act())
         buttons.addWidget(self.send_button)
-        row_two = QHBoxLayout()
-        row_two.addWidget(self.stop_button)
-        row_two.addWidget(self.clear_button)
-        buttons.addLayout(row_two)
+        for pair in ((self.stop_button, self.clear_button), (self.again_button, self.save_button)):
+            line = QHBoxLayout()
+            for button in pair:
+                line.addWidget(button)
+            buttons.addLayout(line)
         row.addWidget(label)
         row.addWidget(self.prompt, 1)
         row.addLayout(buttons)
@@ -323,14 +335,53 @@ class ChatPage(BasePage):
             self._ask(index, question)
         self._set_buttons()
 
-    def _ask(self, index: int, question: str) -> None:
+    def on_regenerate(self) -> None:
+        """Answers the last message again in every column in use (the new answers replace the old in the history)."""
+        if self.answering:
+            return
+        questions = {index: self.columns[index].take_back() for index in self.active()}
+        if not any(questions.values()):
+            return
+        self.banner.show_message("info", "")
+        for index, question in questions.items():
+            if question is not None:
+                self._ask(index, question, again=True)
+        self._set_buttons()
+
+    def on_save_training(self) -> None:
+        """Adds the first column's chat (the fine-tune's, side by side) to a JSONL file of training chats."""
+        column = self.columns[0]
+        if not column.conversation.turns:
+            return
+        start = str(Path.home() / "good-chats.jsonl")
+        chosen, _filter = QFileDialog.getSaveFileName(
+            self, "Add this chat to a training file", start, "Chat data (*.jsonl)", "", _APPEND_OPTIONS
+        )
+        if not chosen:
+            return
+        conversation, target = column.conversation, Path(chosen)
+
+        def saved(path: Path) -> None:
+            self.banner.show_message(
+                "success",
+                f"Added this chat to {path.name}.",
+                f"{path}\nUse it as training data on the New fine-tune page (one chat per line).",
+            )
+
+        Operation(self, lambda _job: export_training_jsonl(conversation, target), saved, group="save").failure(
+            lambda exc: self.banner.show_message("danger", "The chat was not saved.", people_words(str(exc))),
+            OSError,
+            ValueError,
+        ).run()
+
+    def _ask(self, index: int, question: str, *, again: bool = False) -> None:
         column, key = self.columns[index], self.key(index)
         assert key is not None
         system, temperature = self.system_edit.text().strip(), self.temperature_spin.value()
         tokens = self.tokens_spin.value()
 
         def work(_job: Job) -> Awaitable[str]:
-            return column.answer(key, question, system=system, temperature=temperature, max_tokens=tokens)
+            return column.answer(key, question, system=system, temperature=temperature, max_tokens=tokens, again=again)
 
         running = (
             CoroutineOperation(self, work, group=f"answer-{index}")
@@ -358,14 +409,18 @@ class ChatPage(BasePage):
     def on_clear(self) -> None:
         """Stops the answers and forgets both conversations."""
         self.on_stop()
-        for column in self.columns:
-            column.clear()
+        for index, column in enumerate(self.columns):
+            column.clear(self.key(index))
         self.banner.show_message("info", "")
+        self._set_buttons()
 
     def _set_buttons(self) -> None:
         busy = bool(self.answering)
+        answered = bool(self.columns[0].conversation.turns)
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
+        self.again_button.setEnabled(not busy and answered)
+        self.save_button.setEnabled(not busy and answered)
         for picker in (*self.pickers, *self.lora_pickers):
             picker.setEnabled(not busy)
         self.side_check.setEnabled(not busy)

@@ -1,21 +1,27 @@
 """One model's side of the chat: which model it is, whether it is ready, the conversation, and Copy.
 
 It loads its model in the background (:func:`desktop.services.local.chat.open_chat`), streams each answer into the
-transcript piece by piece as the model writes it, and keeps its own history (:class:`Conversation`). Cancelling an
-answer's task stops the generation at its next token; what was written so far stays and is remembered.
+transcript piece by piece as the model writes it, then shows it as Markdown (code blocks in a fixed-width font) with
+its speed, the time to its first token and a Copy link of its own. It keeps its own history (:class:`Conversation`),
+saved per model after each answer and brought back when the model is chosen again. Cancelling an answer's task stops
+the generation at its next token; what was written so far stays and is remembered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import shiboken6
+from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QTextBrowser, QWidget
 
 from desktop.services.local.chat import ChatModel, Conversation, open_chat
+from desktop.services.local.chat_history import forget_history, load_history, save_history
 from desktop.services.local.common import LocalToolError, folder_bytes
 from desktop.ui.theme import current_palette
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button
@@ -23,6 +29,29 @@ from desktop.ui.widgets.local_words import people_words, size_text
 
 #: A model's files and the LoRA over them, as loaded.
 ModelKey = tuple[Path, Path | None]
+_COPY = "copy:"
+
+
+@dataclass(frozen=True)
+class AnswerSpeed:
+    """How fast an answer came.
+
+    Attributes:
+        tokens: Pieces the model wrote (one token each, for llama.cpp and MLX).
+        first_seconds: From asking to the first token (the prompt's processing).
+        seconds: From asking to the last token.
+    """
+
+    tokens: int
+    first_seconds: float
+    seconds: float
+
+    def words(self) -> str:
+        """``24 tokens · 31.5 tokens/s · first after 0.18 s``."""
+        writing = self.seconds - self.first_seconds
+        rate = f" · {(self.tokens - 1) / writing:.1f} tokens/s" if self.tokens > 1 and writing > 0 else ""
+        noun = "token" if self.tokens == 1 else "tokens"
+        return f"{self.tokens} {noun}{rate} · first after {self.first_seconds:.2f} s"
 
 
 class ChatColumn(Card):
@@ -39,6 +68,8 @@ class ChatColumn(Card):
         self.loaded: ModelKey | None = None
         self.conversation = Conversation()
         self.answers: list[str] = []
+        self.speeds: list[AnswerSpeed] = []
+        self._saving: set[asyncio.Task[object]] = set()
         self._loading: asyncio.Future[ChatModel] | None = None
         self._loading_key: ModelKey | None = None
         self._failed_key: ModelKey | None = None
@@ -56,6 +87,7 @@ class ChatColumn(Card):
         self.transcript = QTextBrowser()
         self.transcript.setAccessibleName(f"{title}: conversation")
         self.transcript.setOpenLinks(False)
+        self.transcript.anchorClicked.connect(self.on_link)
         self.transcript.setTabChangesFocus(True)
         self.transcript.setPlaceholderText("The answers appear here as the model writes them.")
         self.body.addWidget(self.transcript, 1)
@@ -119,6 +151,10 @@ class ChatColumn(Card):
                 self.busy_bar.hide()
         self.model, self.loaded, self._failed_key = loaded, key, None
         self.badge.show_state("Ready", "success")
+        if not self.conversation.turns:
+            saved = await asyncio.to_thread(load_history, *key)
+            if saved is not None and not self.conversation.turns and shiboken6.isValid(self):
+                self.show_saved(saved)
         return loaded
 
     async def unload(self) -> None:
@@ -135,61 +171,135 @@ class ChatColumn(Card):
 
     # -- answering ----------------------------------------------------------------------------------------------
 
-    async def answer(self, key: ModelKey, question: str, *, system: str, temperature: float, max_tokens: int) -> str:
-        """Shows ``question``, then streams the model's answer into the transcript; returns the answer.
+    async def answer(
+        self, key: ModelKey, question: str, *, system: str, temperature: float, max_tokens: int, again: bool = False
+    ) -> str:
+        """Shows ``question`` (not when answering it ``again``), then streams the answer; returns the answer.
 
         A cancel (Stop) keeps the part already written, marked as stopped, and remembers it as the answer.
 
         Raises:
             LocalToolError: The model does not load, or generating failed (shown in the transcript too).
         """
-        self._write_turn("You", question)
+        if not again:
+            self._write_turn("You", question)
         try:
             model = await self.ensure_loaded(key)
         except asyncio.CancelledError:
             self._write_note("(stopped before the model was loaded)")
             raise
         self.conversation.system = system or None
-        self._write_heading(self.title_label.text() if self.title_label else self.name)
+        title = self.title_label.text() if self.title_label else self.name
+        self._write_heading(f"{title} · answered again" if again else title)
         self.badge.show_state("Answering…", "info")
+        start, asked = self._cursor().position(), time.monotonic()
         pieces: list[str] = []
+        first, remembered = 0.0, False
         try:
             messages = self.conversation.with_question(question)
             async for piece in model.stream(messages, temperature=temperature, max_tokens=max_tokens):
+                first = first or time.monotonic() - asked
                 pieces.append(piece)
                 self._write_text(piece)
         except asyncio.CancelledError:
-            self._write_note("(stopped)")
+            remembered = self._remember(question, "".join(pieces), key)
+            self._end_answer(start, pieces, AnswerSpeed(len(pieces), first, time.monotonic() - asked), "(stopped)")
             raise
         except LocalToolError as exc:
             self._write_note(people_words(str(exc)))
             raise
         finally:
-            self._remember(question, "".join(pieces))
+            if not remembered:
+                self._remember(question, "".join(pieces), key)
         if not pieces:
             self._write_note("(no answer: the model ended its turn at once)")
+        else:
+            self._end_answer(start, pieces, AnswerSpeed(len(pieces), first, time.monotonic() - asked))
         return "".join(pieces)
 
-    def _remember(self, question: str, answer: str) -> None:
+    def _end_answer(self, start: int, pieces: list[str], speed: AnswerSpeed, note: str = "") -> None:
+        """Shows the streamed answer as Markdown, then its speed and a Copy link of its own."""
+        if not pieces:
+            self._write_note(note or "(no answer)")
+            return
+        self._render_markdown(start, "".join(pieces))
+        self.speeds.append(speed)
+        self._write_footer(len(self.answers), f"{note} {speed.words()}".strip())
+
+    def _remember(self, question: str, answer: str, key: ModelKey) -> bool:
+        """Adds the exchange to the conversation (and saves it) when something was answered; True once done."""
         if answer:  # an answer stopped before its first word leaves no turn in the history
             self.conversation.record(question, answer)
             self.answers.append(answer)
+            self._save(key)
         self.copy_button.setEnabled(bool(self.answers))
         if self.model is not None:
             self.badge.show_state("Ready", "success")
+        return True
+
+    def _save(self, key: ModelKey) -> None:
+        """Saves the conversation with this model in the background (kept until the save is done)."""
+        snapshot = Conversation(self.conversation.system, list(self.conversation.turns))
+        task: asyncio.Task[object] = asyncio.ensure_future(asyncio.to_thread(save_history, key[0], key[1], snapshot))
+        self._saving.add(task)
+        task.add_done_callback(self._saved)
+
+    def _saved(self, task: asyncio.Task[object]) -> None:
+        self._saving.discard(task)
+        if not task.cancelled() and task.exception() is not None and shiboken6.isValid(self):
+            self._write_note(f"(this chat could not be saved: {task.exception()})")
+
+    def take_back(self) -> str | None:
+        """Forgets the last exchange to answer it again; returns its question (None when there is none)."""
+        question = self.conversation.take_back()
+        if question is not None and self.answers:
+            self.answers.pop()
+        return question
+
+    def show_saved(self, conversation: Conversation) -> None:
+        """Shows a saved conversation, and takes it up: the next question continues it."""
+        self.clear_view()
+        self.conversation = conversation
+        title = self.title_label.text() if self.title_label else self.name
+        for index in range(0, len(conversation.turns), 2):
+            question, answer = conversation.turns[index]["content"], conversation.turns[index + 1]["content"]
+            self._write_turn("You", question)
+            self._write_heading(title)
+            start = self._cursor().position()
+            self._write_text(answer)
+            self._render_markdown(start, answer)
+            self.answers.append(answer)
+            self._write_footer(len(self.answers), "(from your last session)")
+        self.copy_button.setEnabled(bool(self.answers))
 
     def last_answer(self) -> str:
         """The latest answer (possibly stopped part-way), or ""."""
         return self.answers[-1] if self.answers else ""
 
-    def copy_answer(self) -> None:
-        """Puts the latest answer on the clipboard."""
-        QGuiApplication.clipboard().setText(self.last_answer())
+    def copy_answer(self, index: int | None = None) -> None:
+        """Puts an answer on the clipboard: the one numbered ``index`` (from 1), or the latest."""
+        answer = self.answers[index - 1] if index is not None and 0 < index <= len(self.answers) else None
+        QGuiApplication.clipboard().setText(answer if answer is not None else self.last_answer())
 
-    def clear(self) -> None:
-        """Forgets the conversation and empties the transcript (the model stays loaded)."""
-        self.conversation.reset()
+    def on_link(self, url: QUrl) -> None:
+        """A Copy link under an answer: copies that answer."""
+        text = url.toString()
+        if text.startswith(_COPY) and text[len(_COPY) :].isdigit():
+            self.copy_answer(int(text[len(_COPY) :]))
+
+    def clear(self, key: ModelKey | None = None) -> None:
+        """Forgets the conversation (and its saved copy for ``key``) and empties the transcript; the model stays."""
+        self.clear_view()
+        self.conversation = Conversation(self.conversation.system)
+        if key is not None:
+            task: asyncio.Task[object] = asyncio.ensure_future(asyncio.to_thread(forget_history, *key))
+            self._saving.add(task)
+            task.add_done_callback(self._saving.discard)
+
+    def clear_view(self) -> None:
+        """Empties the transcript and the answers shown (the conversation itself is kept)."""
         self.answers.clear()
+        self.speeds.clear()
         self.transcript.clear()
         self.copy_button.setEnabled(False)
 
@@ -223,6 +333,28 @@ class ChatColumn(Card):
         cursor = self._cursor()
         cursor.setCharFormat(QTextCharFormat())
         cursor.insertText(text)
+        self.transcript.setTextCursor(cursor)
+        self.transcript.ensureCursorVisible()
+
+    def _render_markdown(self, start: int, text: str) -> None:
+        """Replaces the plain text from ``start`` to the end with ``text`` rendered as Markdown."""
+        cursor = self._cursor()
+        cursor.setPosition(start, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.setCharFormat(QTextCharFormat())
+        cursor.insertMarkdown(text)
+        self.transcript.setTextCursor(cursor)
+        self.transcript.ensureCursorVisible()
+
+    def _write_footer(self, index: int, words: str) -> None:
+        cursor = self._cursor()
+        cursor.insertBlock(QTextBlockFormat())
+        color = current_palette().text_muted
+        cursor.insertHtml(
+            f'<span style="color:{color}; font-size:small">{html.escape(words)} · </span>'
+            f'<a href="{_COPY}{index}" style="font-size:small">Copy</a>'
+        )
+        cursor.setCharFormat(QTextCharFormat())
         self.transcript.setTextCursor(cursor)
         self.transcript.ensureCursorVisible()
 
