@@ -101,9 +101,13 @@ class MainWindow(QMainWindow):
     # -- building pages on demand ------------------------------------------------------------------------------
 
     def _build_home(self) -> BasePage:
-        home = HomePage(banner=self.orphans_banner, draft=self.context.draft, secrets=self.secrets)
+        home = HomePage(
+            banner=self.orphans_banner, draft=self.context.draft, secrets=self.secrets, store=self.context.store
+        )
         home.sig_start_wizard.connect(self.on_start_wizard)
         home.sig_open_page.connect(self.show_page)
+        home.sig_open_run.connect(self.on_run_opened)
+        home.sig_start_over.connect(self.on_start_over)
         return home
 
     def _build_wizard(self) -> BasePage:
@@ -162,6 +166,7 @@ class MainWindow(QMainWindow):
 
         page = MonitorPage(self.context)
         page.sig_open_models.connect(self.on_models_requested)
+        page.follow(self.cost_tracker.meter)
         return page
 
     def _build(self, entry: PageEntry) -> BasePage:
@@ -260,6 +265,16 @@ class MainWindow(QMainWindow):
     def on_start_wizard(self, step: str) -> None:
         """Opens the wizard at ``step`` (where the draft left off), or at its start if there is no such step."""
         self.show_page(step if step in WIZARD_STEPS else "new")
+
+    def on_start_over(self) -> None:
+        """A new fine-tune after a launch: the draft starts over (data and machine setup kept) at the Data step."""
+        from desktop.ui.pages.wizard.review_step import ReviewStep
+
+        wizard = cast("WizardPage", self._built("new"))
+        review = wizard.step("review")
+        assert isinstance(review, ReviewStep)
+        review.on_start_over_clicked()
+        self.show_page("new")
 
     def _show_newest_run(self) -> None:
         runs = self.context.store.all()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from desktop.core.runs.states import RunState
+from desktop.services.billing.records import RunRow
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.snapshot import RunSnapshot
-from desktop.services.runs.store import RunRecord
 from desktop.ui.cost_words import rate
 
 #: A state as a word for people (a phase chip, a badge).
@@ -40,7 +40,7 @@ def phase_word(state: RunState, rented: bool = False) -> str:
     return STATE_WORDS[state]
 
 
-def state_badge(record: RunRecord) -> tuple[str, str]:
+def state_badge(record: RunRow) -> tuple[str, str]:
     """The run's state as a badge: its words and its severity."""
     words = phase_word(record.state, is_rented(record))
     if record.state is RunState.CANCELLED and record.spec.get("budget_stop"):
@@ -48,7 +48,7 @@ def state_badge(record: RunRecord) -> tuple[str, str]:
     return words, STATE_SEVERITY.get(record.state, "info")
 
 
-def is_rented(record: RunRecord) -> bool:
+def is_rented(record: RunRow) -> bool:
     """Whether the run trains on machines rented for it (rather than on the user's own server)."""
     return compute_of(record) is not None
 
@@ -75,6 +75,22 @@ def resume_question(snapshot: RunSnapshot) -> tuple[str, str] | None:
         return None
     rentals = snapshot.spend.rentals if snapshot.spend else ()
     like = f" (the last one cost {rate(rentals[-1].price_per_hour)})" if rentals else ""
+    return (
+        "Rent a machine to resume?",
+        f"Resuming rents a new machine{like} and continues {resume_start(snapshot)}. Resume now?",
+    )
+
+
+def resume_start(snapshot: RunSnapshot, written_step: int | None = None) -> str:
+    """Where a resume continues: the one wording of the monitor, its action line and the resume question.
+
+    A rented run continues on a new machine from the newest checkpoint on this computer; a run on the user's own
+    server continues there, from the newest checkpoint written (``written_step``, from its events) or brought home.
+    """
     home = snapshot.files.checkpoint_steps
-    start = f"the checkpoint at step {home[-1]:,} on this computer" if home else "the beginning"
-    return "Rent a machine to resume?", f"Resuming rents a new machine{like} and continues from {start}. Resume now?"
+    newest_home = home[-1] if home else None
+    if not is_rented(snapshot.record) and written_step is not None and (newest_home or 0) < written_step:
+        return f"from the checkpoint at step {written_step:,} on your server"
+    if newest_home is not None:
+        return f"from the checkpoint at step {newest_home:,} on this computer"
+    return "from the beginning (no checkpoint is on this computer)"

@@ -12,10 +12,12 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel
 
 from desktop.core.runs.states import RunState
-from desktop.services.billing.meter import MeterReading, read_meter
+from desktop.services.billing.meter import BillingMachine, MeterReading, read_meter
+from desktop.services.billing.records import RunRow
 from desktop.ui.context import AppContext
-from desktop.ui.cost_words import money
+from desktop.ui.cost_words import machine_name, money, rate
 from desktop.ui.meter import CostMeter
+from desktop.ui.run_words import is_rented, state_badge
 
 IDLE_TEXT = "Ready. No machine is rented."
 #: Seconds a one-off message (reattached runs, orphans stopped) stays before the running line takes the place again.
@@ -28,7 +30,8 @@ def summary_line(reading: MeterReading) -> str:
     paused = [record for record in reading.records if record.state is RunState.PAUSED]
     if not live and not paused:
         return IDLE_TEXT
-    parts = [f"{record.state.value} on {record.target or 'no machine yet'}" for record in live[:2]]
+    machines = {machine.run_id: machine for machine in reading.machines if machine.owned}
+    parts = [_run_part(record, machines.get(record.id)) for record in live[:2]]
     if len(live) > 2:
         parts.append(f"{len(live) - 2} more live")
     if paused:
@@ -36,6 +39,17 @@ def summary_line(reading: MeterReading) -> str:
     live_ids = {record.id for record in live}
     spent = sum(cost.spend.usd for cost in reading.overview.runs if cost.run_id in live_ids)
     return "Running: " + "; ".join(parts) + (f" · {money(spent)} so far" if spent > 0 else "")
+
+
+def _run_part(record: RunRow, machine: BillingMachine | None) -> str:
+    """``training on RunPod RTX 4090 at $0.44/h``: the run's state in the monitor's words, and what bills for it."""
+    words = state_badge(record)[0].lower()
+    if machine is not None:
+        return f"{words} on {machine_name(machine)} at {rate(machine.rate_per_hour)}"
+    if record.target:
+        where = "" if is_rented(record) else "your server "
+        return f"{words} on {where}{record.target.removeprefix('ssh://')}"
+    return f"{words}, no machine billing yet" if is_rented(record) else f"{words}, no machine yet"
 
 
 def running_summary(context: AppContext) -> str:

@@ -56,3 +56,26 @@ def test_the_sizing_pick_sets_the_gpu_count_of_the_spec_and_the_job(label: str, 
 def test_no_pick_leaves_the_gpu_count_to_the_training_keys() -> None:
     assert gpu_pick_training("") == {}
     assert "num_gpus" not in run_spec_from_dict(draft("").spec_dict(), Path("/runs")).training
+
+
+def test_the_wizards_estimate_is_read_from_its_table() -> None:
+    estimate = {"hours": 0.15, "usd": 0.03, "gpu": "rtx3090", "count": 1, "tokens_per_s": 900.0, "peak_gb": 6.2}
+    spec = run_spec_from_dict({**spec_data(), "estimate": estimate}, Path("/runs"))
+    assert spec.estimate == estimate
+    assert run_spec_from_dict(spec_data(), Path("/runs")).estimate is None
+
+
+@pytest.mark.parametrize(
+    ("estimate", "says"),
+    [
+        ({"usd": 1.0}, r"\[estimate\] hours must be a number of 0 or more"),
+        ({"hours": -1}, r"\[estimate\] hours must be a number of 0 or more"),
+        ({"hours": 1, "usd": "cheap"}, r"\[estimate\] usd must be a number"),
+        ({"hours": 1, "count": 0}, r"\[estimate\] count must be a whole number of GPUs"),
+        ({"hours": 1, "gpu": 3}, r"\[estimate\] gpu must be the GPU's name as text"),
+        ({"hours": 1, "eta": 3}, r"\[estimate\] does not know eta; remove it"),
+    ],
+)
+def test_an_estimate_table_that_is_not_one_is_a_clear_line(estimate: dict[str, Any], says: str) -> None:
+    with pytest.raises(RunSpecError, match=says):
+        run_spec_from_dict({**spec_data(), "estimate": estimate}, Path("/runs"))

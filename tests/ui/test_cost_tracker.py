@@ -315,8 +315,19 @@ def test_the_status_line_counts_a_rented_run_from_the_ledger_not_its_stated_rate
     run_id = backdated_run(store, spec, history, "ssh://root@10.0.0.9:22")
     Ledger().open(run_id, "runpod", "pod-x", "RTX 4090", 0.69, started=start)
     line = summary_line(read_meter(store))
-    assert line == "Running: training on ssh://root@10.0.0.9:22 · $0.69 so far"
+    assert line == "Running: training on RunPod RTX 4090 at $0.69/h · $0.69 so far"
     assert f"${run_spend(store, run_id).usd:,.2f}" == "$0.69"
+
+
+def test_the_status_line_names_the_machine_billing_for_a_run_still_being_set_up() -> None:
+    store = RunStore()
+    start = time.time() - 600
+    compute = asdict(ComputeSpec(provider="runpod", gpu="RTX 3090"))
+    run_id = backdated_run(store, {"compute": compute, "base_model": "m"}, [(RunState.PLANNED, start)], None)
+    Ledger().open(run_id, "runpod", "pod-y", "RTX 3090", 0.22, started=start)
+    line = summary_line(read_meter(store))
+    # it said "planned on no machine yet" while the machine billed $0.22/h
+    assert line.startswith("Running: renting on RunPod RTX 3090 at $0.22/h · $0.0"), line
 
 
 def test_started_minimised_without_a_tray_the_window_starts_minimised(qtbot: QtBot) -> None:
@@ -343,4 +354,4 @@ def test_a_one_off_message_stays_a_while_before_the_running_line_returns(
     assert window.status_label.text().startswith("Reattached to 1 live run")
     monkeypatch.setattr(status, "HOLD_S", 0.0)
     qloop.run_until_complete(window.cost_tracker.meter.refresh(again=True).wait())
-    assert window.status_label.text() == "Running: training on ssh://me@box:22"
+    assert window.status_label.text() == "Running: training on your server me@box:22"

@@ -4,13 +4,18 @@ and a chart that renders in light and in dark."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
 
+from desktop.core.runs.spec import ComputeSpec
+from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings, Theme
+from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import spend_overview
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
@@ -19,7 +24,7 @@ from desktop.ui.cost_words import money
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.costs_page import CostsPage
 from desktop.ui.theme import apply_theme
-from tests.fixtures.recorded_costs import SeededCosts, seed_spending
+from tests.fixtures.recorded_costs import HOUR, SeededCosts, backdated_run, seed_spending
 
 
 @pytest.fixture
@@ -138,3 +143,24 @@ def test_cents_are_charted_as_dollars_without_a_scale_factor(qtbot: QtBot) -> No
     qtbot.waitExposed(chart)
     label = chart.plot_widget.getPlotItem().getAxis("left").labelString()
     assert "Dollars" in label and "(x" not in label, f"no scale such as (x0.001) beside the dollars: {label}"
+
+
+def test_a_machine_says_its_own_dollars_and_the_runs_and_a_stopped_run_is_stopped(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    store, ledger, now = RunStore(), Ledger(), time.time()
+    compute = asdict(ComputeSpec(provider="runpod", gpu="RTX 4090"))
+    history = [(RunState.PLANNED, now - 3 * HOUR), (RunState.PROVISIONING, now - 3 * HOUR + 10)]
+    live = backdated_run(store, {"compute": compute, "base_model": "m"}, [*history, (RunState.TRAINING, now - HOUR)])
+    ledger.open(live, "runpod", "pod-first", "RTX 4090", 1.0, started=now - 3 * HOUR)
+    ledger.close("runpod", "pod-first", stopped=now - 2 * HOUR)  # lost; the run moved to a second machine
+    ledger.open(live, "runpod", "pod-second", "RTX 4090", 1.0, started=now - HOUR)
+    own = [(RunState.PLANNED, now - 600), (RunState.CONNECTING, now - 590), (RunState.TRAINING, now - 500)]
+    stopped = backdated_run(store, {"base_model": "m", "hourly_rate_usd": 1.0}, own, "ssh://me@box:22")
+    store.transition(stopped, RunState.CANCELLED, "stopped by the user")
+    page = _costs(qtbot, qloop)
+    row = page.rows["runpod:pod-second"]
+    # it said "Run X · $1.00 so far": the machine's dollars, as if they were the run's
+    assert row.detail_label.text() == f"Run {live} · this machine $1.00 so far · the run $2.00 in all"
+    states = {cells[0]: cells[3] for cells in _cells(page.run_table)}
+    assert states[stopped] == "Stopped" and states[live] == "Training"  # as on the Runs page and the monitor

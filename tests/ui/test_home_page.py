@@ -12,10 +12,12 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
 from desktop.services.data.workspace import check_and_prepare
 from desktop.services.platform.secrets import SecretName, SecretStore
-from desktop.services.runs.drafts import save_draft
+from desktop.services.runs.drafts import load_draft, save_draft
+from desktop.services.runs.store import RunStore
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.home_page import HomePage
 from tests.fixtures.chat_data import write_chat_dataset
@@ -112,3 +114,33 @@ def test_without_any_keyring_keys_from_the_environment_are_ready(
         wait_for(lambda: home.environment_summary.text() != "Checking…")
     assert "Vast.ai API key" in home.gpu_tile.text.text()
     assert home.environment_summary.text().startswith("Ready."), "a headless server rents with a run-key file"
+
+
+def test_after_a_launch_home_offers_a_new_fine_tune_and_the_last_run(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, wait_for: Callable[..., None], tmp_path: Path
+) -> None:
+    source = write_chat_dataset(tmp_path / "support.jsonl", count=24)
+    prepared = check_and_prepare(source, seq_len=512)
+    draft = RunDraft(
+        data_file=str(source), train_file=prepared.train_file, eval_file=prepared.eval_file, base_model="org/model"
+    )
+    draft.step = "review"
+    run = RunStore().create({"base_model": "org/model"}, "ssh://trainer@gpu-box:22")
+    RunStore().transition(run.id, RunState.CANCELLED, "stopped by the user")  # ended: the app does not follow it
+    draft.mark_launched(run.id)
+    save_draft(draft)
+    window = _open(qtbot, qloop)
+    home = _home(window)
+    wait_for(lambda: home.run_button.isVisibleTo(home))
+    assert home.start_button.text().replace("&", "") == "Start a new fine-tune"  # not "Continue: Review and launch"
+    assert home.run_button.text().replace("&", "") == "Open the last run (stopped)"
+    home.run_button.click()
+    assert window.stack.currentWidget() is window.page("monitor") and window.monitor.run_id == run.id
+
+    window.show_page("home")
+    home.start_button.click()  # starts over: the prepared data kept, the rest new, at the Data step
+    assert window.stack.currentWidget() is window.page("new") and window.wizard.current.step_name == "data"
+    wait_for(lambda: window.context.draft.train_file == prepared.train_file)  # the data step checks it again
+    assert window.context.draft.base_model == ""
+    assert not window.context.draft.launched
+    assert load_draft().base_model == "" and load_draft().step == "data"  # saved as such

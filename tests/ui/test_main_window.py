@@ -181,6 +181,26 @@ def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callab
     wait_for(lambda: "empty" in page.keys_message.text())
 
 
+def test_the_monitor_and_the_status_bar_show_the_same_dollars_at_the_same_moment(
+    window: MainWindow, qloop: asyncio.AbstractEventLoop
+) -> None:
+    store = window.context.store
+    record = store.create({"hourly_rate_usd": 3600.0}, "ssh://me@box:22")  # $1 per second: cents move fast
+    store.transition(record.id, RunState.CONNECTING)
+    store.transition(record.id, RunState.TRAINING)
+    window.on_run_opened(record.id)
+    monitor = window.monitor
+    for _ in range(3):
+        qloop.run_until_complete(monitor.refresh())
+        qloop.run_until_complete(window.cost_tracker.meter.refresh(again=True).wait())
+        time.sleep(0.3)  # both move on: the run's own reading is newer than the meter's now
+        qloop.run_until_complete(monitor.refresh())
+        reading = window.cost_tracker.meter.latest
+        assert reading is not None
+        said = window.status_label.text().rsplit(" · ", 1)[1].removesuffix(" so far")
+        assert monitor.machine["cost"].text() == said, "the monitor's dollars are the status bar's, cent for cent"
+
+
 def test_status_bar_says_what_is_running_and_what_it_costs(window: MainWindow, wait_for: Callable[..., None]) -> None:
     assert running_summary(window.context) == IDLE_TEXT
     store = window.context.store
@@ -189,9 +209,10 @@ def test_status_bar_says_what_is_running_and_what_it_costs(window: MainWindow, w
     store.transition(record.id, RunState.TRAINING)
     time.sleep(0.05)
     line = running_summary(window.context)
-    assert line.startswith("Running: training on ssh://me@box:22 · $") and line.endswith(" so far")
+    said = "Running: training on your server ssh://me@box:22 at $3,600.00/h · $"
+    assert line.startswith(said) and line.endswith(" so far")
     window.cost_tracker.meter.refresh(again=True)  # the line follows the cost meter's reading, off the UI thread
-    wait_for(lambda: window.status_label.text().startswith("Running: training on ssh://me@box:22 · $"))
+    wait_for(lambda: window.status_label.text().startswith(said))
 
 
 def test_a_long_status_line_is_shortened_at_1024_px_not_widening_the_window(window: MainWindow, qtbot: QtBot) -> None:

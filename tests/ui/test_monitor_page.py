@@ -346,10 +346,13 @@ def test_stop_asks_first_and_ends_a_run_that_had_not_started_training(
     page.stop_button.click()
     wait_for(lambda: page.state_badge.text() == "Stopped")
     assert context.store.get(run_id).state is RunState.CANCELLED
-    assert page.action_label.text() == "Stopped. Resume continues from the newest checkpoint."
+    assert page.action_label.text() == "Stopped. The notice above says where Resume would continue."
     assert not page.stop_button.isEnabled()
     assert page.resume_button.isEnabled(), "what the Stop dialog promised: the run can be resumed"
     assert page.banner.headline_label.text() == "Stopped by you before training began"
+    # the one wording of where a resume starts (the resume question and the Runs page say the same)
+    said = "Resume continues from the beginning (no checkpoint is on this computer)."
+    assert page.banner.details_label.text() == said
     wait_for(lambda: "Stopped by you before training began" in log_text(page))
 
 
@@ -369,7 +372,7 @@ def test_a_users_stop_is_logged_as_theirs_with_the_checkpoint_kept(
         page.show_run(run_id)
         wait_for(lambda: "Stopped by you — checkpoint at step 30 kept" in log_text(page))
         assert page.banner.headline_label.text() == "Stopped by you — checkpoint at step 30 kept"
-        assert page.banner.details_label.text() == "Resume continues from that checkpoint."
+        assert page.banner.details_label.text() == "Resume continues from the checkpoint at step 30 on your server."
         said = "The trainer saved a checkpoint at step 30 and stopped" if run_id == new_run else "The trainer stopped"
         assert f"  {said}\n" in log_text(page) + "\n"
         assert not any(raw in log_text(page) for raw in RAW_WORDS), log_text(page)

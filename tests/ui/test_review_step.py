@@ -15,6 +15,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft, TargetDraft
+from desktop.core.runs.progress import stored_estimate
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
@@ -23,7 +24,9 @@ from desktop.services.machines.probe import NO_GPU
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.paths import app_paths
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.drafts import load_draft, save_draft
 from desktop.ui.context import AppContext
+from desktop.ui.pages.monitor_text import estimate_text
 from desktop.ui.pages.wizard import review_step
 from desktop.ui.pages.wizard.review_step import ReviewStep
 from tests.fixtures.sshd import SshHost
@@ -188,6 +191,11 @@ def test_launch_writes_spec_toml_and_records_the_run_with_the_pinned_key(
     assert record.host_key is not None and record.host_key.split()[:2] == draft.target.host_key.split()[:2]
     assert record.spec["source"] == str(spec_path.resolve())
     assert (step.context.store.folder(run_id) / "SPEC.toml").read_text() == spec_path.read_text()
+    # the estimate the review showed is the run's: the monitor compares the run with the same numbers
+    option = step.facts.sizing.option(draft.gpu_name) or step.facts.sizing.recommended
+    assert record.spec["predicted"]["hours"] == round(option.hours, 4)
+    assert record.spec["predicted"]["usd"] == round(option.hours * 1.5, 2)
+    assert estimate_text(stored_estimate(record.spec)).startswith(f"${option.hours * 1.5:,.2f} for about ")
     draft.hourly_rate_usd = 2.0
     checked(step, wait_for)
     assert step.launch_anyway_button.isEnabled(), "a changed draft can be launched"
@@ -274,6 +282,32 @@ def test_start_over_keeps_the_data_and_the_server_and_goes_to_the_data_step(
     assert draft.train_file == train and draft.target == target and not draft.renting
     assert draft.base_model == "" and draft.gpu_name == "" and draft.budget_usd == 0
     assert not step.launched_banner.isVisibleTo(step)
+
+
+def test_a_launched_draft_stays_launched_when_the_app_is_opened_again(
+    step: ReviewStep,
+    draft: RunDraft,
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+) -> None:
+    checked(step, wait_for)
+    run_id = qloop.run_until_complete(step.launch(anyway=True))
+    assert run_id is not None and draft.launched and draft.launched_run == run_id
+    save_draft(draft)
+    reopened = ReviewStep(AppContext(Settings(), SecretStore(), draft=load_draft()))  # the app, opened again
+    qtbot.addWidget(reopened)
+    reopened.show()
+    reopened.show_draft()
+    checked(reopened, wait_for)
+    assert not reopened.launch_button.isEnabled() and not reopened.launch_anyway_button.isVisible()
+    assert reopened.launched_banner.isVisibleTo(reopened) and run_id in reopened.launched_banner.headline_label.text()
+    reopened.draft.budget_usd = 5.0  # an edit makes it a new draft, which may be launched
+    reopened.show_draft()
+    checked(reopened, wait_for)
+    assert not reopened.draft.launched and reopened.launch_anyway_button.isEnabled()
+    assert not reopened.launched_banner.isVisibleTo(reopened)
+    qloop.run_until_complete(reopened.context.manager.close())
 
 
 # -- a rented pick (no provider is asked: the pick is judged again on the draft as it is) --------------------------

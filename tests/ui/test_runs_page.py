@@ -101,6 +101,23 @@ def test_every_run_is_listed_newest_first(
     assert isinstance(table.itemDelegateForColumn(1), BadgeDelegate)
 
 
+def test_a_run_launched_while_another_is_selected_becomes_the_selection(
+    page: RunsPage, context: AppContext, qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    older = make_run(context.store, [*FLOW, RunState.SYNCING, RunState.PULLING, RunState.FINISHED], "org/a", 2.0)
+    make_run(context.store, [*FLOW, RunState.SYNCING, RunState.PULLING, RunState.FINISHED], "org/b", 2.0)
+    reload(page, qloop)
+    page.table.selectRow([row.record.id for row in page.rows].index(older))  # the user looked at an older run
+    reload(page, qloop)
+    assert page.selected_record() is not None and page.selected_record().id == older  # a refresh keeps it
+    new = make_run(context.store, FLOW, "org/new", 0.0)  # launched from the wizard meanwhile
+    reload(page, qloop)
+    assert page.selected_record() is not None and page.selected_record().id == new
+    with qtbot.waitSignal(page.sig_open_run) as opened:
+        page.open_button.click()
+    assert opened.args == [new]  # "Open in monitor" opens the new run, not the one selected before
+
+
 def test_costs_come_from_the_one_count_of_spend(
     page: RunsPage, context: AppContext, qloop: asyncio.AbstractEventLoop
 ) -> None:

@@ -6,6 +6,7 @@ and the CLI launch runs the same way.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from typing import Any
@@ -186,6 +187,9 @@ class RunDraft(BaseModel):
         hourly_rate_usd: What the target costs per hour, as the user states it.
         budget_usd: Stop spending past this (0: no limit).
         step: The wizard page last shown, so a reopened wizard continues there.
+        launched_run: The run last launched from this draft ("" for none).
+        launched_digest: :meth:`content_digest` when it was launched: the draft is "launched" only while its
+            choices are still those (an edit makes it a new draft, which may be launched again).
     """
 
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
@@ -206,6 +210,8 @@ class RunDraft(BaseModel):
     hourly_rate_usd: float = Field(default=0.0, ge=0.0)
     budget_usd: float = Field(default=0.0, ge=0.0)
     step: str = "data"
+    launched_run: str = ""
+    launched_digest: str = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -216,6 +222,21 @@ class RunDraft(BaseModel):
             host = target.get("host") if isinstance(target, dict) else getattr(target, "host", "")
             return {**data, "renting": not host}
         return data
+
+    def content_digest(self) -> str:
+        """A fingerprint of the choices (not the page shown nor the launch record): equal drafts launch equal runs."""
+        choices = self.model_dump_json(exclude={"step", "launched_run", "launched_digest"})
+        return hashlib.sha256(choices.encode()).hexdigest()
+
+    def mark_launched(self, run_id: str) -> None:
+        """Records that ``run_id`` was launched from the draft as it is now."""
+        self.launched_digest = self.content_digest()
+        self.launched_run = run_id
+
+    @property
+    def launched(self) -> bool:
+        """Whether the draft, exactly as it is, was launched (Launch stays off: it would rent the same run twice)."""
+        return bool(self.launched_run) and self.launched_digest == self.content_digest()
 
     def spec_dict(self) -> dict[str, Any]:
         """The draft as a ``SPEC.toml`` document (the structure :func:`run_spec_from_dict` reads).

@@ -138,6 +138,8 @@ class RunSpec:
         hourly_rate_usd: What the target costs per hour (own servers: as the user states it).
         source: The spec file.
         compute: The machine to rent (None when ``target`` names one).
+        estimate: What the wizard estimated at launch (``[estimate]``: ``hours``, and ``usd``, ``gpu``, ``count``,
+            ``tokens_per_s``, ``peak_gb`` when known); the monitor compares the run with it.
     """
 
     base_model: str
@@ -150,6 +152,7 @@ class RunSpec:
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     compute: ComputeSpec | None = None
+    estimate: dict[str, Any] | None = None
 
     def job_dict(self, train_name: str, eval_name: str | None) -> dict[str, Any]:
         """The payload's ``job.json`` for this spec, with data paths relative to the remote job folder."""
@@ -257,7 +260,30 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     if target is not None and compute is not None:
         raise RunSpecError("give either [target] (your own machine) or [compute] (a rented one), not both")
     budget, rate = _budget(_section(data, "budget"), rented=compute is not None)
-    return RunSpec(model, train, evaluation, training, target, budget, rate, source, compute=compute)
+    estimate = _estimate(_section(data, "estimate")) if "estimate" in data else None
+    return RunSpec(model, train, evaluation, training, target, budget, rate, source, compute=compute, estimate=estimate)
+
+
+_ESTIMATE_NUMBERS = ("hours", "usd", "tokens_per_s", "peak_gb")
+
+
+def _estimate(section: dict[str, Any]) -> dict[str, Any]:
+    """``[estimate]``: hours (required), dollars, tokens/s and peak GB as numbers of 0 or more, gpu, GPU count."""
+    for key in _ESTIMATE_NUMBERS:
+        value = section.get(key)
+        if value is None and key != "hours":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+            raise RunSpecError(f"[estimate] {key} must be a number of 0 or more (it is {value!r})")
+    if not isinstance(section.get("gpu", ""), str):
+        raise RunSpecError("[estimate] gpu must be the GPU's name as text")
+    count = section.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise RunSpecError(f"[estimate] count must be a whole number of GPUs, 1 or more (it is {count!r})")
+    unknown = sorted(set(section) - {*_ESTIMATE_NUMBERS, "gpu", "count"})
+    if unknown:
+        raise RunSpecError(f"[estimate] does not know {', '.join(unknown)}; remove it")
+    return dict(section)
 
 
 def _budget(section: dict[str, Any], *, rented: bool = False) -> tuple[float, float]:

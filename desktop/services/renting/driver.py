@@ -477,8 +477,9 @@ class RentalDriver:
     async def _predict(self, run_id: str, offer: Offer, rental: Rental) -> None:
         """Stores what sizing predicts for this GPU and price (first machine only), to compare with what it measures."""
         record = self.ctx.store.get(run_id)
-        if record.spec.get("predicted"):
-            return
+        stored = record.spec.get("predicted")
+        if isinstance(stored, dict) and stored.get("tokens_per_s"):  # this machine's (or a measured) prediction
+            return  # the wizard's estimate for the picked offer has no speed: the machine's own replaces it
         from desktop.services.runs.estimates import calibrated_gpus, predict
 
         def estimate() -> dict[str, Any] | None:

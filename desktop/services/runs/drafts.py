@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 from pydantic import ValidationError
@@ -44,11 +45,16 @@ def save_draft(draft: RunDraft, path: Path | None = None) -> Path:
     return atomic_write_text(path, draft.model_dump_json(indent=2))
 
 
-def write_spec_toml(draft: RunDraft, path: Path) -> Path:
-    """Writes the draft as ``SPEC.toml`` (what ``rentune run`` reads) atomically; returns the path."""
+def write_spec_toml(draft: RunDraft, path: Path, estimate: dict[str, Any] | None = None) -> Path:
+    """Writes the draft as ``SPEC.toml`` (what ``rentune run`` reads) atomically; returns the path.
+
+    ``estimate``, when given, is what the wizard showed the run would take (``[estimate]``): the monitor compares the
+    run with the same numbers.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Written by the Rentune wizard. Run it again headless with: rentune run SPEC.toml\n\n"
-    return atomic_write_text(path, header + tomli_w.dumps(draft.spec_dict()))
+    spec = draft.spec_dict() | ({"estimate": estimate} if estimate else {})
+    return atomic_write_text(path, header + tomli_w.dumps(spec))
 
 
 def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:

@@ -72,6 +72,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "budget_usd": spec.budget_usd,
         "source": str(spec.source) if spec.source else None,
         "compute": asdict(spec.compute) if spec.compute else None,
+        **({"predicted": dict(spec.estimate)} if spec.estimate else {}),
     }
 
 

@@ -431,3 +431,45 @@ def _tokenizer(draft: RunDraft, manifest: dict[str, Any]) -> list[Check]:
             "data",
         )
     ]
+
+
+def launch_estimate(draft: RunDraft, facts: ReviewFacts) -> dict[str, Any] | None:
+    """What the review showed the run would take and cost, as the launched spec's ``[estimate]``; None unsized.
+
+    A rented run's is the picked offer's (its machine's own prediction, with its speed, replaces it once the machine
+    is up); an own server's is the Sizing step's pick at the user's stated rate.
+    """
+    if facts.sizing is None:
+        return None
+    if draft.renting:
+        return _offer_estimate(facts.pick)
+    option = (facts.sizing.option(draft.gpu_name) if draft.gpu_name else None) or facts.sizing.recommended
+    if option is None:
+        return None
+    estimate: dict[str, Any] = {
+        "hours": round(option.hours, 4),
+        "gpu": option.gpu.id,
+        "count": option.count,
+        "tokens_per_s": round(option.tokens_per_s, 1),
+        "peak_gb": round(option.memory.per_gpu_total, 2),
+    }
+    if draft.hourly_rate_usd > 0:
+        estimate["usd"] = round(option.hours * draft.hourly_rate_usd, 2)
+    return estimate
+
+
+def _offer_estimate(pick: DraftOffer | None) -> dict[str, Any] | None:
+    if pick is None or pick.hours is None:
+        return None
+    from desktop.core.sizing.offers import match_gpu
+    from desktop.services.models.configs import load_gpus
+
+    offer = pick.offer
+    known = match_gpu(list(load_gpus()), (offer.gpu, offer.gpu_id), offer.vram_gb)
+    estimate: dict[str, Any] = {"hours": round(pick.hours, 4), "gpu": known.id if known else offer.gpu}
+    estimate["count"] = offer.count
+    if pick.total_usd is not None:
+        estimate["usd"] = round(pick.total_usd, 2)
+    if pick.need_gb is not None:
+        estimate["peak_gb"] = round(pick.need_gb, 2)
+    return estimate

@@ -23,6 +23,7 @@ from desktop.ui.cost_words import machine_name, money, provider_label, rate, sho
 from desktop.ui.design.palette import METRICS
 from desktop.ui.meter import CostMeter
 from desktop.ui.pages.base import BasePage
+from desktop.ui.run_words import state_badge
 from desktop.ui.widgets.blocks import Card, EmptyState, caption, destructive_button, heading
 from desktop.ui.widgets.spend_chart import SpendChart
 from desktop.ui.widgets.tables import pick_one_table
@@ -49,7 +50,7 @@ def run_rows(runs: Sequence[RunCost]) -> list[tuple[str, ...]]:
     for cost in runs:
         record = cost.record
         model = str(record.spec.get("base_model") or "—") if record else "—"
-        state = record.state.value.capitalize() if record else "Deleted"
+        state = state_badge(record)[0] if record else "Deleted"  # the words of the Runs page and the monitor
         where = ", ".join(provider_label(key) for key in cost.providers) or "—"
         now = rate(cost.spend.rate_per_hour) if cost.spend.billing else "—"
         estimated = any(rental.end_estimated for rental in cost.spend.rentals)
@@ -124,12 +125,14 @@ class MachineRow(QWidget):
         row.addWidget(self.stop_button)
         self.show_machine(machine)
 
-    def show_machine(self, machine: BillingMachine) -> None:
-        """Shows the machine's current numbers."""
+    def show_machine(self, machine: BillingMachine, run_usd: float | None = None) -> None:
+        """Shows the machine's current numbers (and the run's, when the run also paid for other machines)."""
         self.machine = machine
         self.name_label.setText(upper_first(machine_name(machine)))
         whose = short_run(machine.run_id) if machine.owned else "no run uses it: it bills for nothing"
-        so_far = f" · {money(machine.usd)} so far" if machine.usd > 0 else ""
+        so_far = f" · this machine {money(machine.usd)} so far" if machine.usd > 0 else ""
+        if run_usd is not None and money(run_usd) != money(machine.usd):
+            so_far += f" · the run {money(run_usd)} in all"
         self.detail_label.setText(f"{upper_first(whose)}{so_far}")
         self.rate_label.setText(rate(machine.rate_per_hour))
         verb = "Stop" if machine.owned else "Terminate"
@@ -251,13 +254,13 @@ class CostsPage(BasePage):
         self.month_card.show_value(money(overview.month_usd))
         self.total_card.show_value(money(overview.total_usd))
         self.burn_card.show_value(rate(reading.burn_per_hour) if reading.machines else "$0.00/h")
-        self._show_machines(reading.machines)
+        self._show_machines(reading.machines, {cost.run_id: cost.spend.usd for cost in overview.runs})
         self.on_period_changed()
         fill_table(self.provider_table, provider_rows(overview))
         fill_table(self.run_table, run_rows(overview.runs))
         self.run_card.setVisible(bool(overview.runs))
 
-    def _show_machines(self, machines: Sequence[BillingMachine]) -> None:
+    def _show_machines(self, machines: Sequence[BillingMachine], run_usd: dict[str, float]) -> None:
         keys = [machine.key for machine in machines]
         if keys != list(self.rows):
             for row in self.rows.values():
@@ -267,7 +270,7 @@ class CostsPage(BasePage):
                 self.rows[machine.key] = MachineRow(machine, self.sig_stop.emit)
                 self.machines_box.addWidget(self.rows[machine.key])
         for machine in machines:
-            self.rows[machine.key].show_machine(machine)
+            self.rows[machine.key].show_machine(machine, run_usd.get(machine.run_id or ""))
         self.no_machines.setVisible(not machines)
 
     def on_period_changed(self) -> None:

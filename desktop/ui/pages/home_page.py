@@ -25,9 +25,11 @@ from qasync import asyncSlot
 from desktop.core.runs.draft import RunDraft
 from desktop.services.platform.environment import EnvironmentCheck, check_environment
 from desktop.services.platform.secrets import SecretName, SecretStore, StoreState, probe_secret_store
+from desktop.services.runs.store import RunRecord, RunStore
 from desktop.ui.background import Operation, off_ui_thread
 from desktop.ui.design.icons import tint
 from desktop.ui.pages.base import BasePage
+from desktop.ui.run_words import state_badge
 from desktop.ui.widgets.blocks import Badge, Card, caption, heading, plain_button, primary_button
 
 FLOW_STEPS = [
@@ -60,6 +62,7 @@ class Readiness:
         own_server: The pinned own server's address, or "".
         keyring_missing: No keyring exists here (keys can then only come from the environment).
         store_problem: Why the keyring blocks renting (it loses or refuses secrets), in one line; "" when it does not.
+        last_run: The run started last (live or ended), or None when there is none.
     """
 
     dataset: str
@@ -67,10 +70,15 @@ class Readiness:
     own_server: str
     keyring_missing: bool
     store_problem: str = ""
+    last_run: RunRecord | None = None
 
 
-def read_readiness(draft: RunDraft, secrets: SecretStore) -> Readiness:
-    """Looks at the draft and the keyring (blocking: the keyring can take a moment; call it off the UI thread)."""
+def read_readiness(draft: RunDraft, secrets: SecretStore, store: RunStore | None = None) -> Readiness:
+    """Looks at the draft, the keyring and the runs (blocking: the keyring can take a moment).
+
+    Call it off the UI thread.
+    """
+    runs = store.all() if store is not None else []
     probe = probe_secret_store()
     keys = tuple(status.name.label for status in (secrets.status(name) for name in CLOUD_KEYS) if status.usable)
     dataset = draft.data_file.rsplit("/", 1)[-1] if draft.train_file else ""
@@ -81,6 +89,7 @@ def read_readiness(draft: RunDraft, secrets: SecretStore) -> Readiness:
         own_server=server,
         keyring_missing=probe.state is StoreState.NO_KEYRING,
         store_problem=probe.problem if probe.blocks_renting else "",
+        last_run=max(runs, key=lambda record: record.started) if runs else None,
     )
 
 
@@ -129,6 +138,10 @@ class HomePage(BasePage):
     sig_start_wizard = Signal(str)
     #: Emitted with a page name (``settings``) when the user wants to add a key there.
     sig_open_page = Signal(str)
+    #: Emitted when the user starts a new fine-tune after the draft was launched (the draft starts over).
+    sig_start_over = Signal()
+    #: Emitted with a run id when the user opens the last run.
+    sig_open_run = Signal(str)
 
     def __init__(
         self,
@@ -136,9 +149,11 @@ class HomePage(BasePage):
         banner: QWidget | None = None,
         draft: RunDraft | None = None,
         secrets: SecretStore | None = None,
+        store: RunStore | None = None,
     ) -> None:
         super().__init__(parent)
-        self.draft, self.secrets = draft or RunDraft(), secrets or SecretStore()
+        self.draft, self.secrets, self.store = draft or RunDraft(), secrets or SecretStore(), store
+        self.last_run: RunRecord | None = None
         self._loaded = False  # readiness is read in the background once the page is loaded, then on every show
         if banner is not None:
             self.body.addWidget(banner)  # orphaned machines: the first thing to see when something bills for nothing
@@ -165,7 +180,11 @@ class HomePage(BasePage):
         self.start_button.clicked.connect(self.on_start_clicked)
         self.keys_button = plain_button("Add a cloud &key…", "key-round", "Add a cloud API key in Settings")
         self.keys_button.clicked.connect(lambda: self.sig_open_page.emit("settings"))
+        self.run_button = plain_button("&Open the last run", "activity", "Open the last run in the monitor")
+        self.run_button.clicked.connect(self.on_run_clicked)
+        self.run_button.hide()
         row.addWidget(self.start_button)
+        row.addWidget(self.run_button)
         row.addWidget(self.keys_button)
         row.addStretch(1)
         card.body.addLayout(row)
@@ -226,9 +245,9 @@ class HomePage(BasePage):
         self.sig_environment_checked.emit(checks)
 
     def refresh_readiness(self) -> None:
-        """Reads the draft and the keys again (in the background) and shows what is ready."""
-        draft, secrets = self.draft.model_copy(deep=True), self.secrets
-        Operation(self, lambda _job: read_readiness(draft, secrets), self._show_readiness, group="ready").run()
+        """Reads the draft, the keys and the runs again (in the background) and shows what is ready."""
+        draft, secrets, store = self.draft.model_copy(deep=True), self.secrets, self.store
+        Operation(self, lambda _job: read_readiness(draft, secrets, store), self._show_readiness, group="ready").run()
 
     def showEvent(self, event: QShowEvent) -> None:
         """Shows the latest readiness each time the page comes back (a key added, a dataset prepared)."""
@@ -242,8 +261,19 @@ class HomePage(BasePage):
         await self.load()
 
     def on_start_clicked(self) -> None:
-        """Opens the wizard where the saved draft left off (its first step for a new user)."""
-        self.sig_start_wizard.emit(self.draft.step or "data")
+        """Opens the wizard where the saved draft left off (its first step for a new user).
+
+        After the draft was launched, starts a new fine-tune instead (Continue would only lead to a launched draft).
+        """
+        if self.draft.launched:
+            self.sig_start_over.emit()
+        else:
+            self.sig_start_wizard.emit(self.draft.step or "data")
+
+    def on_run_clicked(self) -> None:
+        """Opens the last run in the monitor."""
+        if self.last_run is not None:
+            self.sig_open_run.emit(self.last_run.id)
 
     # -- showing -------------------------------------------------------------------------------------------------
 
@@ -255,11 +285,26 @@ class HomePage(BasePage):
             return
         self._show_dataset(readiness)
         self._show_gpu(readiness)
+        self._show_last_run(readiness.last_run)
         step = self.draft.step or "data"
         started = step != "data" or bool(readiness.dataset)
-        self.start_button.setText(f"&Continue: {STEP_WORDS.get(step, 'Data')}" if started else "&Start a fine-tune")
-        self.start_button.setAccessibleName(self.start_button.text().replace("&", ""))
+        if self.draft.launched:
+            text = "Start a &new fine-tune"
+        else:
+            text = f"&Continue: {STEP_WORDS.get(step, 'Data')}" if started else "&Start a fine-tune"
+        self.start_button.setText(text)
+        self.start_button.setAccessibleName(text.replace("&", ""))
         self.keys_button.setVisible(not readiness.keys)
+
+    def _show_last_run(self, record: RunRecord | None) -> None:
+        self.last_run = record
+        self.run_button.setVisible(record is not None)
+        if record is not None:
+            words, _severity = state_badge(record)
+            text = f"&Open the last run ({words.lower()})"
+            self.run_button.setText(text)
+            self.run_button.setAccessibleName(f"Open the last run, {record.id} ({words.lower()})")
+            self.run_button.setToolTip(f"Run {record.id}: {words.lower()}")
 
     def _show_dataset(self, readiness: Readiness) -> None:
         if readiness.dataset:

@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,6 +29,8 @@ from desktop.core.runs.spec import SshTarget, parse_ssh_url
 from desktop.core.runs.states import RunState, flow_through
 from desktop.core.runs.timeline import MachineMark, run_timeline
 from desktop.services.billing.ledger import Ledger, LedgerError
+from desktop.services.billing.meter import MeterReading
+from desktop.services.billing.spend import RunSpend
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import RunError
@@ -36,10 +39,11 @@ from desktop.services.runs.snapshot import RunSnapshot, read_snapshot
 from desktop.services.runs.store import RunRecord, UnknownRunError
 from desktop.ui.background import CoroutineOperation, cancel_group, off_ui_thread, spawn
 from desktop.ui.context import AppContext
+from desktop.ui.meter import CostMeter
 from desktop.ui.pages import monitor_log, monitor_text
 from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.monitor_view import MonitorView
-from desktop.ui.run_words import is_rented, resume_question, state_badge
+from desktop.ui.run_words import is_rented, resume_question, resume_start, state_badge
 from desktop.ui.widgets.blocks import EmptyState
 from desktop.ui.widgets.dialogs import ask_new_target, confirm
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventTail, read_event_file
@@ -47,6 +51,8 @@ from trainer_payload.protocol import EVENTS_FILE_NAME, EventTail, read_event_fil
 T = TypeVar("T")
 
 POLL_MS = 500
+#: The cost meter's count of a run is shown while it is at most this much older than the run's own reading.
+METER_AGE_S = 10.0
 #: Bytes of events read per read; a long backlog is read in several, the UI updating between them.
 CHUNK_BYTES = 1 << 20
 #: New bytes read on the UI thread; more (a backlog) is read in a worker thread. 20 events/s are ~3 KB a poll.
@@ -99,6 +105,7 @@ class MonitorPage(BasePage):
         self._shown_points = (-1, -1)
         self._lines: dict[str, deque[monitor_log.LogEntry]] = {}
         self._log_key: object = None
+        self._metered: tuple[dict[str, RunSpend], float] = ({}, 0.0)  # the cost meter's last count, and when
         super().__init__(parent)
         self.views = QStackedWidget()
         self.empty_state = EmptyState(
@@ -299,9 +306,29 @@ class MonitorPage(BasePage):
         self.view.show_busy(monitor_text.busy(progress, snapshot))
         self._show_chart()
         self.view.show_rows(self.stats, monitor_text.training_rows(progress, snapshot))
-        self.view.show_rows(self.machine, monitor_text.machine_rows(progress, snapshot))
+        self._show_machine(snapshot)
         self._rebuild_log()
         self._set_buttons()
+
+    def follow(self, meter: CostMeter) -> None:
+        """Shows the run's dollars from ``meter``'s readings: the very numbers of the status bar and the tray."""
+        meter.sig_updated.connect(self.on_reading)
+        if meter.latest is not None:
+            self.on_reading(meter.latest)
+
+    def on_reading(self, reading: MeterReading) -> None:
+        """Keeps the cost meter's count of each run and redraws the shown run's cost with it."""
+        self._metered = ({cost.run_id: cost.spend for cost in reading.overview.runs}, reading.now)
+        if self.snapshot is not None and self.views.currentWidget() is self.view:
+            self._show_machine(self.snapshot)
+
+    def _show_machine(self, snapshot: RunSnapshot) -> None:
+        """The machine and cost card; the dollars are the meter's when its reading is as new as the run's."""
+        spends, read_at = self._metered
+        metered = spends.get(snapshot.record.id)
+        if metered is not None and read_at >= snapshot.now - METER_AGE_S:
+            snapshot = replace(snapshot, spend=metered, spend_problem="")
+        self.view.show_rows(self.machine, monitor_text.machine_rows(self.progress, snapshot))
 
     def _show_chart(self) -> None:
         counts = (len(self.progress.losses), len(self.progress.eval_losses))
@@ -446,13 +473,14 @@ class MonitorPage(BasePage):
         self._actions[run_id] = busy
         self.action_label.setText(busy)
         self._set_buttons()
-        spawn(self._resume_in_background(run_id, target, busy))
+        start = resume_start(self.snapshot) if self.snapshot is not None else "from its newest checkpoint"
+        spawn(self._resume_in_background(run_id, target, busy, start))
 
-    async def _resume_in_background(self, run_id: str, target: SshTarget | None, busy: str) -> None:
+    async def _resume_in_background(self, run_id: str, target: SshTarget | None, busy: str, start: str) -> None:
         self._actions.pop(run_id, None)  # _act marks it busy again for as long as the preparation takes
         ok, _record = await self._act(run_id, busy, self.context.manager.resume_in_background(run_id, target))
         if ok:
-            self._done_acting(run_id, "Resumed: the run continues from its newest checkpoint.")
+            self._done_acting(run_id, f"Resumed: the run continues {start}.")
 
     def on_open_folder_clicked(self) -> None:
         """Opens the run's folder (events, checkpoints, adapter) in the file manager."""
@@ -487,7 +515,7 @@ class MonitorPage(BasePage):
 
 def _stopped_words(record: RunRecord) -> str:
     if record.state is RunState.CANCELLED:
-        return "Stopped. Resume continues from the newest checkpoint."
+        return "Stopped. The notice above says where Resume would continue."
     return f"The run is {record.state.value}." + (f" {record.error}" if record.error else "")
 
 

@@ -18,7 +18,7 @@ from desktop.services.runs.actions import was_stopped_by_user
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
 from desktop.ui.cost_words import money, rate
-from desktop.ui.run_words import is_rented, method_word, provider_word
+from desktop.ui.run_words import is_rented, method_word, provider_word, resume_start
 from trainer_payload.protocol import ErrorKind, JobState
 
 #: The rows of the "Training" card: (key, label).
@@ -421,8 +421,9 @@ def stopped_notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice:
     if record.spec.get("budget_stop"):
         return Notice("warning", headline, f"{record.spec['budget_stop']}. A resumed run would stop again at once.")
     where = "rents a new machine and continues" if is_rented(record) else "continues"
-    start = "from that checkpoint" if "checkpoint at step" in headline else "from the beginning"
-    return Notice("info", headline, f"Resume {where} {start}.")
+    written = progress.stopped.checkpoint_step if progress.stopped else None
+    written = written if written is not None else (progress.checkpoints[-1].step if progress.checkpoints else None)
+    return Notice("info", headline, f"Resume {where} {resume_start(snapshot, written)}.")
 
 
 def failure_notice(progress: RunProgress, run_error: str | None) -> Notice:

@@ -139,6 +139,7 @@ class RunsPage(BasePage):
         self.context = context
         self.rows: list[RunRow] = []
         self._loading = False
+        self._listed: set[str] | None = None  # the run ids last shown (None before the first reading)
         super().__init__(parent)
         self.views = QStackedWidget()
         self.views.addWidget(self._build_empty())
@@ -243,10 +244,15 @@ class RunsPage(BasePage):
             if state is not None and state.data(SEVERITY_ROLE) != row.severity:
                 state.setData(SEVERITY_ROLE, row.severity)
         ids = [row.record.id for row in rows]
-        if selected is not None and selected.id in ids:
+        listed = set(ids) if self._listed is None else self._listed
+        appeared = [index for index, run_id in enumerate(ids) if run_id not in listed]
+        if appeared:  # a run launched since the list was last read: it is what the user looks for now
+            table.selectRow(appeared[0])
+        elif selected is not None and selected.id in ids:
             table.selectRow(ids.index(selected.id))
         elif rows and table.currentRow() < 0:
             table.selectRow(0)
+        self._listed = set(ids)
         self.on_selection_changed()
 
     # -- acting on a run ----------------------------------------------------------------------------------------

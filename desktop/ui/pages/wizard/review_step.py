@@ -23,7 +23,14 @@ from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
 from desktop.services.runs.drafts import fresh_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
-from desktop.services.runs.preflight import Check, ReviewFacts, Severity, preflight, read_review_facts
+from desktop.services.runs.preflight import (
+    Check,
+    ReviewFacts,
+    Severity,
+    launch_estimate,
+    preflight,
+    read_review_facts,
+)
 from desktop.ui.background import Operation, Running, off_ui_thread
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_words import (
@@ -90,11 +97,14 @@ def load_spec(path: Path) -> RunSpec:
         raise LaunchError(f"the run is not complete: {exc}; fix it with the matching Edit button") from exc
 
 
-def write_launch_spec(draft: RunDraft) -> tuple[Path, RunSpec]:
-    """Writes the draft as SPEC.toml under ``launches/`` and reads it back; blocking (call it off the UI thread)."""
+def write_launch_spec(draft: RunDraft, facts: ReviewFacts | None = None) -> tuple[Path, RunSpec]:
+    """Writes the draft as SPEC.toml under ``launches/`` (with the estimate the review showed) and reads it back.
+
+    Blocking: call it off the UI thread.
+    """
     path = launch_spec_path()
     try:
-        write_spec_toml(draft, path)
+        write_spec_toml(draft, path, launch_estimate(draft, facts) if facts is not None else None)
     except OSError as exc:
         raise LaunchError(f"SPEC.toml could not be written to {path.parent} ({exc}); check the disk") from exc
     return path, load_spec(path)
@@ -192,7 +202,6 @@ class ReviewStep(WizardStep):
         self.launched_spec: Path | None = None
         self.launched_run: str | None = None
         self._shown = ""  # the draft (as JSON) the facts were last read for
-        self._launched = ""  # the draft (as JSON) last launched: Launch stays off until something changes
         self._launching = False
         self._task: asyncio.Future[None] | None = None
         self._launch_task: asyncio.Future[None] | None = None
@@ -279,6 +288,11 @@ class ReviewStep(WizardStep):
     def show_draft(self) -> None:
         """Shows the draft; when it changed, reads its facts again in the background (numbers never go stale)."""
         self._show_sections()
+        if self.draft.launched:  # launched before, maybe in an earlier session of the app
+            self.launched_run = self.draft.launched_run
+            self._show_launched_banner(self.draft.launched_run)
+        else:
+            self.launched_banner.show_message("success", "")
         if self._draft_json() != self._shown:
             self._task = self._start_refresh().task
         self._update_launch()
@@ -287,8 +301,9 @@ class ReviewStep(WizardStep):
         """Reads the facts of the saved draft once when the window opens."""
         await self.refresh()
 
-    def _draft_json(self) -> str:
-        return self.draft.model_dump_json(exclude={"step"})
+    def _draft_json(self, draft: RunDraft | None = None) -> str:
+        """The draft's choices (not the page shown, nor the launch record) as JSON: what the facts depend on."""
+        return (draft or self.draft).model_dump_json(exclude={"step", "launched_run", "launched_digest"})
 
     async def refresh(self) -> None:
         """Reads the facts off the UI thread, then shows them and the checks (a newer refresh wins)."""
@@ -301,7 +316,7 @@ class ReviewStep(WizardStep):
 
     def _start_refresh(self) -> Running[ReviewFacts]:
         snapshot, secrets, store = self.draft.model_copy(deep=True), self.context.secrets, self.context.store
-        self._shown = snapshot.model_dump_json(exclude={"step"})
+        self._shown = self._draft_json(snapshot)
         self.facts = None
         self.checks_badge.show_state("Checking", "info")
         self.checks_status.setText("Checking the run…")
@@ -360,7 +375,7 @@ class ReviewStep(WizardStep):
 
     def _update_launch(self) -> None:
         fresh = self.facts is not None and not self.refreshing and self._shown == self._draft_json()
-        launched = self._launched == self._draft_json()
+        launched = self.draft.launched
         red = self.red_checks
         required = any(check.required for check in red)
         idle = fresh and not launched and not self._launching
@@ -430,16 +445,21 @@ class ReviewStep(WizardStep):
         self._update_launch()
 
     def _show_launched(self, run_id: str) -> None:
-        # Launch stays off for this exact draft: a second click would rent the same run twice.
-        self._launched, self.launched_run = self._draft_json(), run_id
+        # Launch stays off for this exact draft, also after the app is reopened: a second click would rent the same
+        # run twice. The wizard saves the draft with the launch recorded when sig_launched is emitted.
+        self.draft.mark_launched(run_id)
+        self.launched_run = run_id
+        self._show_launched_banner(run_id)
+        self._update_launch()
+        self.launch_status.setText(f"Run {run_id} launched.")
+
+    def _show_launched_banner(self, run_id: str) -> None:
         self.launched_banner.show_message(
             "success",
             f"Run {run_id} launched",
             "It trains in the background; the monitor follows it and the Runs page lists it. Start over for "
             "another fine-tune: your prepared data and your machine setup stay, everything else starts fresh.",
         )
-        self._update_launch()
-        self.launch_status.setText(f"Run {run_id} launched.")
 
     async def _launch(self, anyway: bool) -> str:
         if self._shown != self._draft_json() or self.facts is None:
@@ -449,7 +469,7 @@ class ReviewStep(WizardStep):
             first = blockers[0]
             extra = "" if first.required else " (or choose Launch anyway)"
             raise LaunchError(f"{first.headline}. {first.details}{extra}")
-        path, spec = await off_ui_thread(self, write_launch_spec, self.draft.model_copy(deep=True))
+        path, spec = await off_ui_thread(self, write_launch_spec, self.draft.model_copy(deep=True), self.facts)
         try:
             record = await self.context.manager.launch_in_background(spec)
         except RunError as exc:
@@ -468,6 +488,6 @@ class ReviewStep(WizardStep):
         fresh = fresh_draft(self.draft)
         for name in RunDraft.model_fields:
             setattr(self.draft, name, getattr(fresh, name))
-        self._launched, self.launched_run = "", None
+        self.launched_run = None
         self.launched_banner.show_message("success", "")
         self.sig_edit.emit("data")

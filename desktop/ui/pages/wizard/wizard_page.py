@@ -90,6 +90,7 @@ class WizardPage(BasePage):
         self.context = context
         self.steps = steps
         self._build(steps)
+        self.sig_run_launched.connect(lambda _run_id: self._persist())  # the launch is part of the draft now
         start = next((i for i, s in enumerate(steps) if s.step_name == context.draft.step), 0)
         self.reached = start  # a reopened wizard continues where it was, with the steps before it reached
         self._enter(start, save=False)  # opening the window changes nothing worth writing
