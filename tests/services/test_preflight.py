@@ -128,6 +128,8 @@ def test_a_gated_model_without_a_token_is_red_and_with_one_it_is_not(monkeypatch
     facts = read_review_facts(draft, SecretStore())
     assert facts.gated and not facts.hf_token
     assert ("danger", "llama-3.1-8b needs a Hugging Face token") in headlines(draft, facts)
+    token = next(check for check in preflight(draft, facts) if "token" in check.headline)
+    assert token.required  # not even "Launch anyway": the machine would bill while its download is refused
     SecretStore().set(SecretName.HUGGINGFACE, "hf_" + "x" * 30)
     facts = read_review_facts(draft, SecretStore())
     assert facts.hf_token and all("token" not in headline for _, headline in headlines(draft, facts))

@@ -224,3 +224,27 @@ def test_switching_to_the_own_server_hides_the_offers_and_keeps_the_pick_for_lat
     assert not draft.renting and draft.compute.offer_id == pick.offer.offer_id  # type: ignore[union-attr]
     step.rent_button.click()
     assert step.rent_panel.isVisibleTo(step) and step.pick is pick
+
+
+def test_when_no_machine_fits_nothing_is_picked_and_the_step_says_why(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    # a full fine-tune of a 70 B model: terabytes per GPU, no offer comes near; a pick saved before must not stay
+    remembered = RunDraft(base_model="qwen2.5-7b", method="lora")
+    earlier = open_step(qtbot, remembered)
+    offers_shown(earlier, wait_for)
+    earlier.save_into(remembered)
+    assert remembered.compute.picked
+    step = open_step(qtbot, remembered.model_copy(update={"base_model": "llama-3.1-70b", "method": "full"}))
+    offers_shown(step, wait_for)
+    assert step.judged is not None and step.judged.offers and not any(item.fits for item in step.judged.offers)
+    assert step.pick is None and step.offers.selected() is None  # it picked a 1 x RTX 3090 and showed its total
+    assert "Nothing picked yet" in step.pick_label.text()
+    assert step.problem_banner.headline_label.text() == "No machine offered fits this run"
+    details = step.problem_banner.details_label.text()
+    assert "GB per GPU even on the closest" in details and "QLoRA" in details
+    assert step.shown_label.text().endswith("offers, by price: none fits.")
+    table = step.offers.table
+    times_and_totals = {(table.item(r, 3).text(), table.item(r, 4).text()) for r in range(table.rowCount())}
+    assert times_and_totals == {("does not fit", "—")}
+    assert step.validate() is not None  # Next asks for a machine

@@ -350,6 +350,7 @@ def _model_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
                 "It is gated on the Hugging Face Hub: the machine cannot download it without one. Accept its "
                 "licence on huggingface.co, then store your token in Settings.",
                 "model",
+                required=True,  # launched anyway, the rented machine would bill while its download is refused
             )
         )
     return found

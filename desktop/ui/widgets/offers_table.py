@@ -34,6 +34,14 @@ def fit_badge(item: DraftOffer) -> tuple[str, str]:
     return _FIT_BADGES.get(item.fit, ("Unknown", "info")) if item.fit is not None else ("Unknown", "info")
 
 
+def _time_and_total(item: DraftOffer) -> tuple[str, str]:
+    """Hours and dollars; none for a machine the job does not fit (it would fail, not take that long)."""
+    if item.fit is Fit.NO:
+        return "does not fit", "—"
+    hours = format_hours(item.hours) if item.hours is not None else "unknown"
+    return hours, f"${item.total_usd:,.2f}" if item.total_usd is not None else "unknown"
+
+
 def cells(item: DraftOffer) -> list[str]:
     """The row's texts (the fit column holds a badge; its text is for screen readers and sorting by eye)."""
     offer = item.offer
@@ -41,8 +49,7 @@ def cells(item: DraftOffer) -> list[str]:
         offer.provider.label,
         gpu_words(item),
         fit_badge(item)[0],
-        format_hours(item.hours) if item.hours is not None else "unknown",
-        f"${item.total_usd:,.2f}" if item.total_usd is not None else "unknown",
+        *_time_and_total(item),
         f"${offer.price_per_hour:,.2f}",
         f"{offer.reliability * 100:.0f} %" if offer.reliability is not None else "—",
         "Spot" if offer.spot else "On-demand",

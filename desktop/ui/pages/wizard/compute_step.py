@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft
+from desktop.core.sizing.plan import Fit
 from desktop.services.providers.base import ProviderName
 from desktop.services.providers.key_entry import KeyState, key_state
 from desktop.services.runs.offers_for_draft import (
@@ -46,7 +47,7 @@ from desktop.services.runs.offers_for_draft import (
 )
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.compute_words import budget_words, compute_pick_words, pick_words
+from desktop.ui.pages.wizard.compute_words import budget_words, compute_pick_words, none_fits_words, pick_words
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.blocks import Banner, Card, caption, heading, plain_button, set_role
 from desktop.ui.widgets.offers_table import MAX_ROWS, OffersTable
@@ -491,18 +492,29 @@ class ComputeStep(WizardStep):
     def _show_offers(self) -> None:
         items = self.visible_offers()
         self.offers.show_offers(items)
+        judged = self.judged.offers if self.judged else []
         problem = self.judged.problem if self.judged else None
-        self.problem_banner.show_message(
-            "warning",
-            "The offers cannot be judged for this run" if problem else "",
-            f"{problem} Meanwhile the offers are listed by price, without fit or totals." if problem else "",
-        )
+        none_fits = not problem and bool(judged) and not any(item.fits for item in judged)
+        if problem:
+            headline = "The offers cannot be judged for this run"
+            details = f"{problem} Meanwhile the offers are listed by price, without fit or totals."
+        elif none_fits:
+            headline, details = "No machine offered fits this run", none_fits_words(judged)
+        else:
+            headline, details = "", ""
+        self.problem_banner.show_message("warning", headline, details)
         self._show_empty(items)
-        total = len(self.judged.offers) if self.judged else 0
         shown = min(len(items), MAX_ROWS)
-        self.shown_label.setText(f"Showing {shown:,} of {total:,} offers, best first." if total else "")
-        wanted = self.pick.key if self.pick else self._draft_pick_key()
-        found = self.offers.select(wanted)
+        order = "by price: none fits" if none_fits or problem else "best first"
+        self.shown_label.setText(f"Showing {shown:,} of {len(judged):,} offers, {order}." if judged else "")
+        self._select_pick(items)
+
+    def _select_pick(self, items: list[DraftOffer]) -> None:
+        """Keeps the user's pick; a pick remembered from before is kept only while the job fits it."""
+        chosen_now = self.pick is not None
+        found = self.offers.select(self.pick.key if self.pick else self._draft_pick_key())
+        if found is not None and not chosen_now and found.fit is Fit.NO:
+            found = None  # the job changed since: it would fail there, so it is not picked for the user
         if found is None:
             found = cheapest_fitting(items)
             self.offers.select(found.key if found else None)

@@ -60,3 +60,18 @@ def budget_words(budget_usd: float, total_usd: float | None) -> tuple[str, str]:
     if total_usd > budget_usd:
         return f"The estimate (${total_usd:,.2f}) is above the budget: {stop[0].lower()}{stop[1:]}", "warning"
     return f"{stop} The estimate (${total_usd:,.2f}) is within it.", "success"
+
+
+def none_fits_words(offers: list[DraftOffer]) -> str:
+    """Why no offer fits, with the closest one's numbers, and what to change (when every offer is too small)."""
+    sized = [item for item in offers if item.need_gb is not None]
+    advice = (
+        "Choose QLoRA or a smaller model on the Model step, shorten the sequence length, or pick a machine with more "
+        "GPUs. Nothing is rented until you launch."
+    )
+    if not sized:
+        return advice
+    closest = min(sized, key=lambda item: (item.need_gb or 0.0) / max(item.offer.vram_gb, 1.0))
+    offer = closest.offer
+    machine = machine_words(offer.count, offer.gpu, offer.vram_gb)
+    return f"The run needs {closest.need_gb:,.1f} GB per GPU even on the closest, {machine}. {advice}"
