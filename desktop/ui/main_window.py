@@ -14,6 +14,7 @@ from desktop import __version__
 from desktop.core.settings import Settings
 from desktop.services.platform.resources import ResourceNotFoundError, resource_bytes
 from desktop.services.platform.secrets import SecretStore
+from desktop.ui.app_words import app_sentence
 from desktop.ui.background import spawn
 from desktop.ui.context import AppContext
 from desktop.ui.cost_words import upper_first
@@ -25,6 +26,7 @@ from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme, theme_events
 from desktop.ui.tray import CostTracker
+from desktop.ui.widgets.dialogs import TextDialog
 from desktop.ui.widgets.elided_label import ElidedLabel
 from desktop.ui.widgets.orphans_banner import OrphansBanner
 
@@ -95,7 +97,9 @@ class MainWindow(QMainWindow):
         self.status_label = ElidedLabel("Ready. No machine is rented.")
         self.status_label.setAccessibleName("What is running")
         self.statusBar().addWidget(self.status_label, 1)
-        self.cost_tracker = CostTracker(self, self.context, self.show_page)
+        self.status_label.sig_clicked.connect(self.on_status_clicked)
+        self.status_dialog: TextDialog | None = None
+        self.cost_tracker = CostTracker(self, self.context, self.show_page, self.status_label.setText)
         self.running_status = RunningStatus(self.cost_tracker.meter, self.status_label, self)
 
     # -- building pages on demand ------------------------------------------------------------------------------
@@ -329,6 +333,11 @@ class MainWindow(QMainWindow):
         self.show_page("models")
         models.select_when_listed(Path(adapter))
 
+    def on_status_clicked(self) -> None:
+        """Shows the status line whole (it was cut short), to read and copy."""
+        self.status_dialog = TextDialog(self, "Status", self.status_label.text())
+        self.status_dialog.open()
+
     def on_chat_requested(self, model: str, lora: str) -> None:
         """Opens the chat on a model picked on the Models page."""
         chat = cast("ChatPage", self._built("chat"))
@@ -342,7 +351,7 @@ class MainWindow(QMainWindow):
         try:
             found = await check_for_update()
         except UpdateCheckError as exc:
-            self.status_label.setText(f"Update check: {exc}.")
+            self.status_label.setText(f"Update check: {app_sentence(str(exc))}")
             return
         if found.newer:
             self.status_label.setText(found.words())

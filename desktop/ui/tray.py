@@ -35,6 +35,7 @@ from desktop.services.providers.base import ProviderError
 from desktop.services.renting.orphans import MachineInUseError, terminate_machine
 from desktop.services.runs.errors import RunError
 from desktop.services.runs.store import RunRecord
+from desktop.ui.app_words import app_sentence
 from desktop.ui.background import spawn
 from desktop.ui.context import AppContext
 from desktop.ui.cost_words import (
@@ -307,11 +308,19 @@ class CostTracker(QObject):
         window: The main window.
         context: The app's services.
         open_page: Shows a page of the window by name (``costs``).
+        status_line: Writes a line in the window's status bar (where there is no tray); default: a passing message.
     """
 
-    def __init__(self, window: QMainWindow, context: AppContext, open_page: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        window: QMainWindow,
+        context: AppContext,
+        open_page: Callable[[str], None],
+        status_line: Callable[[str], None] | None = None,
+    ) -> None:
         super().__init__(window)
         self.window, self.context, self.open_page = window, context, open_page
+        self.status_line = status_line or (lambda text: window.statusBar().showMessage(text, NOTICE_MS))
         self.meter = CostMeter(context.store, window, notices=not context.read_only)
         self.tray = CostTray(window.windowIcon(), self, enabled=not context.read_only)
         self.status_meter = StatusMeter()
@@ -359,10 +368,11 @@ class CostTracker(QObject):
 
     def say(self, title: str, text: str, severity: str = "info") -> None:
         """Tells the user: a tray notification, or the status bar where there is no tray."""
+        text = app_sentence(text)
         self.said.append((title, text, severity))
         if self.tray.notify(title, text, severity):
             return
-        self.window.statusBar().showMessage(f"{title}: {text}", NOTICE_MS)
+        self.status_line(f"{title}: {text}")
 
     def on_read_failed(self, words: str) -> None:
         """Says once (not at every read) that the costs cannot be read, and why."""
@@ -380,7 +390,8 @@ class CostTracker(QObject):
     def on_stop_requested(self, machine: BillingMachine) -> None:
         """Asks, then stops the machine's run (or terminates a machine no run uses) in the background."""
         title, question = stop_question(machine)
-        if confirm(self.window, title, question):
+        action = "&Stop the run" if machine.owned else "&Terminate it"
+        if confirm(self.window, title, question, action, "&Keep it"):
             spawn(self.stop_machine(machine))
 
     async def stop_machine(self, machine: BillingMachine) -> None:

@@ -128,7 +128,7 @@ def test_a_running_rented_machine_is_in_the_menu_and_stop_terminates_it_at_the_p
     entry = _stop_entry(window)
     assert entry.text == f"Stop run {run_id} (RunPod RTX 4090, $0.69/h)…"
     asked: list[str] = []
-    monkeypatch.setattr(tray, "confirm", lambda _parent, _title, question: asked.append(question) or True)
+    monkeypatch.setattr(tray, "confirm", lambda _parent, _title, question, *_buttons: asked.append(question) or True)
     action = tracker.status_meter.menu.action_for("stop")
     assert action is not None
     action.trigger()
@@ -154,12 +154,12 @@ def test_an_orphan_found_at_start_is_announced_and_terminated_after_asking(
     qloop.run_until_complete(window.check_orphans())
     wait_for(lambda: any(title == "Machines billing for nothing" for title, _, _ in tracker.said))
     wait_for(tracker.status_meter.button.isEnabled)
-    assert "1 rented machine that no run uses bills $0.69/h" in window.statusBar().currentMessage()
+    assert "1 rented machine that no run uses bills $0.69/h" in window.status_label.text()
     entry = _stop_entry(window)
     assert entry.text == "Terminate RunPod RTX 4090 ($0.69/h, no run uses it)…"
     answers = iter([False, True])
     asked: list[str] = []
-    monkeypatch.setattr(tray, "confirm", lambda _p, _t, question: asked.append(question) or next(answers))
+    monkeypatch.setattr(tray, "confirm", lambda _p, _t, question, *_buttons: asked.append(question) or next(answers))
     tracker.on_stop_requested(entry.machine)  # asked, and told no: nothing happens
     qloop.run_until_complete(asyncio.sleep(0.3))
     assert runpod.instances[orphan.instance_id].terminated is None
@@ -194,7 +194,7 @@ def test_budget_thresholds_are_notified_once_each(qtbot: QtBot, qloop: asyncio.A
     assert titles[-1] == "Budget reached" and titles.count("Budget reached") == 1
     assert set(titles) <= {"50 % of the budget spent", "80 % of the budget spent", "Budget reached"}
     assert len(titles) == len(set(titles)), "each threshold once"
-    assert f"Run {record.id} (m) has spent" in window.statusBar().currentMessage()
+    assert f"Run {record.id} (m) has spent" in window.status_label.text()
 
 
 def test_notifications_off_in_settings_say_nothing(

@@ -96,7 +96,7 @@ def test_stop_on_the_page_goes_through_the_trackers_question(
     seeded = seed_spending()
     page = _costs(qtbot, qloop)
     asked: list[str] = []
-    monkeypatch.setattr(tray, "confirm", lambda _p, _t, question: asked.append(question) or False)
+    monkeypatch.setattr(tray, "confirm", lambda _p, _t, question, *_buttons: asked.append(question) or False)
     button = page.stop_button(f"runpod:{seeded.live_instance}")
     assert button is not None
     button.click()

@@ -416,7 +416,7 @@ def test_removing_the_local_tools_asks_with_their_size_and_frees_them(
     wait_for(lambda: bar.badge.text() == "Local tools installed", timeout=30)
     assert "torch 2.13.0" in bar.detail_label.text() and bar.remove_button.isVisibleTo(page)
     asked: list[str] = []
-    monkeypatch.setattr(models_page, "confirm", lambda _parent, _title, question: asked.append(question) or True)
+    monkeypatch.setattr(models_page, "confirm", lambda _parent, _title, question, *_: asked.append(question) or True)
     bar.remove_button.click()
     assert page.task is not None and not bar.install_button.isEnabled() and not bar.remove_button.isEnabled()
     wait_for(lambda: page.task is None and bar.badge.text() == "Local tools built in", timeout=30)  # this venv has them

@@ -336,7 +336,7 @@ def test_stop_asks_first_and_ends_a_run_that_had_not_started_training(
     page.show_run(run_id)
     wait_for(page.stop_button.isEnabled)
     questions: list[tuple[str, str]] = []
-    monkeypatch.setattr(monitor_page, "confirm", lambda _p, title, text: questions.append((title, text)) or False)
+    monkeypatch.setattr(monitor_page, "confirm", lambda _p, title, text, *_: questions.append((title, text)) or False)
     page.stop_button.click()
     assert questions == [
         ("Stop this run?", "Nothing has been trained yet: the run stops now. Resume starts it again later.")
@@ -403,7 +403,7 @@ def test_resume_reconnects_and_pauses_again_while_the_machine_is_unreachable(
     wait_for(lambda: not context.manager.is_driving(run_id))
     assert [t["to_state"] for t in context.store.transitions(run_id)][-2:] == ["connecting", "paused"]
     wait_for(lambda: page.state_badge.text() == "Paused" and page.resume_button.isEnabled())
-    assert "machine unreachable" in page.banner.details_label.text()
+    assert "Machine unreachable" in page.banner.details_label.text()
 
 
 def test_a_stopped_run_resumes_through_the_same_button(

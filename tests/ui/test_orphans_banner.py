@@ -48,7 +48,7 @@ def test_home_warns_of_orphans_and_terminates_them_after_asking(
     assert banner.isVisible()
     assert "1 rented machine that no run uses still bills $0.69/h" in banner.text.text()
     asked: list[str] = []
-    monkeypatch.setattr(orphans_banner, "confirm", lambda _parent, _title, question: asked.append(question) or True)
+    monkeypatch.setattr(orphans_banner, "confirm", lambda _parent, _title, question, *_: asked.append(question) or True)
     banner.stop_button.click()
     wait_for(lambda: not banner.isVisible())
     assert asked and "Terminate them now?" in asked[0]

@@ -475,7 +475,7 @@ class ModelsPage(BasePage):
             f"Delete the local tools ({size_text(status.size_bytes)}) from {status.folder}?\n\nExport and chat need "
             "them; installing them again takes a few minutes. Your adapters and exported models are kept."
         )
-        if not confirm(self, "Remove the local tools", question):
+        if not confirm(self, "Remove the local tools", question, "&Remove them", "&Keep them"):
             return
         self._start(
             "Removing the local tools",

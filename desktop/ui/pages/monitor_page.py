@@ -422,7 +422,7 @@ class MonitorPage(BasePage):
         if self.run_id is None or self.snapshot is None:
             return
         title, question = monitor_text.stop_question(self.snapshot)
-        if confirm(self, title, question):
+        if confirm(self, title, question, "&Stop the run", "&Keep it running"):
             self.stop_run()
 
     @asyncSlot()
@@ -452,7 +452,7 @@ class MonitorPage(BasePage):
         if self.run_id is None or self.snapshot is None:
             return
         question = resume_question(self.snapshot)
-        if question is not None and not confirm(self, *question):
+        if question is not None and not confirm(self, *question, "&Rent and resume", "&Not now"):
             return
         self._resume(None, "Resuming: reconnecting to the machine…")
 

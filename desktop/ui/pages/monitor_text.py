@@ -17,6 +17,7 @@ from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.runs.actions import was_stopped_by_user
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
+from desktop.ui.app_words import app_sentence
 from desktop.ui.cost_words import money, rate
 from desktop.ui.run_words import is_rented, method_word, provider_word, resume_start
 from trainer_payload.protocol import ErrorKind, JobState
@@ -380,8 +381,8 @@ def notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice | None:
         return Notice(
             "warning",
             "Paused: the machine could not be reached",
-            f"{record.error or 'The connection was lost.'} Resume tries again; a run on your own server can also "
-            "continue elsewhere, from the newest checkpoint on this computer.",
+            f"{app_sentence(record.error or 'The connection was lost.')} Resume tries again; a run on your own "
+            "server can also continue elsewhere, from the newest checkpoint on this computer.",
         )
     if record.state is RunState.CANCELLED:
         return stopped_notice(progress, snapshot)
@@ -432,7 +433,7 @@ def failure_notice(progress: RunProgress, run_error: str | None) -> Notice:
         error = progress.errors[-1]
         headline, fix = ERROR_WORDS.get(error.kind, ("The trainer failed", error.hint))
         return Notice("danger", headline, f"{error.message}\nWhat to do: {fix}")
-    return Notice("danger", "The run failed", run_error or "The trainer stopped without saying why.")
+    return Notice("danger", "The run failed", app_sentence(run_error or "The trainer stopped without saying why."))
 
 
 # -- the questions ---------------------------------------------------------------------------------------------------

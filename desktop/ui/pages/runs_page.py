@@ -299,7 +299,7 @@ class RunsPage(BasePage):
         if row is None:
             return
         question = resume_question(row.snapshot)
-        if question is not None and not confirm(self, *question):
+        if question is not None and not confirm(self, *question, "&Rent and resume", "&Not now"):
             return
         self.resume_button.setEnabled(False)
         self.status_label.setText(f"Resuming run {row.record.id}…")

@@ -4,33 +4,81 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
 from desktop.core.runs.spec import SshTarget
+from desktop.ui.widgets.blocks import heading, plain_button, primary_button
 
 
-def confirm(parent: QWidget, title: str, question: str) -> bool:
-    """Asks a yes/no question in a modal box, No being the default; True when the user answers Yes.
+class ConfirmDialog(QDialog):
+    """A question in the app's own look: its title as a heading, the question, and two named buttons.
 
-    Call it from a plain (not ``async``) slot: a modal box runs its own event loop.
+    The safe answer (``cancel``) is the default, so Enter never does what cannot be undone.
     """
-    answer = QMessageBox.question(
-        parent,
-        title,
-        question,
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-        QMessageBox.StandardButton.No,
-    )
-    return answer == QMessageBox.StandardButton.Yes
+
+    def __init__(self, parent: QWidget, title: str, question: str, action: str, cancel: str) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.setAccessibleName(title)
+        self.setMinimumWidth(460)
+        layout = QVBoxLayout(self)
+        layout.setSpacing(12)
+        layout.addWidget(heading(title))
+        text = QLabel(question)
+        text.setWordWrap(True)
+        text.setAccessibleName("Question")
+        layout.addWidget(text)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.cancel_button = plain_button(cancel, accessible_name=cancel.replace("&", ""))
+        self.action_button = primary_button(action, None, action.replace("&", ""))
+        self.cancel_button.clicked.connect(self.reject)
+        self.action_button.clicked.connect(self.accept)
+        self.cancel_button.setDefault(True)
+        row.addWidget(self.cancel_button)
+        row.addWidget(self.action_button)
+        layout.addLayout(row)
+
+
+def confirm(parent: QWidget, title: str, question: str, action: str = "&Yes", cancel: str = "&No") -> bool:
+    """Asks a question in a modal :class:`ConfirmDialog`, the safe answer being the default; True for ``action``.
+
+    Call it from a plain (not ``async``) slot: a modal dialog runs its own event loop.
+    """
+    return ConfirmDialog(parent, title, question, action, cancel).exec() == QDialog.DialogCode.Accepted
+
+
+class TextDialog(QDialog):
+    """A message shown whole, selectable, with a Close button (a status line that did not fit, say)."""
+
+    def __init__(self, parent: QWidget, title: str, text: str) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.setAccessibleName(title)
+        self.setMinimumWidth(520)
+        layout = QVBoxLayout(self)
+        layout.addWidget(heading(title))
+        self.text_label = QLabel(text)
+        self.text_label.setWordWrap(True)
+        self.text_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.text_label)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        close = primary_button("&Close", None, "Close")
+        close.clicked.connect(self.accept)
+        row.addWidget(close)
+        layout.addLayout(row)
 
 
 class NewTargetDialog(QDialog):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter, QPaintEvent
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QMouseEvent, QPainter, QPaintEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStyle, QStyleOptionFrame, QWidget
 
 
 class ElidedLabel(QLabel):
     """A :class:`QLabel` for one line of changing text (a status bar's) that never pushes its window wider.
 
-    ``text()`` stays the whole text; only the painting is shortened. While shortened, the tooltip holds all of it.
+    ``text()`` stays the whole text; only the painting is shortened. While shortened, the tooltip holds all of it
+    and a click emits ``sig_clicked`` (the window then shows the whole text, to read and copy).
     """
+
+    sig_clicked = Signal()
 
     def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(text, parent)
@@ -21,6 +24,12 @@ class ElidedLabel(QLabel):
     def minimumSizeHint(self) -> QSize:
         """As wide as a few characters: the layout, not the text, decides the width."""
         return QSize(self.fontMetrics().averageCharWidth() * 8, super().minimumSizeHint().height())
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        """A click on a shortened line asks for it whole."""
+        super().mouseReleaseEvent(event)
+        if event.button() is Qt.MouseButton.LeftButton and self.is_elided():
+            self.sig_clicked.emit()
 
     def is_elided(self) -> bool:
         """Whether the text is wider than the space it has."""

@@ -33,9 +33,10 @@ from desktop.services.local.needs import LocalNeeds, local_needs, needs_now
 from desktop.services.local.tools import LocalStep
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.adapters import ReturnedAdapter
+from desktop.ui.app_words import sentence
 from desktop.ui.background import CoroutineOperation
 from desktop.ui.widgets.blocks import caption, heading, plain_button, primary_button
-from desktop.ui.widgets.local_words import adapter_title, sentence
+from desktop.ui.widgets.local_words import adapter_title
 from desktop.ui.widgets.needs_panel import NeedsPanel
 
 #: What each GGUF type is for, in the type picker.

@@ -12,6 +12,7 @@ from desktop.core.runs.progress import format_duration
 from desktop.services.local.inventory import ExportedItem, ExportKind
 from desktop.services.local.tools import LocalTool
 from desktop.services.runs.adapters import ReturnedAdapter
+from desktop.ui.app_words import app_sentence, sentence
 
 #: (pattern, replacement) for the command-line hints in the local tools' messages.
 _CLI_HINTS: list[tuple[str, str]] = [
@@ -32,26 +33,12 @@ _CLI_HINTS: list[tuple[str, str]] = [
 ]
 
 
-#: Names that keep their lower-case first letter at the start of a sentence.
-_LOWER_CASE_NAMES = ("llama.cpp", "mlx-lm", "mlx_lm", "llama-cpp-python")
-
-
 def people_words(message: str) -> str:
-    """A service's message as a sentence for the app: command-line hints replaced, a capital and a full stop."""
+    """A local tool's message as a sentence for the app: its command-line hints said as the app's fixes."""
     text = message
     for pattern, replacement in _CLI_HINTS:
         text = re.sub(pattern, replacement, text)
-    text = re.sub(r"\s+([;,.])", r"\1", re.sub(r"  +", " ", text)).strip()
-    return sentence(text)
-
-
-def sentence(text: str) -> str:
-    """``text`` with a capital first letter and a full stop."""
-    if not text:
-        return text
-    if not text.startswith(_LOWER_CASE_NAMES):
-        text = text[0].upper() + text[1:]
-    return text if text.endswith((".", "!", "?")) else text + "."
+    return app_sentence(text)
 
 
 def size_text(count: int | None) -> str:

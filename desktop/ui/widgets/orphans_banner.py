@@ -70,7 +70,7 @@ class OrphansBanner(Banner):
             f"{orphans_text(report)}\n\nTerminate them now? Their disks are deleted; no Rentune run uses them "
             "(a run's checkpoints are already on this computer)."
         )
-        if confirm(self, "Terminate orphaned machines", question):
+        if confirm(self, "Terminate orphaned machines", question, "&Terminate them", "&Keep them"):
             self.stop_button.setEnabled(False)
             self._terminate(report)
 

@@ -13,6 +13,7 @@ from desktop.services.platform.secrets import SecretSource, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.services.providers.key_entry import KeyEntryError, KeyState, add_key
 from desktop.services.runs.offers_for_draft import ProviderAnswer, ProviderStatus
+from desktop.ui.app_words import app_sentence
 from desktop.ui.background import CoroutineOperation
 from desktop.ui.widgets.blocks import Badge, Banner, caption, plain_button, primary_button
 
@@ -164,7 +165,7 @@ class ProviderKeyRow(QFrame):
 
     def _refused(self, exc: KeyEntryError) -> None:
         self._editing_done()
-        self.error.show_message("danger", "The key was not saved", str(exc))
+        self.error.show_message("danger", "The key was not saved", app_sentence(str(exc)))
         self.key_edit.setFocus()
         self.key_edit.selectAll()
 
