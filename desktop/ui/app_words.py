@@ -26,6 +26,7 @@ _SPEC_KEYS: list[tuple[str, str]] = [
 _TERMINAL_FIXES: list[tuple[str, str]] = [
     (r",? or raise \[compute\] ready_timeout_minutes", ""),
     (r"[;,]?\s*\(or set [A-Z_]+\)", ""),
+    (r",? or set HF_TOKEN\b", ""),
     (r"\brun rentune keys set (\w+)", r"store its key in Settings"),
     (r"\brentune keys set (\w+)", r"Settings, API keys"),
     (r"\(?\brentune (?:resume|pull) \S+\)?", "Resume on the run's page"),

@@ -284,6 +284,36 @@ def test_missing_libraries_are_named_with_the_command_and_block_the_export(
     assert page.banner.headline_label.text() == "Installing the local tools did not finish."
 
 
+def test_the_export_dialog_says_which_outputs_can_be_made_and_a_message_stays_with_its_adapter(
+    page: ModelsPage,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    pattern_adapter: TrainedAdapter,
+) -> None:
+    store = RunStore()
+    record_returned_run(store, pattern_adapter.path, base=str(pattern_adapter.base), finished_ago=7200)
+    first = record_returned_run(store, pattern_adapter.path, base=str(pattern_adapter.base))
+    reload(page, qloop)
+    dialog = export_dialog(page)
+    # the tiny model's tokenizer is one llama.cpp does not know: said before anything is downloaded or merged
+    wait_for(lambda: "Cannot: GGUF" in dialog.verdict_label.text(), timeout=120)
+    assert dialog.verdict_label.text().startswith("Can be made: merged model")
+    assert "does not recognise the tokenizer" in dialog.verdict_label.text()
+    assert not dialog.gguf_check.isEnabled() and not dialog.gguf_check.isChecked()
+    assert not dialog.lora_check.isEnabled() and not dialog.ollama_check.isEnabled()
+    assert "tokenizer" in dialog.gguf_check.toolTip()
+    assert not dialog.start_button.isEnabled() and dialog.hint_label.text() == "Tick at least one thing to export."
+    dialog.merged_check.setChecked(True)
+    assert dialog.start_button.isEnabled()
+    dialog.start_button.click()
+    wait_for(lambda: page.task is None, timeout=600)
+    assert "Exported" in page.banner.headline_label.text()
+    assert page.selected() is not None and page.selected().origin == first
+    other = next(row for index, row in page._rows() if page.entries[index].origin != first)
+    page.tree.setCurrentItem(other)
+    assert not page.banner.isVisibleTo(page)  # it spoke of the other adapter: it no longer shows beside this one
+
+
 def test_a_base_to_download_is_offered_with_its_size(
     page: ModelsPage,
     qloop: asyncio.AbstractEventLoop,

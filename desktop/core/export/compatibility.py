@@ -6,6 +6,7 @@ services read ``adapter_config.json``, ``config.json`` and the safetensors heade
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -207,3 +208,47 @@ def _mlx_verdict(base: BaseFacts, tools: Toolchain) -> Verdict:
         why = f"mlx-lm cannot load model type {base.model_type!r}; the merged model and GGUF still work"
         return Verdict(False, why)
     return Verdict(True)
+
+
+_LAYER = re.compile(r"\.layers\.(\d+)\.")
+
+
+def config_problems(adapter: AdapterFacts, config: dict[str, object]) -> list[str]:
+    """Whether the adapter's tensors can belong to a model with this ``config.json``, before its weights are here.
+
+    Every LoRA layer index must exist in the base, and every LoRA matrix's outer size must be one of the base's
+    widths (hidden, intermediate, attention heads', key/value heads', vocabulary). Catches an adapter for another size
+    of model; the exact shapes are compared once the weights are here (:func:`check_compatibility`).
+    """
+    widths = _widths(config)
+    layers = config.get("num_hidden_layers")
+    problems: list[str] = []
+    for name, shape in sorted(adapter.tensors.items()):
+        _target, role = base_tensor_name(name)
+        layer = _LAYER.search(name)
+        if isinstance(layers, int) and layer and int(layer.group(1)) >= layers:
+            problems.append(f"{name} is in layer {layer.group(1)}, but the base has {layers} layers")
+        outer = shape[1] if role == "lora_A" and len(shape) == 2 else shape[0] if role == "lora_B" and shape else None
+        if widths and outer is not None and outer not in widths:
+            problems.append(f"{name} is {outer} wide, which no weight of the base is ({sorted(widths)})")
+    return problems
+
+
+def _widths(config: dict[str, object]) -> set[int]:
+    """The sizes a base's linear layers have, from its config (empty when it does not say)."""
+
+    def number(key: str) -> int | None:
+        value = config.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    hidden, heads = number("hidden_size"), number("num_attention_heads")
+    if hidden is None:
+        return set()
+    head_dim = number("head_dim") or (hidden // heads if heads else None)
+    kv_heads = number("num_key_value_heads") or heads
+    widths = {hidden, *filter(None, [number("intermediate_size"), number("vocab_size")])}
+    if head_dim and heads:
+        widths.add(head_dim * heads)
+    if head_dim and kv_heads:
+        widths.add(head_dim * kv_heads)
+    return widths

@@ -28,6 +28,8 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
 _FILE_SUFFIXES = frozenset({".gguf", ".safetensors", ".bin", ".json", ".jsonl", ".pt", ".pth", ".txt"})
 #: What a base needs locally: configs, tokenizer, chat template and safetensors weights (not .bin, .gguf, onnx).
 _WANTED = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt", "*.tiktoken"]
+#: A model's small files: config, tokenizer, chat template (what is checked before the weights are downloaded).
+_DESCRIPTION = ["*.json", "tokenizer.model", "*.jinja", "*.txt", "*.tiktoken"]
 
 
 def hub_cache() -> Path:
@@ -160,7 +162,38 @@ async def local_base(name: str | None, progress: Progress = no_progress, secrets
         raise
 
 
-def _resolve(name: str | None, progress: Progress, secrets: SecretStore | None, stop: threading.Event) -> Path:
+async def base_description(
+    name: str | None, progress: Progress = no_progress, secrets: SecretStore | None = None
+) -> Path:
+    """A folder with the base model's config and tokenizer files: what to check before its weights come.
+
+    A folder is used as it is; a Hub model's small files alone are downloaded (kilobytes, into the same cache the
+    weights go to later), unless the whole model is cached already.
+
+    Raises:
+        LocalToolError: As :func:`local_base`.
+    """
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+
+    def report(text: str, fraction: float | None) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(progress, text, fraction)
+
+    try:
+        return await asyncio.to_thread(_resolve, name, report, secrets, stop, _DESCRIPTION)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+
+
+def _resolve(
+    name: str | None,
+    progress: Progress,
+    secrets: SecretStore | None,
+    stop: threading.Event,
+    patterns: list[str] | None = None,
+) -> Path:
     if not name:
         raise LocalInputError("the adapter does not say which base model it was trained on; pass --base MODEL")
     path = Path(name).expanduser()
@@ -170,7 +203,9 @@ def _resolve(name: str | None, progress: Progress, secrets: SecretStore | None, 
         return path.resolve()
     if not _is_hub_id(name, path):
         raise LocalInputError(f"{name}: no such folder, and not a Hugging Face id (org/name); pass --base MODEL")
-    return _download(name, progress, _token(secrets), stop)
+    if patterns is not None and (cached := cached_snapshot(name)) is not None:
+        return cached
+    return _download(name, progress, _token(secrets), stop, patterns or _WANTED)
 
 
 def _token(secrets: SecretStore | None) -> str | None:
@@ -180,7 +215,9 @@ def _token(secrets: SecretStore | None) -> str | None:
         return None
 
 
-def _download(repo_id: str, progress: Progress, token: str | None, stop: threading.Event) -> Path:
+def _download(
+    repo_id: str, progress: Progress, token: str | None, stop: threading.Event, patterns: list[str] | None = None
+) -> Path:
     from huggingface_hub import snapshot_download  # heavy import, only when the Hub is really needed
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -188,7 +225,7 @@ def _download(repo_id: str, progress: Progress, token: str | None, stop: threadi
         folder = snapshot_download(
             repo_id,
             cache_dir=str(hub_cache()),
-            allow_patterns=_WANTED,
+            allow_patterns=patterns or _WANTED,
             token=token,
             tqdm_class=_progress_bar(progress, stop),
             endpoint=os.environ.get("HF_ENDPOINT"),  # read now: huggingface_hub reads it once, at import

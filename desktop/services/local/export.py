@@ -1,7 +1,9 @@
 """``rentune export``'s engine: from an adapter and its base to every output asked for, checked before any work.
 
-Order: find the base, read both, judge each asked-for output (:mod:`desktop.core.export.compatibility`) and refuse
-before any work when one cannot be made; then merge, convert, quantise, write the Modelfile and the MLX folder.
+Order: read the base's config and tokenizer (a Hub model's small files only) and judge each asked-for output as the
+converters would (llama.cpp's own converter on the tokenizer, the adapter against the base's sizes), refusing before
+any download or merge; then fetch the base, compare every tensor shape, merge, convert, quantise, write the
+Modelfile and the MLX folder.
 Each output is written under a temporary name and renamed when complete; intermediates that were not asked for
 (the merged folder, the F16 GGUF) are removed at the end.
 """
@@ -15,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from desktop.core.export.compatibility import Compatibility, OutputFormat, Toolchain
-from desktop.services.local.base_model import local_base
-from desktop.services.local.common import LocalInputError, Progress, no_progress
-from desktop.services.local.facts import mlx_model_types
+from desktop.core.export.compatibility import Compatibility, OutputFormat, Toolchain, Verdict, config_problems
+from desktop.services.local.base_model import base_description, local_base
+from desktop.services.local.common import LocalInputError, LocalToolError, Progress, no_progress
+from desktop.services.local.facts import adapter_facts, mlx_model_types, read_json
 from desktop.services.local.fit import ensure_fits
 from desktop.services.local.merge import MergeResult, merge_adapter
 
@@ -118,6 +120,65 @@ async def check_export(request: ExportRequest, base: Path, progress: Progress = 
     return compatibility
 
 
+async def check_before_download(request: ExportRequest, description: Path, progress: Progress = no_progress) -> None:
+    """What the converters would refuse, checked on the base's config and tokenizer before weights come or merge.
+
+    The adapter against the base's sizes; for GGUF, llama.cpp's own converter on the config and tokenizer (its
+    architecture, vocabulary type and pre-tokenizer); for MLX, whether mlx-lm knows the model type.
+
+    Raises:
+        LocalToolError: An asked-for output cannot be made, or the adapter is for another base; nothing is written.
+    """
+    verdicts = await judge_outputs(request.adapter, description, request.formats(), progress)
+    for fmt in request.formats():
+        if not verdicts[fmt].possible:
+            raise LocalInputError(
+                f"cannot write {fmt.value}: {verdicts[fmt].reason}; nothing was downloaded or written"
+            )
+
+
+async def judge_outputs(
+    adapter: Path, description: Path, formats: list[OutputFormat] | None = None, progress: Progress = no_progress
+) -> dict[OutputFormat, Verdict]:
+    """Which outputs can be made from ``adapter`` over the base described by ``description`` (config, tokenizer).
+
+    Only the formats in ``formats`` (all when None) are checked with their tools; the others are judged possible.
+    """
+    wanted = set(formats or OutputFormat)
+    config = await asyncio.to_thread(read_json, description / "config.json", "the base model")
+    facts = await asyncio.to_thread(adapter_facts, adapter)
+    mismatch = config_problems(facts, config)
+    if mismatch:
+        more = f" (and {len(mismatch) - 1} more)" if len(mismatch) > 1 else ""
+        reason = (
+            f"the adapter was trained on another base model: {mismatch[0]}{more}; choose the base it was trained on"
+        )
+        return {fmt: Verdict(False, reason) for fmt in OutputFormat}
+    verdicts = {fmt: Verdict(True) for fmt in OutputFormat}
+    if wanted & {OutputFormat.GGUF, OutputFormat.LORA_GGUF, OutputFormat.OLLAMA}:
+        gguf = await _gguf_verdict(description, progress)
+        verdicts |= {OutputFormat.GGUF: gguf, OutputFormat.OLLAMA: gguf, OutputFormat.LORA_GGUF: gguf}
+        if gguf.possible and (facts.modules_to_save or facts.use_dora):
+            whole = ", ".join(facts.modules_to_save) or "DoRA magnitudes"
+            verdicts[OutputFormat.LORA_GGUF] = Verdict(False, f"a GGUF LoRA cannot carry the adapter's {whole}")
+    if OutputFormat.MLX in wanted:
+        types, missing = mlx_model_types()
+        model_type = str(config.get("model_type", ""))
+        if types is None or model_type not in types:
+            verdicts[OutputFormat.MLX] = Verdict(False, missing or f"mlx-lm cannot load model type {model_type!r}")
+    return verdicts
+
+
+async def _gguf_verdict(description: Path, progress: Progress) -> Verdict:
+    from desktop.services.local.gguf import check_vocabulary
+
+    try:
+        await check_vocabulary(description, progress)
+    except LocalToolError as exc:
+        return Verdict(False, str(exc))
+    return Verdict(True)
+
+
 async def _toolchain(request: ExportRequest, progress: Progress) -> Toolchain:
     gguf: frozenset[str] | None = None
     gguf_missing = "not asked for"
@@ -135,6 +196,8 @@ async def export(request: ExportRequest, progress: Progress = no_progress) -> Ex
     Raises:
         LocalToolError: Any step failed; outputs finished before it stay, nothing half-written is left.
     """
+    description = await base_description(request.base, progress)
+    await check_before_download(request, description, progress)
     base = await local_base(request.base, progress)
     await check_export(request, base, progress)
     await asyncio.to_thread(request.out.mkdir, parents=True, exist_ok=True)

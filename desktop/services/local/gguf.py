@@ -6,7 +6,10 @@ is renamed only when the step succeeded, so nothing half-written looks finished.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,6 +110,45 @@ def check_convertible(model_dir: Path, converters: Converters) -> None:
         raise LocalToolError(
             f"llama.cpp {converters.version} cannot convert architecture {architecture} to GGUF; {_WORKS_ANYWAY}"
         )
+
+
+#: The small files of a model that say what it is: config, tokenizer, chat template (no weights).
+DESCRIPTION_FILES = ("*.json", "tokenizer.model", "*.jinja", "*.txt", "*.tiktoken")
+
+
+async def check_vocabulary(model_dir: Path, progress: Progress) -> None:
+    """Runs llama.cpp's own converter on the model's config and tokenizer alone (``--vocab-only``), no weights.
+
+    The converter refuses here what it would refuse after a download and a merge: an architecture it does not
+    register, a vocabulary type it cannot read, a BPE pre-tokenizer it does not know. Seconds, and nothing is kept.
+
+    Raises:
+        LocalToolError: The converter refuses the model; the message names why and what still works.
+    """
+    converters = await llama_cpp_converters(progress)
+    architecture = _architecture(model_dir)
+    if architecture not in convertible_architectures(converters):
+        raise LocalToolError(
+            f"llama.cpp {converters.version} cannot convert architecture {architecture} to GGUF; {_WORKS_ANYWAY}"
+        )
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="rentune-vocab-") as scratch:
+        described = await asyncio.to_thread(_copy_description, model_dir, Path(scratch) / "model")
+        args = [str(converters.convert_hf), str(described), "--vocab-only", "--outfile", str(Path(scratch) / "v.gguf")]
+        progress("checking the tokenizer with llama.cpp's converter", None)
+        try:
+            await run_python(args, env=converters.env(), on_line=lines.append, what="convert_hf_to_gguf.py")
+        except LocalToolError as exc:
+            raise _conversion_error(lines, model_dir, exc) from None
+
+
+def _copy_description(model_dir: Path, target: Path) -> Path:
+    """Copies the model's config and tokenizer files (not its weights) into ``target``; returns ``target``."""
+    target.mkdir()
+    for pattern in DESCRIPTION_FILES:
+        for file in model_dir.glob(pattern):
+            shutil.copy2(file, target / file.name)
+    return target
 
 
 def _conversion_error(lines: list[str], model_dir: Path, error: LocalToolError) -> LocalToolError:

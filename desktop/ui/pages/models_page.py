@@ -126,6 +126,7 @@ class ModelsPage(BasePage):
         self._after: Path | None = None
         self._what = ""
         self._cancelled = False
+        self._told_about: str | None = None  # the adapter (export folder name) the banner's message is about
         super().__init__(parent)
         self.banner = Banner()
         self.body.addWidget(self.banner)
@@ -325,8 +326,15 @@ class ModelsPage(BasePage):
     # -- what the selection allows ------------------------------------------------------------------------------
 
     def on_selection_changed(self) -> None:
-        """Enables the actions the selected row allows and describes it."""
+        """Enables the actions the selected row allows and describes it.
+
+        A finished step's message about another adapter goes: it would read as being about this one.
+        """
         entry = self.selected()
+        moved_on = entry is not None and entry.origin != self._told_about  # none: the list is being read again
+        if self.task is None and self._told_about is not None and moved_on:
+            self.banner.show_message("info", "")
+            self._told_about = None
         busy = self.task is not None
         adapter = entry.adapter if entry else None
         item = entry.item if entry else None
@@ -498,6 +506,8 @@ class ModelsPage(BasePage):
         self.banner.show_message("info", "")
         self._after = None
         self._what = what
+        started_on = self.selected()
+        self._told_about = started_on.origin if started_on is not None else None
         self._cancelled = False
         self.task_card.start(title, note)
         if self.tools_bar.status is not None:  # its buttons wait for the step to end

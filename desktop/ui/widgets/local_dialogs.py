@@ -27,7 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.services.local.export import DEFAULT_GGUF, ExportRequest
+from desktop.core.export.compatibility import OutputFormat, Verdict
+from desktop.services.local.base_model import base_description
+from desktop.services.local.common import LocalToolError
+from desktop.services.local.export import DEFAULT_GGUF, ExportRequest, judge_outputs
 from desktop.services.local.gguf import QUANT_TYPES
 from desktop.services.local.needs import LocalNeeds, local_needs, needs_now
 from desktop.services.local.tools import LocalStep
@@ -36,9 +39,17 @@ from desktop.services.runs.adapters import ReturnedAdapter
 from desktop.ui.app_words import sentence
 from desktop.ui.background import CoroutineOperation
 from desktop.ui.widgets.blocks import caption, heading, plain_button, primary_button
-from desktop.ui.widgets.local_words import adapter_title
+from desktop.ui.widgets.local_words import adapter_title, people_words
 from desktop.ui.widgets.needs_panel import NeedsPanel
 
+#: Each output as the verdict line names it.
+FORMAT_WORDS = {
+    OutputFormat.GGUF: "GGUF",
+    OutputFormat.LORA_GGUF: "GGUF LoRA",
+    OutputFormat.OLLAMA: "Ollama Modelfile",
+    OutputFormat.MERGED: "merged model",
+    OutputFormat.MLX: "MLX",
+}
 #: What each GGUF type is for, in the type picker.
 QUANT_WORDS = {
     "Q4_K_M": "smallest that keeps quality (recommended)",
@@ -152,10 +163,59 @@ class ExportDialog(_LocalStepDialog):
     """Asks what to export: merged, GGUF of a type, GGUF LoRA, MLX, an Ollama Modelfile; GGUF Q4_K_M is preset."""
 
     def __init__(self, parent: QWidget, adapter: ReturnedAdapter, secrets: SecretStore) -> None:
+        self.verdicts: dict[OutputFormat, Verdict] = {}
+        self._judged_base: str | None = None
         super().__init__(parent, adapter, secrets, "Export the fine-tuned model")
         self.layout_.addWidget(self._formats())
+        self.verdict_label = caption("Checking which outputs can be made from this adapter and base…")
+        self.verdict_label.setAccessibleName("Which outputs can be made")
+        self.layout_.addWidget(self.verdict_label)
         self.layout_.addWidget(caption(f"Written to {adapter.export_folder}"))
         self._finish_layout("E&xport")
+
+    def refresh_needs(self) -> None:
+        """What the chosen outputs need, and (once per base) which outputs the converters would accept."""
+        super().refresh_needs()
+        base = self.base()
+        if base and base != self._judged_base and hasattr(self, "verdict_label"):
+            self._judged_base = base
+            self.verdict_label.setText("Checking which outputs can be made from this adapter and base…")
+            adapter = self.adapter.source.adapter
+
+            async def judge(_job: object) -> dict[OutputFormat, Verdict]:
+                return await judge_outputs(adapter, await base_description(base, secrets=self.secrets))
+
+            CoroutineOperation(self, judge, self.show_verdicts, group="verdicts").failure(
+                lambda exc: self.verdict_label.setText(f"Not checked yet: {people_words(str(exc))}"), LocalToolError
+            ).run()
+
+    def show_verdicts(self, verdicts: dict[OutputFormat, Verdict]) -> None:
+        """Unticks and disables what cannot be made, saying why; says what can."""
+        self.verdicts = verdicts
+        refused = []
+        for fmt, checks in self._format_checks().items():
+            verdict = verdicts.get(fmt, Verdict(True))
+            for check in checks:
+                check.setToolTip("" if verdict.possible else people_words(verdict.reason))
+                check.setEnabled(verdict.possible)
+                if not verdict.possible:
+                    check.setChecked(False)
+            if not verdict.possible:
+                refused.append(f"{FORMAT_WORDS[fmt]}: {people_words(verdict.reason)}")
+        possible = [FORMAT_WORDS[fmt] for fmt in self._format_checks() if verdicts.get(fmt, Verdict(True)).possible]
+        said = f"Can be made: {', '.join(possible)}." if possible else "Nothing can be made from this adapter and base."
+        self.verdict_label.setText("\n".join([said, *(f"Cannot: {line}" for line in refused)]))
+        self.on_gguf_toggled(self.gguf_check.isChecked())
+        self.refresh_needs()
+
+    def _format_checks(self) -> dict[OutputFormat, list[QCheckBox]]:
+        return {
+            OutputFormat.GGUF: [self.gguf_check, *self.type_checks.values(), self.base_gguf_check],
+            OutputFormat.LORA_GGUF: [self.lora_check],
+            OutputFormat.OLLAMA: [self.ollama_check],
+            OutputFormat.MERGED: [self.merged_check],
+            OutputFormat.MLX: [self.mlx_check],
+        }
 
     def _formats(self) -> QWidget:
         box = QWidget()
@@ -190,8 +250,9 @@ class ExportDialog(_LocalStepDialog):
 
     def on_gguf_toggled(self, on: bool) -> None:
         """The types and the base GGUF belong to the GGUF choice: shown enabled only with it."""
+        possible = self.verdicts.get(OutputFormat.GGUF, Verdict(True)).possible
         for check in (*self.type_checks.values(), self.base_gguf_check):
-            check.setEnabled(on)
+            check.setEnabled(on and possible)
 
     def gguf_types(self) -> tuple[str, ...]:
         """The GGUF types ticked, smallest first (none when GGUF is not ticked)."""
