@@ -78,7 +78,8 @@ def test_chat_dataset_is_checked_shown_and_prepared(
     findings = check.report["findings"]
     assert step.findings_table.rowCount() == len(findings)
     total = sum(f["count"] for f in findings)
-    assert step.tabs.tabText(0) == f"Fin&dings ({total})"
+    assert step.tabs.tabText(0) == f"Fin&dings ({len(findings)})"  # what the table lists: it counted rows
+    assert step.tabs.tabToolTip(0).endswith(f"of problem, in {total} row{'s' if total != 1 else ''}")
     numbers = check.numbers
     assert numbers is not None and numbers.kept == check.kept and numbers.rows_with_errors == 0
     assert step.summary_label.text() == f"chat.jsonl: {check.kept} of 96 rows will be used"

@@ -238,7 +238,7 @@ def test_a_rented_runs_machine_and_cost_against_its_estimate() -> None:
         "offer_id": "o",
         "created": 0.0,
     }
-    predicted = {"gpu": "RTX 4090", "hours": 0.5, "usd": 0.2, "tokens_per_s": 5000.0}
+    predicted = {"gpu": "rtx4090", "hours": 0.5, "usd": 0.2, "tokens_per_s": 5000.0}  # the catalog's id
     run = record(compute=RENTED, rental=current, predicted=predicted)
     rentals = (rental("runpod", 0.34, 0.0, 600.0), rental("vast", 0.41, 700.0, None))
     spend = RunSpend(run.id, 0.1, 0.41, billing=True, rented=True, rentals=rentals)

@@ -377,3 +377,12 @@ def test_the_evaluation_is_said_as_the_wizard_set_it() -> None:
     assert evaluation_words(draft) == "the held-out rows ten times a run"
     draft.training = {**draft.training, "eval_steps": 1}
     assert evaluation_words(draft) == "the held-out rows every 1 step"
+
+
+def test_counts_of_one_are_said_in_the_singular() -> None:
+    from desktop.ui.pages.wizard.review_words import model_rows
+
+    draft = RunDraft(base_model="qwen2.5-0.5b")
+    draft.training = {**draft.training, "micro_batch": 1, "grad_accum": 1, "epochs": 1}
+    rows = dict(model_rows(draft))
+    assert rows["Batch"] == "1 example per step, 1 step accumulated: 1 per update"  # "1 examples", "1 steps"

@@ -21,7 +21,7 @@ from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_step import write_launch_spec
 from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, HATCHED, SizingStep, option_label
 from desktop.ui.theme import current_palette
-from desktop.ui.widgets.charts import BarSegment, Capacity, MemoryBarChart
+from desktop.ui.widgets.charts import BarSegment, Capacity, MemoryBarChart, card_gb
 from tests.fixtures.tiny_models import TinyModel
 
 
@@ -230,3 +230,6 @@ def test_card_size_labels_never_overlap_and_an_empty_chart_says_so(qtbot: QtBot)
     (_, left_end), (right_start, _) = sorted(chart.card_label_spans)
     assert left_end < right_start, "the labels do not touch"
     assert "L40S has 44.2 GB usable" in chart.accessibleDescription()
+    # a card is sold in GiB: its tick sits at its size in GB, right of what it leaves usable ("25.0 GB usable"
+    # stood beside a "24 GB" tick, as if a card gave more than it holds)
+    assert card_gb(24) == pytest.approx(25.77, abs=0.01) and card_gb(48) > 44.2

@@ -13,7 +13,9 @@ from desktop.core.runs.progress import Estimate, RunProgress, format_duration, r
 from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
+from desktop.core.sizing.gpus import find_gpu
 from desktop.services.billing.rentals import compute_of, rental_of
+from desktop.services.models.configs import load_gpus
 from desktop.services.runs.actions import was_stopped_by_user
 from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
@@ -279,11 +281,17 @@ def cost_text(snapshot: RunSnapshot, estimate: Estimate | None) -> str:
     return text
 
 
+def gpu_display_name(gpu: str) -> str:
+    """A GPU as people name it (``RTX 3090``), from a catalog id (``rtx3090``) or any name the catalog knows."""
+    known = find_gpu(list(load_gpus()), gpu)
+    return known.name if known is not None else gpu
+
+
 def estimate_text(estimate: Estimate | None) -> str:
     """What the run was expected to take and cost."""
     if estimate is None:
         return "None stored for this run"
-    on = f" on {estimate.gpu}" if estimate.gpu else ""
+    on = f" on {gpu_display_name(estimate.gpu)}" if estimate.gpu else ""
     cost = f"{money(estimate.usd)} for " if estimate.usd is not None else ""
     speed = f" at {estimate.tokens_per_s:,.0f} tokens/s" if estimate.tokens_per_s else ""
     return f"{cost}about {format_duration(estimate.hours * 3600)}{on}{speed}"

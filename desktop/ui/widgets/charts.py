@@ -17,6 +17,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPaintEvent, QPen, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
+from desktop.core.sizing.gpus import GIB_TO_GB
 from desktop.ui.design.palette import Palette
 from desktop.ui.theme import current_palette, theme_events
 
@@ -78,6 +79,11 @@ def nice_step(limit: float, most: int) -> float:
     raw = limit / max(1, most)
     power = 10 ** math.floor(math.log10(raw))
     return float(next(factor * power for factor in (1, 2, 5, 10) if factor * power >= raw))
+
+
+def card_gb(nominal: float) -> float:
+    """Where a card sold as ``nominal`` GB sits on the chart's axis of decimal GB (cards count in GiB)."""
+    return nominal * GIB_TO_GB
 
 
 def chart_limit(total: float, capacity: float | None, card_sizes: Sequence[float]) -> float:
@@ -175,7 +181,8 @@ class MemoryBarChart(QWidget):
             return
         row = self._row_height()
         width = self.width() - 2 * SIDE_MARGIN
-        limit = chart_limit(self.total(), self.capacity.value if self.capacity else None, self.card_sizes)
+        cards = [card_gb(size) for size in self.card_sizes]
+        limit = chart_limit(self.total(), self.capacity.value if self.capacity else None, cards)
 
         def x_of(value: float) -> float:
             return SIDE_MARGIN + width * min(value, limit) / limit
@@ -200,11 +207,11 @@ class MemoryBarChart(QWidget):
         taken: list[tuple[float, float]] = []
         self.labelled_cards, self.card_label_spans = [], taken
         for size in sorted(self.card_sizes, reverse=True):  # the largest cards keep their label first
-            if size > limit:
+            if card_gb(size) > limit:
                 continue
-            x = x_of(size)
+            x = x_of(card_gb(size))  # a "24 GB" card holds 24 GiB: 25.8 GB on this axis, beside its usable 25.0 GB
             painter.drawLine(QPointF(x, bar.top() - 2), QPointF(x, bar.bottom() + 2))
-            text = f"{size:g} GB"
+            text = f"{size:g} GB card"
             half = metrics.horizontalAdvance(text) / 2
             left, right = max(0.0, x - half), min(float(self.width()), x + half)
             if any(left < end + LABEL_GAP and right > begin - LABEL_GAP for begin, end in taken):

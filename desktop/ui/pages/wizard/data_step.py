@@ -593,7 +593,10 @@ class DataStep(WizardStep):
                 item.setToolTip(text)
                 table.setItem(row, column, item)
         table.resizeRowsToContents()
-        self.tabs.setTabText(0, f"Fin&dings ({sum(f['count'] for f in findings):,})")
+        # the tab counts what it lists (kinds of problem); the rows they touch are in each line's Rows column
+        rows = sum(f["count"] for f in findings)
+        self.tabs.setTabText(0, f"Fin&dings ({len(findings):,})")
+        self.tabs.setTabToolTip(0, f"{counted(len(findings), 'kind')} of problem, in {counted(rows, 'row')}")
 
     def _show_histogram(self, check: DatasetCheck) -> None:
         bars = check.histogram

@@ -80,7 +80,11 @@ def model_rows(draft: RunDraft) -> Rows:
     rows.append(("Sequence length", f"{int(keys.get('seq_len', 2048)):,} tokens"))
     micro, accumulate = int(keys.get("micro_batch", 2)), int(keys.get("grad_accum", 4))
     rows.append(
-        ("Batch", f"{micro} examples per step, {accumulate} steps accumulated: {micro * accumulate} per update")
+        (
+            "Batch",
+            f"{micro} {_plural(micro, 'example')} per step, {accumulate} {_plural(accumulate, 'step')} accumulated: "
+            f"{micro * accumulate} per update",
+        )
     )
     steps = int(keys.get("max_steps", -1) or -1)
     epochs = keys.get("epochs", 3)

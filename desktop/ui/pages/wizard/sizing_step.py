@@ -110,10 +110,9 @@ def tokens_text(sizing: Sizing, numbers: DataNumbers | None) -> str:
             f"Tokens: {workload.tokens:,} per epoch assumed, as no dataset is prepared yet. Choose one on the Data "
             "step for exact counts."
         )
-    return (
-        f"Tokens: {numbers.train_tokens:,} per epoch for {workload.epochs:g} epochs, from "
-        f"{numbers.train_examples:,} training examples. {counting_words(numbers)}"
-    )
+    epochs = f"{workload.epochs:g} epoch{'' if workload.epochs == 1 else 's'}"
+    examples = f"{numbers.train_examples:,} training example{'' if numbers.train_examples == 1 else 's'}"
+    return f"Tokens: {numbers.train_tokens:,} per epoch for {epochs}, from {examples}. {counting_words(numbers)}"
 
 
 def count_words(count: float) -> str:
