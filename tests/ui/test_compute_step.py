@@ -248,3 +248,28 @@ def test_when_no_machine_fits_nothing_is_picked_and_the_step_says_why(
     times_and_totals = {(table.item(r, 3).text(), table.item(r, 4).text()) for r in range(table.rowCount())}
     assert times_and_totals == {("does not fit", "—")}
     assert step.validate() is not None  # Next asks for a machine
+
+
+def test_a_pick_remembered_from_before_that_is_gone_or_repriced_is_said_not_swapped_silently(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    draft = RunDraft(base_model="qwen2.5-7b", method="lora")
+    first = open_step(qtbot, draft)
+    offers_shown(first, wait_for)
+    first.save_into(draft)
+    picked = draft.compute.model_copy()
+    # the app reopened: the offer's price moved meanwhile
+    draft.compute = picked.model_copy(update={"price_per_hour": picked.price_per_hour - 0.10})
+    repriced = open_step(qtbot, draft)
+    offers_shown(repriced, wait_for)
+    assert repriced.pick is not None and repriced.pick.offer.offer_id == picked.offer_id
+    was = picked.price_per_hour - 0.10
+    assert repriced.pick_label.text().startswith(
+        f"Your earlier pick now costs ${picked.price_per_hour:,.2f}/h (it was ${was:,.2f}/h)."
+    )
+    # ... or the machine is gone: another is picked, and the line says why
+    draft.compute = picked.model_copy(update={"offer_id": "no-longer-there"})
+    gone = open_step(qtbot, draft)
+    offers_shown(gone, wait_for)
+    assert gone.pick_label.text().startswith("Your earlier pick, 1 x A100 SXM4 (80 GB) at $")
+    assert "is no longer offered." in gone.pick_label.text() and gone.pick is not None

@@ -386,3 +386,14 @@ def test_counts_of_one_are_said_in_the_singular() -> None:
     draft.training = {**draft.training, "micro_batch": 1, "grad_accum": 1, "epochs": 1}
     rows = dict(model_rows(draft))
     assert rows["Batch"] == "1 example per step, 1 step accumulated: 1 per update"  # "1 examples", "1 steps"
+
+
+def test_the_machine_settings_set_on_compute_are_reviewed() -> None:
+    from desktop.ui.pages.wizard.review_words import compute_rows
+
+    draft = RunDraft(base_model="qwen2.5-0.5b")
+    rented(draft)
+    assert dict(compute_rows(draft, None))["Machine settings"].startswith("the provider's defaults")
+    rented(draft, python="/opt/conda/bin/python", user="root", image="pytorch/pytorch:2.5.1-cuda12.4")
+    settings = dict(compute_rows(draft, None))["Machine settings"]
+    assert settings == "Python /opt/conda/bin/python, login user root, image pytorch/pytorch:2.5.1-cuda12.4"

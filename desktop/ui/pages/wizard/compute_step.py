@@ -47,7 +47,13 @@ from desktop.services.runs.offers_for_draft import (
 )
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.compute_words import budget_words, compute_pick_words, none_fits_words, pick_words
+from desktop.ui.pages.wizard.compute_words import (
+    budget_words,
+    compute_pick_words,
+    none_fits_words,
+    pick_words,
+    remembered_pick_note,
+)
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.blocks import Banner, Card, caption, heading, plain_button, set_role
 from desktop.ui.widgets.offers_table import MAX_ROWS, OffersTable
@@ -82,6 +88,7 @@ class ComputeStep(WizardStep):
         self.judged: JudgedOffers | None = None
         self.keys: dict[ProviderName, KeyState] = {}
         self.pick: DraftOffer | None = None
+        self.pick_note = ""  # what became of a pick remembered from before (gone, repriced, too small)
         self._fetched_at = 0.0
         self._market_counts: tuple[int | None, ...] = ()
         self._judged_for = ""
@@ -510,9 +517,17 @@ class ComputeStep(WizardStep):
         self._select_pick(items)
 
     def _select_pick(self, items: list[DraftOffer]) -> None:
-        """Keeps the user's pick; a pick remembered from before is kept only while the job fits it."""
+        """Keeps the user's pick; a pick remembered from before is kept only while the job fits it.
+
+        A remembered pick that is gone, no longer fits or changed its price is said in the pick's line, never
+        replaced silently.
+        """
         chosen_now = self.pick is not None
-        found = self.offers.select(self.pick.key if self.pick else self._draft_pick_key())
+        remembered = self._draft_pick_key() if not chosen_now else None
+        found = self.offers.select(self.pick.key if self.pick else remembered)
+        self.pick_note = ""
+        if remembered is not None:
+            self.pick_note = remembered_pick_note(self.draft.compute, found)
         if found is not None and not chosen_now and found.fit is Fit.NO:
             found = None  # the job changed since: it would fail there, so it is not picked for the user
         if found is None:
@@ -559,7 +574,7 @@ class ComputeStep(WizardStep):
 
     def _show_pick(self) -> None:
         if self.pick is not None:
-            self.pick_label.setText(pick_words(self.pick))
+            self.pick_label.setText(" ".join(filter(None, [self.pick_note, pick_words(self.pick)])))
         elif self.judged is None and self.draft.compute.picked:
             self.pick_label.setText(f"Picked earlier: {compute_pick_words(self.draft.compute)}. Checking the offers…")
         else:

@@ -75,3 +75,19 @@ def none_fits_words(offers: list[DraftOffer]) -> str:
     offer = closest.offer
     machine = machine_words(offer.count, offer.gpu, offer.vram_gb)
     return f"The run needs {closest.need_gb:,.1f} GB per GPU even on the closest, {machine}. {advice}"
+
+
+def remembered_pick_note(remembered: ComputeDraft, found: DraftOffer | None) -> str:
+    """What became of the machine picked before the app was closed: gone, repriced, or too small now ("" if same)."""
+    machine = machine_words(remembered.count, remembered.gpu, remembered.vram_gb)
+    earlier = f"{machine} at ${remembered.price_per_hour:,.2f}/h"
+    if found is None:
+        return f"Your earlier pick, {earlier}, is no longer offered."
+    if found.fit is not None and not found.fits:
+        return f"Your earlier pick, {earlier}, does not fit this run any more."
+    if abs(found.offer.price_per_hour - remembered.price_per_hour) >= 0.005:
+        return (
+            f"Your earlier pick now costs ${found.offer.price_per_hour:,.2f}/h (it was "
+            f"${remembered.price_per_hour:,.2f}/h)."
+        )
+    return ""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from desktop.core.runs.draft import RunDraft, gpu_pick_training
+from desktop.core.runs.draft import ComputeDraft, RunDraft, gpu_pick_training
 from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
 from desktop.services.data.prepare import manifest_tokens
@@ -191,7 +191,18 @@ def _rented_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
     ]
     pick = facts.pick if facts else None
     rows.append(("Estimate", estimate_words(pick) if facts else "checking…"))
+    rows.append(("Machine settings", machine_settings_words(compute)))
     return rows
+
+
+def machine_settings_words(compute: ComputeDraft) -> str:
+    """The machine settings set on the Compute step (Python, login user, image), or that the defaults are used."""
+    said = [
+        *([f"Python {compute.python}"] if compute.python else []),
+        *([f"login user {compute.user}"] if compute.user else []),
+        *([f"image {compute.image}"] if compute.image else []),
+    ]
+    return ", ".join(said) if said else "the provider's defaults (its image, python3, its login user)"
 
 
 def _server_rows(draft: RunDraft) -> Rows:
