@@ -12,6 +12,7 @@ from desktop.services.local.chat import open_chat
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.mlx_model import check_mlx_generates, mlx_config, write_mlx_model
 from tests.fixtures.adapters import PATTERN, TrainedAdapter
+from tests.fixtures.smollm2 import SmolLM2
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +79,32 @@ async def test_a_folder_without_a_model_is_refused_and_nothing_is_written(tmp_pa
     with pytest.raises(LocalToolError, match=r"no \.safetensors"):
         await write_mlx_model(tmp_path / "empty", tmp_path / "mlx")
     assert _names(tmp_path) == ["empty"]
+
+
+@pytest.mark.slow
+def test_chatting_with_an_mlx_folder_from_the_command_line_exits_cleanly_every_time(
+    smollm2: SmolLM2, tmp_path: Path
+) -> None:
+    """`rentune chat MLX --prompt` aborted at exit now and then (signal 6: MLX's streams left on the worker thread).
+
+    SmolLM2-135M written for MLX aborted in 5 of 12 runs before the fix (0 of 12 after); 5 runs here catch it with
+    a chance of about 93 %.
+    """
+    import asyncio
+    import subprocess
+    import sys
+
+    folder = asyncio.run(write_mlx_model(smollm2.hf, tmp_path / "mlx", lambda _text, _done: None))
+    command = [sys.executable, "-m", "desktop", "chat", str(folder), "--prompt", "Tell me about Paris."]
+    runs = [
+        subprocess.run(
+            [*command, "--temperature", "0", "--max-tokens", "48"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        for _ in range(5)
+    ]
+    assert [run.returncode for run in runs] == [0] * 5, [run.stderr[-300:] for run in runs if run.returncode]
+    assert all(run.stdout.strip() and run.stdout == runs[0].stdout for run in runs)

@@ -209,7 +209,16 @@ class _MlxEngine:
                 yield response.text
 
     def close(self) -> None:
-        del self._model, self._tokenizer
+        """Frees the model and this thread's MLX streams (on the thread that generated).
+
+        MLX needs ``clear_streams()`` at the end of every thread that used it: without it, the process aborted at
+        exit now and then ("terminate called without an active exception", ml-explore/mlx#3126 and #4327).
+        """
+        import mlx.core as mx
+
+        self._model = self._tokenizer = None
+        mx.synchronize()
+        mx.clear_streams()
 
 
 def choose_engine(model: Path, engine: str | None, lora: Path | None) -> Engine:
