@@ -216,7 +216,7 @@ class _MlxEngine:
         """
         import mlx.core as mx
 
-        self._model = self._tokenizer = None
+        del self._model, self._tokenizer
         mx.synchronize()
         mx.clear_streams()
 
