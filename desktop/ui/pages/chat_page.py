@@ -39,6 +39,7 @@ from desktop.ui.widgets.chat_column import ChatColumn, ModelKey
 from desktop.ui.widgets.local_words import people_words
 from desktop.ui.widgets.model_picker import ModelPicker
 from desktop.ui.widgets.needs_panel import NeedsPanel
+from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.prompt_edit import PromptEdit
 
 NO_MODEL_YET = (
@@ -138,7 +139,7 @@ class ChatPage(BasePage):
             widget.hide()
         return card
 
-    def _build_settings(self) -> QHBoxLayout:
+    def _build_settings(self) -> QVBoxLayout:
         row = QHBoxLayout()
         row.setSpacing(10)
         self.side_check = QCheckBox("&Side by side with a second model")
@@ -161,7 +162,13 @@ class ChatPage(BasePage):
         row.addSpacing(8)
         row.addWidget(_label("Longest &answer", self.tokens_spin))
         row.addWidget(self.tokens_spin)
-        return row
+        self.settings_note = CorrectionNote()
+        self.settings_note.watch(self.temperature_spin, "Temperature")
+        self.settings_note.watch(self.tokens_spin, "Longest answer")
+        column = QVBoxLayout()
+        column.addLayout(row)
+        column.addWidget(self.settings_note)
+        return column
 
     def _build_prompt(self) -> QHBoxLayout:
         row = QHBoxLayout()

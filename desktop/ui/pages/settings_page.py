@@ -39,6 +39,7 @@ from desktop.services.providers.registry import check_api_key, provider_of_secre
 from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button, primary_button
+from desktop.ui.widgets.number_fields import CorrectionNote
 
 #: How each key source reads on its badge: (words, severity).
 _SOURCE_BADGES = {
@@ -104,6 +105,9 @@ class SettingsPage(BasePage):
             field.setMinimumWidth(_FIELD_WIDTH)
         form.addRow("Theme", self.theme_combo)
         form.addRow("Checkpoints kept per run", self.keep_spin)
+        self.keep_note = CorrectionNote()
+        self.keep_note.watch(self.keep_spin, "Checkpoints kept per run")
+        form.addRow("", self.keep_note)
         form.addRow("Log level", self.log_combo)
         self.login_check = QCheckBox("Start Rentune when I log in, in the menu bar or tray (the window stays closed)")
         self.login_check.setAccessibleName("Start Rentune at login")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QSpinBox, QWidget
 
 NumberBox = QSpinBox | QDoubleSpinBox
 
@@ -29,7 +29,8 @@ def explain_corrections(box: NumberBox, name: str, note: Callable[[str], None]) 
 
 def correction_words(box: NumberBox, name: str, text: str) -> str:
     """Why ``text`` typed into ``box`` is not what it holds now ("" when it was taken as typed)."""
-    number, ok = box.locale().toDouble(text.strip())
+    text = text.strip().removeprefix(box.prefix().strip()).removesuffix(box.suffix().strip()).strip()
+    number, ok = box.locale().toDouble(text)
     if not ok:
         return f"{name}: “{text}” is not a number, so it stays {box.text()}."
     if number < box.minimum():
@@ -42,3 +43,26 @@ def correction_words(box: NumberBox, name: str, text: str) -> str:
 def _shown(box: NumberBox, value: float) -> str:
     """``value`` as ``box`` writes it."""
     return box.textFromValue(int(value)) if isinstance(box, QSpinBox) else box.textFromValue(float(value))
+
+
+class CorrectionNote(QLabel):
+    """A small line beside number fields saying why the last number typed was changed (hidden while it was not).
+
+    Call :meth:`watch` for each field it speaks for.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWordWrap(True)
+        self.setProperty("role", "field_note")
+        self.setAccessibleName("Why a number was changed")
+        self.hide()
+
+    def watch(self, box: NumberBox, name: str) -> None:
+        """Speaks for ``box`` (named ``name`` in the sentence)."""
+        explain_corrections(box, name, self.show_words)
+
+    def show_words(self, words: str) -> None:
+        """Shows ``words`` ("" hides the line)."""
+        self.setText(words)
+        self.setVisible(bool(words))

@@ -25,6 +25,7 @@ from desktop.core.runs.draft import TargetDraft
 from desktop.services.machines.probe import ProbeError, ProbeResult, probe_host
 from desktop.services.machines.ssh import Endpoint, HostKeyChangedError
 from desktop.ui.widgets.blocks import Card, primary_button
+from desktop.ui.widgets.number_fields import CorrectionNote
 
 NOT_TESTED = "Not tested yet: press Test connection."
 PURPOSE = (
@@ -106,6 +107,10 @@ class OwnServerForm(QWidget):
         form.addRow("Remote &work folder", self.workdir_edit)
         form.addRow("&authorized_keys (advanced)", self.authorized_edit)
         form.addRow("Hourly &rate (USD)", self.rate_spin)
+        self.correction_note = CorrectionNote()
+        self.correction_note.watch(self.port_spin, "Port")
+        self.correction_note.watch(self.rate_spin, "Hourly rate")
+        form.addRow("", self.correction_note)
         width = self.fontMetrics().horizontalAdvance("M") * 30
         for edit in (self.host_edit, self.user_edit, self.python_edit, self.workdir_edit, self.authorized_edit):
             edit.setMinimumWidth(width)

@@ -56,6 +56,7 @@ from desktop.ui.pages.wizard.compute_words import (
 )
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.blocks import Banner, Card, caption, heading, plain_button, set_role
+from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.offers_table import MAX_ROWS, OffersTable
 from desktop.ui.widgets.own_server_form import OwnServerForm
 from desktop.ui.widgets.provider_keys import ProviderKeysPanel
@@ -154,6 +155,9 @@ class ComputeStep(WizardStep):
         self.refresh_button.clicked.connect(self.on_refresh_clicked)
         card.add_header_widget(self.refresh_button)
         card.body.addLayout(self._build_filters())
+        self.price_note = CorrectionNote()
+        self.price_note.watch(self.price_spin, "Max price")
+        card.body.addWidget(self.price_note)
         status = QHBoxLayout()
         self.progress = QProgressBar()
         self.progress.setAccessibleName("Asking the providers")
@@ -272,6 +276,9 @@ class ComputeStep(WizardStep):
         row.addWidget(self.budget_spin)
         row.addStretch(1)
         card.body.addLayout(row)
+        self.budget_note = CorrectionNote()
+        self.budget_note.watch(self.budget_spin, "Budget")
+        card.body.addWidget(self.budget_note)
         self.budget_label = caption()
         self.budget_label.setAccessibleName("What the budget means")
         card.body.addWidget(self.budget_label)
