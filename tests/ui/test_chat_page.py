@@ -266,3 +266,16 @@ def test_an_answer_in_markdown_shows_its_code_block_in_a_fixed_width_font(page: 
     block = column.transcript.document().find("print('hi')")
     assert block.charFormat().font().fixedPitch() or "monospace" in block.charFormat().fontFamilies()[0].lower()
     assert column.answers == [answer]
+
+
+def test_with_no_model_the_column_says_what_to_do_in_lines_that_wrap(page: ChatPage) -> None:
+    from desktop.services.runs.adapters import Inventory
+    from desktop.ui.pages.chat_page import NO_MODEL_YET
+
+    page.show_inventory(Inventory())
+    hint = page.columns[0].hint_label
+    page.resize(700, 700)
+    QApplication.processEvents()
+    assert hint.isVisible() and hint.text() == NO_MODEL_YET and hint.wordWrap()
+    assert hint.height() > 1.5 * hint.fontMetrics().height(), "it wraps (a placeholder ran off the right edge)"
+    assert hint.width() <= page.columns[0].width()

@@ -18,6 +18,7 @@ from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.compute_step import ComputeStep
+from desktop.ui.widgets.offers_table import KIND_COLUMN
 from tests.fakes.http import FakeCloud
 from tests.fixtures.memory_keyring import MemoryKeyring
 
@@ -273,3 +274,20 @@ def test_a_pick_remembered_from_before_that_is_gone_or_repriced_is_said_not_swap
     offers_shown(gone, wait_for)
     assert gone.pick_label.text().startswith("Your earlier pick, 1 x A100 SXM4 (80 GB) at $")
     assert "is no longer offered." in gone.pick_label.text() and gone.pick is not None
+
+
+def test_at_1024_pixels_every_offers_location_shows_whole(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    step = open_step(qtbot, RunDraft(base_model="qwen2.5-7b", method="lora"))
+    step.resize(780, 700)  # the step's share of a 1024 x 700 window beside the sidebar
+    offers_shown(step, wait_for)
+    table = step.offers.table
+    location = table.columnCount() - 1
+    assert table.isColumnHidden(KIND_COLUMN)  # on-demand only: every row would say the same
+    metrics = table.fontMetrics()
+    widest = max(metrics.horizontalAdvance(table.item(r, location).text()) for r in range(table.rowCount()))
+    assert table.columnWidth(location) >= widest, "no place is cut to 'commu…'"
+    assert table.horizontalScrollBar().maximum() == 0
+    step.kind_combo.setCurrentIndex(step.kind_combo.findData(None))
+    assert not table.isColumnHidden(KIND_COLUMN)

@@ -116,7 +116,7 @@ class Metrics:
         caption_scale: Caption size relative to body text.
     """
 
-    content_width: int = 1000
+    content_width: int = 1280
     gap: int = 14
     card_padding: int = 16
     radius: int = 8

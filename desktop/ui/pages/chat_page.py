@@ -170,13 +170,12 @@ class ChatPage(BasePage):
         column.addWidget(self.settings_note)
         return column
 
-    def _build_prompt(self) -> QHBoxLayout:
-        row = QHBoxLayout()
+    def _build_prompt(self) -> QVBoxLayout:
+        """The conversation's actions above the message field; Send and Stop beside it."""
         self.prompt = PromptEdit()
         self.prompt.sig_send.connect(self.on_send)
         label = _label("M&essage", self.prompt)
         label.setAlignment(Qt.AlignmentFlag.AlignTop)
-        buttons = QVBoxLayout()
         self.send_button = primary_button("Se&nd", "play", "Send the message")
         self.stop_button = plain_button("St&op", "square", "Stop the answers")
         self.clear_button = plain_button("&Clear", "eraser", "Clear the conversation")
@@ -190,16 +189,22 @@ class ChatPage(BasePage):
             (self.save_button, self.on_save_training),
         ):
             button.clicked.connect(lambda _checked=False, act=handler: act())
+        actions = QHBoxLayout()
+        actions.addStretch(1)
+        for button in (self.again_button, self.save_button, self.clear_button):
+            actions.addWidget(button)
+        buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
-        for pair in ((self.stop_button, self.clear_button), (self.again_button, self.save_button)):
-            line = QHBoxLayout()
-            for button in pair:
-                line.addWidget(button)
-            buttons.addLayout(line)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        row = QHBoxLayout()
         row.addWidget(label)
         row.addWidget(self.prompt, 1)
         row.addLayout(buttons)
-        return row
+        column = QVBoxLayout()
+        column.addLayout(actions)
+        column.addLayout(row)
+        return column
 
     # -- models -------------------------------------------------------------------------------------------------
 
@@ -221,7 +226,7 @@ class ChatPage(BasePage):
         for picker in (*self.pickers, *self.lora_pickers):
             picker.set_items(exports)
         none_yet = not any(item.chat_engine for _, item in exports)
-        self.columns[0].transcript.setPlaceholderText(NO_MODEL_YET if none_yet else ANSWERS_APPEAR)
+        self.columns[0].set_hint(NO_MODEL_YET if none_yet else ANSWERS_APPEAR)
         if self.side_check.isChecked() and not self._second_chosen and self.key(1) is None and not self.answering:
             self._pick_base_beside()  # the base exported beside the first model is listed now
             self.on_model_picked(1)
@@ -282,7 +287,7 @@ class ChatPage(BasePage):
         self.pickers[1].set_path(base)
         self.lora_pickers[1].set_path(None)
         missing = first is not None and base is None
-        self.columns[1].transcript.setPlaceholderText(NO_BASE_EXPORTED if missing else ANSWERS_APPEAR)
+        self.columns[1].set_hint(NO_BASE_EXPORTED if missing else ANSWERS_APPEAR)
 
     def _base_of(self, key: ModelKey) -> Path | None:
         """The model to put beside ``key``: its own file without the LoRA, or the base GGUF exported beside it."""

@@ -89,8 +89,11 @@ class ChatColumn(Card):
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self.on_link)
         self.transcript.setTabChangesFocus(True)
-        self.transcript.setPlaceholderText("The answers appear here as the model writes them.")
+        self.hint_label = caption("The answers appear here as the model writes them.")
+        self.hint_label.setAccessibleName(f"{title}: what to do first")
+        self.body.addWidget(self.hint_label)
         self.body.addWidget(self.transcript, 1)
+        self.transcript.textChanged.connect(self._show_hint)
         self.body.addLayout(self._footer())
 
     def _footer(self) -> QHBoxLayout:
@@ -101,6 +104,14 @@ class ChatColumn(Card):
         row.addStretch(1)
         row.addWidget(self.copy_button)
         return row
+
+    def set_hint(self, text: str) -> None:
+        """What the empty transcript should say (a line that wraps, unlike a placeholder); hidden once it has text."""
+        self.hint_label.setText(text)
+        self._show_hint()
+
+    def _show_hint(self) -> None:
+        self.hint_label.setVisible(self.transcript.document().isEmpty() and bool(self.hint_label.text()))
 
     # -- the model ----------------------------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ class ModelPicker(QWidget):
         if self.loras:
             self.combo.addItem("No LoRA", "")
         else:
-            self.combo.addItem("Choose a model…" if fitting else "No exported model yet: browse for a GGUF file", "")
+            self.combo.addItem("Choose a model…" if fitting else "No exported model yet", "")
         for origin, item in fitting:
             self.combo.addItem(item_label(origin, item), str(item.path))
         if current is not None:

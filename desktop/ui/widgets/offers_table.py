@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
@@ -19,6 +20,8 @@ MAX_ROWS = 150
 _FIT_BADGES = {Fit.FITS: ("Fits", "success"), Fit.TIGHT: ("Tight", "warning"), Fit.NO: ("No", "danger")}
 _RIGHT = {3, 4, 5, 6}  # numbers line up on the right
 _FIT_COLUMN = 2
+#: The column saying on-demand or spot: hidden while a filter shows one kind only (every row would say the same).
+KIND_COLUMN = COLUMNS.index("Kind")
 _TIPS = {(6, "—"): "The provider publishes no reliability score"}
 
 
@@ -53,8 +56,19 @@ def cells(item: DraftOffer) -> list[str]:
         f"${offer.price_per_hour:,.2f}",
         f"{offer.reliability * 100:.0f} %" if offer.reliability is not None else "—",
         "Spot" if offer.spot else "On-demand",
-        offer.location or "not given",
+        place_words(offer.location),
     ]
+
+
+_CLOUD_PLACE = re.compile(r"^(\w+) cloud \((.+)\)$")
+
+
+def place_words(location: str) -> str:
+    """Where the machine is, place first and short (``CA · community``): the column is the table's narrowest."""
+    if not location:
+        return "not given"
+    found = _CLOUD_PLACE.match(location)
+    return f"{found.group(2)} · {found.group(1)}" if found else location
 
 
 class OffersTable(QWidget):
@@ -95,7 +109,8 @@ class OffersTable(QWidget):
         for column, text in enumerate(cells(item)):
             cell = QTableWidgetItem("" if column == _FIT_COLUMN else text)  # the badge shows it: no text under it
             cell.setData(Qt.ItemDataRole.AccessibleTextRole, text)
-            cell.setToolTip(_TIPS.get((column, text), text))
+            full = item.offer.location if column == len(COLUMNS) - 1 and item.offer.location else text
+            cell.setToolTip(_TIPS.get((column, text), full))
             if column in _RIGHT:
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, column, cell)

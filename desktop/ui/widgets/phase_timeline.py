@@ -5,6 +5,7 @@ Each past phase shows how long it really took (from the recorded transitions); t
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 
@@ -43,11 +44,12 @@ class PhaseTimeline(QWidget):
         """Shows these items (the newest :data:`MAX_PAST` of the past, and every phase to come)."""
         past = [item for item in items if not (isinstance(item, PhaseSpan) and item.upcoming)]
         ahead = [item for item in items if isinstance(item, PhaseSpan) and item.upcoming]
-        hidden = max(0, len(past) - MAX_PAST)
+        folded = _fold_earlier_machines(past, rented)
+        hidden = max(0, len(folded) - MAX_PAST)
         chips: list[tuple[str, str, str, str]] = []  # (text, accessible name, tooltip, kind)
         if hidden:
             chips.append((f"+{hidden}\nearlier", f"{hidden} earlier phases", "", "summary"))
-        chips += [_chip(item, rented) for item in past[hidden:]]
+        chips += folded[hidden:]
         chips += [_chip(item, rented) for item in ahead]
         if chips == self._shown:
             return  # nothing changed (most polls): no text, style or layout work
@@ -87,6 +89,31 @@ class PhaseTimeline(QWidget):
             kind = chip.property("kind")
             chip.setProperty("kind", None)
             _style(chip, str(kind))
+
+
+def _fold_earlier_machines(past: Sequence[TimelineItem], rented: bool) -> list[tuple[str, str, str, str]]:
+    """The past as chips, each machine let go folded into one chip with its time (its phases in the tooltip).
+
+    Only the newest machine's phases get a chip each: a run moved to a second machine kept three rows of chips at
+    1024 pixels, pushing the loss chart out of view.
+    """
+    machines = [index for index, item in enumerate(past) if isinstance(item, MachineMark)]
+    if len(machines) < 2:
+        return [_chip(item, rented) for item in past]
+    chips = [_chip(item, rented) for item in past[: machines[0]]]
+    for start, end in itertools.pairwise(machines):
+        mark = past[start]
+        assert isinstance(mark, MachineMark)
+        phases = [item for item in past[start + 1 : end] if isinstance(item, PhaseSpan)]
+        chips.append(_folded_machine_chip(mark, phases, rented))
+    return chips + [_chip(item, rented) for item in past[machines[-1] :]]
+
+
+def _folded_machine_chip(mark: MachineMark, phases: Sequence[PhaseSpan], rented: bool) -> tuple[str, str, str, str]:
+    text, name, tip, kind = _machine_chip(mark)
+    total = format_duration(sum(phase.seconds for phase in phases))
+    steps = ", ".join(f"{phase_word(phase.state, rented)} {format_duration(phase.seconds)}" for phase in phases)
+    return f"{text} · {total}", f"{name}, {total}: {steps}", f"{tip}\n{steps}", kind
 
 
 def _chip(item: TimelineItem, rented: bool) -> tuple[str, str, str, str]:

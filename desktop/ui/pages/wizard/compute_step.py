@@ -57,7 +57,7 @@ from desktop.ui.pages.wizard.compute_words import (
 from desktop.ui.pages.wizard.step_base import WizardStep
 from desktop.ui.widgets.blocks import Banner, Card, caption, heading, plain_button, set_role
 from desktop.ui.widgets.number_fields import CorrectionNote
-from desktop.ui.widgets.offers_table import MAX_ROWS, OffersTable
+from desktop.ui.widgets.offers_table import KIND_COLUMN, MAX_ROWS, OffersTable
 from desktop.ui.widgets.own_server_form import OwnServerForm
 from desktop.ui.widgets.provider_keys import ProviderKeysPanel
 
@@ -506,6 +506,8 @@ class ComputeStep(WizardStep):
     def _show_offers(self) -> None:
         items = self.visible_offers()
         self.offers.show_offers(items)
+        one_kind = self.kind_combo.currentData() is not None  # every row would say the same: room for the place
+        self.offers.table.setColumnHidden(KIND_COLUMN, one_kind)
         judged = self.judged.offers if self.judged else []
         problem = self.judged.problem if self.judged else None
         none_fits = not problem and bool(judged) and not any(item.fits for item in judged)

@@ -62,6 +62,8 @@ ROLES = (
     ("system", "S&ystem prompt", False),
 )
 NO_COLUMN = "(none)"
+#: The token histogram's least height in pixels (bars, axis, axis titles).
+HISTOGRAM_MIN_HEIGHT = 240
 _log = get_logger("ui.data_step")
 
 
@@ -265,6 +267,8 @@ class DataStep(WizardStep):
         self.histogram_plot = pg.PlotWidget()
         self.histogram_plot.setAccessibleName("Histogram of example lengths in tokens, against the sequence length")
         self.histogram_plot.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        # tall enough for bars, both axes and their titles: squeezed under the report, its axis was cut off
+        self.histogram_plot.setMinimumHeight(HISTOGRAM_MIN_HEIGHT)
         self.histogram_plot.getPlotItem().setMenuEnabled(False)
         plot = self.histogram_plot.getPlotItem()
         plot.setMouseEnabled(x=False, y=False)

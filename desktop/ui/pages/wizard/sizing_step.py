@@ -243,7 +243,7 @@ class SizingStep(WizardStep):
         self.recommendation_label = QLabel()
         self.recommendation_label.setWordWrap(True)
         self.recommendation_label.setAccessibleName("Recommended GPU")
-        self.options_table = pick_one_table(OPTION_COLUMNS, "GPU options: select the one you plan to use", 2)
+        self.options_table = pick_one_table(OPTION_COLUMNS, "GPU options: select the one you plan to use", 0)
         self.options_table.setMinimumHeight(TABLE_MIN_HEIGHT)
         self.options_table.itemSelectionChanged.connect(self.on_option_selected)
         self.suggestions_banner = Banner("warning")
