@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMenu,
-    QMessageBox,
     QSystemTrayIcon,
     QToolButton,
     QWidget,
@@ -273,15 +272,7 @@ class StatusMeter(QWidget):
 def ask_quit(parent: QWidget | None, lines: list[str]) -> bool:
     """Asks whether to quit although runs go on or machines bill (naming them); True to quit."""
     headline, details = quit_question(lines)
-    box = QMessageBox(QMessageBox.Icon.Warning, "Quit Rentune", headline, parent=parent)
-    box.setInformativeText(details)
-    quit_button = box.addButton("&Quit anyway", QMessageBox.ButtonRole.DestructiveRole)
-    stay = box.addButton("&Keep Rentune open", QMessageBox.ButtonRole.RejectRole)
-    box.setDefaultButton(stay)
-    box.setEscapeButton(stay)
-    box.setAccessibleName(headline)
-    box.exec()
-    return box.clickedButton() is quit_button
+    return confirm(parent, headline, details, "&Quit anyway", "&Keep Rentune open", destructive=True)
 
 
 def stop_question(machine: BillingMachine) -> tuple[str, str]:

@@ -74,7 +74,7 @@ def open_the_checkpoint_from_the_monitor(window: MainWindow, wait_for: Callable[
     wait_for(lambda: models.selected() is not None and models.selected().adapter is not None, 30)
     row = models.tree.currentItem()
     assert row.text(0).startswith(f"Run {run_id} · step {STEP}")
-    assert row.text(1) == f"Checkpoint, step {STEP} (run cancelled)"
+    assert row.text(1) == f"Checkpoint, step {STEP} (run stopped)"
     assert models.export_button.isEnabled() and models.compare_button.isEnabled()
     assert not models.delete_button.isEnabled()  # a checkpoint stays with its run, for Resume
     assert "Resume continues from it" in models.detail_label.text()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QModelIndex, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
-from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QStackedWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QStackedWidget, QTableWidgetItem, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
 from desktop.core.runs.progress import format_duration, run_duration
@@ -110,13 +110,7 @@ def delete_question(record: RunRecord, files: Footprint, spent: float | None) ->
 
 def ask_delete(parent: QWidget, title: str, text: str) -> bool:
     """Asks before deleting, "Keep" being the default; True when the user chose "Delete run files"."""
-    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.NoButton, parent)
-    delete = box.addButton("Delete run files", QMessageBox.ButtonRole.DestructiveRole)
-    keep = box.addButton("Keep", QMessageBox.ButtonRole.RejectRole)
-    box.setDefaultButton(keep)
-    box.setEscapeButton(keep)
-    box.exec()
-    return box.clickedButton() is delete
+    return confirm(parent, title, text, "&Delete run files", "&Keep", destructive=True)
 
 
 class RunsPage(BasePage):

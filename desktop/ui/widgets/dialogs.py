@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.runs.spec import SshTarget
-from desktop.ui.widgets.blocks import heading, plain_button, primary_button
+from desktop.ui.widgets.blocks import destructive_button, heading, plain_button, primary_button
 
 
 class ConfirmDialog(QDialog):
@@ -27,7 +27,9 @@ class ConfirmDialog(QDialog):
     The safe answer (``cancel``) is the default, so Enter never does what cannot be undone.
     """
 
-    def __init__(self, parent: QWidget, title: str, question: str, action: str, cancel: str) -> None:
+    def __init__(
+        self, parent: QWidget | None, title: str, question: str, action: str, cancel: str, *, destructive: bool = False
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle(title)
         self.setAccessibleName(title)
@@ -42,7 +44,8 @@ class ConfirmDialog(QDialog):
         row = QHBoxLayout()
         row.addStretch(1)
         self.cancel_button = plain_button(cancel, accessible_name=cancel.replace("&", ""))
-        self.action_button = primary_button(action, None, action.replace("&", ""))
+        make = destructive_button if destructive else primary_button
+        self.action_button = make(action, None, action.replace("&", ""))
         self.cancel_button.clicked.connect(self.reject)
         self.action_button.clicked.connect(self.accept)
         self.cancel_button.setDefault(True)
@@ -51,12 +54,21 @@ class ConfirmDialog(QDialog):
         layout.addLayout(row)
 
 
-def confirm(parent: QWidget, title: str, question: str, action: str = "&Yes", cancel: str = "&No") -> bool:
+def confirm(
+    parent: QWidget | None,
+    title: str,
+    question: str,
+    action: str = "&Yes",
+    cancel: str = "&No",
+    *,
+    destructive: bool = False,
+) -> bool:
     """Asks a question in a modal :class:`ConfirmDialog`, the safe answer being the default; True for ``action``.
 
     Call it from a plain (not ``async``) slot: a modal dialog runs its own event loop.
     """
-    return ConfirmDialog(parent, title, question, action, cancel).exec() == QDialog.DialogCode.Accepted
+    dialog = ConfirmDialog(parent, title, question, action, cancel, destructive=destructive)
+    return dialog.exec() == QDialog.DialogCode.Accepted
 
 
 class TextDialog(QDialog):

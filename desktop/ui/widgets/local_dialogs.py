@@ -42,6 +42,14 @@ from desktop.ui.widgets.blocks import caption, heading, plain_button, primary_bu
 from desktop.ui.widgets.local_words import adapter_title, people_words
 from desktop.ui.widgets.needs_panel import NeedsPanel
 
+#: Each GGUF type in a few words, for its tick box (the whole sentence is its tooltip).
+QUANT_SHORT = {
+    "Q4_K_M": "smallest good (recommended)",
+    "Q5_K_M": "a little closer",
+    "Q6_K": "close to full quality",
+    "Q8_0": "almost lossless, 2 x Q4",
+    "F16": "full 16-bit, the largest",
+}
 #: Each output as the verdict line names it.
 FORMAT_WORDS = {
     OutputFormat.GGUF: "GGUF",
@@ -244,8 +252,9 @@ class ExportDialog(_LocalStepDialog):
         return box
 
     def _type_check(self, qtype: str) -> QCheckBox:
-        check = self._check(f"{qtype}: {QUANT_WORDS[qtype]}", qtype == DEFAULT_GGUF)
+        check = self._check(f"{qtype}: {QUANT_SHORT[qtype]}", qtype == DEFAULT_GGUF)
         check.setAccessibleName(f"GGUF type {qtype}: {QUANT_WORDS[qtype]}")
+        check.setToolTip(QUANT_WORDS[qtype])
         return check
 
     def on_gguf_toggled(self, on: bool) -> None:

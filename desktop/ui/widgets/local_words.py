@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 
 from desktop.core.runs.progress import format_duration
+from desktop.core.runs.states import RunState
 from desktop.services.local.inventory import ExportedItem, ExportKind
 from desktop.services.local.tools import LocalTool
 from desktop.services.runs.adapters import ReturnedAdapter
 from desktop.ui.app_words import app_sentence, sentence
+from desktop.ui.run_words import STATE_WORDS
 
 #: (pattern, replacement) for the command-line hints in the local tools' messages.
 _CLI_HINTS: list[tuple[str, str]] = [
@@ -85,7 +87,8 @@ def adapter_kind(adapter: ReturnedAdapter) -> str:
     """The Models list's "What" for an adapter: ``LoRA adapter`` or ``Checkpoint, step 40 (run stopped)``."""
     if adapter.step is None:
         return "LoRA adapter"
-    ended = "" if adapter.state == "finished" else f" (run {adapter.state})"
+    state = STATE_WORDS[RunState(adapter.state)].lower()  # the words the Runs page and the monitor use
+    ended = "" if adapter.state == RunState.FINISHED.value else f" (run {state})"
     return f"Checkpoint, step {adapter.step}{ended}"
 
 
