@@ -63,6 +63,8 @@ class EventKind(StrEnum):
     CHECKPOINT = "checkpoint"
     DONE = "done"
     ERROR = "error"
+    CALIBRATION = "calibration"
+    FIT = "fit"
 
 
 class ErrorKind(StrEnum):
@@ -177,7 +179,48 @@ class ErrorEvent(_ErrorFields, total=False):
     hint: str | None
 
 
-Event = StateEvent | StepEvent | EvalEvent | CheckpointEvent | DoneEvent | ErrorEvent
+class _CalibrationFields(_Stamped):
+    event: Literal[EventKind.CALIBRATION]
+    step: int
+    micro_batch: int
+    grad_accum: int
+    seq_len: int
+    seconds_per_step: float
+
+
+class CalibrationEvent(_CalibrationFields, total=False):
+    """The first steps of the real job, measured once.
+
+    Measured over ``calibration_steps`` or ``calibration_minutes``, whichever comes first: seconds per optimizer step,
+    tokens per second and peak GPU memory in GB (None without a GPU).
+    """
+
+    steps: int | None
+    tokens_per_s: float | None
+    peak_allocated_gb: float | None
+    peak_reserved_gb: float | None
+
+
+class _FitFields(_Stamped):
+    event: Literal[EventKind.FIT]
+    micro_batch: int
+    grad_accum: int
+    gradient_checkpointing: bool
+    reason: str
+
+
+class FitEvent(_FitFields, total=False):
+    """The job did not fit in its first steps and is tried again with less memory.
+
+    The new micro-batch and accumulation (the same effective batch; sequence length and data are never changed) and
+    whether activation checkpointing is on, and why.
+    """
+
+    peak_allocated_gb: float | None
+    attempt: int | None
+
+
+Event = StateEvent | StepEvent | EvalEvent | CheckpointEvent | DoneEvent | ErrorEvent | CalibrationEvent | FitEvent
 #: The shape of each kind of event: the one source of the fields :func:`validate_event` checks.
 EVENT_TYPES: dict[EventKind, type[Any]] = {
     EventKind.STATE: StateEvent,
@@ -186,6 +229,8 @@ EVENT_TYPES: dict[EventKind, type[Any]] = {
     EventKind.CHECKPOINT: CheckpointEvent,
     EventKind.DONE: DoneEvent,
     EventKind.ERROR: ErrorEvent,
+    EventKind.CALIBRATION: CalibrationEvent,
+    EventKind.FIT: FitEvent,
 }
 _STAMP_FIELDS = frozenset({"ts", "seq", "event"})
 
@@ -435,7 +480,9 @@ class JobSpec:
 
     The keys are fixed by the protocol; see the field names. ``epochs`` is used when ``max_steps`` is 0 or less.
     With an ``eval_file``, the held-out loss is measured every ``eval_steps`` steps, or after each tenth of the run
-    when ``eval_steps`` is 0.
+    when ``eval_steps`` is 0. The first ``calibration_steps`` optimizer steps (or ``calibration_minutes``, whichever
+    ends first; 0 steps: none) are measured into one ``calibration`` event; an out-of-memory error before that is
+    met by halving the micro-batch (doubling the accumulation), down to 1 with activation checkpointing on.
     """
 
     base_model: str
@@ -465,6 +512,8 @@ class JobSpec:
     strategy: str = "ddp"
     gradient_checkpointing: bool = True
     eval_steps: int = 0
+    calibration_steps: int = 20
+    calibration_minutes: float = 2.0
     idle_stop_minutes: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -536,8 +585,8 @@ class JobSpec:
             raise JobSpecError(f"learning_rate {self.learning_rate} must be above 0 and below 1")
         if not 0 <= self.lora_dropout < 1:
             raise JobSpecError(f"lora_dropout {self.lora_dropout} must be at least 0 and below 1")
-        if self.checkpoint_minutes < 0 or self.idle_stop_minutes < 0:
-            raise JobSpecError("checkpoint_minutes and idle_stop_minutes must not be negative")
+        if self.checkpoint_minutes < 0 or self.idle_stop_minutes < 0 or self.calibration_minutes < 0:
+            raise JobSpecError("checkpoint_minutes, idle_stop_minutes and calibration_minutes must not be negative")
         if not (
             self.target_modules == "all-linear"
             or (isinstance(self.target_modules, list) and all(isinstance(m, str) for m in self.target_modules))
@@ -614,6 +663,7 @@ JOB_INT_RANGES: dict[str, tuple[int, int]] = {
     "checkpoint_steps": (0, 10**9),
     "seed": (0, 2**32 - 1),
     "eval_steps": (0, 10**9),
+    "calibration_steps": (0, 10**6),
 }
 
 

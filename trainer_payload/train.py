@@ -7,6 +7,7 @@ output directory resumes from the newest complete checkpoint; SIGTERM saves a ch
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -20,6 +21,14 @@ from trainer_payload.checkpoints import checkpoint_files, newest_complete, seal_
 from trainer_payload.dataset import load_messages
 from trainer_payload.engines import choose_engine, load_unsloth
 from trainer_payload.failures import classify, config_error, hint
+from trainer_payload.fit import (
+    Calibration,
+    is_out_of_memory,
+    memory_limit_for_tests,
+    peak_memory,
+    release_memory,
+    smaller_setup,
+)
 from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
 from trainer_payload.labels import label_rows
 from trainer_payload.protocol import (
@@ -71,7 +80,7 @@ def _watchdog(spec: JobSpec, stop: Stop, finished: threading.Event) -> None:
             return
 
 
-def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop) -> Any:
+def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration: Calibration) -> Any:
     from transformers import TrainerCallback
 
     output_dir = Path(spec.output_dir)
@@ -105,6 +114,16 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop) -> Any:
                 tokens=tokens,
                 **gpu_readings(),
             )
+            measured = calibration.on_log(state.global_step, tokens)
+            if measured is not None:
+                events.emit(
+                    EventKind.CALIBRATION,
+                    step=state.global_step,
+                    micro_batch=spec.micro_batch,
+                    grad_accum=spec.grad_accum,
+                    seq_len=spec.seq_len,
+                    **measured,
+                )
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             stop.last_activity = time.monotonic()
@@ -248,6 +267,7 @@ class PayloadRun:
         self.spec, self.events, self.stop = spec, events, stop
         self.output_dir = Path(spec.output_dir)
         self.started = time.monotonic()
+        self.calibration = Calibration(spec.calibration_steps, spec.calibration_minutes)
 
     def state(self, state: JobState, **detail: Any) -> None:
         """Reports a phase."""
@@ -267,18 +287,6 @@ class PayloadRun:
         model, tokenizer, (train, evaluation, dropped) = self._prepare(engine, bf16)
         if self.stop.terminated:
             return self._terminated(step=None)
-        config = _sft_config(self.spec, bf16, evaluation is not None)
-        if engine == "unsloth":
-            config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
-        trainer = SFTTrainer(
-            model=model,
-            args=config,
-            train_dataset=train,
-            eval_dataset=evaluation,
-            processing_class=tokenizer,
-            peft_config=None if engine == "unsloth" else _peft_config(self.spec),
-            callbacks=[_events_callback(self.spec, self.events, self.stop)],
-        )
         resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
         self.state(
             JobState.TRAINING,
@@ -289,10 +297,73 @@ class PayloadRun:
             bf16=bf16,
         )
         train_started = time.monotonic()
-        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        for attempt in itertools.count(1):
+            trainer = self._trainer(SFTTrainer, engine, model, tokenizer, (train, evaluation), bf16)
+            try:
+                resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
+                result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+                break
+            except Exception as exc:
+                if not is_out_of_memory(exc) or self.calibration.done:
+                    raise  # an out-of-memory after the first steps is a failure, said as one
+                del trainer
+                model = self._fit_smaller(exc, attempt, engine, bf16)
         if self.stop.terminated:
             return self._terminated(step=trainer.state.global_step)
         return self._finish(trainer, result.metrics, time.monotonic() - train_started)
+
+    def _trainer(  # noqa: PLR0917 - the trainer's parts
+        self, trainer_class: Any, engine: str, model: Any, tokenizer: Any, data: tuple[Any, Any], bf16: bool
+    ) -> Any:
+        """An SFT trainer for the job as it is now (its micro-batch may have been made smaller to fit)."""
+        train, evaluation = data
+        config = _sft_config(self.spec, bf16, evaluation is not None)
+        if engine == "unsloth":
+            config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
+        callbacks = [_events_callback(self.spec, self.events, self.stop, self.calibration)]
+        limit = memory_limit_for_tests(self.spec, getattr(model, "config", None))
+        return trainer_class(
+            model=model,
+            args=config,
+            train_dataset=train,
+            eval_dataset=evaluation,
+            processing_class=tokenizer,
+            peft_config=None if engine == "unsloth" else _peft_config(self.spec),
+            callbacks=[*callbacks, *([limit] if limit is not None else [])],
+        )
+
+    def _fit_smaller(self, exc: Exception, attempt: int, engine: str, bf16: bool) -> Any:
+        """Makes the job take less memory per step after ``exc`` (an out-of-memory in the first steps).
+
+        Returns:
+            A fresh copy of the model for the next attempt (the failed one holds the adapter's layers).
+
+        Raises:
+            RuntimeError: Nothing smaller is left (micro-batch 1, checkpointing on): the measured peak is said.
+        """
+        peak = peak_memory()["peak_allocated_gb"]
+        smaller = smaller_setup(self.spec)
+        if smaller is None:
+            measured = f"; the peak measured was {peak:.1f} GB" if peak else ""
+            raise RuntimeError(
+                f"out of memory at micro-batch 1 with activation checkpointing on{measured}: this job does not fit "
+                f"this GPU at sequence length {self.spec.seq_len} ({exc})"
+            ) from exc
+        self.spec = smaller
+        self.events.emit(
+            EventKind.FIT,
+            micro_batch=smaller.micro_batch,
+            grad_accum=smaller.grad_accum,
+            gradient_checkpointing=smaller.gradient_checkpointing,
+            reason=f"out of memory in the first steps ({str(exc)[:300]})",
+            peak_allocated_gb=peak,
+            attempt=attempt + 1,
+        )
+        release_memory()
+        if engine == "unsloth":
+            model, _tokenizer = load_unsloth(self.spec)
+            return model
+        return _load_model(self.spec, bf16)
 
     def _prepare(self, engine: str, bf16: bool) -> tuple[Any, Any, tuple[Any, Any, int]]:
         """Model, tokenizer and datasets; with TRL the data is read first, so bad rows fail before a long load."""

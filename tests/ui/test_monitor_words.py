@@ -316,3 +316,28 @@ def test_an_ended_runs_progress_line_says_how_far_it_got() -> None:
     finished = monitor_text.busy(progress, snapshot(record(RunState.FINISHED)))
     assert (finished.value, finished.maximum) == (1, 1)
     assert monitor_text.busy(RunProgress(), snapshot(record(RunState.FAILED))).text == "Failed"
+
+
+def test_the_calibration_and_a_fit_are_said_in_the_log() -> None:
+    from desktop.ui.pages.monitor_log import calibration_text, fit_text
+
+    calibration = {
+        "event": "calibration",
+        "step": 21,
+        "steps": 20,
+        "micro_batch": 1,
+        "grad_accum": 8,
+        "seq_len": 2048,
+        "seconds_per_step": 1.84,
+        "tokens_per_s": 5120.4,
+        "peak_allocated_gb": 14.23,
+    }
+    assert calibration_text(calibration) == (
+        "Measured over the first 20 steps (micro-batch 1 x 8 accumulated, 2,048 tokens long): 1.84 s a step, "
+        "5,120 tokens/s, peak 14.2 GB"
+    )
+    fit = {"event": "fit", "micro_batch": 1, "grad_accum": 8, "gradient_checkpointing": True, "reason": "oom"}
+    assert fit_text(fit) == (
+        "Out of memory in the first steps: trying again with micro-batch 1 x 8 accumulated, activation "
+        "checkpointing on (the same effective batch, the same data)"
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -106,18 +106,42 @@ def describe_event(event: Mapping[str, Any]) -> str:
 
 
 def _event_text(event: Mapping[str, Any]) -> str:
-    kind = event["event"]
-    if kind == EventKind.STEP:
-        rate = event.get("tokens_per_s")
-        return f"step {event['step']}: loss {event['loss']:.4f}" + (f", {rate:,.0f} tok/s" if rate else "")
-    if kind == EventKind.STATE:
-        return f"[{event['state']}] " + " ".join(
-            f"{k}={v}" for k, v in event.items() if k not in {"ts", "seq", "event", "state"} and v is not None
-        )
-    if kind == EventKind.ERROR:
-        return f"error ({event.get('kind')}): {event.get('message')}\n  hint: {event.get('hint')}"
-    if kind == EventKind.CHECKPOINT:
-        return f"checkpoint at step {event['step']} ({event['bytes'] / 1e6:,.1f} MB)"
-    if kind == EventKind.DONE:
-        return f"done in {event.get('train_seconds')} s of training"
-    return json.dumps(event)
+    words = _TERMINAL_WORDS.get(str(event["event"]))
+    return words(event) if words is not None else json.dumps(event)
+
+
+def _step_words(event: Mapping[str, Any]) -> str:
+    rate = event.get("tokens_per_s")
+    return f"step {event['step']}: loss {event['loss']:.4f}" + (f", {rate:,.0f} tok/s" if rate else "")
+
+
+def _state_words(event: Mapping[str, Any]) -> str:
+    details = (f"{k}={v}" for k, v in event.items() if k not in {"ts", "seq", "event", "state"} and v is not None)
+    return f"[{event['state']}] " + " ".join(details)
+
+
+def _calibration_words(event: Mapping[str, Any]) -> str:
+    return (
+        f"calibrated over {event.get('steps')} steps: {event['seconds_per_step']} s/step, "
+        f"{event.get('tokens_per_s')} tok/s, peak {event.get('peak_allocated_gb')} GB "
+        f"(micro-batch {event['micro_batch']} x {event['grad_accum']})"
+    )
+
+
+def _fit_words(event: Mapping[str, Any]) -> str:
+    return (
+        f"out of memory in the first steps: micro-batch {event['micro_batch']} x {event['grad_accum']}, "
+        f"checkpointing {'on' if event['gradient_checkpointing'] else 'off'}"
+    )
+
+
+#: How the terminal shows each kind of event (others as their JSON).
+_TERMINAL_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    EventKind.STEP: _step_words,
+    EventKind.STATE: _state_words,
+    EventKind.ERROR: lambda e: f"error ({e.get('kind')}): {e.get('message')}\n  hint: {e.get('hint')}",
+    EventKind.CHECKPOINT: lambda e: f"checkpoint at step {e['step']} ({e['bytes'] / 1e6:,.1f} MB)",
+    EventKind.DONE: lambda e: f"done in {e.get('train_seconds')} s of training",
+    EventKind.CALIBRATION: _calibration_words,
+    EventKind.FIT: _fit_words,
+}
