@@ -81,6 +81,13 @@ def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParse
     run.add_argument("spec", type=Path, help="the run spec (see resources/examples/SPEC.toml)")
     _add_target_options(run)
     run.add_argument("--detach", action="store_true", help="keep driving the run in the background and return")
+    run.add_argument(
+        "--on-overrun",
+        choices=("ask", "continue", "stop"),
+        help="when the first measured steps put the run over its budget or 25 %% over its estimate: ask (the "
+        "default in a terminal; the trainer waits paused, at most 10 minutes), continue, or stop with a checkpoint "
+        "(the default without a terminal)",
+    )
     runs = commands.add_parser("runs", help="list runs")
     runs.add_argument("--json", action="store_true")
     for name, text in (

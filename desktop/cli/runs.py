@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Coroutine
@@ -87,6 +88,24 @@ def _machine_problem(exc: BaseException) -> str:
 
 def _print(line: str) -> None:
     print(redact_known(line), flush=True)  # the engine's reports: every known secret masked
+
+
+async def ask_in_terminal(run_id: str, words: str) -> bool:
+    """Asks on the terminal whether run ``run_id`` goes on although it overruns; True for yes."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def give(line: str) -> None:
+        if not answer.done():  # no answer in time: the question was given up already
+            answer.set_result(line)
+
+    def read() -> None:  # a daemon thread: an unanswered question never keeps the process from ending
+        loop.call_soon_threadsafe(give, sys.stdin.readline())
+
+    print(f"\nrun {run_id}: {words}.", flush=True)
+    print("Go on with this run? [y/N] (it waits paused, at most 10 minutes): ", end="", flush=True)
+    threading.Thread(target=read, daemon=True).start()
+    return (await answer).strip().lower() in {"y", "yes"}
 
 
 def _engine_options() -> EngineOptions:
@@ -236,6 +255,10 @@ class RunsCommands:
             record = self.engine.create(spec)
         except RunError as exc:
             raise self.error(str(exc)) from exc
+        asking = sys.stdin.isatty() and not args.detach
+        policy = args.on_overrun or ("ask" if asking else "stop")
+        self.engine.ctx.set_spec(record.id, on_overrun=policy)  # any process that drives the run keeps to it
+        self.engine.ctx.ask_overrun = ask_in_terminal if asking else None
         if args.detach:
             log = self.engine.folder(record.id) / "engine.log"
             _spawn_detached([sys.executable, "-m", "desktop", "resume", record.id], log)

@@ -52,7 +52,8 @@ class AppContext:
     def _options(self) -> EngineOptions:
         from desktop.services.runs.engine import EngineOptions
 
-        return (self.engine_options or EngineOptions()).with_settings(self.settings)
+        # The app asks when a run's first measured steps overrun (the window answers; the tray tells)
+        return (self.engine_options or EngineOptions(on_overrun="ask")).with_settings(self.settings)
 
     def apply_settings(self, settings: Settings) -> None:
         """Takes saved preferences: runs followed from now on (and those followed now) keep that many checkpoints."""

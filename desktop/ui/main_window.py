@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, QSignalBlocker, QSize, Signal
 from PySide6.QtGui import QCloseEvent, QIcon, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMainWindow, QStackedWidget, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QStackedWidget,
+    QWidget,
+)
 
 from desktop import __version__
 from desktop.core.settings import Settings
@@ -26,7 +34,7 @@ from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import apply_theme, theme_events
 from desktop.ui.tray import CostTracker
-from desktop.ui.widgets.dialogs import TextDialog
+from desktop.ui.widgets.dialogs import ConfirmDialog, TextDialog
 from desktop.ui.widgets.elided_label import ElidedLabel
 from desktop.ui.widgets.orphans_banner import OrphansBanner
 
@@ -99,6 +107,8 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.status_label, 1)
         self.status_label.sig_clicked.connect(self.on_status_clicked)
         self.status_dialog: TextDialog | None = None
+        self.overrun_dialog: ConfirmDialog | None = None
+        self.context.manager.ask_overrun = self.ask_overrun
         self.cost_tracker = CostTracker(self, self.context, self.show_page, self.status_label.setText)
         self.running_status = RunningStatus(self.cost_tracker.meter, self.status_label, self)
 
@@ -332,6 +342,32 @@ class MainWindow(QMainWindow):
         models = cast("ModelsPage", self._built("models"))
         self.show_page("models")
         models.select_when_listed(Path(adapter))
+
+    async def ask_overrun(self, run_id: str, words: str) -> bool:
+        """Asks whether a run whose first measured steps overrun goes on (its trainer waits paused); True to go on.
+
+        The tray (or the status bar) tells at once; the question is a window of the app's own, Stop its safe answer.
+        """
+        said = app_sentence(words)
+        self.cost_tracker.say("A run is over its estimate", f"Run {run_id}: {said}", "warning")
+        question = (
+            f"Run {run_id}: {said}\n\nIts trainer is paused while you decide, at most 10 minutes, and its machine "
+            "bills meanwhile. Stop saves a checkpoint, brings it home and ends the run."
+        )
+        dialog = ConfirmDialog(self, "Go on with this run?", question, "&Go on", "&Stop with a checkpoint")
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def answered(code: int) -> None:
+            if not answer.done():
+                answer.set_result(code == QDialog.DialogCode.Accepted.value)
+
+        dialog.finished.connect(answered)
+        self.overrun_dialog = dialog
+        dialog.open()
+        try:
+            return await answer
+        finally:
+            dialog.close()  # asked no longer (answered, or the machine's wait ran out)
 
     def on_status_clicked(self) -> None:
         """Shows the status line whole (it was cut short), to read and copy."""

@@ -45,6 +45,8 @@ def state_badge(record: RunRow) -> tuple[str, str]:
     words = phase_word(record.state, is_rented(record))
     if record.state is RunState.CANCELLED and record.spec.get("budget_stop"):
         words = "Stopped at budget"
+    elif record.state is RunState.CANCELLED and record.spec.get("overrun_stop"):
+        words = "Stopped: over its estimate"
     return words, STATE_SEVERITY.get(record.state, "info")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QAbstractButton, QAbstractScrollArea, QApplication, QLabel, QWidget
 from pytestqt.qtbot import QtBot
@@ -402,3 +402,32 @@ def test_dark_chosen_in_settings_redraws_every_icon_for_the_dark_window(
         assert len(images) > 20 and on_accent and not faint, f"icons hard to see in the dark: {faint}"
     finally:
         apply_theme(Theme.LIGHT)
+
+
+def test_a_run_over_its_estimate_is_asked_about_in_the_app_and_stop_is_the_safe_answer(
+    window: MainWindow, qtbot: QtBot, qloop: asyncio.AbstractEventLoop
+) -> None:
+    from desktop.core.runs.overrun import reestimate
+
+    slower = reestimate(
+        {"step": 20, "seconds_per_step": 36.0},
+        total_steps=220,
+        spent=(0.2, 0.5),
+        rate_per_hour=2.5,
+        shown=(1.0, 2.5),
+        budget_usd=0,
+    )
+    words = f"measured in the first steps: {slower.words()}"
+    assert window.context.manager.ask_overrun == window.ask_overrun  # every run the app follows asks here
+
+    def answer(button: str) -> None:
+        dialog = window.overrun_dialog
+        assert dialog is not None and dialog.isVisible()
+        assert "+120 % against the estimate of $2.50" in " ".join(label.text() for label in dialog.findChildren(QLabel))
+        getattr(dialog, button).click()
+
+    QTimer.singleShot(100, lambda: answer("action_button"))
+    assert qloop.run_until_complete(window.ask_overrun("20261205-020000-abcd", words)) is True
+    assert window.cost_tracker.said[-1][0] == "A run is over its estimate"
+    QTimer.singleShot(100, lambda: qtbot.keyClick(window.overrun_dialog, Qt.Key.Key_Return))  # Enter: the safe answer
+    assert qloop.run_until_complete(window.ask_overrun("20261205-020000-abcd", words)) is False

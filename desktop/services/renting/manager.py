@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, SshTarget
@@ -47,6 +47,8 @@ class RunManager:
         self._tasks: dict[str, asyncio.Task[RunRecord | None]] = {}
         self._listeners: list[Listener] = []
         self._engines: dict[str, RunEngine] = {}
+        #: Asks the user whether a run whose first measured steps overrun goes on (the app sets it); None: stop.
+        self.ask_overrun: Callable[[str, str], Awaitable[bool]] | None = None
 
     def use_options(self, options: EngineOptions) -> None:
         """Applies new engine options (changed preferences) to the runs followed now and to later ones."""
@@ -65,7 +67,12 @@ class RunManager:
             self._engines[key] = RunEngine(
                 self.store, self.secrets, self.options, report=lambda line: self._emit(key, line), connect=self._connect
             )
+            self._engines[key].ctx.ask_overrun = self._ask_overrun
         return self._engines[key]
+
+    async def _ask_overrun(self, run_id: str, words: str) -> bool:
+        """Asks through :attr:`ask_overrun` as it is now (the window may set it after the engines were made)."""
+        return await self.ask_overrun(run_id, words) if self.ask_overrun is not None else False
 
     def _emit(self, run_id: str, line: str) -> None:
         clean = redact_known(line)  # listeners show it (the UI) and keep it: no secret goes past here

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import filelock
 
+from desktop.core.runs.overrun import ASK_LIMIT_SECONDS
 from desktop.core.runs.states import TERMINAL, RunState
 from desktop.core.settings import Settings
 from desktop.services.billing.activity import mark_activity
@@ -39,12 +40,17 @@ class EngineOptions:
         grace_seconds: How long a machine may be unreachable before the run is paused.
         max_relaunches: Relaunches of a trainer that died without a final event.
         keep_local_checkpoints: Pulled checkpoints kept per run.
+        on_overrun: When the first measured steps put the run over its budget or well over its estimate: ``ask``
+            (with ``RunContext.ask_overrun``), ``continue`` or ``stop`` (:mod:`desktop.services.runs.overrun_check`).
+        overrun_ask_seconds: The longest a paused run waits for that answer.
     """
 
     poll_seconds: float = 1.0
     grace_seconds: float = 120.0
     max_relaunches: int = 3
     keep_local_checkpoints: int = 3
+    on_overrun: str = "continue"
+    overrun_ask_seconds: float = ASK_LIMIT_SECONDS
 
     def with_settings(self, settings: Settings) -> EngineOptions:
         """These options with the user's preferences applied (how many pulled checkpoints a run keeps)."""
@@ -66,6 +72,8 @@ class RunContext:
         spend: What a run has cost so far, with the cost of stopping it (None: its rate times its live time); a
             rented run's comes from the ledger.
         heartbeats: When each run's machine was last told somebody follows it (for its self-stop).
+        ask_overrun: Asks the user whether a run whose measured estimate overruns goes on (the run id and the
+            words); True to go on. None: an ``ask`` policy stops.
     """
 
     store: RunStore
@@ -77,6 +85,7 @@ class RunContext:
     backoffs: dict[str, Backoff] = field(default_factory=dict)
     spend: Callable[[str], float] | None = None
     heartbeats: dict[str, float] = field(default_factory=dict)
+    ask_overrun: Callable[[str, str], Awaitable[bool]] | None = None
 
     def folder(self, run_id: str) -> Path:
         """The run's local folder."""

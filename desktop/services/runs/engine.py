@@ -39,6 +39,7 @@ from desktop.services.runs.context import (
 )
 from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import final_event, newest_checkpoint_only
+from desktop.services.runs.overrun_check import judge_calibration
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import DoneEvent, Event, EventKind, JobState, StateEvent, StopCause
 
@@ -105,6 +106,7 @@ class RunEngine:
             connect,
         )
         self.store, self.secrets, self.report = self.ctx.store, self.ctx.secrets, self.ctx.report
+        self._total_steps: dict[str, int] = {}  # each run's optimizer steps in all, as its trainer last said
 
     @property
     def options(self) -> EngineOptions:
@@ -337,7 +339,11 @@ class RunEngine:
         return None
 
     async def _handle(self, run_id: str, machine: Machine, event: Event) -> RunRecord | None:
-        if event["event"] is EventKind.CHECKPOINT:
+        if event["event"] is EventKind.STEP and event.get("total_steps"):
+            self._total_steps[run_id] = int(event.get("total_steps") or 0)
+        elif event["event"] is EventKind.CALIBRATION and self._total_steps.get(run_id):
+            await judge_calibration(self.ctx, run_id, machine, event, self._total_steps[run_id])
+        elif event["event"] is EventKind.CHECKPOINT:
             async with self._heartbeat_while_pulling(run_id, machine):
                 await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event)
         elif event["event"] is EventKind.DONE:
@@ -398,7 +404,7 @@ class RunEngine:
             # finish that instead of training again.
             return await self._handle(run_id, machine, final)
         record = self.store.get(run_id)
-        if record.spec.get("budget_stop") or record.spec.get("stop_requested"):
+        if record.spec.get("budget_stop") or record.spec.get("overrun_stop") or record.spec.get("stop_requested"):
             # Stopped (for its budget, or by the user) and died before saying so, e.g. a SIGTERM that came before
             # the trainer could catch it: never train on.
             return monitor.cancel_stopped(self.ctx, run_id, "")

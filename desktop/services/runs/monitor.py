@@ -93,7 +93,8 @@ async def stop_if_over_budget(ctx: RunContext, run_id: str, machine: Machine) ->
 
 def cancel_stopped(ctx: RunContext, run_id: str, reason: str) -> RunRecord:
     """Ends a run whose trainer stopped on SIGTERM; a budget stop says so and where its checkpoint is."""
-    budget = ctx.store.get(run_id).spec.get("budget_stop")
+    spec = ctx.store.get(run_id).spec
+    budget = spec.get("budget_stop") or spec.get("overrun_stop")  # stopped by the app for money, not the user
     if not budget:
         return ctx.store.transition(run_id, RunState.CANCELLED, reason)
     newest = newest_local_checkpoint(ctx.folder(run_id) / "checkpoints")

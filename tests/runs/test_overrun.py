@@ -1,0 +1,143 @@
+"""The plan checked against the machine's first measured steps: a new estimate, and an overrun asked, stopped or let be.
+
+The engine follows an in-memory machine whose trainer reports a calibration 10 times slower than the plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from desktop.core.runs.overrun import reestimate
+from desktop.core.runs.spec import RunSpec, SshTarget
+from desktop.core.runs.states import RunState
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.engine import EngineOptions, RunEngine
+from desktop.services.runs.store import RunRecord, RunStore
+from desktop.ui.run_words import state_badge
+from tests.fixtures.fake_machine import FakeHost
+from tests.runs.test_engine_logic import trains_to_the_end, until_trained_by_a_trainer
+from trainer_payload.protocol import EventKind
+
+FAST = EngineOptions(poll_seconds=0.02, grace_seconds=0.5)
+
+
+def start(
+    tmp_path: Path, policy: str, options: EngineOptions = FAST
+) -> tuple[RunEngine, FakeHost, RunRecord, list[str]]:
+    host, lines = FakeHost(), []
+    engine = RunEngine(RunStore(), SecretStore(), options, report=lines.append, connect=host.connect)
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    target = SshTarget("trainer", "gpu.example", 22)
+    spec = RunSpec(
+        "org/tiny-model", train, None, {"max_steps": 100}, target, 0.0, 1.0, estimate={"hours": 0.1, "usd": 0.1}
+    )
+    record = engine.create(spec)
+    engine.ctx.set_spec(record.id, on_overrun=policy)
+    return engine, host, record, lines
+
+
+def measured_slow(host: FakeHost) -> None:
+    """The first five steps at 36 s each: 95 steps left need 0.95 h, nine times the 0.1 h planned."""
+    host.emit(EventKind.STEP, step=5, loss=2.0, total_steps=100)
+    host.emit(EventKind.CALIBRATION, step=5, micro_batch=2, grad_accum=4, seq_len=2048, seconds_per_step=36.0, steps=5)
+
+
+async def test_an_overrun_with_stop_saves_a_checkpoint_and_ends_the_run_saying_why(tmp_path: Path) -> None:
+    engine, host, record, _lines = start(tmp_path, "stop")
+    driving = asyncio.ensure_future(engine.drive(record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(engine, record.id), 10)
+    measured_slow(host)
+    final = await asyncio.wait_for(driving, 30)
+    assert final.state is RunState.CANCELLED
+    assert any(command.startswith(f"kill -TERM {final.pid}") for command in host.commands)
+    assert final.error is not None and final.error.startswith("measured in the first steps: about ")
+    assert "against the estimate of $0.10" in final.error
+    assert state_badge(final) == ("Stopped: over its estimate", "warning")
+    measured = final.spec["measured"]
+    assert measured["step"] == 5 and measured["usd"] == pytest.approx(0.95, abs=0.02)
+
+
+async def test_an_overrun_with_ask_pauses_the_trainer_and_goes_on_when_told(tmp_path: Path) -> None:
+    engine, host, record, _lines = start(tmp_path, "ask")
+    asked: list[str] = []
+
+    async def yes(run_id: str, words: str) -> bool:
+        asked.append(words)
+        assert any(command.startswith("kill -STOP") for command in host.commands), "paused while asking"
+        return True
+
+    engine.ctx.ask_overrun = yes
+    driving = asyncio.ensure_future(engine.drive(record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(engine, record.id), 10)
+    measured_slow(host)
+    while not asked:
+        await asyncio.sleep(0.02)
+    trains_to_the_end(host, engine.store.get(record.id).remote_dir or "")
+    final = await asyncio.wait_for(driving, 30)
+    assert final.state is RunState.FINISHED
+    assert asked[0].startswith("measured in the first steps: about ")
+    assert any(command.startswith("kill -CONT") for command in host.commands), "running again after the answer"
+    assert not any(command.startswith(f"kill -TERM {final.pid}") for command in host.commands)
+
+
+async def test_an_unanswered_question_stops_the_run_within_its_limit(tmp_path: Path) -> None:
+    engine, host, record, lines = start(tmp_path, "ask", replace(FAST, overrun_ask_seconds=0.3))
+
+    async def never(_run_id: str, _words: str) -> bool:
+        await asyncio.sleep(3600)
+        return True
+
+    engine.ctx.ask_overrun = never
+    driving = asyncio.ensure_future(engine.drive(record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(engine, record.id), 10)
+    measured_slow(host)
+    final = await asyncio.wait_for(driving, 30)
+    assert final.state is RunState.CANCELLED
+    assert any("no answer in" in line for line in lines)
+    assert [c.split()[1] for c in host.commands if c.startswith("kill -")][:3] == ["-STOP", "-CONT", "-TERM"]
+
+
+async def test_continue_says_it_and_trains_on(tmp_path: Path) -> None:
+    engine, host, record, lines = start(tmp_path, "continue")
+    driving = asyncio.ensure_future(engine.drive(record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(engine, record.id), 10)
+    measured_slow(host)
+    while not any("training goes on" in line for line in lines):
+        await asyncio.sleep(0.02)
+    trains_to_the_end(host, engine.store.get(record.id).remote_dir or "")
+    final = await asyncio.wait_for(driving, 30)
+    assert final.state is RunState.FINISHED and not any(c.startswith("kill -") for c in host.commands)
+
+
+def test_the_new_estimate_is_spent_plus_the_steps_left_at_the_measured_pace() -> None:
+    calibration = {"step": 20, "seconds_per_step": 18.0}
+    new = reestimate(calibration, total_steps=220, spent=(0.2, 0.5), rate_per_hour=2.5, shown=(1.0, 2.5), budget_usd=4)
+    assert new.hours == pytest.approx(0.2 + 200 * 18 / 3600) and new.usd == pytest.approx(0.5 + 2.5, abs=0.01)
+    assert not new.over_estimate and not new.over_budget  # $3.00 against $2.50 is 20 % over: within 25 %
+    slower = reestimate(
+        {"step": 20, "seconds_per_step": 36.0},
+        total_steps=220,
+        spent=(0.2, 0.5),
+        rate_per_hour=2.5,
+        shown=(1.0, 2.5),
+        budget_usd=4,
+    )
+    assert slower.over_estimate and slower.over_budget and slower.overrun
+    assert (
+        slower.words()
+        == "about 2 h 12 min and $5.50 in all, +120 % against the estimate of $2.50; over the budget of $4.00"
+    )
+
+
+def test_the_command_line_takes_a_policy_and_stops_without_a_terminal() -> None:
+    from desktop.cli.parser import build_parser
+
+    assert build_parser().parse_args(["run", "SPEC.toml", "--on-overrun", "continue"]).on_overrun == "continue"
+    assert build_parser().parse_args(["run", "SPEC.toml"]).on_overrun is None  # ask in a terminal, else stop
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "SPEC.toml", "--on-overrun", "maybe"])
