@@ -61,11 +61,34 @@ def test_later_plans_use_the_speed_measured_for_that_gpu_type(capsys: pytest.Cap
     assert main(["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1", "--json"]) == 0
     before = json.loads(capsys.readouterr().out)
     assert before["calibration"] is None
-    _finished_run(RunStore(), {"gpu": "rtx4090", "tokens_per_s": 1000.0}, [500.0, 500.0])
+    run_id = _finished_run(RunStore(), {"gpu": "rtx4090", "tokens_per_s": 1000.0}, [500.0, 500.0])
     assert load_calibrations()["rtx4090"].ratio == 0.5
     assert main(["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1", "--json"]) == 0
     after = json.loads(capsys.readouterr().out)
-    assert after["calibration"] == "speeds measured on your runs: RTX 4090 from 1 run (0.50x the estimate)"
+    assert after["calibration"] == f"speeds measured on your runs: RTX 4090 from run {run_id} (0.50x the estimate)"
     assert after["options"][0]["tokens_per_s"] == pytest.approx(before["options"][0]["tokens_per_s"] * 0.5, rel=0.01)
     assert main(["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1"]) == 0
-    assert "Speeds measured on your runs: RTX 4090 from 1 run" in capsys.readouterr().out
+    assert f"Speeds measured on your runs: RTX 4090 from run {run_id}" in capsys.readouterr().out
+
+
+def test_a_runs_first_minutes_teach_the_next_plan_before_it_finishes() -> None:
+    store = RunStore()
+    record = store.create({"base_model": "qwen2.5-7b", "predicted": {"gpu": "rtx4090", "tokens_per_s": 1000.0}}, None)
+    for state in FLOW[: FLOW.index(RunState.TRAINING) + 1]:
+        store.transition(record.id, RunState(state))
+    now = time.time()
+    calibration = {
+        "seq": 1,
+        "ts": now,
+        "event": "calibration",
+        "step": 21,
+        "steps": 20,
+        "micro_batch": 2,
+        "grad_accum": 4,
+        "seq_len": 2048,
+        "seconds_per_step": 1.5,
+        "tokens_per_s": 1500.0,
+    }
+    (store.folder(record.id) / "events.jsonl").write_text(json.dumps(calibration) + "\n")
+    learnt = load_calibrations()["rtx4090"]
+    assert learnt.ratio == 1.5 and learnt.run_ids == (record.id,)  # still training: its calibration already counts

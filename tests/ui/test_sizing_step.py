@@ -17,6 +17,7 @@ from desktop.core.settings import Settings
 from desktop.core.sizing.report import format_hours
 from desktop.services.data.prepare import prepare_dataset
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_step import write_launch_spec
 from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, HATCHED, SizingStep, option_label
@@ -233,3 +234,19 @@ def test_card_size_labels_never_overlap_and_an_empty_chart_says_so(qtbot: QtBot)
     # a card is sold in GiB: its tick sits at its size in GB, right of what it leaves usable ("25.0 GB usable"
     # stood beside a "24 GB" tick, as if a card gave more than it holds)
     assert card_gb(24) == pytest.approx(25.77, abs=0.01) and card_gb(48) > 44.2
+
+
+def test_a_speed_measured_on_an_earlier_run_is_used_and_named(
+    qtbot: QtBot, wait_for: Callable[..., None], prepared: Path
+) -> None:
+    from tests.services.test_estimates import _finished_run
+
+    before = sized(make_step(qtbot, RunDraft(base_model="qwen2.5-0.5b", train_file=str(prepared))), wait_for)
+    assert "measured on your runs" not in before.tokens_label.text()
+    speed = {option.gpu.id: option.tokens_per_s for option in before.sizing.plan.options if option.count == 1}
+    run_id = _finished_run(RunStore(), {"gpu": "rtx4090", "tokens_per_s": 1000.0}, [500.0, 500.0])
+    after = sized(make_step(qtbot, RunDraft(base_model="qwen2.5-0.5b", train_file=str(prepared))), wait_for)
+    said = f"Speeds measured on your runs: RTX 4090 from run {run_id} (0.50x the estimate)."
+    assert said in after.tokens_label.text()
+    slower = {option.gpu.id: option.tokens_per_s for option in after.sizing.plan.options if option.count == 1}
+    assert slower["rtx4090"] == pytest.approx(speed["rtx4090"] * 0.5, rel=0.01) and slower["l4"] == speed["l4"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
-from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
+from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION, GpuSpec
 from desktop.core.sizing.plan import GPU_COUNTS, GpuOption, Plan, Workload, make_plan
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
@@ -55,10 +55,12 @@ class Sizing:
     Attributes:
         plan: The planner's answer.
         tokens_source: How the tokens per epoch were counted.
+        measured: Which GPU speeds come from the user's own runs, and which runs ("" or None: the catalog's).
     """
 
     plan: Plan
     tokens_source: str
+    measured: str | None = None
 
     @property
     def recommended(self) -> GpuOption | None:
@@ -197,7 +199,12 @@ def resolution_message(name: str, exc: ModelResolutionError) -> str:
     return f"{lead}: {details[:1].lower()}{details[1:].rstrip('.')}"
 
 
-def size_run(draft: RunDraft, counted: tuple[int, str] | None, secrets: SecretStore | None = None) -> Sizing:
+def size_run(
+    draft: RunDraft,
+    counted: tuple[int, str] | None,
+    secrets: SecretStore | None = None,
+    gpus: tuple[list[GpuSpec], str | None] | None = None,
+) -> Sizing:
     """Plans the draft's job: resolves the model (a folder, the catalog or the Hub) and ranks the GPU options.
 
     Blocking (files, maybe the network): call it in an executor.
@@ -206,6 +213,8 @@ def size_run(draft: RunDraft, counted: tuple[int, str] | None, secrets: SecretSt
         draft: The run being set up.
         counted: The prepared data's training tokens per epoch and how they were counted, if known.
         secrets: Where a Hugging Face token for gated models is kept.
+        gpus: The GPU catalog with speeds measured on the user's runs applied, and the words saying so (the
+            bundled catalog when None).
 
     Raises:
         SizingError: No model chosen, the model cannot be resolved, or the settings are out of range.
@@ -234,7 +243,9 @@ def size_run(draft: RunDraft, counted: tuple[int, str] | None, secrets: SecretSt
     workload, source = draft_workload(draft.training, setup, counted)
     counts = GPU_COUNTS if setup.num_gpus == 1 else (setup.num_gpus,)
     strategy = setup.strategy if setup.num_gpus > 1 else None
-    return Sizing(make_plan(arch, setup, list(load_gpus()), workload, counts=counts, strategy=strategy), source)
+    catalog, measured = gpus if gpus is not None else (list(load_gpus()), None)
+    plan = make_plan(arch, setup, catalog, workload, counts=counts, strategy=strategy)
+    return Sizing(plan, source, measured)
 
 
 def server_gpu_gb(gpu_summary: str) -> float | None:

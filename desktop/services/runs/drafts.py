@@ -10,6 +10,7 @@ import tomli_w
 from pydantic import ValidationError
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft
+from desktop.core.sizing.gpus import GpuSpec
 from desktop.services.data.prepare import manifest_tokens, read_manifest
 from desktop.services.models.sizing import Sizing, size_run
 from desktop.services.platform.files import atomic_write_text
@@ -66,7 +67,16 @@ def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:
         desktop.services.models.sizing.SizingError: The job cannot be sized; the message says how to fix it.
     """
     manifest = read_manifest(draft.train_file)
-    return size_run(draft, manifest_tokens(manifest) if manifest else None, secrets)
+    return size_run(draft, manifest_tokens(manifest) if manifest else None, secrets, measured_gpus())
+
+
+def measured_gpus() -> tuple[list[GpuSpec], str | None]:
+    """The GPU catalog with the speeds measured on the user's runs (their first minutes too), and words naming them."""
+    from desktop.core.sizing.calibration import calibration_note
+    from desktop.services.runs.estimates import calibrated_gpus
+
+    gpus, calibrations = calibrated_gpus()
+    return gpus, calibration_note(calibrations, gpus)
 
 
 def fresh_draft(previous: RunDraft) -> RunDraft:

@@ -100,13 +100,21 @@ def speed_samples(store: RunStore) -> list[SpeedSample]:
 
 
 def _sample(store: RunStore, record: RunRecord) -> SpeedSample | None:
+    """The run's predicted and measured speed (None when either is missing).
+
+    Measured: its first minutes' calibration (any run that got that far), else its steps' median once finished.
+    """
     predicted = record.spec.get("predicted")
-    if record.state is not RunState.FINISHED or not isinstance(predicted, dict):
+    if not isinstance(predicted, dict) or not predicted.get("tokens_per_s") or not predicted.get("gpu"):
         return None
-    measured = measure(store.folder(record.id), ())["tokens_per_s"]
-    if not measured or not predicted.get("tokens_per_s"):
+    events = mirrored_events(store.folder(record.id))
+    calibration = next((e for e in events if e["event"] is EventKind.CALIBRATION), None)
+    measured = calibration.get("tokens_per_s") if calibration is not None else None
+    if not measured and record.state is RunState.FINISHED:
+        measured = measure(store.folder(record.id), ())["tokens_per_s"]
+    if not measured:
         return None
-    return SpeedSample(str(predicted["gpu"]), float(predicted["tokens_per_s"]), float(measured))
+    return SpeedSample(str(predicted["gpu"]), float(predicted["tokens_per_s"]), float(measured), record.id)
 
 
 def load_calibrations(store: RunStore | None = None) -> dict[str, Calibration]:

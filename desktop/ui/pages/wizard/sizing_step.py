@@ -387,7 +387,9 @@ class SizingStep(WizardStep):
     def _show_sizing(self, sizing: Sizing) -> None:
         self.show_problem(None)
         self.status_label.setText(plan_headline(sizing))
-        self.tokens_label.setText(tokens_text(sizing, self.facts.numbers if self.facts else None))
+        tokens = tokens_text(sizing, self.facts.numbers if self.facts else None)
+        measured = f" {sizing.measured[:1].upper()}{sizing.measured[1:]}." if sizing.measured else ""
+        self.tokens_label.setText(tokens + measured)  # times from a GPU measured on the user's own runs say so
         self._fill_table(sizing)
         self._show_suggestions(sizing)
         self._show_server_fit(sizing)
