@@ -162,9 +162,11 @@ class ChatColumn(Card):
                 self.busy_bar.hide()
         self.model, self.loaded, self._failed_key = loaded, key, None
         self.badge.show_state("Ready", "success")
-        if not self.conversation.turns:
+        if not self.conversation.turns and self.transcript.document().isEmpty():
             saved = await asyncio.to_thread(load_history, *key)
-            if saved is not None and not self.conversation.turns and shiboken6.isValid(self):
+            # a question asked while the model loaded starts a new conversation: its lines are never wiped
+            gone = not shiboken6.isValid(self)  # the window closed while the file was read
+            if saved is not None and not gone and not self.conversation.turns and self.transcript.document().isEmpty():
                 self.show_saved(saved)
         return loaded
 
