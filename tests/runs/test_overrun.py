@@ -16,9 +16,15 @@ from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import RunState
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.engine import EngineOptions, RunEngine
+from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord, RunStore
 from desktop.ui.run_words import state_badge
 from tests.fixtures.fake_machine import FakeHost
+from tests.runs.rental_world import (
+    World,
+    checkpoint_then_keep_training,
+    ssh_always_greets,  # noqa: F401 - autouse: machines greet at once
+)
 from tests.runs.test_engine_logic import trains_to_the_end, until_trained_by_a_trainer
 from trainer_payload.protocol import EventKind
 
@@ -141,3 +147,30 @@ def test_the_command_line_takes_a_policy_and_stops_without_a_terminal() -> None:
     assert build_parser().parse_args(["run", "SPEC.toml"]).on_overrun is None  # ask in a terminal, else stop
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "SPEC.toml", "--on-overrun", "maybe"])
+
+
+def slow_start(host: FakeHost, folder: str) -> None:
+    """A rented trainer that saves a checkpoint, then measures 70 s a step with 998 steps to go."""
+    checkpoint_then_keep_training(host, folder)
+    host.emit(EventKind.STEP, step=2, loss=2.0, total_steps=1000)
+    host.emit(EventKind.CALIBRATION, step=2, micro_batch=2, grad_accum=4, seq_len=2048, seconds_per_step=70.0, steps=2)
+
+
+async def test_a_rented_run_that_would_pass_its_budget_stops_at_its_first_measure_and_its_machine_goes(
+    tmp_path: Path,
+) -> None:
+    from desktop.core.runs.spec import ComputeSpec
+    from tests.runs.test_rental_money import assert_books_balance
+
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", slow_start)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True), budget=5.0)  # 998 x 70 s: past $5
+    world.engine.ctx.set_spec(run_id, on_overrun="stop")  # as `rentune run --on-overrun stop` (or no terminal)
+    final = await asyncio.wait_for(world.driver.drive(run_id), 30)
+    assert final.state is RunState.CANCELLED
+    assert str(final.error).startswith("measured in the first steps: about 19 h ")
+    assert "over the budget of $5.00" in str(final.error)
+    assert final.spec["measured"]["usd"] > 5.0  # measured after two steps, long before $5 was spent
+    assert world.runpod.live() == [] and world.runpod.terminated == ["runpod-1"]  # nothing bills for it
+    assert any(e["event"] == "checkpoint" for e in mirrored_events(world.engine.folder(run_id)))
+    assert_books_balance(world, world.runpod, run_id)
