@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import asyncssh
@@ -174,7 +175,9 @@ async def test_a_cancelled_copy_leaves_no_sftp_or_agent_running(ssh_server: SshS
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(openssh_sftp.SftpLogin, "command", remembered)
             upload = asyncio.ensure_future(machine.upload(local, str(tmp_path / "copy.bin")))
-            while not started:
+            deadline = time.monotonic() + 60
+            while not started:  # the copy may also have gone the built-in way: then it would never start
+                assert time.monotonic() < deadline and not upload.done(), "sftp never started"
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)
             upload.cancel()
@@ -188,3 +191,25 @@ async def test_a_cancelled_copy_leaves_no_sftp_or_agent_running(ssh_server: SshS
     pgrep = await asyncio.create_subprocess_exec("pgrep", "-f", str(login.folder), stdout=asyncio.subprocess.PIPE)
     left, _ = await pgrep.communicate()
     assert left == b"", "no sftp (or ssh under it) is left running"
+
+
+async def test_an_agent_not_listening_yet_is_offered_the_key_again(tmp_path: Path) -> None:
+    """ssh-agent makes its socket before it listens: an ssh-add in between is refused, and tried again."""
+    tools = find_openssh()
+    assert tools is not None
+    tries = tmp_path / "tries"
+    wrapper = tmp_path / "ssh-add"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{tries}"\n'
+        f'if [ "$(wc -l < "{tries}")" -le 2 ]; then cat > /dev/null; '
+        'echo "Error connecting to agent: Connection refused" >&2; exit 2; fi\n'
+        f'exec "{tools.add}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    host_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    endpoint = Endpoint("127.0.0.1", 22, "me", (key,))
+    async with openssh_sftp.SftpLogin(replace(tools, add=str(wrapper)), endpoint, host_key) as login:
+        assert login._agent is not None and login._agent.returncode is None
+    assert tries.read_text().count("x") == 3  # refused twice while "not listening", taken the third time

@@ -46,6 +46,8 @@ _REQUESTS = 16
 #: Every byte below the remote file's size minus this has landed (twice what sftp can have in flight).
 LANDED_LAG = 2 * _REQUESTS * _REQUEST_BYTES
 _POLL_S = 0.2
+#: How often a key is offered to an agent whose socket is there but not listening yet (50 ms apart).
+_AGENT_READY_TRIES = 40
 _KEY_LIFETIME_S = 120
 _HOST_ALIAS = "rentune-pinned-host"
 # sftp's batch parser treats these specially (quotes, escapes, globs, options): such paths go through asyncssh.
@@ -173,6 +175,15 @@ class SftpLogin:
             raise OpenSshUnusableError("ssh-agent did not start")
         environment = {**os.environ, "SSH_AUTH_SOCK": str(self._socket)}
         for key in keys:
+            await self._add_key(key, environment)
+
+    async def _add_key(self, key: asyncssh.SSHKey, environment: dict[str, str]) -> None:
+        """Gives the agent one key; retried while the agent's socket exists but it does not listen yet.
+
+        ssh-agent creates its socket file before it listens on it: an ``ssh-add`` in between is refused ("Error
+        connecting to agent: Connection refused"), which a loaded machine hit now and then.
+        """
+        for attempt in range(_AGENT_READY_TRIES):
             adding = await asyncio.create_subprocess_exec(
                 self.tools.add,
                 "-q",
@@ -185,8 +196,13 @@ class SftpLogin:
                 env=environment,
             )
             _, error = await adding.communicate(key.export_private_key())
-            if adding.returncode != 0:
-                raise OpenSshUnusableError(f"ssh-add refused the run key: {error.decode(errors='replace').strip()}")
+            if adding.returncode == 0:
+                return
+            words = error.decode(errors="replace").strip()
+            agent_up = self._agent is not None and self._agent.returncode is None
+            if "Error connecting to agent" not in words or not agent_up or attempt == _AGENT_READY_TRIES - 1:
+                raise OpenSshUnusableError(f"ssh-add refused the run key: {words}")
+            await asyncio.sleep(0.05)
 
     async def _clean_up(self) -> None:
         if self._agent is not None and self._agent.returncode is None:
