@@ -80,6 +80,22 @@ def _watchdog(spec: JobSpec, stop: Stop, finished: threading.Event) -> None:
             return
 
 
+def _agreed_stop(terminated: bool, device: Any) -> bool:
+    """Whether to stop after this step, the same answer on every rank of a distributed run.
+
+    SIGTERM reaches the ranks a moment apart: a rank stopping a step before the others left them waiting forever in
+    their next gradient exchange. The ranks agree (the largest of their flags) after every step: one tiny all-reduce.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return terminated
+    flag = torch.tensor([1 if terminated else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration: Calibration) -> Any:
     from transformers import TrainerCallback
 
@@ -130,7 +146,7 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
             minutes = spec.checkpoint_minutes
             if minutes and time.monotonic() - self.last_save >= minutes * 60:
                 control.should_save = True
-            if stop.terminated:
+            if _agreed_stop(stop.terminated, args.device):
                 control.should_save = True
                 control.should_training_stop = True
 
