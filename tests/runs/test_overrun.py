@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop.core.runs.overrun import reestimate
+from desktop.core.runs.overrun import Reestimate, reestimate
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import RunState
 from desktop.services.platform.secrets import SecretStore
@@ -120,19 +120,21 @@ async def test_continue_says_it_and_trains_on(tmp_path: Path) -> None:
     assert final.state is RunState.FINISHED and not any(c.startswith("kill -") for c in host.commands)
 
 
+def twice_as_slow(budget_usd: float = 0) -> Reestimate:
+    """The estimate after 20 of 220 steps at 36 s each, half the pace the $2.50, one-hour plan assumed."""
+    calibration = {"step": 20, "seconds_per_step": 36.0}
+    shown = (1.0, 2.5)
+    return reestimate(
+        calibration, total_steps=220, spent=(0.2, 0.5), rate_per_hour=2.5, shown=shown, budget_usd=budget_usd
+    )
+
+
 def test_the_new_estimate_is_spent_plus_the_steps_left_at_the_measured_pace() -> None:
     calibration = {"step": 20, "seconds_per_step": 18.0}
     new = reestimate(calibration, total_steps=220, spent=(0.2, 0.5), rate_per_hour=2.5, shown=(1.0, 2.5), budget_usd=4)
     assert new.hours == pytest.approx(0.2 + 200 * 18 / 3600) and new.usd == pytest.approx(0.5 + 2.5, abs=0.01)
     assert not new.over_estimate and not new.over_budget  # $3.00 against $2.50 is 20 % over: within 25 %
-    slower = reestimate(
-        {"step": 20, "seconds_per_step": 36.0},
-        total_steps=220,
-        spent=(0.2, 0.5),
-        rate_per_hour=2.5,
-        shown=(1.0, 2.5),
-        budget_usd=4,
-    )
+    slower = twice_as_slow(budget_usd=4)
     assert slower.over_estimate and slower.over_budget and slower.overrun
     assert (
         slower.words()

@@ -407,16 +407,9 @@ def test_dark_chosen_in_settings_redraws_every_icon_for_the_dark_window(
 def test_a_run_over_its_estimate_is_asked_about_in_the_app_and_stop_is_the_safe_answer(
     window: MainWindow, qtbot: QtBot, qloop: asyncio.AbstractEventLoop
 ) -> None:
-    from desktop.core.runs.overrun import reestimate
+    from tests.runs.test_overrun import twice_as_slow
 
-    slower = reestimate(
-        {"step": 20, "seconds_per_step": 36.0},
-        total_steps=220,
-        spent=(0.2, 0.5),
-        rate_per_hour=2.5,
-        shown=(1.0, 2.5),
-        budget_usd=0,
-    )
+    slower = twice_as_slow()
     words = f"measured in the first steps: {slower.words()}"
     assert window.context.manager.ask_overrun == window.ask_overrun  # every run the app follows asks here
 

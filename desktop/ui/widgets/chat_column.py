@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import html
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,14 +254,19 @@ class ChatColumn(Card):
     def _save(self, key: ModelKey) -> None:
         """Saves the conversation with this model in the background (kept until the save is done)."""
         snapshot = Conversation(self.conversation.system, list(self.conversation.turns))
-        task: asyncio.Task[object] = asyncio.ensure_future(asyncio.to_thread(save_history, key[0], key[1], snapshot))
-        self._saving.add(task)
-        task.add_done_callback(self._saved)
+        self._on_disk(lambda: save_history(key[0], key[1], snapshot), "this chat could not be saved")
 
-    def _saved(self, task: asyncio.Task[object]) -> None:
-        self._saving.discard(task)
-        if not task.cancelled() and task.exception() is not None and shiboken6.isValid(self):
-            self._write_note(f"(this chat could not be saved: {task.exception()})")
+    def _on_disk(self, work: Callable[[], object], failed: str) -> None:
+        """Runs a small file change off the event loop, kept until done; a failure is said in the transcript."""
+        task: asyncio.Task[object] = asyncio.ensure_future(asyncio.to_thread(work))
+        self._saving.add(task)
+
+        def done(finished: asyncio.Task[object]) -> None:
+            self._saving.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None and shiboken6.isValid(self):
+                self._write_note(f"({failed}: {finished.exception()})")
+
+        task.add_done_callback(done)
 
     def take_back(self) -> str | None:
         """Forgets the last exchange to answer it again; returns its question (None when there is none)."""
@@ -305,9 +311,7 @@ class ChatColumn(Card):
         self.clear_view()
         self.conversation = Conversation(self.conversation.system)
         if key is not None:
-            task: asyncio.Task[object] = asyncio.ensure_future(asyncio.to_thread(forget_history, *key))
-            self._saving.add(task)
-            task.add_done_callback(self._saving.discard)
+            self._on_disk(lambda: forget_history(*key), "the saved chat could not be deleted")
 
     def clear_view(self) -> None:
         """Empties the transcript and the answers shown (the conversation itself is kept)."""
