@@ -1,4 +1,4 @@
-"""Command line of the trainer payload: ``python -m trainer_payload run job.json`` and ``bootstrap``."""
+"""Command line of the trainer payload: ``python -m trainer_payload run job.json``, ``bootstrap`` and ``export``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="train the job described by a job.json")
     run.add_argument("job", type=Path, help="path of job.json")
+    export = commands.add_parser("export", help="after training: the merged model and GGUF files, hashed")
+    export.add_argument("job", type=Path, help="path of the trained job's job.json")
+    export.add_argument("export_job", type=Path, help="path of the export job (what to make)")
     boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
@@ -39,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.train import run_job
 
         return run_job(args.job)
+    if args.command == "export":
+        from trainer_payload.export import run_export
+
+        return run_export(args.job, args.export_job)
     from trainer_payload.bootstrap import bootstrap, enter_venv, in_venv_of
     from trainer_payload.lock import LOCK
 

@@ -27,6 +27,11 @@ STOP_MARKER_NAME = "STOP_MACHINE"
 #: In the output folder: touched by the desktop while it follows the run (the self-stop's "somebody is here").
 HEARTBEAT_NAME = "HEARTBEAT"
 ADAPTER_DIR_NAME = "adapter"
+#: After training, the export on the machine (``python -m trainer_payload export``): its job file and its outputs'
+#: folder, both under ``out/``, and the GGUF types llama.cpp's converter writes there without a quantise tool.
+EXPORT_JOB_FILE_NAME = "export-job.json"
+EXPORT_DIR_NAME = "export"
+ON_MACHINE_GGUF_TYPES = ("F16", "BF16", "Q8_0")
 #: The payload's virtual environment, relative to the run folder (the folder of ``job.json``). The bootstrap
 #: creates it over the machine's Python; the trainer must run with :data:`VENV_PYTHON`.
 VENV_DIR = ".venv"
@@ -65,6 +70,8 @@ class EventKind(StrEnum):
     ERROR = "error"
     CALIBRATION = "calibration"
     FIT = "fit"
+    EXPORT = "export"
+    EXPORTED = "exported"
 
 
 class ErrorKind(StrEnum):
@@ -174,9 +181,13 @@ class _ErrorFields(_Stamped):
 
 
 class ErrorEvent(_ErrorFields, total=False):
-    """Why the job failed: an :class:`ErrorKind` as ``kind``, the message and a hint to fix it."""
+    """Why the job failed: an :class:`ErrorKind` as ``kind``, the message and a hint to fix it.
+
+    An out-of-memory error carries the GPU's measured peak (``peak_gpu_gb``, None without a GPU).
+    """
 
     hint: str | None
+    peak_gpu_gb: float | None
 
 
 class _CalibrationFields(_Stamped):
@@ -192,10 +203,11 @@ class CalibrationEvent(_CalibrationFields, total=False):
     """The first steps of the real job, measured once.
 
     Measured over ``calibration_steps`` or ``calibration_minutes``, whichever comes first: seconds per optimizer step,
-    tokens per second and peak GPU memory in GB (None without a GPU).
+    tokens per second and peak GPU memory in GB (None without a GPU), with the setup measured (after any fit).
     """
 
     steps: int | None
+    gradient_checkpointing: bool
     tokens_per_s: float | None
     peak_allocated_gb: float | None
     peak_reserved_gb: float | None
@@ -220,7 +232,48 @@ class FitEvent(_FitFields, total=False):
     attempt: int | None
 
 
-Event = StateEvent | StepEvent | EvalEvent | CheckpointEvent | DoneEvent | ErrorEvent | CalibrationEvent | FitEvent
+class _ExportFields(_Stamped):
+    event: Literal[EventKind.EXPORT]
+    phase: str
+
+
+class ExportEvent(_ExportFields, total=False):
+    """The export on the machine (after training) is at ``phase`` (merging, converting...), ``fraction`` done."""
+
+    fraction: float | None
+
+
+class _ExportedFields(_Stamped):
+    event: Literal[EventKind.EXPORTED]
+    files: dict[str, str]
+
+
+class ExportedEvent(_ExportedFields, total=False):
+    """The export on the machine ended: its files (paths relative to ``out/``, sha256 each), or why it failed.
+
+    ``outputs`` maps each output asked for (``merged``, ``gguf:Q8_0``) to its path relative to ``out/``;
+    ``merge_check`` is how closely the merged model's logits matched base + adapter; ``notes`` says what to know
+    (tensors the converter wrote in another type).
+    """
+
+    outputs: dict[str, str]
+    merge_check: dict[str, Any]
+    notes: list[str]
+    error: str | None
+
+
+Event = (
+    StateEvent
+    | StepEvent
+    | EvalEvent
+    | CheckpointEvent
+    | DoneEvent
+    | ErrorEvent
+    | CalibrationEvent
+    | FitEvent
+    | ExportEvent
+    | ExportedEvent
+)
 #: The shape of each kind of event: the one source of the fields :func:`validate_event` checks.
 EVENT_TYPES: dict[EventKind, type[Any]] = {
     EventKind.STATE: StateEvent,
@@ -231,6 +284,8 @@ EVENT_TYPES: dict[EventKind, type[Any]] = {
     EventKind.ERROR: ErrorEvent,
     EventKind.CALIBRATION: CalibrationEvent,
     EventKind.FIT: FitEvent,
+    EventKind.EXPORT: ExportEvent,
+    EventKind.EXPORTED: ExportedEvent,
 }
 _STAMP_FIELDS = frozenset({"ts", "seq", "event"})
 
@@ -307,6 +362,10 @@ def validate_event(obj: object) -> Event:
     elif kind is EventKind.DONE:
         check_relative_path(obj["adapter_path"])
         _check_digests(obj["files"])
+    elif kind is EventKind.EXPORTED:
+        _check_digests(obj["files"])
+        for path in (obj.get("outputs") or {}).values():
+            check_relative_path(str(path))
     _check_numbers(kind, obj)
     obj["event"] = kind
     return typing.cast(Event, obj)

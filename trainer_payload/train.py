@@ -138,6 +138,7 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
                     micro_batch=spec.micro_batch,
                     grad_accum=spec.grad_accum,
                     seq_len=spec.seq_len,
+                    gradient_checkpointing=spec.gradient_checkpointing,
                     **measured,
                 )
 

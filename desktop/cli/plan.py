@@ -10,6 +10,7 @@ from desktop.cli.errors import EXIT_OK, CliError
 from desktop.cli.sizing_flags import FLAGS, training_setup
 from desktop.cli.sizing_flags import workload as sizing_workload
 from desktop.core.sizing.architecture import ArchitectureError
+from desktop.core.sizing.calibration import JobKind, Learned
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
 from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
@@ -32,26 +33,23 @@ def suggestion_flags(suggestion: Suggestion) -> str:
     return f"{' and '.join(words)} ({whys})"
 
 
-def _calibrated_gpus() -> tuple[list[GpuSpec], str | None]:
-    """The catalog with speeds measured on finished runs, and a note naming them (just the catalog before any run)."""
+def _learned(kind: JobKind) -> Learned:
+    """What the user's runs measured for this kind of job (just the catalog and the memory model before any run)."""
     if not (app_paths().data_dir / "runs.db").exists():
-        return list(load_gpus()), None  # nothing to learn from yet: no reason to load the run store
-    from desktop.core.sizing.calibration import calibration_note
-    from desktop.services.runs.estimates import calibrated_gpus
+        return Learned(list(load_gpus()), {})  # nothing to learn from yet: no reason to load the run store
+    from desktop.services.runs.estimates import learned_for
 
-    gpus, calibrations = calibrated_gpus()
-    return gpus, calibration_note(calibrations, gpus)
+    return learned_for(kind)
 
 
-def _plan_gpus(args: argparse.Namespace) -> tuple[list[GpuSpec], str | None]:
-    """The GPU types to plan for, with speeds measured on the user's finished runs applied (and a note saying so)."""
-    gpus, note = _calibrated_gpus()
+def _plan_gpus(args: argparse.Namespace, learned: Learned) -> list[GpuSpec]:
+    """The GPU types to plan for, with speeds measured on the user's runs applied."""
     if args.gpu is None:
-        return gpus, note
-    found = find_gpu(gpus, args.gpu)
+        return learned.gpus
+    found = find_gpu(learned.gpus, args.gpu)
     if found is None:
-        raise CliError(f"unknown GPU {args.gpu!r}; choose one of: {', '.join(g.id for g in gpus)}")
-    return [found], note
+        raise CliError(f"unknown GPU {args.gpu!r}; choose one of: {', '.join(g.id for g in learned.gpus)}")
+    return [found]
 
 
 def _print_catalog() -> int:
@@ -69,14 +67,15 @@ def run_plan(args: argparse.Namespace) -> int:
         raise CliError("--model is required (a catalog name such as qwen2.5-7b, a Hub id, or a model folder)")
     setup = training_setup(args, 1 if args.gpus is None else args.gpus, args.strategy or "ddp")
     workload, source = sizing_workload(args, setup.seq_len)
-    gpus, calibration = _plan_gpus(args)
     try:
         arch = resolve_model(args.model)
     except (ModelResolutionError, ArchitectureError) as exc:
         raise CliError(str(exc)) from exc
+    learned = _learned(JobKind.of(arch, setup))
+    gpus, calibration = _plan_gpus(args, learned), learned.note
     counts = GPU_COUNTS if args.gpus is None else (args.gpus,)
     strategy = Strategy(args.strategy) if args.strategy else None
-    plan = make_plan(arch, setup, gpus, workload, counts=counts, strategy=strategy)
+    plan = make_plan(arch, setup, gpus, workload, counts=counts, strategy=strategy, measured=learned.memory or None)
     if args.json:
         print(json.dumps({**plan_dict(plan, source), "calibration": calibration}, indent=2))
     else:

@@ -88,7 +88,7 @@ def test_a_finished_install_is_imported_and_runs_the_jobs(restored_path: None) -
     assert fake_tool_module.VALUE == 42
     assert local_python() == tools_env().python
     app_folder = (site / APP_PATH_FILE).read_text().strip()
-    assert (Path(app_folder) / "desktop" / "services" / "local" / "merge_job.py").is_file(), "jobs import the app"
+    assert (Path(app_folder) / "trainer_payload" / "merge.py").is_file(), "jobs import the app"
 
 
 def test_an_install_for_another_python_is_not_imported(restored_path: None) -> None:

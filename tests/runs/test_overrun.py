@@ -6,6 +6,7 @@ The engine follows an in-memory machine whose trainer reports a calibration 10 t
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,7 +156,16 @@ def slow_start(host: FakeHost, folder: str) -> None:
     """A rented trainer that saves a checkpoint, then measures 70 s a step with 998 steps to go."""
     checkpoint_then_keep_training(host, folder)
     host.emit(EventKind.STEP, step=2, loss=2.0, total_steps=1000)
-    host.emit(EventKind.CALIBRATION, step=2, micro_batch=2, grad_accum=4, seq_len=2048, seconds_per_step=70.0, steps=2)
+    host.emit(
+        EventKind.CALIBRATION,
+        step=2,
+        micro_batch=2,
+        grad_accum=4,
+        seq_len=2048,
+        seconds_per_step=70.0,
+        steps=2,
+        peak_reserved_gb=3.0,
+    )
 
 
 async def test_a_rented_run_that_would_pass_its_budget_stops_at_its_first_measure_and_its_machine_goes(
@@ -168,11 +178,47 @@ async def test_a_rented_run_that_would_pass_its_budget_stops_at_its_first_measur
     world.runpod.on_create = lambda host: setattr(host, "on_launch", slow_start)
     run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True), budget=5.0)  # 998 x 70 s: past $5
     world.engine.ctx.set_spec(run_id, on_overrun="stop")  # as `rentune run --on-overrun stop` (or no terminal)
+    world.engine.ctx.set_spec(run_id, base_model="qwen2.5-7b")  # a catalog model: sized for its GPU once rented
     final = await asyncio.wait_for(world.driver.drive(run_id), 30)
     assert final.state is RunState.CANCELLED
     assert str(final.error).startswith("measured in the first steps: about 19 h ")
     assert "over the budget of $5.00" in str(final.error)
     assert final.spec["measured"]["usd"] > 5.0  # measured after two steps, long before $5 was spent
+    memory = final.spec["measured"]["memory"]  # the peak, for later plans of this job on this GPU type
+    assert memory["peak_gb"] == 3.0 and memory["gpu"] == "rtx4090" and memory["model_peak_gb"] > 0
+    assert memory["job"]["model"] == final.spec["predicted"]["job"]["model"]
     assert world.runpod.live() == [] and world.runpod.terminated == ["runpod-1"]  # nothing bills for it
     assert any(e["event"] == "checkpoint" for e in mirrored_events(world.engine.folder(run_id)))
     assert_books_balance(world, world.runpod, run_id)
+
+
+async def test_an_out_of_memory_at_micro_batch_one_says_what_would_fit_with_the_measured_need(tmp_path: Path) -> None:
+    engine, host, record, _lines = start(tmp_path, "continue")
+    engine.ctx.set_spec(
+        record.id,
+        base_model="qwen2.5-7b",
+        training={"method": "qlora", "seq_len": 2048, "micro_batch": 2, "grad_accum": 8},
+        predicted={"gpu": "rtx4090", "count": 1},  # as sizing stored it for the rented GPU
+    )
+    driving = asyncio.ensure_future(engine.drive(record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(engine, record.id), 10)
+    host.emit(EventKind.FIT, micro_batch=1, grad_accum=16, gradient_checkpointing=True, reason="out of memory")
+    host.emit(
+        EventKind.ERROR,
+        kind="oom",
+        message="RuntimeError: out of memory at micro-batch 1 with activation checkpointing on",
+        hint="use a GPU with more memory",
+        peak_gpu_gb=23.2,
+    )
+    host.emit(EventKind.STATE, state="failed", reason="oom")
+    final = await asyncio.wait_for(driving, 10)
+    assert final.state is RunState.FAILED
+    error = str(final.error)
+    assert error.startswith("oom: RuntimeError: out of memory at micro-batch 1")
+    # The plan said it fits a 24 GB card; the card's whole memory was not enough: every option is made again with
+    # at least that, so the advice is a bigger card (or smaller settings), never the card that just failed.
+    needed, said = (
+        float(n) for n in re.findall(r"needed more than ([\d.]+) GB per GPU \(the plan said ([\d.]+) GB", error)[0]
+    )
+    assert needed >= 23.2 > said, "at least the measured peak (or all the card holds), beside the plan's number"
+    assert "GB). With that measured, it fits on " in error and "fits on RTX 4090" not in error

@@ -92,3 +92,62 @@ def test_a_runs_first_minutes_teach_the_next_plan_before_it_finishes() -> None:
     (store.folder(record.id) / "events.jsonl").write_text(json.dumps(calibration) + "\n")
     learnt = load_calibrations()["rtx4090"]
     assert learnt.ratio == 1.5 and learnt.run_ids == (record.id,)  # still training: its calibration already counts
+
+
+def _run_that_measured_memory(store: RunStore, seq_len: int, peak_gb: float) -> tuple[str, float]:
+    """A rented run of qwen2.5-7b (the default method) on an RTX 4090 whose first minutes measured ``peak_gb``."""
+    from desktop.services.runs.estimates import measured_memory
+
+    training = {"seq_len": seq_len}
+    predicted = predict({"base_model": "qwen2.5-7b", "training": training}, "RTX 4090", 1, 0.44, load_gpus())
+    assert predicted is not None
+    spec = {"base_model": "qwen2.5-7b", "training": training, "predicted": predicted}
+    calibration = {"micro_batch": 1, "grad_accum": 16, "gradient_checkpointing": True, "peak_reserved_gb": peak_gb}
+    memory = measured_memory(spec, calibration)
+    assert memory is not None and memory["gpu"] == "rtx4090" and memory["peak_gb"] == peak_gb
+    record = store.create({**spec, "measured": {"hours": 1.0, "usd": 0.44, "step": 20, "memory": memory}}, None)
+    return record.id, peak_gb / memory["model_peak_gb"]
+
+
+def test_a_second_plan_for_the_same_job_and_gpu_uses_the_measured_peak_and_names_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    command = ["plan", "--model", "qwen2.5-7b", "--gpu", "RTX 4090", "--gpus", "1", "--micro-batch", "1"]
+    assert main([*command, "--grad-accum", "16", "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)["options"][0]
+    assert before["memory_measured_by"] == []
+    store = RunStore()
+    run_id, ratio = _run_that_measured_memory(store, seq_len=before_seq_len(), peak_gb=12.0)
+    _run_that_measured_memory(store, seq_len=512, peak_gb=3.0)  # another kind of job: it teaches nothing here
+    assert main([*command, "--grad-accum", "16", "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    option = after["options"][0]
+    assert option["memory_measured_by"] == [run_id]
+    assert option["per_gpu_gb"] == pytest.approx(0.4 + (before["per_gpu_gb"] - 0.4) * ratio, abs=0.02)
+    assert f"peak memory measured on your runs of this job: RTX 4090 from run {run_id} ({ratio:.2f}x" in str(
+        after["calibration"]
+    )
+    assert main([*command, "--grad-accum", "16"]) == 0
+    text = capsys.readouterr().out
+    assert f"(memory of RTX 4090 as measured on run {run_id}: " in text
+
+
+def before_seq_len() -> int:
+    """The sequence length ``rentune plan`` sizes when none is given (the payload's default)."""
+    from desktop.core.sizing.setup import DEFAULT_SETUP
+
+    return DEFAULT_SETUP.seq_len
+
+
+def test_the_sizing_step_says_which_run_measured_the_peak_it_uses(tmp_path: Path) -> None:
+    from desktop.core.runs.draft import RunDraft
+    from desktop.services.models.sizing import size_run
+    from desktop.services.runs.drafts import learned_from_runs
+
+    run_id, _ratio = _run_that_measured_memory(RunStore(), seq_len=before_seq_len(), peak_gb=12.0)
+    draft = RunDraft(base_model="qwen2.5-7b", training={"micro_batch": 1, "grad_accum": 16})
+    sizing = size_run(draft, None, None, learned_from_runs)
+    assert sizing.measured is not None and f"RTX 4090 from run {run_id}" in sizing.measured
+    measured = [o for o in sizing.plan.options if o.memory_measured_by]
+    assert {o.gpu.id for o in measured} == {"rtx4090"} and measured[0].memory_measured_by == (run_id,)
+    assert all(not o.memory_measured_by for o in size_run(draft, None).plan.options), "nothing learnt without runs"

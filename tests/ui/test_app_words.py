@@ -86,3 +86,15 @@ def test_a_status_line_cut_short_opens_whole_on_a_click(qtbot: QtBot) -> None:
     dialog = TextDialog(label, "Status", label.text())
     qtbot.addWidget(dialog)
     assert dialog.text_label.text() == label.text()
+
+
+def test_an_out_of_memory_says_what_would_fit_with_the_measured_need_as_what_to_do() -> None:
+    from dataclasses import replace
+
+    from desktop.core.runs.progress import ErrorInfo
+
+    progress = replace(RunProgress(), errors=[ErrorInfo("oom", "out of memory at micro-batch 1", "smaller settings")])
+    advice = "It needed more than 24.6 GB per GPU (the plan said 10.7 GB). With that measured, it fits on L40S."
+    notice = failure_notice(progress, "oom: …", advice)
+    assert notice.headline == "Out of GPU memory" and notice.details.endswith(f"What to do: {advice}")
+    assert "Lower the sequence length" in failure_notice(progress, "oom: …").details, "without advice: the general fix"

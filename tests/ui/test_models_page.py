@@ -202,12 +202,12 @@ def test_cancel_kills_the_step_and_leaves_nothing_that_looks_finished(
     dialog = export_dialog(page)
     dialog.merged_check.setChecked(True)
     dialog.start_button.click()
-    wait_for(lambda: any("merge_job" in line for line in child_processes()), timeout=120)
+    wait_for(lambda: any("trainer_payload.merge" in line for line in child_processes()), timeout=120)
 
     page.task_card.cancel_button.click()
     wait_for(lambda: page.task is None, timeout=60)
 
-    assert not any("merge_job" in line for line in child_processes())
+    assert not any("trainer_payload.merge" in line for line in child_processes())
     folder = exports_folder(run_id)
     assert not folder.exists() or [p.name for p in folder.iterdir()] == []
     assert scan_exports(folder) == []

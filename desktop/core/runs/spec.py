@@ -5,7 +5,9 @@ same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``,
 pinned in advance, e.g. by the wizard's Test connection); or, instead of ``[target]``, ``[compute]`` to rent a
 machine from a GPU cloud (see :class:`ComputeSpec`); ``[budget] hourly_rate_usd`` (what an own machine costs per
 hour; a rented one's price is known) and ``max_usd`` (the run is stopped, its checkpoint kept, before the cost
-reaches it). Relative paths are relative to the spec file.
+reaches it); ``[export] on_machine = ["merged", "gguf:Q8_0"]`` (what the machine makes from the adapter after
+training, before it is let go: for a model whose merge does not fit this computer). Relative paths are relative to
+the spec file.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
-from trainer_payload.protocol import JobSpec, JobSpecError
+from trainer_payload.protocol import ON_MACHINE_GGUF_TYPES, JobSpec, JobSpecError
 
 _TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version"}
 
@@ -140,6 +142,7 @@ class RunSpec:
         compute: The machine to rent (None when ``target`` names one).
         estimate: What the wizard estimated at launch (``[estimate]``: ``hours``, and ``usd``, ``gpu``, ``count``,
             ``tokens_per_s``, ``peak_gb`` when known); the monitor compares the run with it.
+        export_on_machine: What the machine makes after training (``merged``, ``gguf:TYPE``), empty for nothing.
     """
 
     base_model: str
@@ -153,6 +156,7 @@ class RunSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     compute: ComputeSpec | None = None
     estimate: dict[str, Any] | None = None
+    export_on_machine: tuple[str, ...] = ()
 
     def job_dict(self, train_name: str, eval_name: str | None) -> dict[str, Any]:
         """The payload's ``job.json`` for this spec, with data paths relative to the remote job folder."""
@@ -261,7 +265,41 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         raise RunSpecError("give either [target] (your own machine) or [compute] (a rented one), not both")
     budget, rate = _budget(_section(data, "budget"), rented=compute is not None)
     estimate = _estimate(_section(data, "estimate")) if "estimate" in data else None
-    return RunSpec(model, train, evaluation, training, target, budget, rate, source, compute=compute, estimate=estimate)
+    on_machine = export_on_machine(_section(data, "export"))
+    if on_machine and training.get("method", JobSpec.method) not in ("qlora", "lora"):
+        raise RunSpecError("[export] on_machine merges an adapter: it needs [training] method qlora or lora")
+    return RunSpec(
+        model,
+        train,
+        evaluation,
+        training,
+        target,
+        budget,
+        rate,
+        source,
+        compute=compute,
+        estimate=estimate,
+        export_on_machine=on_machine,
+    )
+
+
+def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:
+    """``[export] on_machine``: ``merged`` and ``gguf:TYPE`` for the types llama.cpp's converter writes by itself.
+
+    Raises:
+        RunSpecError: Another key, or an output the machine cannot make (the message names those it can).
+    """
+    unknown = sorted(set(section) - {"on_machine"})
+    if unknown:
+        raise RunSpecError(f"[export] does not know {', '.join(unknown)}; remove it")
+    asked = section.get("on_machine", [])
+    allowed = ["merged", *(f"gguf:{qtype}" for qtype in ON_MACHINE_GGUF_TYPES)]
+    if not isinstance(asked, list) or any(item not in allowed for item in asked):
+        raise RunSpecError(
+            f"[export] on_machine = {asked!r}: the machine can make {', '.join(allowed)} (llama.cpp's converter "
+            "writes these types by itself; other GGUF types are quantised at home from the merged model)"
+        )
+    return tuple(dict.fromkeys(asked))
 
 
 _ESTIMATE_NUMBERS = ("hours", "usd", "tokens_per_s", "peak_gb")

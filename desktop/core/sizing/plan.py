@@ -7,11 +7,12 @@ model download at a stated bandwidth; teardown is the final save and adapter pul
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from desktop.core.sizing.architecture import Architecture
+from desktop.core.sizing.calibration import MemoryCorrection
 from desktop.core.sizing.gpus import GpuSpec
 from desktop.core.sizing.memory import MemoryEstimate, estimate_memory, trainable_params
 from desktop.core.sizing.setup import Method, Strategy, TrainingSetup
@@ -74,6 +75,7 @@ class GpuOption:
         hours: Billed hours (setup + training + teardown).
         cost_usd: Billed cost at the GPU's list price.
         spot_rework_hours: Expected training hours redone after spot interruptions.
+        memory_measured_by: The runs whose measured peak corrected ``memory`` (empty: the memory model alone).
     """
 
     gpu: GpuSpec
@@ -88,6 +90,7 @@ class GpuOption:
     hours: float
     cost_usd: float
     spot_rework_hours: float
+    memory_measured_by: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -113,9 +116,32 @@ def download_gb(arch: Architecture) -> float:
     return arch.total_params * 2 / 1e9
 
 
-def evaluate(arch: Architecture, setup: TrainingSetup, gpu: GpuSpec, workload: Workload) -> GpuOption:
-    """Computes memory, fit, speed, hours and cost of one configuration."""
-    memory = estimate_memory(arch, setup)
+#: Corrections of the memory model measured on the user's runs, per GPU type id ("*": every type).
+MemoryCorrections = Mapping[str, MemoryCorrection]
+
+
+def corrected_memory(memory: MemoryEstimate, correction: MemoryCorrection | None) -> MemoryEstimate:
+    """``memory`` with a measured correction as its own item (``measured``): the model's terms scaled by its ratio.
+
+    The CUDA context is outside the framework's counters (what a run measures), so it is not scaled.
+    """
+    if correction is None:
+        return memory
+    counted = memory.per_gpu_total - memory.items.get("cuda_context", 0.0)
+    delta = round(counted * (correction.ratio - 1), 2)
+    return MemoryEstimate({**memory.items, "measured": delta}, round(memory.per_gpu_total + delta, 2))
+
+
+def evaluate(
+    arch: Architecture,
+    setup: TrainingSetup,
+    gpu: GpuSpec,
+    workload: Workload,
+    measured: MemoryCorrections | None = None,
+) -> GpuOption:
+    """Computes memory, fit, speed, hours and cost of one configuration (memory corrected by ``measured``)."""
+    correction = (measured or {}).get(gpu.id) or (measured or {}).get("*")
+    memory = corrected_memory(estimate_memory(arch, setup), correction)
     fit, headroom = classify_fit(memory.per_gpu_total, gpu)
     speed = tokens_per_s(arch, setup, gpu)
     setup_hours = workload.install_minutes / 60 + download_gb(arch) * 1000 / workload.download_mb_per_s / 3600
@@ -135,6 +161,7 @@ def evaluate(arch: Architecture, setup: TrainingSetup, gpu: GpuSpec, workload: W
         round(hours, 3),
         round(hours * gpu.list_price_usd_per_h * setup.num_gpus, 2),
         round(rework, 3),
+        correction.run_ids if correction else (),
     )
 
 
@@ -154,10 +181,11 @@ def all_options(
     *,
     counts: tuple[int, ...] = GPU_COUNTS,
     strategy: Strategy | None = None,
+    measured: MemoryCorrections | None = None,
 ) -> list[GpuOption]:
     """Evaluates every GPU type on every count and strategy asked for."""
     return [
-        evaluate(arch, setup.with_gpus(count, chosen), gpu, workload)
+        evaluate(arch, setup.with_gpus(count, chosen), gpu, workload, measured)
         for gpu in gpus
         for count, chosen in _configurations(counts, strategy)
     ]
@@ -263,17 +291,29 @@ def setting_changes(before: TrainingSetup, after: TrainingSetup, why: str) -> tu
 
 
 def _cheapest_fit(
-    arch: Architecture, setup: TrainingSetup, gpus: list[GpuSpec], workload: Workload
+    arch: Architecture,
+    setup: TrainingSetup,
+    gpus: list[GpuSpec],
+    workload: Workload,
+    measured: MemoryCorrections | None = None,
 ) -> GpuOption | None:
-    options = all_options(arch, setup, gpus, workload, counts=(setup.num_gpus,), strategy=setup.strategy)
+    options = all_options(
+        arch, setup, gpus, workload, counts=(setup.num_gpus,), strategy=setup.strategy, measured=measured
+    )
     fitting = [o for o in options if o.fits]
     return min(fitting, key=lambda o: o.cost_usd) if fitting else None
 
 
 def suggest_fixes(
-    arch: Architecture, setup: TrainingSetup, gpus: list[GpuSpec], workload: Workload, limit: int = 4
+    arch: Architecture,
+    setup: TrainingSetup,
+    gpus: list[GpuSpec],
+    workload: Workload,
+    *,
+    limit: int = 4,
+    measured: MemoryCorrections | None = None,
 ) -> list[Suggestion]:
-    """Finds the smallest sets of changes that make a job fit (single changes first).
+    """Finds the smallest sets of changes that make a job fit (single changes first), memory corrected by ``measured``.
 
     Returns:
         Up to ``limit`` suggestions, each with the cheapest option it yields; empty when nothing helps.
@@ -285,7 +325,7 @@ def suggest_fixes(
             changes, changed = _combined(setup, combo)
             if changes is None:
                 continue  # two fixes set the same setting
-            option = _cheapest_fit(arch, changed, gpus, workload)
+            option = _cheapest_fit(arch, changed, gpus, workload, measured)
             if option is not None:
                 suggestions.append(Suggestion(changes, changed, option))
         if suggestions:
@@ -320,6 +360,7 @@ class Plan:
         trainable_params: Parameters the optimizer updates.
         options: Ranked GPU options.
         suggestions: Changes that make it fit, when no option fits.
+        measured: The memory corrections measured on the user's runs that the options use.
     """
 
     arch: Architecture
@@ -329,6 +370,7 @@ class Plan:
     trainable_params: int
     options: list[GpuOption]
     suggestions: list[Suggestion]
+    measured: MemoryCorrections | None = None
 
 
 def make_plan(
@@ -339,10 +381,23 @@ def make_plan(
     *,
     counts: tuple[int, ...] = GPU_COUNTS,
     strategy: Strategy | None = None,
+    measured: MemoryCorrections | None = None,
 ) -> Plan:
-    """Builds a ranked plan; ``counts``/``strategy`` restrict the configurations (``--gpus``, ``--strategy``)."""
-    options = rank_options(all_options(arch, setup, gpus, workload, counts=counts, strategy=strategy))
-    suggestions = [] if any(o.fits for o in options) else suggest_fixes(arch, setup, gpus, workload)
+    """Builds a ranked plan; ``counts``/``strategy`` restrict the configurations (``--gpus``, ``--strategy``).
+
+    ``measured``: peak memory measured on the user's runs of this job, per GPU type, corrects the memory model.
+    """
+    options = rank_options(
+        all_options(arch, setup, gpus, workload, counts=counts, strategy=strategy, measured=measured)
+    )
+    suggestions = [] if any(o.fits for o in options) else suggest_fixes(arch, setup, gpus, workload, measured=measured)
     return Plan(
-        arch, setup, workload, estimate_memory(arch, setup), trainable_params(arch, setup), options, suggestions
+        arch,
+        setup,
+        workload,
+        estimate_memory(arch, setup),
+        trainable_params(arch, setup),
+        options,
+        suggestions,
+        measured,
     )

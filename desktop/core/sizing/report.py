@@ -18,6 +18,7 @@ _ITEM_LABELS = {
     "fsdp_buffers": "FSDP gathered layers (+ grads)",
     "allocator_overhead": "allocator fragmentation",
     "cuda_context": "CUDA context",
+    "measured": "measured on your runs",
 }
 _POLICY = {
     "bf16": "bf16 weights, gradients and AdamW states (TRL with a bf16 model)",
@@ -45,6 +46,7 @@ def option_dict(option: GpuOption) -> dict[str, Any]:
         "cost_usd": option.cost_usd,
         "usd_per_training_hour": round(option.usd_per_training_hour, 2),
         "spot_rework_hours": option.spot_rework_hours,
+        "memory_measured_by": list(option.memory_measured_by),
     }
 
 
@@ -146,4 +148,10 @@ def _options_table(options: list[GpuOption]) -> str:
             fit = f"does not fit ({-o.headroom_gb:.1f} GB over)"
         cost = "$" + format(o.cost_usd, ",.2f")
         rows.append(f"{name:<22}{fit:<28}{o.tokens_per_s:>9,.0f}{format_hours(o.hours):>14}{cost:>11}")
+    measured = [o for o in options if o.memory_measured_by]
+    if measured:
+        rows.append(
+            f"(memory of {', '.join(dict.fromkeys(o.gpu.name for o in measured))} as measured on run "
+            f"{max(measured[0].memory_measured_by)}: {measured[0].memory.items['measured']:+.1f} GB on the model)"
+        )
     return "\n".join(rows)

@@ -1,8 +1,8 @@
 """Merging a LoRA adapter into its base: a 16-bit safetensors folder with the tokenizer and chat template.
 
-The merge runs in a child Python (:mod:`desktop.services.local.merge_job`), so torch's memory leaves with it and a
-cancel stops it at once. Before saving, the merged model's logits on a probe prompt are compared with the unmerged
-base + adapter; a merge that does not match is never written.
+The merge runs in a child Python (:mod:`trainer_payload.merge`, the same merge a rented machine runs after training),
+so torch's memory leaves with it and a cancel stops it at once. Before saving, the merged model's logits on a probe
+prompt are compared with the unmerged base + adapter; a merge that does not match is never written.
 """
 
 from __future__ import annotations
@@ -99,9 +99,7 @@ async def _run_merge(job: dict[str, Any], progress: Progress) -> dict[str, Any]:
             result.update(json.loads(rest))
 
     env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    await run_python(
-        ["-m", "desktop.services.local.merge_job", json.dumps(job)], env=env, on_line=on_line, what="the merge"
-    )
+    await run_python(["-m", "trainer_payload.merge", json.dumps(job)], env=env, on_line=on_line, what="the merge")
     if not result:
         raise LocalToolError("the merge ended without a result; see the log for its output")
     check = result["check"]

@@ -38,7 +38,7 @@ from desktop.services.platform.secrets import without_secrets
 TOOLS_FOLDER = "local-tools"
 MARKER = "rentune-tools.json"
 #: A file in the environment's site-packages naming the folder that holds the app's own ``desktop`` package, so the
-#: environment's Python runs the app's child jobs (``python -m desktop.services.local.merge_job``).
+#: environment's Python runs the app's child jobs (``python -m trainer_payload.merge``).
 APP_PATH_FILE = "rentune-app.pth"
 #: Overrides the Python the environment is made from (its version must be the app's).
 PYTHON_ENV = "RENTUNE_TOOLS_PYTHON"

@@ -7,12 +7,14 @@ The same planner as ``rentune plan``. The dataset's token count is passed in (``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
-from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION, GpuSpec
+from desktop.core.sizing.calibration import JobKind, Learned
+from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, GpuOption, Plan, Workload, make_plan
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
@@ -55,7 +57,8 @@ class Sizing:
     Attributes:
         plan: The planner's answer.
         tokens_source: How the tokens per epoch were counted.
-        measured: Which GPU speeds come from the user's own runs, and which runs ("" or None: the catalog's).
+        measured: Which GPU speeds and peak memories come from the user's own runs, and which runs (None: the
+            catalog's and the memory model's).
     """
 
     plan: Plan
@@ -203,7 +206,7 @@ def size_run(
     draft: RunDraft,
     counted: tuple[int, str] | None,
     secrets: SecretStore | None = None,
-    gpus: tuple[list[GpuSpec], str | None] | None = None,
+    learn: Callable[[JobKind], Learned] | None = None,
 ) -> Sizing:
     """Plans the draft's job: resolves the model (a folder, the catalog or the Hub) and ranks the GPU options.
 
@@ -213,8 +216,8 @@ def size_run(
         draft: The run being set up.
         counted: The prepared data's training tokens per epoch and how they were counted, if known.
         secrets: Where a Hugging Face token for gated models is kept.
-        gpus: The GPU catalog with speeds measured on the user's runs applied, and the words saying so (the
-            bundled catalog when None).
+        learn: What the user's runs of this kind of job measured (speeds per GPU type, peak memory), with words
+            naming them; the bundled catalog and the memory model alone when None.
 
     Raises:
         SizingError: No model chosen, the model cannot be resolved, or the settings are out of range.
@@ -243,9 +246,11 @@ def size_run(
     workload, source = draft_workload(draft.training, setup, counted)
     counts = GPU_COUNTS if setup.num_gpus == 1 else (setup.num_gpus,)
     strategy = setup.strategy if setup.num_gpus > 1 else None
-    catalog, measured = gpus if gpus is not None else (list(load_gpus()), None)
-    plan = make_plan(arch, setup, catalog, workload, counts=counts, strategy=strategy)
-    return Sizing(plan, source, measured)
+    learned = learn(JobKind.of(arch, setup)) if learn is not None else Learned(list(load_gpus()), {})
+    plan = make_plan(
+        arch, setup, learned.gpus, workload, counts=counts, strategy=strategy, measured=learned.memory or None
+    )
+    return Sizing(plan, source, learned.note)
 
 
 def server_gpu_gb(gpu_summary: str) -> float | None:

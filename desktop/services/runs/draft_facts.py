@@ -19,7 +19,7 @@ from desktop.services.data.workspace import DatasetCheck, prepare_for_draft
 from desktop.services.models.sizing import Sizing, SizingError, size_run
 from desktop.services.platform.logs import get_logger
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs.drafts import measured_gpus
+from desktop.services.runs.drafts import learned_from_runs
 
 _log = get_logger("drafts")
 
@@ -88,7 +88,7 @@ def draft_facts(
     if numbers is not None:
         sized.train_file, sized.eval_file = numbers.train_file, numbers.eval_file
     try:
-        sizing, error = size_run(sized, counted, secrets, measured_gpus()), None
+        sizing, error = size_run(sized, counted, secrets, learned_from_runs), None
     except SizingError as exc:
         sizing, error = None, exc
     return DraftFacts(draft.data_file, check, numbers, sizing, error, data_error)

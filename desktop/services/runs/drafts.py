@@ -10,7 +10,7 @@ import tomli_w
 from pydantic import ValidationError
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft
-from desktop.core.sizing.gpus import GpuSpec
+from desktop.core.sizing.calibration import JobKind, Learned
 from desktop.services.data.prepare import manifest_tokens, read_manifest
 from desktop.services.models.sizing import Sizing, size_run
 from desktop.services.platform.files import atomic_write_text
@@ -67,16 +67,14 @@ def size_draft(draft: RunDraft, secrets: SecretStore | None = None) -> Sizing:
         desktop.services.models.sizing.SizingError: The job cannot be sized; the message says how to fix it.
     """
     manifest = read_manifest(draft.train_file)
-    return size_run(draft, manifest_tokens(manifest) if manifest else None, secrets, measured_gpus())
+    return size_run(draft, manifest_tokens(manifest) if manifest else None, secrets, learned_from_runs)
 
 
-def measured_gpus() -> tuple[list[GpuSpec], str | None]:
-    """The GPU catalog with the speeds measured on the user's runs (their first minutes too), and words naming them."""
-    from desktop.core.sizing.calibration import calibration_note
-    from desktop.services.runs.estimates import calibrated_gpus
+def learned_from_runs(kind: JobKind) -> Learned:
+    """What the user's runs measured for this kind of job (their first minutes too): speeds, peaks, which runs."""
+    from desktop.services.runs.estimates import learned_for
 
-    gpus, calibrations = calibrated_gpus()
-    return gpus, calibration_note(calibrations, gpus)
+    return learned_for(kind)
 
 
 def fresh_draft(previous: RunDraft) -> RunDraft:

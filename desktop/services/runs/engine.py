@@ -25,9 +25,19 @@ from desktop.services.machines.failures import MACHINE_ERRORS, Backoff, Permanen
 from desktop.services.machines.keys import create_run_key, delete_run_key, load_run_key
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.machines.ssh import fingerprint
+from desktop.services.platform.logs import get_logger
 from desktop.services.platform.secrets import SecretStore, probe_secret_store
 from desktop.services.platform.tasks import cancel_and_wait
-from desktop.services.runs import checkpoints, connection, launch, monitor, run_keys, self_stop, transfer
+from desktop.services.runs import (
+    checkpoints,
+    connection,
+    launch,
+    monitor,
+    remote_export,
+    run_keys,
+    self_stop,
+    transfer,
+)
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.context import (
     DRIVER_LOCK_NAME,
@@ -39,12 +49,23 @@ from desktop.services.runs.context import (
 )
 from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import final_event, newest_checkpoint_only
+from desktop.services.runs.fit_advice import oom_advice
 from desktop.services.runs.overrun_check import judge_calibration
 from desktop.services.runs.store import RunRecord, RunStore
-from trainer_payload.protocol import DoneEvent, Event, EventKind, JobState, StateEvent, StopCause
+from trainer_payload.protocol import (
+    DoneEvent,
+    ErrorEvent,
+    ErrorKind,
+    Event,
+    EventKind,
+    JobState,
+    StateEvent,
+    StopCause,
+)
 
 #: Seconds between two looks at the self-stop heartbeat while a pull runs (it is touched at its own pace).
 PULL_HEARTBEAT_POLL_S = 15.0
+_log = get_logger("engine")
 
 __all__ = [
     "DRIVER_LOCK_NAME",
@@ -74,6 +95,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "source": str(spec.source) if spec.source else None,
         "compute": asdict(spec.compute) if spec.compute else None,
         **({"predicted": dict(spec.estimate)} if spec.estimate else {}),
+        **({"export_on_machine": list(spec.export_on_machine)} if spec.export_on_machine else {}),
     }
 
 
@@ -349,10 +371,24 @@ class RunEngine:
         elif event["event"] is EventKind.DONE:
             return await self._finish(run_id, machine, event)
         elif event["event"] is EventKind.ERROR:
-            self.store.update(run_id, error=f"{event['kind']}: {event['message']} — {event.get('hint')}")
+            advice = await self._oom_advice(run_id, event) if event["kind"] == ErrorKind.OOM else None
+            words = f"{event['kind']}: {event['message']} — {event.get('hint')}"
+            self.store.update(run_id, error=f"{words.rstrip('.')}. {advice}" if advice else words)
+            if advice:
+                self.ctx.set_spec(run_id, oom_advice=advice)  # the monitor says it as what to do
         elif event["event"] is EventKind.STATE and event["state"] == JobState.FAILED:
             return await self._on_failed(run_id, machine, event)
         return None
+
+    async def _oom_advice(self, run_id: str, event: ErrorEvent) -> str | None:
+        """What would fit with the memory the run measured (the plan made again), or None; never fails the run."""
+        try:
+            return await asyncio.to_thread(
+                oom_advice, self.store.get(run_id).spec, self.folder(run_id), event.get("peak_gpu_gb"), run_id
+            )
+        except Exception as exc:  # noqa: BLE001 - advice is a nicety: the error itself is said either way
+            _log.warning("no out-of-memory advice for %s: %s", run_id, exc)
+            return None
 
     async def _on_failed(self, run_id: str, machine: Machine, event: StateEvent) -> RunRecord:
         reason = str(event.get("reason", ""))
@@ -374,6 +410,9 @@ class RunEngine:
         await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
         self.store.update(run_id, adapter=str(local), error=None)
         self.report(f"adapter verified and saved to {local}")
+        if record.spec.get("export_on_machine"):
+            async with self._heartbeat_while_pulling(run_id, machine):  # the self-stop waits for the export too
+                await remote_export.export_on_machine(self.ctx, run_id, machine)
         return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")
 
     @contextlib.asynccontextmanager

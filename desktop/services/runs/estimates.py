@@ -16,8 +16,20 @@ from typing import TYPE_CHECKING, Any
 
 from desktop.core.runs.states import RunState
 from desktop.core.sizing.architecture import ArchitectureError
-from desktop.core.sizing.calibration import Calibration, SpeedSample, calibrate, calibrated
+from desktop.core.sizing.calibration import (
+    Calibration,
+    JobKind,
+    Learned,
+    MemorySample,
+    SpeedSample,
+    calibrate,
+    calibrated,
+    calibration_note,
+    memory_corrections,
+    memory_note,
+)
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
+from desktop.core.sizing.memory import estimate_memory
 from desktop.core.sizing.plan import evaluate
 from desktop.core.sizing.setup import DEFAULT_SETUP
 from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
@@ -39,8 +51,9 @@ def predict(
     """What sizing predicts for the run's job on ``count`` x ``gpu_name`` at ``price_per_hour`` (blocking).
 
     Returns:
-        ``gpu``, ``count``, ``peak_gb`` (per GPU), ``tokens_per_s``, ``hours``, ``usd``; None when the GPU type is
-        unknown to the catalog or the model cannot be sized (the reason is logged).
+        ``gpu``, ``count``, ``peak_gb`` (per GPU), ``tokens_per_s``, ``hours``, ``usd`` and ``job`` (its
+        :class:`JobKind`); None when the GPU type is unknown to the catalog or the model cannot be sized (the reason
+        is logged).
     """
     # The data and sizing services load tokenizers' and keyring modules: only a prediction needs them, not a plan's
     # look at past runs.
@@ -68,6 +81,39 @@ def predict(
         "tokens_per_s": option.tokens_per_s,
         "hours": option.hours,
         "usd": round(option.hours * price_per_hour, 2),
+        "job": JobKind.of(arch, setup).as_dict(),
+    }
+
+
+def measured_memory(spec: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any] | None:
+    """The calibration's peak beside the memory model's peak for the setup it measured (blocking), for later plans.
+
+    The model's peak leaves out the CUDA context (outside the framework's counters, like the measurement); the
+    setup is the one measured (its micro-batch may have been made smaller to fit).
+
+    Returns:
+        ``peak_gb``, ``model_peak_gb``, ``gpu`` and ``job``; None without a measured GPU peak (a CPU) or a
+        prediction for the run's GPU type (an own server), or when the model cannot be sized.
+    """
+    from desktop.services.models.sizing import SizingError, training_setup
+
+    peak, predicted = calibration.get("peak_reserved_gb"), spec.get("predicted")
+    if not isinstance(peak, int | float) or peak <= 0 or not isinstance(predicted, dict) or not predicted.get("gpu"):
+        return None
+    training = dict(spec.get("training") or {}) | {"num_gpus": int(predicted.get("count") or 1)}
+    training |= {k: calibration[k] for k in ("micro_batch", "grad_accum", "gradient_checkpointing") if k in calibration}
+    try:
+        setup = training_setup(str(training.get("method", DEFAULT_SETUP.method.value)), training)
+        arch = resolve_model(str(spec["base_model"]))
+    except (SizingError, ModelResolutionError, ArchitectureError) as exc:
+        _log.info("no memory model for %s: %s", spec.get("base_model"), exc)
+        return None
+    memory = estimate_memory(arch, setup)
+    return {
+        "peak_gb": round(float(peak), 3),
+        "model_peak_gb": round(memory.per_gpu_total - memory.items.get("cuda_context", 0.0), 3),
+        "gpu": str(predicted["gpu"]),
+        "job": JobKind.of(arch, setup).as_dict(),
     }
 
 
@@ -114,7 +160,41 @@ def _sample(store: RunStore, record: RunRecord) -> SpeedSample | None:
         measured = measure(store.folder(record.id), ())["tokens_per_s"]
     if not measured:
         return None
-    return SpeedSample(str(predicted["gpu"]), float(predicted["tokens_per_s"]), float(measured), record.id)
+    kind = JobKind.from_dict(predicted.get("job"))
+    return SpeedSample(str(predicted["gpu"]), float(predicted["tokens_per_s"]), float(measured), record.id, kind)
+
+
+def memory_samples(store: RunStore) -> list[MemorySample]:
+    """The measured and modelled peak memory of every run whose first minutes measured it on a known GPU type."""
+    samples = []
+    for record in store.all():
+        measured = record.spec.get("measured")
+        memory = measured.get("memory") if isinstance(measured, dict) else None
+        kind = JobKind.from_dict(memory.get("job")) if isinstance(memory, dict) else None
+        if isinstance(memory, dict) and kind is not None:
+            modelled, peak = float(memory["model_peak_gb"]), float(memory["peak_gb"])
+            samples.append(MemorySample(kind, str(memory["gpu"]), modelled, peak, record.id))
+    return samples
+
+
+def learned_for(kind: JobKind | None, store: RunStore | None = None) -> Learned:
+    """What the runs on this computer teach a plan for ``kind``: measured speeds per GPU type, measured peaks.
+
+    Speed: runs of the same kind on a GPU type when there are any, else every run on it. Memory: runs of the same
+    kind only.
+    """
+    catalog = list(load_gpus())
+    if store is None and not (app_paths().data_dir / "runs.db").exists():
+        return Learned(catalog, {})  # no run yet: nothing to learn from, and nothing is created just to look
+    try:
+        store = store or RunStore()
+        speeds = calibrate(speed_samples(store), kind)
+        memory = memory_corrections(memory_samples(store), kind) if kind else {}
+    except OSError as exc:
+        _log.warning("cannot read past runs to learn from: %s", exc)
+        return Learned(catalog, {})
+    notes = tuple(note for note in (calibration_note(speeds, catalog), memory_note(memory, catalog)) if note)
+    return Learned(calibrated(catalog, speeds), memory, notes)
 
 
 def load_calibrations(store: RunStore | None = None) -> dict[str, Calibration]:

@@ -22,6 +22,7 @@ from desktop.core.runs.overrun import Reestimate, reestimate
 from desktop.core.runs.progress import cost_so_far, stored_estimate
 from desktop.services.machines.machine import Machine
 from desktop.services.runs.context import RunContext
+from desktop.services.runs.estimates import measured_memory
 
 
 class OnOverrun(StrEnum):
@@ -64,7 +65,10 @@ async def judge_calibration(
     if ctx.store.get(run_id).spec.get("measured"):
         return
     new = await asyncio.to_thread(measured_estimate, ctx, run_id, calibration, total_steps)
-    measured = {"hours": round(new.hours, 4), "usd": new.usd, "step": int(calibration["step"])}
+    measured: dict[str, Any] = {"hours": round(new.hours, 4), "usd": new.usd, "step": int(calibration["step"])}
+    memory = await asyncio.to_thread(measured_memory, ctx.store.get(run_id).spec, dict(calibration))
+    if memory is not None:
+        measured["memory"] = memory  # later plans of the same job on this GPU type use it (estimates.learned_for)
     record = ctx.set_spec(run_id, measured=measured)
     words = f"measured in the first steps: {new.words()}"
     ctx.report(words)

@@ -395,7 +395,7 @@ def notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice | None:
     if record.state is RunState.CANCELLED:
         return stopped_notice(progress, snapshot)
     if record.state is RunState.FAILED or progress.errors:
-        return failure_notice(progress, record.error)
+        return failure_notice(progress, record.error, record.spec.get("oom_advice"))
     return None
 
 
@@ -435,11 +435,16 @@ def stopped_notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice:
     return Notice("info", headline, f"Resume {where} {resume_start(snapshot, written)}.")
 
 
-def failure_notice(progress: RunProgress, run_error: str | None) -> Notice:
-    """The trainer's last error in words with what to do, or the run's own error."""
+def failure_notice(progress: RunProgress, run_error: str | None, oom_advice: object = None) -> Notice:
+    """The trainer's last error in words with what to do, or the run's own error.
+
+    An out-of-memory error says what would fit with the memory the run measured, when that was worked out.
+    """
     if progress.errors:
         error = progress.errors[-1]
         headline, fix = ERROR_WORDS.get(error.kind, ("The trainer failed", error.hint))
+        if error.kind == ErrorKind.OOM and isinstance(oom_advice, str) and oom_advice:
+            fix = oom_advice
         return Notice("danger", headline, f"{error.message}\nWhat to do: {fix}")
     return Notice("danger", "The run failed", app_sentence(run_error or "The trainer stopped without saying why."))
 

@@ -15,10 +15,10 @@ from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
 from desktop.services.data.prepare import manifest_tokens
 from desktop.services.models.sizing import Sizing, option_label
+from desktop.services.models.sizing_words import fit_text
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.preflight import Check, ReviewFacts
 from desktop.ui.pages.wizard.compute_words import estimate_words, kind_words, machine_words
-from desktop.ui.pages.wizard.sizing_words import fit_text
 
 Rows = list[tuple[str, str]]
 METHOD_WORDS = {

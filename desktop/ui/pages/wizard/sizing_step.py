@@ -26,12 +26,7 @@ from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
 from desktop.services.data.numbers import DataNumbers
 from desktop.services.models.sizing import SETTING_LABELS, Sizing, option_label, server_fit_warning
-from desktop.services.runs.draft_facts import DraftFacts, draft_facts
-from desktop.ui.background import Operation, Running
-from desktop.ui.context import AppContext
-from desktop.ui.design.palette import Palette
-from desktop.ui.pages.wizard.data_words import counting_words, model_words
-from desktop.ui.pages.wizard.sizing_words import (
+from desktop.services.models.sizing_words import (
     change_words,
     fit_severity,
     fit_text,
@@ -39,6 +34,11 @@ from desktop.ui.pages.wizard.sizing_words import (
     option_words,
     split_words,
 )
+from desktop.services.runs.draft_facts import DraftFacts, draft_facts
+from desktop.ui.background import Operation, Running
+from desktop.ui.context import AppContext
+from desktop.ui.design.palette import Palette
+from desktop.ui.pages.wizard.data_words import counting_words, model_words
 from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
 from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button

@@ -1,6 +1,7 @@
-"""How the wizard words a sizing: whether a GPU option fits, and a suggested change in the Model step's names.
+"""How the app words a sizing: whether a GPU option fits, and a suggested change in the Model step's names.
 
-The core returns data (options, setting changes); the CLI words them as flags, and the wizard's pages as labels here.
+The core returns data (options, setting changes); the CLI words them as flags, the app (the wizard's pages, a run's
+out-of-memory advice) as the Model step's labels here.
 """
 
 from __future__ import annotations

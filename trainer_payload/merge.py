@@ -1,13 +1,16 @@
-"""The merge, run in a child Python by :mod:`desktop.services.local.merge`: ``python -m ... JOB_JSON``.
+"""Merging a LoRA adapter into its base, checked: ``python -m trainer_payload.merge JOB_JSON``.
 
-It prints ``progress FRACTION TEXT`` lines while it works and one ``result JSON`` line at the end. A child process
-keeps torch's memory out of the app and lets a cancel stop the work at once.
+One merge for both places it runs: at home, in a child Python started by :mod:`desktop.services.local.merge` (torch's
+memory leaves with it, a cancel stops it at once), and on the rented machine after training
+(:mod:`trainer_payload.export`). The merged model's logits on a probe prompt are compared with base + adapter
+before anything is saved. As a command it prints ``progress FRACTION TEXT`` lines and one ``result JSON`` line.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"
 
 def _say(fraction: float, text: str) -> None:
     print(f"progress {fraction:.2f} {text}", flush=True)
+
+
+Say = Callable[[float, str], None]
 
 
 def _probe_ids(tokenizer: Any) -> Any:
@@ -51,32 +57,40 @@ def _compare(before: Any, after: Any, half: bool) -> dict[str, Any]:
     }
 
 
-def merge(job: dict[str, Any]) -> dict[str, Any]:
-    """Merges the adapter into the base, checks the logits, saves a 16-bit safetensors folder with the tokenizer."""
+def merge(job: dict[str, Any], say: Say = _say) -> dict[str, Any]:
+    """Merges the adapter into the base, checks the logits, saves a 16-bit safetensors folder with the tokenizer.
+
+    Args:
+        job: ``base`` and ``adapter`` folders, ``out``, ``stored_dtype`` (the base's) and ``half`` (merge in it).
+        say: Reports progress (a fraction and words).
+
+    Returns:
+        ``check`` (the logit comparison, ``ok`` among it); when it passed, the saved ``dtype`` and the ``probe``.
+    """
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base, adapter, out = Path(job["base"]), Path(job["adapter"]), Path(job["out"])
-    _say(0.05, "loading the base model")
+    say(0.05, "loading the base model")
     stored = getattr(torch, job["stored_dtype"], torch.float32)
     half = bool(job["half"]) and stored in (torch.float16, torch.bfloat16)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=stored if half else torch.float32, low_cpu_mem_usage=True)
     tokenizer = AutoTokenizer.from_pretrained(_tokenizer_source(adapter, base))
-    _say(0.35, "applying the adapter")
+    say(0.35, "applying the adapter")
     model = PeftModel.from_pretrained(model, adapter)
     model.eval()
     ids = _probe_ids(tokenizer)
     with torch.no_grad():
         before = model(ids).logits.float()
-        _say(0.55, "merging")
+        say(0.55, "merging")
         merged = model.merge_and_unload()
         check = _compare(before, merged(ids).logits.float(), half)
         check["merged_in"] = str(stored if half else torch.float32).removeprefix("torch.")
     if not check["ok"]:
         return {"check": check}
     dtype = stored if stored in (torch.float16, torch.bfloat16) else torch.bfloat16
-    _say(0.75, f"saving the merged model ({str(dtype).removeprefix('torch.')})")
+    say(0.75, f"saving the merged model ({str(dtype).removeprefix('torch.')})")
     merged.to(dtype).save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return {"check": check, "dtype": str(dtype).removeprefix("torch."), "probe": PROBE}

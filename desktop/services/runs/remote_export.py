@@ -1,0 +1,191 @@
+"""Export on the machine: after training, the rented machine makes the merged model and GGUF files, and they come home.
+
+A model whose merge does not fit this computer (a 70 B merge needs about 140 GB of memory) is merged where the memory
+is: ``[export] on_machine`` asks for it. Once the adapter is safe at home, llama.cpp's converters (the same cached
+copy the local export runs) are uploaded, ``python -m trainer_payload export`` runs detached (a dropped connection
+does not stop it), its ``export`` events say what it does, and its ``exported`` event names every file with its
+SHA-256. Each comes home verified into the run's export folder (where the Models page finds it); only then does the
+run finish and a rented machine go. A failed export never fails the run: the adapter is home, and the reason is said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from desktop.services.local.inventory import exports_folder
+from desktop.services.machines.machine import Machine
+from desktop.services.runs.checkpoints import inside
+from desktop.services.runs.context import RunContext
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.monitor import read_events
+from trainer_payload.protocol import (
+    ADAPTER_DIR_NAME,
+    EXPORT_JOB_FILE_NAME,
+    JOB_FILE_NAME,
+    VENV_PYTHON,
+    Event,
+    EventKind,
+)
+
+#: Where the converters go on the machine, relative to the run's folder.
+REMOTE_CONVERTERS = "tools/llama.cpp"
+#: The export's pid and output on the machine, relative to the run's folder.
+EXPORT_PID_FILE = "out/export.pid"
+EXPORT_LOG = "out/export.log"
+#: The hidden folder the outputs are pulled into before they take their places (the Models page skips it).
+PARTIAL_FOLDER = ".from-machine"
+
+
+class ExportOnMachineError(RuntimeError):
+    """The export on the machine failed; the message says why (the adapter is home either way)."""
+
+
+async def export_on_machine(ctx: RunContext, run_id: str, machine: Machine) -> Path | None:
+    """Makes the outputs the run's ``[export] on_machine`` asks for on its machine and brings them home, verified.
+
+    Returns:
+        The run's export folder, or None when nothing was asked for or the export failed (said, and stored as the
+        run's ``export_error``).
+
+    Raises:
+        RemoteError: The connection was lost (the engine reconnects; a running export is followed, not restarted).
+    """
+    asked = [str(item) for item in ctx.store.get(run_id).spec.get("export_on_machine") or []]
+    if not asked:
+        return None
+    try:
+        ended = await _ended_export(ctx, run_id) or await _run_export(ctx, run_id, machine, asked)
+        if ended.get("error"):
+            raise ExportOnMachineError(str(ended["error"]))
+        folder = await _pull_outputs(ctx, run_id, machine, ended)
+    except ExportOnMachineError as exc:
+        ctx.report(f"the export on the machine failed: {exc}; the adapter is home, export it on the Models page")
+        ctx.set_spec(run_id, export_error=str(exc))
+        return None
+    ctx.set_spec(run_id, exported_on_machine=dict(ended.get("outputs") or {}), export_error=None)
+    ctx.report(f"made on the machine and verified at home: {', '.join(asked)} in {folder}")
+    return folder
+
+
+def _after_done(events: list[Event]) -> list[Event]:
+    """The events after the trainer's ``done``: the export's."""
+    done = max((i for i, e in enumerate(events) if e["event"] is EventKind.DONE), default=None)
+    return events[done + 1 :] if done is not None else []
+
+
+async def _ended_export(ctx: RunContext, run_id: str) -> dict[str, Any] | None:
+    """The ``exported`` event already mirrored (the app was closed while the export ran), if any."""
+    events = await asyncio.to_thread(mirrored_events, ctx.folder(run_id))
+    ended = next((e for e in _after_done(events) if e["event"] is EventKind.EXPORTED), None)
+    return dict(ended) if ended is not None else None
+
+
+async def _run_export(ctx: RunContext, run_id: str, machine: Machine, asked: list[str]) -> dict[str, Any]:
+    """Starts the export on the machine (unless it runs, or ended, already) and follows it to its ``exported`` event."""
+    remote = shlex.quote(str(ctx.store.get(run_id).remote_dir))
+    running = await _running_export(machine, remote)  # asked before the events: its last words are read next
+    ended = _exported(ctx, await read_events(ctx, run_id, machine) or [])
+    if ended is not None:
+        return ended
+    if running is None:
+        await _start_export(ctx, run_id, machine, asked)
+    while True:
+        await asyncio.sleep(ctx.options.poll_seconds)
+        running = await _running_export(machine, remote)
+        ended = _exported(ctx, await read_events(ctx, run_id, machine) or [])
+        if ended is not None:
+            return ended
+        if running is None:
+            log = await machine.run(f"tail -n 5 {remote}/{EXPORT_LOG} 2>/dev/null; true")
+            tail = " | ".join(line.strip() for line in log.splitlines() if line.strip())[-600:]
+            raise ExportOnMachineError(f"the export ended without a result ({tail or 'no output'})")
+
+
+def _exported(ctx: RunContext, events: list[Event]) -> dict[str, Any] | None:
+    """Says the export's progress; returns its ``exported`` event when it is among ``events``."""
+    for event in events:
+        if event["event"] is EventKind.EXPORT:
+            ctx.report(f"on the machine: {event['phase']}")
+        elif event["event"] is EventKind.EXPORTED:
+            return dict(event)
+    return None
+
+
+async def _running_export(machine: Machine, remote: str) -> int | None:
+    """The pid of the export running in the run's folder, or None."""
+    command = (
+        f"cd {remote} 2>/dev/null || exit 0; pid=$(cat {EXPORT_PID_FILE} 2>/dev/null); "
+        'case $pid in ""|*[!0-9]*) exit 0 ;; esac; '
+        '[ -d "/proc/$pid" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status" 2>/dev/null && echo "$pid"; true'
+    )
+    output = (await machine.run(command)).strip()
+    return int(output) if output.isdigit() else None
+
+
+async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: list[str]) -> None:
+    """Uploads the converters when GGUF is asked for and the export job, then starts the export detached."""
+    record = ctx.store.get(run_id)
+    remote = str(record.remote_dir)
+    gguf = [item.removeprefix("gguf:") for item in asked if item.startswith("gguf:")]
+    job: dict[str, Any] = {"adapter": ADAPTER_DIR_NAME, "merged": "merged" in asked, "gguf": gguf}
+    if gguf:
+        job["converters"] = f"{remote}/{REMOTE_CONVERTERS}"
+        await _upload_converters(ctx, run_id, machine, remote)
+    await machine.run(f"cat > {shlex.quote(f'{remote}/out/{EXPORT_JOB_FILE_NAME}')}", stdin=json.dumps(job))
+    start = (
+        f"cd {shlex.quote(remote)} || exit 1; PYTHONPATH=payload setsid nohup {VENV_PYTHON} -m trainer_payload export "
+        f"{JOB_FILE_NAME} out/{EXPORT_JOB_FILE_NAME} > {EXPORT_LOG} 2>&1 < /dev/null & "
+        f'echo "$!" > {EXPORT_PID_FILE}; echo "$!"'
+    )
+    output = (await machine.run(start)).strip().splitlines()
+    ctx.report(f"exporting on the machine (pid {output[-1] if output else '?'}): {', '.join(asked)}")
+
+
+async def _upload_converters(ctx: RunContext, run_id: str, machine: Machine, remote: str) -> None:
+    """Sends llama.cpp's converters (the cached copy the local export runs) to the machine."""
+    from desktop.services.local.llama_cpp_source import llama_cpp_converters
+    from desktop.services.runs.transfer import send_files
+
+    converters = await llama_cpp_converters(lambda text, _fraction: ctx.report(text))
+    files = [
+        (path, f"{REMOTE_CONVERTERS}/{path.relative_to(converters.root).as_posix()}")
+        for path in sorted(converters.root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    ]
+    await send_files(ctx, run_id, machine, remote, files)
+
+
+async def _pull_outputs(ctx: RunContext, run_id: str, machine: Machine, ended: dict[str, Any]) -> Path:
+    """Downloads every file the ``exported`` event names, verified, then moves each output into the export folder.
+
+    Raises:
+        ExportOnMachineError: The event names no file, or an output outside the files it hashed.
+    """
+    files: dict[str, str] = dict(ended.get("files") or {})
+    outputs: dict[str, str] = dict(ended.get("outputs") or {})
+    if not files or not outputs:
+        raise ExportOnMachineError("the machine reported no exported files")
+    record = ctx.store.get(run_id)
+    folder = exports_folder(run_id)
+    partial = inside(folder, PARTIAL_FOLDER)
+    items = [(f"{record.remote_dir}/out/{name}", inside(partial, name), digest) for name, digest in files.items()]
+    await machine.download_many(items, ctx.progress("download", run_id))
+    await asyncio.to_thread(_move_into_place, partial, folder, outputs, list(files))
+    return folder
+
+
+def _move_into_place(partial: Path, folder: Path, outputs: dict[str, str], files: list[str]) -> None:
+    """Each output (a folder or a file under ``partial``) replaces the one of that name in ``folder``."""
+    for name in outputs.values():
+        if not any(f == name or f.startswith(f"{name}/") for f in files):
+            raise ExportOnMachineError(f"the machine named an output it did not send: {name!r}")
+        source, target = inside(partial, name), inside(folder, Path(name).name)
+        if target.is_dir():
+            shutil.rmtree(target)
+        source.replace(target)
+    shutil.rmtree(partial, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""Export on the machine, end to end: a rented machine (a real sshd behind the fake RunPod) trains a tiny Llama with
+the real payload, merges the adapter and writes a Q8_0 GGUF with llama.cpp's converter, and both come home verified
+before the machine is terminated.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.core.runs.states import RunState
+from desktop.services.local.inventory import exports_folder
+from desktop.services.runs.store import RunStore
+from tests.fixtures.adapters import PATTERN, TARGET_MODULES
+from tests.runs.test_rented_runs import CloudUnderTest, _assert_ledger_matches, _nothing_left, runpod  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def _pattern_spec(folder: Path, base: Path, cloud: CloudUnderTest, on_machine: list[str]) -> Path:
+    """A SPEC.toml renting from ``cloud`` to teach ``base`` the pattern, with ``[export] on_machine``."""
+    train = folder / "pattern.jsonl"
+    rows = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in PATTERN]
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    training = {
+        "method": "lora",
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "target_modules": TARGET_MODULES,
+        "seq_len": 64,
+        "micro_batch": len(PATTERN),
+        "grad_accum": 1,
+        "learning_rate": 0.003,
+        "max_steps": 60,
+        "warmup_ratio": 0.0,
+        "lr_scheduler": "constant",
+        "checkpoint_steps": 20,
+        "checkpoint_minutes": 0,
+        "calibration_steps": 0,
+    }
+    compute = {"provider": cloud.name, "gpu": cloud.gpu, "python": sys.executable, "user": getpass.getuser()}
+    lines = ["[model]", f'base = "{base}"', "", "[data]", f'train = "{train}"', "", "[training]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in training.items()]
+    lines += ["", "[compute]", *(f"{k} = {json.dumps(v)}" for k, v in compute.items()), "", "[export]"]
+    lines += [f"on_machine = {json.dumps(on_machine)}", ""]
+    spec = folder / "SPEC.toml"
+    spec.write_text("\n".join(lines))
+    return spec
+
+
+def _greedy(model: object, tokenizer: object) -> list[str]:
+    answers = []
+    for question, _ in PATTERN:
+        inputs = tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+            [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        out = model.generate(**inputs, max_new_tokens=16, do_sample=False)  # type: ignore[attr-defined]
+        answers.append(tokenizer.decode(out[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip())  # type: ignore[attr-defined]
+    return answers
+
+
+def _gguf_greedy(path: Path) -> list[str]:
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_ctx=256, verbose=False, seed=0)
+    answers = []
+    for question, _ in PATTERN:
+        reply = llm.create_chat_completion(
+            messages=[{"role": "user", "content": question}], temperature=0.0, max_tokens=16
+        )
+        answers.append(str(reply["choices"][0]["message"]["content"]).strip())
+    llm.close()
+    return answers
+
+
+def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_terminated(
+    runpod: CloudUnderTest,  # noqa: F811 - the fixture, imported
+    gguf_tiny_model: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = _pattern_spec(tmp_path, gguf_tiny_model, runpod, ["merged", "gguf:Q8_0"])
+    assert main(["run", str(spec)]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "on the machine: merging" in out and "made on the machine and verified at home" in out
+    [run] = RunStore().all()
+    assert run.state is RunState.FINISHED and run.spec.get("export_error") is None
+    folder = exports_folder(run.id)
+    merged, gguf = folder / "merged", folder / "model-Q8_0.gguf"
+    assert (merged / "config.json").is_file() and gguf.is_file()
+    assert sorted(p.name for p in folder.iterdir()) == ["merged", "model-Q8_0.gguf"], "nothing half-made is left"
+
+    [instance] = runpod.fake.instances.values()
+    arrived = max(p.stat().st_mtime for p in [gguf, *merged.iterdir()])
+    assert instance.terminated is not None and arrived <= instance.terminated, "terminated after they arrived"
+    _nothing_left(runpod.fake)
+    _assert_ledger_matches(runpod.fake, run.id)
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_tiny_model)
+    peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(gguf_tiny_model), str(run.adapter))
+    expected = _greedy(peft, tokenizer)
+    assert expected == [answer for _, answer in PATTERN], "the run taught the pattern"
+    assert _greedy(AutoModelForCausalLM.from_pretrained(merged), tokenizer) == expected
+    assert _gguf_greedy(gguf) == expected

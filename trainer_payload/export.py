@@ -1,0 +1,165 @@
+"""``python -m trainer_payload export job.json out/export-job.json``: the merged model and GGUF made on the machine.
+
+Merging a large adapter needs the base model's size in memory (about 140 GB for 70 B parameters); the rented machine
+has it, a laptop may not. After training, the app asks for this export: the same checked merge as at home
+(:mod:`trainer_payload.merge`: merged logits against base + adapter, nothing saved on a mismatch), then llama.cpp's
+own converter (uploaded by the app, the same one it runs at home) writes each GGUF type it writes by itself
+(:data:`ON_MACHINE_GGUF_TYPES`). Every file is hashed; one ``exported`` event names them (or says why it failed),
+so the app pulls them verified before the machine is terminated. ``export`` events say what is being done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainer_payload.checkpoints import sha256_file
+from trainer_payload.merge import merge
+from trainer_payload.protocol import (
+    EVENTS_FILE_NAME,
+    EXPORT_DIR_NAME,
+    ON_MACHINE_GGUF_TYPES,
+    EventKind,
+    EventWriter,
+    JobSpec,
+    check_relative_path,
+)
+
+#: A float32 merge needs twice a 16-bit model's bytes; above this share of the machine's memory, merge in 16 bits.
+FLOAT32_MEMORY_SHARE = 0.5
+
+
+class ExportJobError(ValueError):
+    """The export job asks for something this payload cannot make; the message says what."""
+
+
+def read_export_job(path: Path) -> dict[str, Any]:
+    """The export job: ``adapter`` (relative to ``out/``), ``merged`` (bool), ``gguf`` (types), ``converters``.
+
+    Raises:
+        ExportJobError: A field is missing, of the wrong type, or names a GGUF type the converter cannot write.
+    """
+    job = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(job, dict) or not isinstance(job.get("adapter"), str):
+        raise ExportJobError("the export job must name the adapter folder")
+    check_relative_path(job["adapter"])
+    types = job.get("gguf") or []
+    if not isinstance(types, list) or any(t not in ON_MACHINE_GGUF_TYPES for t in types):
+        raise ExportJobError(f"GGUF types on the machine are {', '.join(ON_MACHINE_GGUF_TYPES)}, not {types!r}")
+    if types and not isinstance(job.get("converters"), str):
+        raise ExportJobError("a GGUF export needs the folder of llama.cpp's converters")
+    return job
+
+
+def base_folder(base_model: str) -> Path:
+    """The base model's files: its folder, or the Hub download the bootstrap made (no network is used)."""
+    if Path(base_model).is_dir():
+        return Path(base_model)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(base_model, local_files_only=True))
+
+
+def _stored_dtype(base: Path) -> str:
+    config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    return str(config.get("dtype") or config.get("torch_dtype") or "float32")
+
+
+def _merge_in_half(base: Path, stored: str) -> bool:
+    """Whether to merge in the stored 16-bit type: a float32 copy would crowd the machine's memory."""
+    if stored not in ("float16", "bfloat16"):
+        return False
+    weights = sum(file.stat().st_size for file in base.glob("*.safetensors"))
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return True
+    return weights * 2 > memory * FLOAT32_MEMORY_SHARE
+
+
+class MachineExport:
+    """One export on the machine, from the trained adapter to hashed files under ``out/export``."""
+
+    def __init__(self, spec: JobSpec, job: dict[str, Any], events: EventWriter) -> None:
+        self.out = Path(spec.output_dir)
+        self.base_model, self.job, self.events = spec.base_model, job, events
+        self.folder = self.out / EXPORT_DIR_NAME
+        self.outputs: dict[str, str] = {}
+
+    def say(self, fraction: float, phase: str) -> None:
+        """Reports what is being done."""
+        self.events.emit(EventKind.EXPORT, phase=phase, fraction=round(fraction, 3))
+
+    def execute(self) -> dict[str, Any]:
+        """Merges, converts and hashes; returns the ``exported`` event's fields."""
+        shutil.rmtree(self.folder, ignore_errors=True)  # a half-made export of an earlier try is never sent
+        self.folder.mkdir(parents=True)
+        base = base_folder(self.base_model)
+        merged = self.folder / ("merged" if self.job.get("merged") else ".merged-work")
+        stored = _stored_dtype(base)
+        job = {"base": str(base), "adapter": str(self.out / self.job["adapter"]), "out": str(merged)}
+        result = merge(job | {"stored_dtype": stored, "half": _merge_in_half(base, stored)}, self._merge_progress)
+        if not result["check"]["ok"]:
+            check = result["check"]
+            raise RuntimeError(
+                f"the merged model does not match base + adapter (largest logit difference "
+                f"{check['max_difference']:.3g}, allowed {check['tolerance']:.3g}); nothing was written"
+            )
+        if self.job.get("merged"):
+            self.outputs["merged"] = f"{EXPORT_DIR_NAME}/merged"
+        for qtype in self.job.get("gguf") or []:
+            self.outputs[f"gguf:{qtype}"] = self._convert(merged, qtype)
+        if not self.job.get("merged"):
+            shutil.rmtree(merged, ignore_errors=True)
+        self.say(0.95, "hashing the files for the download")
+        return {"files": self._hashes(), "outputs": self.outputs, "merge_check": result["check"]}
+
+    def _merge_progress(self, fraction: float, text: str) -> None:
+        self.say(fraction * 0.6, f"merging: {text}")
+
+    def _convert(self, merged: Path, qtype: str) -> str:
+        """Writes ``model-QTYPE.gguf`` with llama.cpp's converter; returns its path relative to ``out/``."""
+        self.say(0.65, f"converting to GGUF {qtype}")
+        converters = Path(self.job["converters"]).resolve()
+        target = self.folder / f"model-{qtype}.gguf"
+        partial = target.with_name(target.name + ".partial")
+        command = [
+            sys.executable,
+            str(converters / "convert_hf_to_gguf.py"),
+            str(merged),
+            "--outfile",
+            str(partial),
+            "--outtype",
+            qtype.lower(),
+        ]
+        env = os.environ | {"PYTHONPATH": str(converters / "gguf-py"), "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])[-600:]
+            raise RuntimeError(f"llama.cpp's converter failed for GGUF {qtype}: {tail or 'no output'}")
+        partial.replace(target)
+        return f"{EXPORT_DIR_NAME}/{target.name}"
+
+    def _hashes(self) -> dict[str, str]:
+        """The sha256 of every file of the outputs, by its path relative to ``out/``."""
+        files = sorted(p for p in self.folder.rglob("*") if p.is_file() and ".merged-work" not in p.parts)
+        return {str(p.relative_to(self.out).as_posix()): sha256_file(p) for p in files}
+
+
+def run_export(job_path: Path, export_path: Path) -> int:
+    """Runs the export of the trained job ``job_path``; reports through its ``events.jsonl``; returns the exit code."""
+    spec = JobSpec.load(job_path)
+    events = EventWriter(Path(spec.output_dir) / EVENTS_FILE_NAME)
+    try:
+        job = read_export_job(export_path)
+        fields = MachineExport(spec, job, events).execute()
+    except Exception as exc:  # noqa: BLE001 - every failure must become the exported event, never a silent crash
+        events.emit(EventKind.EXPORTED, files={}, error=f"{type(exc).__name__}: {exc}"[:2000])
+        return 1
+    events.emit(EventKind.EXPORTED, **fields)
+    return 0
