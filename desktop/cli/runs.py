@@ -37,6 +37,7 @@ from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
+from desktop.services.runs.remote_export import check_before_renting
 from desktop.services.runs.store import RunRecord, UnknownRunError
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
@@ -252,6 +253,7 @@ class RunsCommands:
         compute = None if target is not None else spec.compute  # --target trains on that machine instead of renting
         spec = RunSpec(**{**spec.__dict__, "target": target, "compute": compute})
         try:
+            asyncio.run(check_before_renting(spec, lambda text, _fraction: print(text, flush=True)))
             record = self.engine.create(spec)
         except RunError as exc:
             raise self.error(str(exc)) from exc

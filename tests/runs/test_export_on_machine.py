@@ -17,6 +17,7 @@ from desktop.core.runs.states import RunState
 from desktop.services.local.inventory import exports_folder
 from desktop.services.runs.store import RunStore
 from tests.fixtures.adapters import PATTERN, TARGET_MODULES
+from tests.fixtures.tiny_models import TinyModel
 from tests.runs.test_rented_runs import CloudUnderTest, _assert_ledger_matches, _nothing_left, runpod  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -111,3 +112,17 @@ def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_termina
     assert expected == [answer for _, answer in PATTERN], "the run taught the pattern"
     assert _greedy(AutoModelForCausalLM.from_pretrained(merged), tokenizer) == expected
     assert _gguf_greedy(gguf) == expected
+
+
+def test_a_gguf_the_converter_would_refuse_is_refused_before_anything_is_rented(
+    runpod: CloudUnderTest,  # noqa: F811 - the fixture, imported
+    tiny_model: TinyModel,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = _pattern_spec(tmp_path, tiny_model.path, runpod, ["merged", "gguf:Q8_0"])  # a tokenizer llama.cpp lacks
+    assert main(["run", str(spec)]) != 0
+    err = capsys.readouterr().err
+    assert "[export] on_machine asks for a GGUF, and llama.cpp does not recognise the tokenizer" in err
+    assert "Nothing was rented" in err
+    assert runpod.fake.instances == {} and RunStore().all() == [], "no machine, and no run recorded"

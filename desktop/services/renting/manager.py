@@ -23,6 +23,7 @@ from desktop.services.providers.base import ProviderError
 from desktop.services.renting.driver import RentalDriver
 from desktop.services.runs import connection
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine, RunError
+from desktop.services.runs.remote_export import check_before_renting
 from desktop.services.runs.store import RunRecord, RunStore
 
 #: Called with (run id, line) for every progress line of a driven run.
@@ -102,6 +103,7 @@ class RunManager:
         def report(line: str) -> None:  # listeners (widgets) hear it on the loop's thread, never from the worker
             loop.call_soon_threadsafe(self._emit, "", line)
 
+        await check_before_renting(spec, lambda text, _fraction: report(text))
         creator = RunEngine(self.store, self.secrets, self.options, report=report, connect=self._connect)
         record = await asyncio.to_thread(creator.create, spec)
         self.follow(record.id)

@@ -17,10 +17,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from desktop.core.runs.spec import RunSpec
+from desktop.services.local.common import LocalToolError, Progress, no_progress
 from desktop.services.local.inventory import exports_folder
 from desktop.services.machines.machine import Machine
 from desktop.services.runs.checkpoints import inside
 from desktop.services.runs.context import RunContext
+from desktop.services.runs.errors import RunError
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.monitor import read_events
 from trainer_payload.protocol import (
@@ -43,6 +46,29 @@ PARTIAL_FOLDER = ".from-machine"
 
 class ExportOnMachineError(RuntimeError):
     """The export on the machine failed; the message says why (the adapter is home either way)."""
+
+
+async def check_before_renting(spec: RunSpec, progress: Progress = no_progress) -> None:
+    """Refuses, before anything is rented, an on-machine GGUF that llama.cpp's converter would refuse.
+
+    The converter runs here on the base's config and tokenizer alone (``--vocab-only``: seconds, a Hub model's small
+    files only), as the local export checks before its download: the paid machine never finds out after training.
+
+    Raises:
+        RunError: The converter refuses the base; the message says why and what still works.
+    """
+    if not any(item.startswith("gguf:") for item in spec.export_on_machine):
+        return
+    from desktop.services.local.base_model import base_description
+    from desktop.services.local.gguf import check_vocabulary
+
+    try:
+        await check_vocabulary(await base_description(spec.base_model, progress), progress)
+    except LocalToolError as exc:
+        raise RunError(
+            f"[export] on_machine asks for a GGUF, and {exc}. Nothing was rented: remove the gguf outputs from "
+            "[export] on_machine (the merged model can still be made there), or choose another base model"
+        ) from exc
 
 
 async def export_on_machine(ctx: RunContext, run_id: str, machine: Machine) -> Path | None:

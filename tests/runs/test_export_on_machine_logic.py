@@ -1,0 +1,119 @@
+"""Export on the machine, the many cases in-process: an in-memory machine whose export writes or says what a test
+scripts. End to end with real parts: test_export_on_machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, run_spec_from_dict
+from desktop.core.runs.states import RunState
+from desktop.services.local.inventory import exports_folder
+from desktop.services.runs.engine import RunEngine
+from tests.fixtures.fake_machine import FakeHost
+from tests.runs.test_engine_logic import host, make_engine, trains_to_the_end  # noqa: F401 - host: the fixture
+from trainer_payload.protocol import EventKind
+
+
+def create(engine: RunEngine, tmp_path: Path, on_machine: tuple[str, ...] = ("merged",)) -> str:
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    target = SshTarget("trainer", "gpu.example", 22)
+    spec = RunSpec("org/tiny-model", train, None, {"max_steps": 4}, target, export_on_machine=on_machine)
+    return engine.create(spec).id
+
+
+def merged_written(machine: FakeHost, folder: str) -> None:
+    """The export a machine runs: a merged folder, hashed, and its ``exported`` event."""
+    files = {"export/merged/config.json": b"{}", "export/merged/model.safetensors": b"merged weights"}
+    for name, data in files.items():
+        machine.files[f"{folder}/out/{name}"] = data
+    machine.emit(EventKind.EXPORT, phase="merging: loading the base model", fraction=0.1)
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    machine.emit(EventKind.EXPORTED, files=digests, outputs={"merged": "export/merged"}, merge_check={"ok": True})
+
+
+async def test_the_outputs_come_home_into_the_runs_export_folder_before_the_run_finishes(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    run_id = create(engine, tmp_path)
+    host.on_launch, host.on_export = trains_to_the_end, merged_written
+    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    merged = exports_folder(run_id) / "merged"
+    assert (merged / "model.safetensors").read_bytes() == b"merged weights"
+    assert sorted(p.name for p in exports_folder(run_id).iterdir()) == ["merged"], "the partial folder is gone"
+    assert final.spec["exported_on_machine"] == {"merged": "export/merged"}
+    assert "on the machine: merging: loading the base model" in lines
+    job = next(stdin for stdin in host.stdins if '"adapter"' in stdin)
+    assert json.loads(job) == {"adapter": "adapter", "merged": True, "gguf": []}, "the job reaches it on stdin"
+
+
+async def test_a_failed_export_finishes_the_run_with_its_adapter_and_says_why(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    run_id = create(engine, tmp_path)
+    host.on_launch = trains_to_the_end
+    host.on_export = lambda h, _f: h.emit(EventKind.EXPORTED, files={}, error="RuntimeError: out of disk")
+    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    assert final.state is RunState.FINISHED and final.adapter is not None, "the adapter is home either way"
+    assert final.spec["export_error"] == "RuntimeError: out of disk"
+    assert any("the export on the machine failed: RuntimeError: out of disk" in line for line in lines)
+    assert not exports_folder(run_id).exists() or not any(exports_folder(run_id).iterdir())
+
+
+async def test_an_export_that_dies_without_a_word_is_said_with_its_logs_last_lines(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    run_id = create(engine, tmp_path)
+    host.on_launch = trains_to_the_end  # the export starts and ends silently (killed by the kernel, say)
+    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    assert final.state is RunState.FINISHED
+    assert str(final.spec["export_error"]).startswith("the export ended without a result")
+    assert host.exports == 1, "started once, not again and again"
+
+
+async def test_a_machine_naming_an_output_it_did_not_hash_gets_nothing_written(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    engine = make_engine(host, [])
+    run_id = create(engine, tmp_path)
+
+    def lies(h: FakeHost, folder: str) -> None:
+        h.files[f"{folder}/out/export/a.gguf"] = b"x"
+        digest = hashlib.sha256(b"x").hexdigest()
+        h.emit(EventKind.EXPORTED, files={"export/a.gguf": digest}, outputs={"merged": "export/merged"})
+
+    host.on_launch, host.on_export = trains_to_the_end, lies
+    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    assert final.state is RunState.FINISHED
+    assert "named an output it did not send: 'export/merged'" in str(final.spec["export_error"])
+    assert not (exports_folder(run_id) / "merged").exists()
+
+
+def test_the_spec_takes_only_outputs_the_machine_can_make() -> None:
+    base = {"model": {"base": "org/model"}, "data": {"train": "t.jsonl"}, "target": {"ssh": "ssh://u@h:22"}}
+    spec = run_spec_from_dict({**base, "export": {"on_machine": ["merged", "gguf:Q8_0"]}}, Path("/tmp"))
+    assert spec.export_on_machine == ("merged", "gguf:Q8_0")
+    with pytest.raises(RunSpecError, match=r"the machine can make merged, gguf:F16, gguf:BF16, gguf:Q8_0"):
+        run_spec_from_dict({**base, "export": {"on_machine": ["gguf:Q4_K_M"]}}, Path("/tmp"))
+    with pytest.raises(RunSpecError, match=r"does not know where"):
+        run_spec_from_dict({**base, "export": {"where": "machine"}}, Path("/tmp"))
+    full = {**base, "training": {"method": "full"}, "export": {"on_machine": ["merged"]}}
+    with pytest.raises(RunSpecError, match="merges an adapter"):
+        run_spec_from_dict(full, Path("/tmp"))
