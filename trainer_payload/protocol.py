@@ -207,7 +207,7 @@ class CalibrationEvent(_CalibrationFields, total=False):
     """
 
     steps: int | None
-    gradient_checkpointing: bool
+    gradient_checkpointing: bool | None
     tokens_per_s: float | None
     peak_allocated_gb: float | None
     peak_reserved_gb: float | None
@@ -256,9 +256,9 @@ class ExportedEvent(_ExportedFields, total=False):
     (tensors the converter wrote in another type).
     """
 
-    outputs: dict[str, str]
-    merge_check: dict[str, Any]
-    notes: list[str]
+    outputs: dict[str, str] | None
+    merge_check: dict[str, Any] | None
+    notes: list[str] | None
     error: str | None
 
 

@@ -21,8 +21,8 @@ def _base(declared: Any) -> type:
     return base
 
 
-SAMPLES: dict[type, object] = {int: 7, float: 1.5, str: "adapter", dict: {}, bool: True}
-WRONG: dict[type, object] = {int: "7", float: "fast", str: 5, dict: [], bool: 1}
+SAMPLES: dict[type, object] = {int: 7, float: 1.5, str: "adapter", dict: {}, bool: True, list: []}
+WRONG: dict[type, object] = {int: "7", float: "fast", str: 5, dict: [], bool: 1, list: {}}
 
 
 def _minimal(kind: EventKind) -> tuple[dict[str, Any], dict[str, Any]]:

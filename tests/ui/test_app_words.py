@@ -98,3 +98,15 @@ def test_an_out_of_memory_says_what_would_fit_with_the_measured_need_as_what_to_
     notice = failure_notice(progress, "oom: …", advice)
     assert notice.headline == "Out of GPU memory" and notice.details.endswith(f"What to do: {advice}")
     assert "Lower the sequence length" in failure_notice(progress, "oom: …").details, "without advice: the general fix"
+
+
+def test_a_finished_run_says_what_the_machine_made_or_why_it_could_not() -> None:
+    from desktop.ui.pages.monitor_text import machine_export_words
+
+    made = {"exported_on_machine": {"merged": "export/merged", "gguf:Q8_0": "export/model-Q8_0.gguf"}}
+    assert machine_export_words(made) == (
+        " The machine made the merged model and a Q8_0 GGUF; they came home verified and are on the Models page."
+    )
+    failed = machine_export_words({"export_error": "RuntimeError: out of disk"})
+    assert failed.startswith(" The export on the machine failed (") and "Models page" in failed
+    assert machine_export_words({}) == ""

@@ -397,3 +397,43 @@ def test_the_machine_settings_set_on_compute_are_reviewed() -> None:
     rented(draft, python="/opt/conda/bin/python", user="root", image="pytorch/pytorch:2.5.1-cuda12.4")
     settings = dict(compute_rows(draft, None))["Machine settings"]
     assert settings == "Python /opt/conda/bin/python, login user root, image pytorch/pytorch:2.5.1-cuda12.4"
+
+
+def test_a_merge_too_big_for_this_computer_is_proposed_on_the_machine_with_its_minutes_and_dollars(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desktop.core.export.on_machine import ON_MACHINE_OUTPUTS, HomeRoom, on_machine_cost
+    from desktop.services.runs import preflight
+
+    monkeypatch.setattr(preflight, "home_room", lambda: HomeRoom(32 * 10**9, 2 * 10**12))  # a 32 GB laptop
+    rented(draft, gpu="H100 SXM", vram_gb=80.0, price_per_hour=2.99)
+    draft.base_model, draft.method = "qwen2.5-72b", "qlora"
+    checked(step, wait_for)
+    assert step.export_card.isVisibleTo(step) and step.export_box.isChecked(), "proposed: the box is ticked"
+    words = step.export_words.text()
+    assert words.startswith("Proposed: Merging this 72.7 B model needs about 182 GB of memory, and this computer")
+    cost = on_machine_cost(step.facts.sizing.plan.arch.total_params, ON_MACHINE_OUTPUTS, 2.99)  # type: ignore[union-attr]
+    assert 30 < cost.minutes < 200 and cost.usd == round(cost.minutes / 60 * 2.99, 2)
+    assert f"On the machine: about {cost.minutes:.0f} more paid minutes, ${cost.usd:,.2f} (" in words
+    question = review_step.launch_question(draft, step.facts, [])
+    assert "the machine makes the merged model and a Q8_0 GGUF" in question.details
+    assert draft.export_on_machine is None, "a proposal, not yet the user's choice"
+    step.accept_export_proposal()
+    path, spec = review_step.write_launch_spec(draft, step.facts)
+    assert spec.export_on_machine == ("merged", "gguf:Q8_0") and "[export]" in path.read_text()
+
+    step.export_box.setChecked(False)  # the user exports at home after all
+    assert draft.export_on_machine == [] and not step.export_box.isChecked()
+    assert "the export on the Models page may not work here" in step.export_words.text()
+    assert review_step.write_launch_spec(draft, step.facts)[1].export_on_machine == ()
+
+
+def test_a_model_that_merges_here_is_exported_at_home_unless_the_user_asks(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
+) -> None:
+    checked(step, wait_for)
+    assert step.export_card.isVisibleTo(step) and not step.export_box.isChecked()
+    assert step.export_words.text().startswith("After training, export on the Models page (the merge fits")
+    step.export_box.setChecked(True)
+    assert draft.export_on_machine == ["merged", "gguf:Q8_0"]
+    assert "your server makes the merged model" in review_step.launch_question(draft, step.facts, []).details

@@ -187,6 +187,8 @@ class RunDraft(BaseModel):
         hourly_rate_usd: What the target costs per hour, as the user states it.
         budget_usd: Stop spending past this (0: no limit).
         step: The wizard page last shown, so a reopened wizard continues there.
+        export_on_machine: What the machine makes after training (``merged``, ``gguf:Q8_0``); empty: everything at
+            home; None: not chosen (the review proposes the machine when the merge does not fit this computer).
         launched_run: The run last launched from this draft ("" for none).
         launched_digest: :meth:`content_digest` when it was launched: the draft is "launched" only while its
             choices are still those (an edit makes it a new draft, which may be launched again).
@@ -210,6 +212,7 @@ class RunDraft(BaseModel):
     hourly_rate_usd: float = Field(default=0.0, ge=0.0)
     budget_usd: float = Field(default=0.0, ge=0.0)
     step: str = "data"
+    export_on_machine: list[str] | None = None
     launched_run: str = ""
     launched_digest: str = ""
 
@@ -248,6 +251,8 @@ class RunDraft(BaseModel):
         if self.eval_file:
             data["eval"] = self.eval_file
         spec: dict[str, Any] = {"model": {"base": self.base_model}, "data": data}
+        if self.export_on_machine:
+            spec["export"] = {"on_machine": list(self.export_on_machine)}
         return spec | (self._rented_sections() if self.renting else self._own_sections())
 
     def _rented_sections(self) -> dict[str, Any]:

@@ -297,7 +297,7 @@ def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(asked, list) or any(item not in allowed for item in asked):
         raise RunSpecError(
             f"[export] on_machine = {asked!r}: the machine can make {', '.join(allowed)} (llama.cpp's converter "
-            "writes these types by itself; other GGUF types are quantised at home from the merged model)"
+            "writes these by itself; make Q4_K_M and other types at home, with rentune export or on the Models page)"
         )
     return tuple(dict.fromkeys(asked))
 

@@ -17,6 +17,7 @@ import msgspec
 
 from desktop.core.data.findings import Code
 from desktop.core.data.rules import check_messages
+from desktop.core.export.on_machine import HomeRoom
 from desktop.core.runs.draft import RunDraft
 from desktop.core.sizing.plan import Fit, GpuOption
 from desktop.services.data.prepare import read_manifest
@@ -28,6 +29,7 @@ from desktop.services.providers.base import ProviderName
 from desktop.services.providers.registry import PROVIDERS
 from desktop.services.providers.words import without_terminal_advice
 from desktop.services.runs.drafts import size_draft
+from desktop.services.runs.export_choice import home_room
 from desktop.services.runs.offers_for_draft import DraftOffer, judge_pick, sentence
 from desktop.services.runs.store import RunStore
 
@@ -76,6 +78,7 @@ class ReviewFacts:
         secret_store: What the keyring did with a throwaway secret (read for renting drafts only).
         key_problems: Why keys the run reads (the provider's, the Hugging Face token) cannot be used: malformed
             environment variables, one line each.
+        room: This computer's memory and free disk for a local export (None: not read).
     """
 
     manifest: dict[str, Any] | None = None
@@ -87,6 +90,7 @@ class ReviewFacts:
     gated: bool = False
     secret_store: StoreProbe | None = None
     key_problems: tuple[str, ...] = ()
+    room: HomeRoom | None = None
 
 
 def read_review_facts(draft: RunDraft, secrets: SecretStore | None, store: RunStore | None = None) -> ReviewFacts:
@@ -106,6 +110,7 @@ def read_review_facts(draft: RunDraft, secrets: SecretStore | None, store: RunSt
         gated=is_gated(draft.base_model),
         secret_store=probe_secret_store() if draft.renting else None,
         key_problems=key_problems(draft, secrets),
+        room=home_room(),
     )
 
 

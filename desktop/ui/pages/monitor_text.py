@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from desktop.core.runs.progress import Estimate, RunProgress, format_duration, run_duration, stored_estimate
 from desktop.core.runs.spec import parse_ssh_url
@@ -400,13 +401,27 @@ def notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice | None:
 
 
 def finished_details(snapshot: RunSnapshot) -> str:
-    """Where the adapter is, and the checkpoints kept beside it."""
+    """Where the adapter is, the checkpoints kept beside it, and what the machine made after training."""
     where = f"It is in {snapshot.record.adapter}." if snapshot.record.adapter else ""
     kept = len(snapshot.files.checkpoint_steps)
     checkpoints = {0: " No checkpoint was kept.", 1: " 1 checkpoint was kept."}.get(
         kept, f" {kept} checkpoints were kept."
     )
-    return (where + checkpoints).strip()
+    return (where + checkpoints + machine_export_words(snapshot.record.spec)).strip()
+
+
+def machine_export_words(spec: dict[str, Any]) -> str:
+    """What the machine made after training (on the Models page now), or why it could not; "" when none was asked."""
+    if spec.get("export_error"):
+        return (
+            f" The export on the machine failed ({app_sentence(str(spec['export_error'])).rstrip('.')}): export the "
+            "adapter on the Models page."
+        )
+    made = spec.get("exported_on_machine")
+    if isinstance(made, dict) and made:
+        names = " and ".join("the merged model" if k == "merged" else f"a {k.removeprefix('gguf:')} GGUF" for k in made)
+        return f" The machine made {names}; they came home verified and are on the Models page."
+    return ""
 
 
 def stop_headline(progress: RunProgress, snapshot: RunSnapshot) -> str:

@@ -13,9 +13,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 from qasync import asyncSlot
 
+from desktop.core.export.on_machine import ON_MACHINE_OUTPUTS
 from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
 from desktop.services.platform.files import atomic_copy
@@ -23,6 +33,7 @@ from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
 from desktop.services.runs.drafts import fresh_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
+from desktop.services.runs.export_choice import export_choice
 from desktop.services.runs.preflight import (
     Check,
     ReviewFacts,
@@ -37,6 +48,8 @@ from desktop.ui.pages.wizard.review_words import (
     Rows,
     compute_rows,
     data_rows,
+    export_box_text,
+    export_choice_words,
     launch_question,
     model_rows,
     sizing_rows,
@@ -217,6 +230,7 @@ class ReviewStep(WizardStep):
         layout.addWidget(self._build_checks())
         for name, heading in SECTIONS:
             layout.addWidget(self._build_section(name, heading))
+        layout.addWidget(self._build_export())
         layout.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -261,6 +275,40 @@ class ReviewStep(WizardStep):
         self.sections[name], self.edit_buttons[name] = form, edit
         return card
 
+    def _build_export(self) -> Card:
+        self.export_card = Card("After training")
+        self.export_box = QCheckBox()
+        self.export_box.setAccessibleName("Make the model on the machine after training")
+        self.export_box.toggled.connect(self.on_export_toggled)
+        self.export_words = caption()
+        self.export_words.setAccessibleName("Where the fine-tuned model is made")
+        self.export_card.body.addWidget(self.export_box)
+        self.export_card.body.addWidget(self.export_words)
+        self.export_card.hide()  # shown once the facts say there is an adapter to merge
+        return self.export_card
+
+    def _show_export(self) -> None:
+        choice = export_choice(self.draft, self.facts.sizing, self.facts.room) if self.facts else None
+        self.export_card.setVisible(choice is not None)
+        if choice is None:
+            return
+        self.export_box.blockSignals(True)  # showing the choice is not making one
+        self.export_box.setText(export_box_text(self.draft))
+        self.export_box.setChecked(bool(choice.outputs))
+        self.export_box.blockSignals(False)
+        self.export_words.setText(export_choice_words(self.draft, choice))
+
+    def accept_export_proposal(self) -> None:
+        """At launch, a proposal the user left as shown (the box ticked) becomes the draft's choice."""
+        choice = export_choice(self.draft, self.facts.sizing, self.facts.room) if self.facts else None
+        if self.draft.export_on_machine is None and choice is not None and choice.proposed:
+            self.draft.export_on_machine = list(choice.outputs)
+
+    def on_export_toggled(self, checked: bool) -> None:
+        """The user's choice: the model made on the machine, or at home."""
+        self.draft.export_on_machine = list(ON_MACHINE_OUTPUTS) if checked else []
+        self._show_export()
+
     def footer(self) -> QWidget:
         """Launch (and Launch anyway) with what stands in the way, where the other steps have Next."""
         return self._footer
@@ -302,8 +350,9 @@ class ReviewStep(WizardStep):
         await self.refresh()
 
     def _draft_json(self, draft: RunDraft | None = None) -> str:
-        """The draft's choices (not the page shown, nor the launch record) as JSON: what the facts depend on."""
-        return (draft or self.draft).model_dump_json(exclude={"step", "launched_run", "launched_digest"})
+        """The draft's choices as JSON: what the facts depend on (not the page, the launch, the export's place)."""
+        exclude = {"step", "launched_run", "launched_digest", "export_on_machine"}
+        return (draft or self.draft).model_dump_json(exclude=exclude)
 
     async def refresh(self) -> None:
         """Reads the facts off the UI thread, then shows them and the checks (a newer refresh wins)."""
@@ -340,6 +389,7 @@ class ReviewStep(WizardStep):
         self.sections["model"].show_rows(model_rows(draft))
         self.sections["sizing"].show_rows(sizing_rows(draft, facts))
         self.sections["compute"].show_rows(compute_rows(draft, facts))
+        self._show_export()
 
     def section_text(self, name: str) -> str:
         """A section's facts as ``label: value`` lines."""
@@ -469,6 +519,7 @@ class ReviewStep(WizardStep):
             first = blockers[0]
             extra = "" if first.required else " (or choose Launch anyway)"
             raise LaunchError(f"{first.headline}. {first.details}{extra}")
+        self.accept_export_proposal()
         path, spec = await off_ui_thread(self, write_launch_spec, self.draft.model_copy(deep=True), self.facts)
         try:
             record = await self.context.manager.launch_in_background(spec)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from desktop.core.export.on_machine import HOME_MB_PER_S, ON_MACHINE_OUTPUTS, outputs_words
 from desktop.core.runs.draft import ComputeDraft, RunDraft, gpu_pick_training
 from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
@@ -17,6 +18,7 @@ from desktop.services.data.prepare import manifest_tokens
 from desktop.services.models.sizing import Sizing, option_label
 from desktop.services.models.sizing_words import fit_text
 from desktop.services.providers.base import ProviderName
+from desktop.services.runs.export_choice import ExportChoice, export_choice
 from desktop.services.runs.preflight import Check, ReviewFacts
 from desktop.ui.pages.wizard.compute_words import estimate_words, kind_words, machine_words
 
@@ -267,6 +269,9 @@ def _rent_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuestion
     ]
     if compute.spot:
         details.append("Spot: the provider may take it away; the run then continues on another machine.")
+    export = _export_detail(draft, facts)
+    if export:
+        details[2] = f"{export} It is terminated the moment they are on this computer, and whenever the run ends."
     return LaunchQuestion("Rent a machine and start training?", summary, "\n".join(details), "Rent and launch")
 
 
@@ -282,4 +287,42 @@ def _server_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuesti
     details = f"Budget: {budget_line(draft)}." if draft.budget_usd > 0 else "No budget set."
     if rate <= 0:
         details += " No hourly rate: the cost is not metered."
+    export = _export_detail(draft, facts)
+    if export:
+        details += f"\n{export.replace('the machine makes', 'your server makes')}"
     return LaunchQuestion("Start training on your server?", summary, details, "Launch")
+
+
+def export_box_text(draft: RunDraft) -> str:
+    """The review's choice to make the model on the machine (a rented one, or the own server)."""
+    where = "rented machine, before it is terminated" if draft.renting else "server, after training"
+    return f"Make {outputs_words(ON_MACHINE_OUTPUTS)} on the {where}"
+
+
+def export_choice_words(draft: RunDraft, choice: ExportChoice) -> str:
+    """Why the model is made where it is, and what making it on the machine costs."""
+    cost = choice.cost
+    paid = f"about {cost.minutes:.0f} more paid minutes" if draft.renting else f"about {cost.minutes:.0f} minutes"
+    money = f", ${cost.usd:,.2f}" if cost.usd is not None else ""
+    how = (
+        f"{paid}{money} ({cost.work_minutes:.0f} of work there, {cost.download_minutes:.0f} to download at "
+        f"{HOME_MB_PER_S:.0f} MB/s); it comes home verified, then the Models page has it"
+    )
+    reason = f"{choice.reason[:1].upper()}{choice.reason[1:]}" if choice.reason else ""
+    if choice.proposed:
+        return f"Proposed: {reason}. On the machine: {how}."
+    if choice.outputs:
+        return f"{reason + '. ' if reason else ''}On the machine: {how}."
+    if reason:
+        return f"{reason}: the export on the Models page may not work here. On the machine instead: {how}."
+    return f"After training, export on the Models page (the merge fits this computer). On the machine instead: {how}."
+
+
+def _export_detail(draft: RunDraft, facts: ReviewFacts | None) -> str | None:
+    choice = export_choice(draft, facts.sizing, facts.room) if facts else None
+    if choice is None or not choice.outputs:
+        return None
+    cost = f" (about {choice.cost.minutes:.0f} more minutes" + (
+        f", ${choice.cost.usd:,.2f})" if choice.cost.usd is not None else ")"
+    )
+    return f"After training, the machine makes {outputs_words(choice.outputs)}{cost}; they come home verified."
