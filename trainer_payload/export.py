@@ -4,8 +4,11 @@ Merging a large adapter needs the base model's size in memory (about 140 GB for 
 has it, a laptop may not. After training, the app asks for this export: the same checked merge as at home
 (:mod:`trainer_payload.merge`: merged logits against base + adapter, nothing saved on a mismatch), then llama.cpp's
 own converter (uploaded by the app, the same one it runs at home) writes each GGUF type it writes by itself
-(:data:`ON_MACHINE_GGUF_TYPES`). Every file is hashed; one ``exported`` event names them (or says why it failed),
-so the app pulls them verified before the machine is terminated. ``export`` events say what is being done.
+(:data:`CONVERTER_GGUF_TYPES`); K-quants (:data:`QUANTIZE_GGUF_TYPES`) are quantised from an F16 GGUF by
+``llama-quantize``, built on the machine from llama.cpp's source (CPU only, a minute or two on a GPU machine's cores),
+as the app's own export quantises with the same library. Every file is hashed; one ``exported`` event names them (or
+says why it failed), so the app pulls them verified before the machine is terminated. ``export`` events say what is
+being done.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from typing import Any
 from trainer_payload.checkpoints import sha256_file
 from trainer_payload.merge import merge
 from trainer_payload.protocol import (
+    CONVERTER_GGUF_TYPES,
     EVENTS_FILE_NAME,
     EXPORT_DIR_NAME,
     ON_MACHINE_GGUF_TYPES,
+    QUANTIZE_GGUF_TYPES,
     EventKind,
     EventWriter,
     JobSpec,
@@ -32,6 +37,19 @@ from trainer_payload.protocol import (
 
 #: A float32 merge needs twice a 16-bit model's bytes; above this share of the machine's memory, merge in 16 bits.
 FLOAT32_MEMORY_SHARE = 0.5
+#: llama.cpp's CMake options for the quantise tool alone: CPU backend, no downloads, no tests, examples or server.
+BUILD_OPTIONS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_CUDA=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_HTML=OFF",
+)
 
 
 class ExportJobError(ValueError):
@@ -53,6 +71,8 @@ def read_export_job(path: Path) -> dict[str, Any]:
         raise ExportJobError(f"GGUF types on the machine are {', '.join(ON_MACHINE_GGUF_TYPES)}, not {types!r}")
     if types and not isinstance(job.get("converters"), str):
         raise ExportJobError("a GGUF export needs the folder of llama.cpp's converters")
+    if set(types) & set(QUANTIZE_GGUF_TYPES) and not isinstance(job.get("build_sources"), str):
+        raise ExportJobError("a K-quant GGUF export needs the folder of llama.cpp's source to build llama-quantize")
     return job
 
 
@@ -89,6 +109,7 @@ class MachineExport:
         self.out = Path(spec.output_dir)
         self.base_model, self.job, self.events = spec.base_model, job, events
         self.folder = self.out / EXPORT_DIR_NAME
+        self.scratch = self.folder / ".work"
         self.outputs: dict[str, str] = {}
 
     def say(self, fraction: float, phase: str) -> None:
@@ -96,37 +117,70 @@ class MachineExport:
         self.events.emit(EventKind.EXPORT, phase=phase, fraction=round(fraction, 3))
 
     def execute(self) -> dict[str, Any]:
-        """Merges, converts and hashes; returns the ``exported`` event's fields."""
+        """Merges, converts and hashes; returns the ``exported`` event's fields.
+
+        A GGUF that cannot be made (no compiler for the quantise tool, say) is a note: the other outputs still come.
+
+        Raises:
+            RuntimeError: The merge failed or did not match base + adapter (then nothing is sent).
+        """
         shutil.rmtree(self.folder, ignore_errors=True)  # a half-made export of an earlier try is never sent
         self.folder.mkdir(parents=True)
+        merged = self.folder / "merged" if self.job.get("merged") else self.scratch / "merged"
+        check = self._merge(merged)
+        if self.job.get("merged"):
+            self.outputs["merged"] = f"{EXPORT_DIR_NAME}/merged"
+        notes = self._ggufs(merged, list(self.job.get("gguf") or []))
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.say(0.95, "hashing the files for the download")
+        return {"files": self._hashes(), "outputs": self.outputs, "merge_check": check, "notes": notes}
+
+    def _merge(self, merged: Path) -> dict[str, Any]:
+        """The checked merge into ``merged``; returns its logit check.
+
+        Raises:
+            RuntimeError: The merged model does not match base + adapter.
+        """
         base = base_folder(self.base_model)
-        merged = self.folder / ("merged" if self.job.get("merged") else ".merged-work")
         stored = _stored_dtype(base)
         job = {"base": str(base), "adapter": str(self.out / self.job["adapter"]), "out": str(merged)}
         result = merge(job | {"stored_dtype": stored, "half": _merge_in_half(base, stored)}, self._merge_progress)
-        if not result["check"]["ok"]:
-            check = result["check"]
+        check: dict[str, Any] = result["check"]
+        if not check["ok"]:
             raise RuntimeError(
                 f"the merged model does not match base + adapter (largest logit difference "
                 f"{check['max_difference']:.3g}, allowed {check['tolerance']:.3g}); nothing was written"
             )
-        if self.job.get("merged"):
-            self.outputs["merged"] = f"{EXPORT_DIR_NAME}/merged"
-        for qtype in self.job.get("gguf") or []:
-            self.outputs[f"gguf:{qtype}"] = self._convert(merged, qtype)
-        if not self.job.get("merged"):
-            shutil.rmtree(merged, ignore_errors=True)
-        self.say(0.95, "hashing the files for the download")
-        return {"files": self._hashes(), "outputs": self.outputs, "merge_check": result["check"]}
+        return check
+
+    def _ggufs(self, merged: Path, types: list[str]) -> list[str]:
+        """Writes each GGUF type asked for; returns what could not be made, and why."""
+        notes = []
+        for qtype in [t for t in types if t in CONVERTER_GGUF_TYPES] + [t for t in types if t in QUANTIZE_GGUF_TYPES]:
+            try:
+                if qtype in CONVERTER_GGUF_TYPES:
+                    self.outputs[f"gguf:{qtype}"] = self._convert(merged, qtype, self.folder)
+                else:
+                    f16 = self.outputs.get("gguf:F16") or self._f16(merged)
+                    self.outputs[f"gguf:{qtype}"] = self._quantize(self.out / f16, qtype)
+            except (RuntimeError, OSError) as exc:
+                notes.append(f"GGUF {qtype} could not be made on the machine: {exc}")
+        return notes
+
+    def _f16(self, merged: Path) -> str:
+        """The F16 GGUF the K-quants are quantised from (made once, in the scratch folder)."""
+        made = self.scratch / "model-F16.gguf"
+        return made.relative_to(self.out).as_posix() if made.is_file() else self._convert(merged, "F16", self.scratch)
 
     def _merge_progress(self, fraction: float, text: str) -> None:
         self.say(fraction * 0.6, f"merging: {text}")
 
-    def _convert(self, merged: Path, qtype: str) -> str:
-        """Writes ``model-QTYPE.gguf`` with llama.cpp's converter; returns its path relative to ``out/``."""
+    def _convert(self, merged: Path, qtype: str, folder: Path) -> str:
+        """Writes ``model-QTYPE.gguf`` into ``folder`` with llama.cpp's converter; returns its path under ``out/``."""
         self.say(0.65, f"converting to GGUF {qtype}")
         converters = Path(self.job["converters"]).resolve()
-        target = self.folder / f"model-{qtype}.gguf"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"model-{qtype}.gguf"
         partial = target.with_name(target.name + ".partial")
         command = [
             sys.executable,
@@ -143,11 +197,52 @@ class MachineExport:
             tail = " | ".join(done.stderr.strip().splitlines()[-3:])[-600:]
             raise RuntimeError(f"llama.cpp's converter failed for GGUF {qtype}: {tail or 'no output'}")
         partial.replace(target)
-        return f"{EXPORT_DIR_NAME}/{target.name}"
+        return target.relative_to(self.out).as_posix()
+
+    def _quantize(self, f16: Path, qtype: str) -> str:
+        """Writes ``model-QTYPE.gguf`` from the F16 GGUF with ``llama-quantize``; returns its path under ``out/``."""
+        tool = self._quantize_tool()
+        self.say(0.85, f"quantising to GGUF {qtype}")
+        target = self.folder / f"model-{qtype}.gguf"
+        partial = target.with_name(target.name + ".partial")
+        done = subprocess.run([str(tool), str(f16), str(partial), qtype], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])[-600:]
+            raise RuntimeError(f"llama-quantize failed for GGUF {qtype}: {tail or 'no output'}")
+        partial.replace(target)
+        return target.relative_to(self.out).as_posix()
+
+    def _quantize_tool(self) -> Path:
+        """``llama-quantize``, built once per run folder from the uploaded source (CPU backend only).
+
+        Raises:
+            RuntimeError: The machine has no cmake or C++ compiler, or the build failed (its last lines are said).
+        """
+        sources = Path(self.job["build_sources"]).resolve()
+        build = sources.parent / f"{sources.name}-build"
+        tool = build / "bin" / "llama-quantize"
+        if tool.is_file():
+            return tool
+        if not (shutil.which("cmake") and (shutil.which("c++") or shutil.which("g++"))):
+            raise RuntimeError(
+                "this machine has no cmake or C++ compiler to build llama.cpp's quantise tool for K-quants; ask for "
+                "gguf:Q8_0 on the machine (the converter writes it alone), or make Q4_K_M at home"
+            )
+        self.say(0.75, "building llama.cpp's quantise tool (CPU only)")
+        jobs = str(os.cpu_count() or 2)
+        for step in (
+            ["cmake", "-S", str(sources), "-B", str(build), *BUILD_OPTIONS],
+            ["cmake", "--build", str(build), "--target", "llama-quantize", "-j", jobs],
+        ):
+            done = subprocess.run(step, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])[-600:]
+                raise RuntimeError(f"building llama.cpp's quantise tool failed: {tail or 'no output'}")
+        return tool
 
     def _hashes(self) -> dict[str, str]:
         """The sha256 of every file of the outputs, by its path relative to ``out/``."""
-        files = sorted(p for p in self.folder.rglob("*") if p.is_file() and ".merged-work" not in p.parts)
+        files = sorted(p for p in self.folder.rglob("*") if p.is_file() and self.scratch not in p.parents)
         return {str(p.relative_to(self.out).as_posix()): sha256_file(p) for p in files}
 
 

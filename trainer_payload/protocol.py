@@ -28,10 +28,13 @@ STOP_MARKER_NAME = "STOP_MACHINE"
 HEARTBEAT_NAME = "HEARTBEAT"
 ADAPTER_DIR_NAME = "adapter"
 #: After training, the export on the machine (``python -m trainer_payload export``): its job file and its outputs'
-#: folder, both under ``out/``, and the GGUF types llama.cpp's converter writes there without a quantise tool.
+#: folder, both under ``out/``; the GGUF types llama.cpp's converter writes by itself, and the K-quants its quantise
+#: tool writes (built on the machine from llama.cpp's source first).
 EXPORT_JOB_FILE_NAME = "export-job.json"
 EXPORT_DIR_NAME = "export"
-ON_MACHINE_GGUF_TYPES = ("F16", "BF16", "Q8_0")
+CONVERTER_GGUF_TYPES = ("F16", "BF16", "Q8_0")
+QUANTIZE_GGUF_TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K")
+ON_MACHINE_GGUF_TYPES = (*CONVERTER_GGUF_TYPES, *QUANTIZE_GGUF_TYPES)
 #: The payload's virtual environment, relative to the run folder (the folder of ``job.json``). The bootstrap
 #: creates it over the machine's Python; the trainer must run with :data:`VENV_PYTHON`.
 VENV_DIR = ".venv"

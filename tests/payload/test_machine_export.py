@@ -28,7 +28,8 @@ def _job(tmp_path: Path, export: dict[str, object]) -> tuple[Path, Path]:
     [
         ({"merged": True}, "must name the adapter folder"),
         ({"adapter": "../adapter", "merged": True}, ".."),
-        ({"adapter": "adapter", "gguf": ["Q4_K_M"], "converters": "/c"}, "GGUF types on the machine are F16, BF16"),
+        ({"adapter": "adapter", "gguf": ["IQ2_XS"], "converters": "/c"}, "GGUF types on the machine are F16, BF16"),
+        ({"adapter": "adapter", "gguf": ["Q4_K_M"], "converters": "/c"}, "needs the folder of llama.cpp's source"),
         ({"adapter": "adapter", "gguf": ["Q8_0"]}, "needs the folder of llama.cpp's converters"),
     ],
 )

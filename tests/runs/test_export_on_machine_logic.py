@@ -110,8 +110,9 @@ def test_the_spec_takes_only_outputs_the_machine_can_make() -> None:
     base = {"model": {"base": "org/model"}, "data": {"train": "t.jsonl"}, "target": {"ssh": "ssh://u@h:22"}}
     spec = run_spec_from_dict({**base, "export": {"on_machine": ["merged", "gguf:Q8_0"]}}, Path("/tmp"))
     assert spec.export_on_machine == ("merged", "gguf:Q8_0")
-    with pytest.raises(RunSpecError, match=r"the machine can make merged, gguf:F16, gguf:BF16, gguf:Q8_0"):
-        run_spec_from_dict({**base, "export": {"on_machine": ["gguf:Q4_K_M"]}}, Path("/tmp"))
+    assert run_spec_from_dict({**base, "export": {"on_machine": ["gguf:Q4_K_M"]}}, Path("/tmp")).export_on_machine
+    with pytest.raises(RunSpecError, match=r"the machine can make merged, gguf:F16, gguf:BF16, gguf:Q8_0, gguf:Q4_K_M"):
+        run_spec_from_dict({**base, "export": {"on_machine": ["gguf:IQ2_XS"]}}, Path("/tmp"))
     with pytest.raises(RunSpecError, match=r"does not know where"):
         run_spec_from_dict({**base, "export": {"where": "machine"}}, Path("/tmp"))
     full = {**base, "training": {"method": "full"}, "export": {"on_machine": ["merged"]}}

@@ -284,7 +284,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
 
 
 def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:
-    """``[export] on_machine``: ``merged`` and ``gguf:TYPE`` for the types llama.cpp's converter writes by itself.
+    """``[export] on_machine``: ``merged`` and ``gguf:TYPE`` (llama.cpp's converter's own types, and K-quants).
 
     Raises:
         RunSpecError: Another key, or an output the machine cannot make (the message names those it can).
@@ -296,8 +296,8 @@ def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:
     allowed = ["merged", *(f"gguf:{qtype}" for qtype in ON_MACHINE_GGUF_TYPES)]
     if not isinstance(asked, list) or any(item not in allowed for item in asked):
         raise RunSpecError(
-            f"[export] on_machine = {asked!r}: the machine can make {', '.join(allowed)} (llama.cpp's converter "
-            "writes these by itself; make Q4_K_M and other types at home, with rentune export or on the Models page)"
+            f"[export] on_machine = {asked!r}: the machine can make {', '.join(allowed)}; other types are made at "
+            "home from the adapter, after training"
         )
     return tuple(dict.fromkeys(asked))
 

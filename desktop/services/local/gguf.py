@@ -21,6 +21,7 @@ from desktop.services.local.common import (
     Progress,
     finished_file,
     folder_bytes,
+    no_progress,
     require_free_space,
 )
 from desktop.services.local.llama_cpp_source import Converters, convertible_architectures, llama_cpp_converters
@@ -273,6 +274,19 @@ async def quantize_gguf(
     tensors = _result_tensors(output)
     counts = dict(sorted(Counter(t[1] for t in tensors).items()))
     return QuantizeResult(out_file, qtype, counts, fallback_report(qtype, tensors))
+
+
+async def fallbacks_of(path: Path, qtype: str, progress: Progress = no_progress) -> list[str]:
+    """What :func:`quantize_gguf` reports for a GGUF quantised elsewhere (a rented machine): its fallbacks.
+
+    Raises:
+        LocalToolError: The file cannot be read as GGUF.
+    """
+    converters = await llama_cpp_converters(progress)
+    output = await run_python(
+        [str(job_file(quantize_job)), "--tensors", str(path)], env=converters.env(), what=f"reading {path.name}"
+    )
+    return fallback_report(qtype.upper(), _result_tensors(output))
 
 
 def _result_tensors(output: str) -> list[tuple[str, str, int, int]]:

@@ -35,17 +35,42 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 _PACKAGE = "llama-cpp-python"
 _VENDOR = "vendor/llama.cpp"
 _KEPT = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
+#: What building llama.cpp's quantise tool needs from the same source: the CPU backend only (a rented machine builds
+#: it to write K-quants after training), never the GPU backends nor the server's web UI.
+_BUILD_KEPT = (
+    "CMakeLists.txt",
+    "LICENSE",
+    "cmake/",
+    "common/",
+    "ggml/",
+    "include/",
+    "licenses/",
+    "src/",
+    "tools/",
+    "vendor/",
+)
+_GPU_BACKENDS = (
+    "cann", "cuda", "et", "hexagon", "hip", "metal", "musa", "opencl", "openvino", "sycl", "virtgpu", "vulkan",
+    "webgpu", "zdnn", "zendnn",
+)  # fmt: skip
+_BUILD_LEFT_OUT = (*(f"ggml/src/ggml-{backend}/" for backend in _GPU_BACKENDS), "tools/ui/", "tools/server/")
 
-# Runs in a child process: extracts the kept files of the sdist's vendor/llama.cpp into a folder.
+# Runs in a child process: extracts the kept files (not those left out) of the sdist's vendor/llama.cpp into a folder.
 _EXTRACT = """
 import sys, tarfile
 from pathlib import Path
-archive, out, vendor, kept = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], tuple(sys.argv[4:])
+archive, out, vendor = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+rest = sys.argv[4:]
+split = rest.index("--without") if "--without" in rest else len(rest)
+kept, left_out = tuple(rest[:split]), tuple(rest[split + 1:])
 with tarfile.open(archive) as tar:
     for member in tar.getmembers():
         inner = member.name.split("/", 1)[-1]
-        if member.isfile() and inner.startswith(vendor + "/") and inner[len(vendor) + 1:].startswith(kept):
-            member.name = inner[len(vendor) + 1:]
+        if not (member.isfile() and inner.startswith(vendor + "/")):
+            continue
+        name = inner[len(vendor) + 1:]
+        if name.startswith(kept) and not name.startswith(left_out):
+            member.name = name
             tar.extract(member, out, filter="data")
 """
 
@@ -123,16 +148,43 @@ async def llama_cpp_converters(progress: Progress) -> Converters:
     """
     version = installed_version()
     root = tools_cache() / f"llama.cpp-{version}"
-    if not root.is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(root) + ".lock")
-        await _acquire(lock)
-        try:
-            if not root.is_dir():
-                await _build(version, root, progress)
-        finally:
-            lock.release()
+    await _cached(root, version, _KEPT, (), progress)
+    if not (root / "convert_hf_to_gguf.py").is_file() or not (root / "gguf-py" / "gguf").is_dir():
+        raise LocalToolError(f"llama-cpp-python {version}'s source has no convert_hf_to_gguf.py and gguf-py")
     return _converters(root, version)
+
+
+async def llama_cpp_build_sources(progress: Progress) -> Path:
+    """The sources llama.cpp's quantise tool is built from (CPU backend only), of the installed version, cached.
+
+    A rented machine builds ``llama-quantize`` from them to write K-quants (Q4_K_M...) after training; the same
+    pinned, hash-checked archive as the converters.
+
+    Raises:
+        LocalToolError: llama-cpp-python is not installed, or its source could not be downloaded.
+    """
+    version = installed_version()
+    root = tools_cache() / f"llama.cpp-{version}-build-sources"
+    await _cached(root, version, _BUILD_KEPT, _BUILD_LEFT_OUT, progress)
+    if not (root / "tools" / "quantize" / "CMakeLists.txt").is_file():
+        raise LocalToolError(f"llama-cpp-python {version}'s source has no tools/quantize to build")
+    return root
+
+
+async def _cached(
+    root: Path, version: str, kept: tuple[str, ...], left_out: tuple[str, ...], progress: Progress
+) -> None:
+    """Makes ``root`` hold the kept files of ``version``'s source, once (a lock keeps other processes waiting)."""
+    if await asyncio.to_thread(root.is_dir):
+        return
+    await asyncio.to_thread(root.parent.mkdir, parents=True, exist_ok=True)
+    lock = FileLock(str(root) + ".lock")
+    await _acquire(lock)
+    try:
+        if not await asyncio.to_thread(root.is_dir):
+            await _build(version, root, (*kept, "--without", *left_out), progress)
+    finally:
+        lock.release()
 
 
 async def _acquire(lock: FileLock) -> None:
@@ -145,17 +197,15 @@ async def _acquire(lock: FileLock) -> None:
             await asyncio.sleep(0.25)
 
 
-async def _build(version: str, root: Path, progress: Progress) -> None:
+async def _build(version: str, root: Path, selection: tuple[str, ...], progress: Progress) -> None:
     work = partial_name(root)
     try:
         with tempfile.TemporaryDirectory(prefix="rentune-llama-cpp-", dir=root.parent) as download:
-            progress(f"downloading llama.cpp's converters (llama-cpp-python {version} source, ~80 MB)", None)
+            progress(f"downloading llama.cpp's source (llama-cpp-python {version}, ~80 MB)", None)
             archive = await _download(version, Path(download))
-            progress("unpacking llama.cpp's converters", None)
-            args = ["-c", _EXTRACT, str(archive), str(work), _VENDOR, *_KEPT]
+            progress("unpacking llama.cpp's source", None)
+            args = ["-c", _EXTRACT, str(archive), str(work), _VENDOR, *selection]
             await run_python(args, what="unpacking llama-cpp-python's source")
-        if not (work / "convert_hf_to_gguf.py").is_file() or not (work / "gguf-py" / "gguf").is_dir():
-            raise LocalToolError(f"llama-cpp-python {version}'s source has no convert_hf_to_gguf.py and gguf-py")
         work.rename(root)
     finally:
         shutil.rmtree(work, ignore_errors=True)

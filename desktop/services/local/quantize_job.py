@@ -1,6 +1,7 @@
 """Child-process job: quantise a GGUF file with llama.cpp and list the tensor types written.
 
-Run as ``python quantize_job.py SOURCE TARGET TYPE`` with the vendored ``gguf-py`` on ``PYTHONPATH``. It imports
+Run as ``python quantize_job.py SOURCE TARGET TYPE`` (or ``--tensors FILE`` to list a GGUF's tensors only, as for
+one quantised on a rented machine) with the vendored ``gguf-py`` on ``PYTHONPATH``. It imports
 only the standard library, ``llama_cpp`` and ``gguf``, so it runs by path without the app on ``sys.path``. The last
 output line is ``RESULT <json>``: ``{"tensors": [[name, type, row_width, dimensions], ...]}``.
 """
@@ -36,9 +37,12 @@ def tensor_types(path: str) -> list[tuple[str, str, int, int]]:
 
 
 def main(argv: list[str]) -> None:
-    """Quantises and prints the ``RESULT`` line."""
-    source, target, type_name = argv
-    quantize(source, target, type_name)
+    """Quantises (unless ``--tensors``) and prints the ``RESULT`` line."""
+    if argv[0] == "--tensors":
+        target = argv[1]
+    else:
+        source, target, type_name = argv
+        quantize(source, target, type_name)
     print(RESULT_PREFIX + json.dumps({"tensors": tensor_types(target)}), flush=True)
 
 

@@ -28,15 +28,18 @@ from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.monitor import read_events
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
+    EXPORT_DIR_NAME,
     EXPORT_JOB_FILE_NAME,
     JOB_FILE_NAME,
+    QUANTIZE_GGUF_TYPES,
     VENV_PYTHON,
     Event,
     EventKind,
 )
 
-#: Where the converters go on the machine, relative to the run's folder.
+#: Where the converters, and the source the quantise tool is built from, go on the machine (under the run's folder).
 REMOTE_CONVERTERS = "tools/llama.cpp"
+REMOTE_BUILD_SOURCES = "tools/llama.cpp-src"
 #: The export's pid and output on the machine, relative to the run's folder.
 EXPORT_PID_FILE = "out/export.pid"
 EXPORT_LOG = "out/export.log"
@@ -93,9 +96,36 @@ async def export_on_machine(ctx: RunContext, run_id: str, machine: Machine) -> P
         ctx.report(f"the export on the machine failed: {exc}; the adapter is home, export it on the Models page")
         ctx.set_spec(run_id, export_error=str(exc))
         return None
-    ctx.set_spec(run_id, exported_on_machine=dict(ended.get("outputs") or {}), export_error=None)
-    ctx.report(f"made on the machine and verified at home: {', '.join(asked)} in {folder}")
+    await _arrived(ctx, run_id, machine, ended, folder)
     return folder
+
+
+async def _arrived(ctx: RunContext, run_id: str, machine: Machine, ended: dict[str, Any], folder: Path) -> None:
+    """Says and records what came home (and what could not be made), then frees the machine's disk of it."""
+    outputs = dict(ended.get("outputs") or {})
+    notes = [str(note) for note in ended.get("notes") or []] + await _fallbacks(folder, outputs)
+    ctx.set_spec(run_id, exported_on_machine=outputs, export_notes=notes, export_error=None)
+    ctx.report(f"made on the machine and verified at home: {', '.join(outputs)} in {folder}")
+    for note in notes:
+        ctx.report(note)
+    remote = shlex.quote(str(ctx.store.get(run_id).remote_dir))
+    # Home and verified: an own server's disk gets back the outputs' room (a 70 B merge is 140 GB), and the tools'.
+    await machine.run(f"rm -rf {remote}/out/{EXPORT_DIR_NAME} {remote}/tools", check=False)
+
+
+async def _fallbacks(folder: Path, outputs: dict[str, str]) -> list[str]:
+    """The tensors each quantised GGUF wrote in another type than asked (read at home, as the local export says it)."""
+    from desktop.services.local.gguf import QUANT_TYPES, fallbacks_of
+
+    notes = []
+    for output, path in outputs.items():
+        qtype = output.removeprefix("gguf:")
+        if output.startswith("gguf:") and qtype in QUANT_TYPES and qtype != "F16":
+            try:
+                notes += [f"{qtype}: {line}" for line in await fallbacks_of(folder / Path(path).name, qtype)]
+            except LocalToolError as exc:
+                notes.append(f"{qtype}: its tensor types could not be read ({exc})")
+    return notes
 
 
 def _after_done(events: list[Event]) -> list[Event]:
@@ -161,7 +191,9 @@ async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: l
     job: dict[str, Any] = {"adapter": ADAPTER_DIR_NAME, "merged": "merged" in asked, "gguf": gguf}
     if gguf:
         job["converters"] = f"{remote}/{REMOTE_CONVERTERS}"
-        await _upload_converters(ctx, run_id, machine, remote)
+        await _upload_llama_cpp(ctx, run_id, machine, remote, quantize=bool(set(gguf) & set(QUANTIZE_GGUF_TYPES)))
+        if set(gguf) & set(QUANTIZE_GGUF_TYPES):
+            job["build_sources"] = f"{remote}/{REMOTE_BUILD_SOURCES}"
     await machine.run(f"cat > {shlex.quote(f'{remote}/out/{EXPORT_JOB_FILE_NAME}')}", stdin=json.dumps(job))
     start = (
         f"cd {shlex.quote(remote)} || exit 1; PYTHONPATH=payload setsid nohup {VENV_PYTHON} -m trainer_payload export "
@@ -172,18 +204,29 @@ async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: l
     ctx.report(f"exporting on the machine (pid {output[-1] if output else '?'}): {', '.join(asked)}")
 
 
-async def _upload_converters(ctx: RunContext, run_id: str, machine: Machine, remote: str) -> None:
-    """Sends llama.cpp's converters (the cached copy the local export runs) to the machine."""
-    from desktop.services.local.llama_cpp_source import llama_cpp_converters
+async def _upload_llama_cpp(ctx: RunContext, run_id: str, machine: Machine, remote: str, *, quantize: bool) -> None:
+    """Sends llama.cpp's converters (the copy the local export runs) to the machine, and its source for K-quants."""
+    from desktop.services.local.llama_cpp_source import llama_cpp_build_sources, llama_cpp_converters
     from desktop.services.runs.transfer import send_files
 
-    converters = await llama_cpp_converters(lambda text, _fraction: ctx.report(text))
-    files = [
-        (path, f"{REMOTE_CONVERTERS}/{path.relative_to(converters.root).as_posix()}")
-        for path in sorted(converters.root.rglob("*"))
+    def say(text: str, _fraction: float | None) -> None:
+        ctx.report(text)
+
+    folders = [((await llama_cpp_converters(say)).root, REMOTE_CONVERTERS)]
+    if quantize:
+        folders.append((await llama_cpp_build_sources(say), REMOTE_BUILD_SOURCES))
+    files = await asyncio.to_thread(_files_of, folders)
+    await send_files(ctx, run_id, machine, remote, files)
+
+
+def _files_of(folders: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
+    """(local file, remote path) of every file in the folders, each under its remote name."""
+    return [
+        (path, f"{remote}/{path.relative_to(root).as_posix()}")
+        for root, remote in folders
+        for path in sorted(root.rglob("*"))
         if path.is_file() and "__pycache__" not in path.parts
     ]
-    await send_files(ctx, run_id, machine, remote, files)
 
 
 async def _pull_outputs(ctx: RunContext, run_id: str, machine: Machine, ended: dict[str, Any]) -> Path:
@@ -195,7 +238,8 @@ async def _pull_outputs(ctx: RunContext, run_id: str, machine: Machine, ended: d
     files: dict[str, str] = dict(ended.get("files") or {})
     outputs: dict[str, str] = dict(ended.get("outputs") or {})
     if not files or not outputs:
-        raise ExportOnMachineError("the machine reported no exported files")
+        why = "; ".join(str(note) for note in ended.get("notes") or [])
+        raise ExportOnMachineError(why or "the machine reported no exported files")
     record = ctx.store.get(run_id)
     folder = exports_folder(run_id)
     partial = inside(folder, PARTIAL_FOLDER)
