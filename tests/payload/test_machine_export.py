@@ -48,3 +48,18 @@ def test_a_job_it_can_do_is_read_as_written(tmp_path: Path) -> None:
     assert read_export_job(export_job)["gguf"] == ["Q8_0"]
     with pytest.raises(ExportJobError):
         read_export_job(_job(tmp_path, {"adapter": "adapter", "gguf": "Q8_0", "converters": "/c"})[1])
+
+
+def test_a_machine_without_a_compiler_says_what_to_ask_for_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainer_payload import export
+    from trainer_payload.protocol import EventWriter, JobSpec
+
+    job, _ = _job(tmp_path, {})
+    monkeypatch.setattr(export.shutil, "which", lambda _name: None)
+    machine = export.MachineExport(
+        JobSpec.load(job), {"build_sources": str(tmp_path / "src")}, EventWriter(tmp_path / "e")
+    )
+    with pytest.raises(RuntimeError, match=r"no cmake or C\+\+ compiler .* ask for gguf:Q8_0 on the machine"):
+        machine._quantize_tool()

@@ -118,3 +118,31 @@ def test_the_spec_takes_only_outputs_the_machine_can_make() -> None:
     full = {**base, "training": {"method": "full"}, "export": {"on_machine": ["merged"]}}
     with pytest.raises(RunSpecError, match="merges an adapter"):
         run_spec_from_dict(full, Path("/tmp"))
+
+
+async def test_a_gguf_the_machine_could_not_make_is_said_and_the_rest_still_comes_home(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    run_id = create(engine, tmp_path, ("merged", "gguf:Q4_K_M"))
+    no_compiler = "GGUF Q4_K_M could not be made on the machine: this machine has no cmake or C++ compiler"
+
+    def merged_only(machine: FakeHost, folder: str) -> None:
+        merged_written(machine, folder)
+        exported = machine.events.pop()
+        machine.emit(
+            EventKind.EXPORTED,
+            **{k: v for k, v in exported.items() if k not in ("ts", "seq", "event")},
+            notes=[no_compiler],
+        )
+
+    host.on_launch, host.on_export = trains_to_the_end, merged_only
+    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    assert final.state is RunState.FINISHED and final.spec["export_error"] is None
+    assert (exports_folder(run_id) / "merged" / "model.safetensors").is_file()
+    assert final.spec["export_notes"] == [no_compiler] and no_compiler in lines
+    assert any("rm -rf" in c and "/out/export" in c and "/tools" in c for c in host.commands), (
+        "the machine's disk freed"
+    )
