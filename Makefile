@@ -45,7 +45,7 @@ help:
 	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
 	@echo "make gpu-install    on the GPU machine: install the carried .whl/N the image lacks into .gpu-site"
 	@echo "make gpu-check      on the GPU machine: install, then train real-shape models with the payload beside"
-	@echo "                    rentune plan's prediction, force an OOM; writes \$$OUT/gpu_check.md (needs a GPU;"
+	@echo "                    rentune plan's prediction, fit jobs too big for the card; writes \$$OUT/gpu_check.md (needs a GPU;"
 	@echo "                    GPU_CHECK_ARGS='--smoke' or '--models qwen2.5-0.5b' for a shorter run)"
 
 $(PY):

@@ -2,15 +2,16 @@
 
 Builds random-weight models of real shapes (Qwen2.5 0.5B, 1.5B and 7B from the bundled catalog) with a tiny
 tokenizer, trains each with ``python -m trainer_payload run job.json`` for a few dozen steps per method (QLoRA, LoRA,
-full where the plan says it fits), reads peak memory and tokens/s from the payload's events and prints them beside
-the sizing core's prediction. It also forces a CUDA out-of-memory error (the payload must report ``error`` kind
-``oom`` with a hint) and shows that the image's torch, transformers and peft are the ones in use after the carried
-wheels were installed.
+full where the plan says it fits), reads peak memory and tokens/s from the payload's events, and its first measured
+steps (the ``calibration`` event), and prints them beside the sizing core's prediction. Two jobs too big for the card
+check the fit on the machine: one the payload must fit by itself (smaller micro-batches, the same effective batch,
+then done), one that does not fit even at micro-batch 1 (an ``error`` of kind ``oom`` naming it, with a hint). It also
+shows that the image's torch, transformers and peft are the ones in use after the carried wheels were installed.
 
-``--smoke`` runs the same logic on a tiny model for a few steps, so it can be tested on a CPU: QLoRA and the OOM
-check are then reported as skipped. The report is Markdown, on stdout and in ``$OUT/gpu_check.md`` when ``OUT`` is
-set. Exit code: 0 when everything that ran behaved, 1 when a run failed or torch was replaced, 2 when the payload's
-packages are missing.
+``--smoke`` runs the same logic on a tiny model for a few steps, so it can be tested on a CPU (the fit checks then run
+under the payload's test memory limit); QLoRA is then reported as skipped. The report is Markdown, on stdout and in
+``$OUT/gpu_check.md`` when ``OUT`` is set. Exit code: 0 when everything that ran behaved, 1 when a run failed or torch
+was replaced, 2 when the payload's packages are missing.
 """
 
 from __future__ import annotations
@@ -66,8 +67,14 @@ class Shape:
 
 FULL_SHAPE = Shape(seq_len=2048, micro_batch=2, steps=20)
 SMOKE_SHAPE = Shape(seq_len=64, micro_batch=2, steps=3)
-# About a million tokens in one micro-batch: the logits alone of the 0.5B model need ~300 GB.
-OOM_SHAPE = Shape(seq_len=8192, micro_batch=128, steps=2)
+# About a million tokens in one micro-batch: the logits alone of the 0.5B model need ~300 GB; one example fits.
+FIT_SHAPE = Shape(seq_len=8192, micro_batch=128, steps=2)
+# One example of 131,072 tokens: its logits alone need ~200 GB, more than any card has.
+NO_FIT_SHAPE = Shape(seq_len=131_072, micro_batch=1, steps=1)
+# On a CPU (--smoke) the payload's test limit plays the card: micro-batch 8 and 4 do not fit, 2 does (tiny model,
+# hidden 64, sequence 64: 8 x 64 x 64 x 4 bytes per micro-batch); the second limit lets nothing fit.
+SMOKE_FIT_SHAPE = Shape(seq_len=64, micro_batch=8, steps=2)
+SMOKE_LIMITS = {"fit": 40_000, "no fit": 1_000}
 
 
 @dataclass
@@ -85,6 +92,8 @@ class Outcome:
         error_kind: ``kind`` of the error event, if any.
         hint: ``hint`` of the error event, if any.
         message: Message of the error event, or the log's tail when the payload died without one.
+        calibration: The ``calibration`` event (the first steps measured), if any.
+        fits: Each smaller setup the payload tried after an out-of-memory, in order.
     """
 
     status: str
@@ -97,6 +106,8 @@ class Outcome:
     error_kind: str | None = None
     hint: str | None = None
     message: str | None = None
+    calibration: dict[str, Any] | None = None
+    fits: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -130,7 +141,8 @@ class Report:
     before: dict[str, Any] = field(default_factory=dict)
     after: dict[str, Any] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
-    oom: Row | None = None
+    fit: Row | None = None
+    no_fit: Row | None = None
     oom_note: str = ""
     problems: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -329,6 +341,7 @@ def write_job(folder: Path, model_dir: Path, method: str, shape: Shape, rows: in
         "warmup_ratio": 0.0,
         "checkpoint_steps": 0,
         "checkpoint_minutes": 0,
+        "calibration_steps": max(1, shape.steps // 2),  # measured within the run, however short
     }
     (folder / "job.json").write_text(json.dumps(job, indent=1), encoding="utf-8")
     return folder / "job.json"
@@ -384,6 +397,13 @@ def outcome_of(events: list[dict[str, Any]], code: int | None, seconds: float, l
         final_loss=steps[-1]["loss"] if steps else None,
         steps=len(steps),
         seconds=seconds,
+        calibration=next((e for e in events if e["event"] == "calibration"), None),
+        fits=[
+            f"micro-batch {e['micro_batch']} x grad-accum {e['grad_accum']}"
+            + (", checkpointing on" if e.get("gradient_checkpointing") else "")
+            for e in events
+            if e["event"] == "fit"
+        ],
     )
     if error is not None:
         outcome.status = f"failed: {error.get('kind')}"
@@ -394,10 +414,21 @@ def outcome_of(events: list[dict[str, Any]], code: int | None, seconds: float, l
     return outcome
 
 
-def judge_oom(outcome: Outcome) -> str:
-    """The status of the forced-OOM run: it must end as an ``error`` event of kind ``oom`` with a hint."""
+def judge_fit(outcome: Outcome) -> str:
+    """The job too big as asked: the payload must make it fit (smaller micro-batches) and finish."""
+    if outcome.status == "ok" and outcome.fits:
+        return f"ok: fitted to {outcome.fits[-1]} and finished"
+    if outcome.status == "ok":
+        return "failed: trained without running out of memory"
+    return outcome.status
+
+
+def judge_no_fit(outcome: Outcome) -> str:
+    """The job too big even at micro-batch 1: an ``error`` of kind ``oom`` saying so, with a hint."""
+    if outcome.error_kind == "oom" and "micro-batch 1" in (outcome.message or ""):
+        return "ok: ended as error kind oom at micro-batch 1, with a hint" if outcome.hint else "failed: no hint"
     if outcome.error_kind == "oom":
-        return "ok: ended as error kind oom, with a hint" if outcome.hint else "failed: oom without a hint"
+        return "failed: oom without trying micro-batch 1"
     if outcome.status == "ok":
         return "failed: trained without running out of memory"
     return outcome.status
@@ -471,14 +502,22 @@ class Check:
             logs.mkdir(parents=True, exist_ok=True)
             (logs / f"{name}.log").write_text(log_tail(log, 200), encoding="utf-8")
 
-    def run_oom(self, model_dir: Path, arch: Architecture) -> None:
-        """Forces a CUDA OOM with a full fine-tune far too big for the card; the payload must say ``oom``."""
-        prediction = predict(arch, "full", OOM_SHAPE, self.gpu)
-        folder = self.workdir / f"{arch.name}-oom"
-        outcome = train(model_dir, "full", OOM_SHAPE, folder, python_env(self.site), self.run_timeout_s)
-        outcome.status = judge_oom(outcome)
-        self.keep_log(folder / "payload.log", f"{arch.name}-oom", outcome)
-        self.report.oom = Row(arch.name, "full", OOM_SHAPE, prediction, outcome)
+    def run_fits(self, model_dir: Path, arch: Architecture) -> None:
+        """Two full fine-tunes too big for the card: one the payload fits by itself, one it cannot fit at all."""
+        fit, no_fit = (SMOKE_FIT_SHAPE, SMOKE_FIT_SHAPE) if self.smoke else (FIT_SHAPE, NO_FIT_SHAPE)
+        self.report.fit = self._too_big(model_dir, arch, "fit", fit, judge_fit)
+        self.save()
+        self.report.no_fit = self._too_big(model_dir, arch, "no fit", no_fit, judge_no_fit)
+
+    def _too_big(self, model_dir: Path, arch: Architecture, name: str, shape: Shape, judge: Any) -> Row:
+        env = python_env(self.site)
+        if self.smoke:
+            env["RENTUNE_TEST_MEMORY_LIMIT_BYTES"] = str(SMOKE_LIMITS[name])
+        folder = self.workdir / f"{arch.name}-{name.replace(' ', '-')}"
+        outcome = train(model_dir, "full", shape, folder, env, self.run_timeout_s)
+        outcome.status = judge(outcome)
+        self.keep_log(folder / "payload.log", f"{arch.name}-{name}", outcome)
+        return Row(arch.name, "full", shape, predict(arch, "full", shape, self.gpu), outcome)
 
     def save(self) -> None:
         """Writes the report so far (a check cut short still leaves what it measured)."""
@@ -501,18 +540,16 @@ def run_model(check: Check, model: str, methods: tuple[str, ...], shape: Shape, 
         check.report.rows.append(check.run_case(folder, arch, method, shape))
         check.save()
     if oom:
-        check.run_oom(folder, arch)
+        check.run_fits(folder, arch)
         check.save()
     shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], shape: Shape) -> None:
-    """Every model and method in order; the OOM check rides on the first model."""
-    oom_wanted = check.cuda and not check.smoke
-    if not check.cuda:
+    """Every model and method in order; the fit checks ride on the first model (on a CPU: under the test limit)."""
+    oom_wanted = check.cuda or check.smoke
+    if not oom_wanted:
         check.report.oom_note = NO_CUDA
-    elif check.smoke:
-        check.report.oom_note = "skipped (smoke mode: the tiny model cannot exhaust a GPU)"
     for index, model in enumerate(models):
         if check.elapsed() > check.budget_s:
             skipped = Outcome(status=f"skipped: time budget of {check.budget_s:.0f} s spent")
@@ -523,7 +560,7 @@ def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], sha
 
 def exit_code(report: Report) -> int:
     """1 when a run failed, the OOM check failed, a model could not be built or torch was replaced; else 0."""
-    rows = [*report.rows, *([report.oom] if report.oom else [])]
+    rows = [*report.rows, *(row for row in (report.fit, report.no_fit) if row)]
     failed = any(row.outcome.status.startswith("failed") for row in rows)
     return 1 if failed or report.problems or replaced(report) else 0
 
@@ -625,21 +662,49 @@ def _training_line(row: Row, compare: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def render_oom(report: Report) -> list[str]:
-    """The forced OOM: what the plan said and how the payload ended."""
-    lines = ["## Forced CUDA out-of-memory", ""]
-    if report.oom is None:
+def render_fits(report: Report) -> list[str]:
+    """The jobs too big for the card: what the plan said, what the payload tried, and how it ended."""
+    lines = ["## Fitting on the machine: jobs too big for the card", ""]
+    if report.fit is None and report.no_fit is None:
         return [*lines, report.oom_note or "not run", ""]
-    row, o = report.oom, report.oom.outcome
-    plan = f"{row.prediction.fit} ({row.prediction.total_gb:,.0f} GB)" if row.prediction else "n/a"
+    limit = " (on this CPU, under the payload's test memory limit)" if "smoke" in report.mode else ""
     lines += [
-        f"Job: {row.model} {row.method}, {row.shape.describe()}; plan: {plan}.",
+        f"A full fine-tune that must be made to fit by halving its micro-batch, and one that cannot fit{limit}.",
         "",
-        "| outcome | error kind | hint | peak allocated GB | message |",
-        "|---|---|---|---|---|",
-        f"| {o.status} | {o.error_kind or 'none'} | {o.hint or 'none'} | {_num(o.peak_allocated_gb, 2)} "
-        f"| {_one_line(o.message, 160) if o.message else ''} |",
+        "| job | shape | plan | outcome | tried | error kind | peak allocated GB | message |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for name, row in (("fit", report.fit), ("no fit", report.no_fit)):
+        if row is None:
+            continue
+        o, p = row.outcome, row.prediction
+        plan = f"{p.fit} ({p.total_gb:,.0f} GB)" if p else "n/a"
+        lines.append(
+            f"| {name}: {row.model} {row.method} | {row.shape.describe()} | {plan} | {o.status} "
+            f"| {'; '.join(o.fits) or 'nothing'} | {o.error_kind or 'none'} | {_num(o.peak_allocated_gb, 2)} "
+            f"| {_one_line(o.message, 160) if o.message else ''} |"
+        )
+    return [*lines, ""]
+
+
+def render_calibration(report: Report) -> list[str]:
+    """The first measured steps of each run (what the app re-estimates from) beside the plan's speed."""
+    lines = [
+        "## First measured steps (the calibration event the app re-estimates from)",
+        "",
+        "| model | method | measured as | steps | seconds/step | tokens/s | plan tokens/s | peak reserved GB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in [*report.rows, *(r for r in (report.fit,) if r)]:
+        c = row.outcome.calibration
+        if c is None:
+            continue
+        setup = f"seq {c.get('seq_len')} x micro-batch {c.get('micro_batch')} x grad-accum {c.get('grad_accum')}"
+        lines.append(
+            f"| {row.model} | {row.method} | {setup} | {c.get('steps')} | {_num(c.get('seconds_per_step'), 3)} "
+            f"| {_num(c.get('tokens_per_s'), 0)} | {_num(row.prediction.tokens_per_s if row.prediction else None, 0)} "
+            f"| {_gb(c.get('peak_reserved_gb'))} |"
+        )
     return [*lines, ""]
 
 
@@ -662,7 +727,8 @@ def render(report: Report) -> str:
     ]
     lines += [f"**Problem:** {problem}" for problem in report.problems]
     lines += [""] if report.problems else []
-    return "\n".join([*lines, *render_packages(report), *render_training(report), *render_oom(report)])
+    sections = [*render_packages(report), *render_training(report), *render_calibration(report), *render_fits(report)]
+    return "\n".join([*lines, *sections])
 
 
 # --- command line ----------------------------------------------------------------------------------------------------
@@ -672,7 +738,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The check's options."""
     parser = argparse.ArgumentParser(prog="python -m tests.gpu.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: tests the logic on a CPU")
-    parser.add_argument("--models", default=",".join(MODELS), help="catalog aliases; the first also runs the OOM check")
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help="catalog aliases; the first also runs the fit checks"
+    )
     parser.add_argument("--methods", default=",".join(METHODS), help="qlora,lora,full")
     parser.add_argument("--steps", type=int, help=f"training steps per run (default {FULL_SHAPE.steps})")
     parser.add_argument("--seq-len", type=int, help=f"tokens per example (default {FULL_SHAPE.seq_len})")

@@ -58,10 +58,28 @@ def test_smoke_mode_trains_lora_and_full_with_the_real_payload(smoke_report) -> 
     assert rows["qlora"][3] == "skipped (no CUDA)"
 
 
-def test_smoke_mode_skips_the_oom_check_without_cuda(smoke_report) -> None:
+def test_smoke_mode_fits_a_job_too_big_and_fails_one_that_never_fits_under_the_test_limit(smoke_report) -> None:
     _, path = smoke_report
-    oom = path.read_text().split("## Forced CUDA out-of-memory", 1)[1]
-    assert oom.strip().splitlines()[0] == "skipped (no CUDA)"
+    rows = {row[0]: row for row in table_rows(path.read_text(), "## Fitting on the machine")}
+    _job, _shape, _plan, outcome, tried, kind, _peak, _message = rows["fit: tiny-llama full"]
+    assert outcome == "ok: fitted to micro-batch 2 x grad-accum 4, checkpointing on and finished"
+    assert tried == "micro-batch 4 x grad-accum 2, checkpointing on; micro-batch 2 x grad-accum 4, checkpointing on"
+    assert kind == "none"
+    _job, _shape, _plan, outcome, tried, kind, _peak, message = rows["no fit: tiny-llama full"]
+    assert outcome == "ok: ended as error kind oom at micro-batch 1, with a hint" and kind == "oom"
+    assert tried.endswith("micro-batch 1 x grad-accum 8, checkpointing on")
+    assert "out of memory at micro-batch 1 with activation checkpointing on" in message
+
+
+def test_smoke_mode_reports_each_runs_first_measured_steps(smoke_report) -> None:
+    _, path = smoke_report
+    rows = table_rows(path.read_text(), "## First measured steps")
+    methods = {row[1] for row in rows}
+    assert {"lora", "full"} <= methods
+    for row in rows:
+        assert row[2].startswith("seq 64 x micro-batch ")
+        assert int(row[3]) >= 1 and float(row[4]) > 0 and float(row[5].replace(",", "")) > 0
+    assert "seq 64 x micro-batch 2 x grad-accum 4" in [row[2] for row in rows], "the fitted job measured as it ran"
 
 
 def test_smoke_mode_shows_torch_unchanged_and_writes_the_same_report_to_stdout(smoke_report) -> None:

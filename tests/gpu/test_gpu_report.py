@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.gpu.gpu_check import (
+    FIT_SHAPE,
     FULL_SHAPE,
-    OOM_SHAPE,
+    NO_FIT_SHAPE,
     Check,
     Outcome,
     Prediction,
     Report,
     Row,
     exit_code,
-    judge_oom,
+    judge_fit,
+    judge_no_fit,
     outcome_of,
     plan_gpu,
     render,
@@ -47,14 +49,26 @@ def test_outcome_of_a_finished_gpu_run_takes_the_peaks_and_the_settled_median_ra
     assert outcome.steps == 7 and outcome.final_loss == 2.0 - 0.7
 
 
-def test_a_forced_oom_counts_only_when_the_payload_reports_kind_oom_with_a_hint(tmp_path: Path) -> None:
-    oom = {"event": "error", "kind": "oom", "message": "OutOfMemoryError: CUDA out of memory", "hint": "reduce it"}
+def test_a_job_that_never_fits_counts_only_when_it_ends_as_oom_at_micro_batch_one_with_a_hint(tmp_path: Path) -> None:
+    message = "RuntimeError: out of memory at micro-batch 1 with activation checkpointing on: this job does not fit"
+    oom = {"event": "error", "kind": "oom", "message": message, "hint": "reduce it"}
     outcome = outcome_of([oom], 1, 20.0, tmp_path / "payload.log")
     assert (outcome.status, outcome.error_kind) == ("failed: oom", "oom")
-    assert judge_oom(outcome) == "ok: ended as error kind oom, with a hint"
-    assert judge_oom(Outcome(status="failed: oom", error_kind="oom")) == "failed: oom without a hint"
-    assert judge_oom(Outcome(status="ok")) == "failed: trained without running out of memory"
-    assert judge_oom(Outcome(status="failed: internal", error_kind="internal")) == "failed: internal"
+    assert judge_no_fit(outcome) == "ok: ended as error kind oom at micro-batch 1, with a hint"
+    assert judge_no_fit(Outcome(status="failed: oom", error_kind="oom", message=message)) == "failed: no hint"
+    early = Outcome(status="failed: oom", error_kind="oom", hint="h", message="CUDA out of memory")
+    assert judge_no_fit(early) == "failed: oom without trying micro-batch 1"
+    assert judge_no_fit(Outcome(status="ok")) == "failed: trained without running out of memory"
+    assert judge_no_fit(Outcome(status="failed: internal", error_kind="internal")) == "failed: internal"
+
+
+def test_a_job_too_big_counts_as_fitted_only_when_the_payload_made_it_smaller_and_finished(tmp_path: Path) -> None:
+    fit = {"event": "fit", "micro_batch": 64, "grad_accum": 2, "gradient_checkpointing": True, "reason": "oom"}
+    outcome = outcome_of([fit, {"event": "done", "metrics": {}}], 0, 30.0, tmp_path / "payload.log")
+    assert outcome.fits == ["micro-batch 64 x grad-accum 2, checkpointing on"]
+    assert judge_fit(outcome) == "ok: fitted to micro-batch 64 x grad-accum 2, checkpointing on and finished"
+    assert judge_fit(Outcome(status="ok")) == "failed: trained without running out of memory"
+    assert judge_fit(Outcome(status="failed: oom", error_kind="oom")) == "failed: oom"
 
 
 def test_a_payload_that_dies_without_events_is_a_failure_with_its_log(tmp_path: Path) -> None:
@@ -69,10 +83,12 @@ def test_a_payload_that_dies_without_events_is_a_failure_with_its_log(tmp_path: 
 def gpu_report() -> Report:
     prediction = Prediction(total_gb=20.4, context_gb=0.4, fit="fits", tokens_per_s=2000.0)
     measured = Outcome(status="ok", peak_allocated_gb=19.0, peak_reserved_gb=25.0, tokens_per_s=2500.0, seconds=61)
-    oom = Outcome(status="ok: ended as error kind oom, with a hint", error_kind="oom", hint="reduce it", message="x")
+    fitted = Outcome(status="ok: fitted to micro-batch 1 x grad-accum 128, checkpointing on and finished")
+    oom = Outcome(status="ok: ended as error kind oom at micro-batch 1, with a hint", error_kind="oom", message="x")
     report = Report("full (real shapes)", GPU_FACTS, "H200 (the card found)", {"torch": TORCH}, {"torch": TORCH})
     report.rows.append(Row("qwen2.5-7b", "lora", FULL_SHAPE, prediction, measured))
-    report.oom = Row("qwen2.5-0.5b", "full", OOM_SHAPE, Prediction(450.0, 0.4, "does not fit", 10.0), oom)
+    report.fit = Row("qwen2.5-0.5b", "full", FIT_SHAPE, Prediction(450.0, 0.4, "does not fit", 10.0), fitted)
+    report.no_fit = Row("qwen2.5-0.5b", "full", NO_FIT_SHAPE, Prediction(300.0, 0.4, "does not fit", 1.0), oom)
     return report
 
 
@@ -82,8 +98,8 @@ def test_the_gpu_report_sets_measurements_beside_the_plan() -> None:
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[3:13] == ["ok", "25.00", "19.00", "20.00", "fits", "-20%", "2,500", "2,000", "-20%", "n/a"]
     assert "torch unchanged: 2.8.0+cu128" in text
-    assert "plan: does not fit (450 GB)" in text
-    assert "| ok: ended as error kind oom, with a hint | oom | reduce it |" in text
+    assert "| fit: qwen2.5-0.5b full | seq 8192 x batch 128, 2 steps | does not fit (450 GB) | ok: fitted to" in text
+    assert "| ok: ended as error kind oom at micro-batch 1, with a hint | nothing | oom |" in text
     assert exit_code(gpu_report()) == 0
 
 
