@@ -21,7 +21,8 @@ from tests.fixtures.adapters import PATTERN, TARGET_MODULES
 from tests.fixtures.tiny_models import TinyModel
 from tests.runs.test_rented_runs import CloudUnderTest, _assert_ledger_matches, _nothing_left, runpod  # noqa: F401
 
-pytestmark = pytest.mark.slow
+# The machine builds llama-quantize (about 2 minutes of 2 cores, more on a loaded machine) besides training.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _pattern_spec(folder: Path, base: Path, cloud: CloudUnderTest, on_machine: list[str]) -> Path:

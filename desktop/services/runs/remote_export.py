@@ -45,6 +45,8 @@ EXPORT_PID_FILE = "out/export.pid"
 EXPORT_LOG = "out/export.log"
 #: The hidden folder the outputs are pulled into before they take their places (the Models page skips it).
 PARTIAL_FOLDER = ".from-machine"
+#: The most notes of the machine's that are kept (one per output could not be made: a handful).
+MAX_NOTES = 10
 
 
 class ExportOnMachineError(RuntimeError):
@@ -103,7 +105,8 @@ async def export_on_machine(ctx: RunContext, run_id: str, machine: Machine) -> P
 async def _arrived(ctx: RunContext, run_id: str, machine: Machine, ended: dict[str, Any], folder: Path) -> None:
     """Says and records what came home (and what could not be made), then frees the machine's disk of it."""
     outputs = dict(ended.get("outputs") or {})
-    notes = [str(note) for note in ended.get("notes") or []] + await _fallbacks(folder, outputs)
+    said = [str(note)[:500] for note in (ended.get("notes") or [])[:MAX_NOTES]]  # the machine's words, bounded
+    notes = said + await _fallbacks(folder, outputs)
     ctx.set_spec(run_id, exported_on_machine=outputs, export_notes=notes, export_error=None)
     ctx.report(f"made on the machine and verified at home: {', '.join(outputs)} in {folder}")
     for note in notes:
@@ -238,7 +241,7 @@ async def _pull_outputs(ctx: RunContext, run_id: str, machine: Machine, ended: d
     files: dict[str, str] = dict(ended.get("files") or {})
     outputs: dict[str, str] = dict(ended.get("outputs") or {})
     if not files or not outputs:
-        why = "; ".join(str(note) for note in ended.get("notes") or [])
+        why = "; ".join(str(note)[:500] for note in (ended.get("notes") or [])[:MAX_NOTES])
         raise ExportOnMachineError(why or "the machine reported no exported files")
     record = ctx.store.get(run_id)
     folder = exports_folder(run_id)
