@@ -341,3 +341,47 @@ def test_the_calibration_and_a_fit_are_said_in_the_log() -> None:
         "Out of memory in the first steps: trying again with micro-batch 1 x 8 accumulated, activation "
         "checkpointing on (the same effective batch, the same data)"
     )
+
+
+def test_the_first_measure_a_fit_and_the_export_on_the_machine_reach_the_runs_log() -> None:
+    """The words above are only worth something if the run's progress keeps those events for the log."""
+    events = [
+        {"seq": 1, "ts": 1e9, "event": "state", "state": "training"},
+        {
+            "seq": 2,
+            "ts": 1e9 + 1,
+            "event": "fit",
+            "micro_batch": 1,
+            "grad_accum": 8,
+            "gradient_checkpointing": True,
+            "reason": "oom",
+        },
+        {
+            "seq": 3,
+            "ts": 1e9 + 2,
+            "event": "calibration",
+            "step": 21,
+            "steps": 20,
+            "micro_batch": 1,
+            "grad_accum": 8,
+            "seq_len": 2048,
+            "seconds_per_step": 1.84,
+        },
+        {"seq": 4, "ts": 1e9 + 3, "event": "export", "phase": "merging: loading the base model", "fraction": 0.0},
+        {
+            "seq": 5,
+            "ts": 1e9 + 4,
+            "event": "exported",
+            "files": {"export/model-Q8_0.gguf": "0" * 64},
+            "outputs": {"gguf:Q8_0": "export/model-Q8_0.gguf"},
+        },
+        {"seq": 6, "ts": 1e9 + 5, "event": "exported", "files": {}, "error": "RuntimeError: out of disk"},
+    ]
+    progress = RunProgress()
+    progress.apply_all(events)
+    lines = [entry.text for entry in monitor_log.event_entries(progress.milestones)]
+    assert lines[1].startswith("Out of memory in the first steps: trying again with micro-batch 1 x 8")
+    assert lines[2].startswith("Measured over the first 20 steps")
+    assert lines[3] == "On the machine: merging: loading the base model"
+    assert lines[4] == "The machine made GGUF Q8_0 (1 file, each hashed for the download)"
+    assert lines[5] == "The export on the machine failed: RuntimeError: out of disk"

@@ -238,6 +238,18 @@ class RunProgress:
         )
         self.milestones.append(event)
 
+    def _on_calibration(self, event: Mapping[str, Any]) -> None:
+        self.milestones.append(event)  # the first steps measured: a line in the log, the estimate made again
+
+    def _on_fit(self, event: Mapping[str, Any]) -> None:
+        self.milestones.append(event)  # a smaller micro-batch after an out-of-memory: a line in the log
+
+    def _on_export(self, event: Mapping[str, Any]) -> None:
+        self.milestones.append(event)  # the export on the machine, phase by phase
+
+    def _on_exported(self, event: Mapping[str, Any]) -> None:
+        self.milestones.append(event)
+
     @property
     def steps_per_second(self) -> float | None:
         """The step rate over the recent step events, None until two steps at different times are known."""
@@ -257,7 +269,7 @@ class RunProgress:
         return max(0, self.total_steps - self.step) / rate
 
 
-_KINDS = frozenset({"state", "step", "eval", "checkpoint", "done", "error"})
+_KINDS = frozenset({"state", "step", "eval", "checkpoint", "done", "error", "calibration", "fit", "export", "exported"})
 
 
 def _drop_from(step: int, steps: list[int], values: list[float]) -> None:

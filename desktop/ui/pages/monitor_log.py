@@ -252,6 +252,22 @@ def fit_text(event: Mapping[str, Any]) -> str:
     )
 
 
+def export_text(event: Mapping[str, Any]) -> str:
+    """``On the machine: merging: loading the base model``."""
+    return f"On the machine: {event.get('phase')}"
+
+
+def exported_text(event: Mapping[str, Any]) -> str:
+    """How the export on the machine ended: what it made, or why it could not."""
+    if event.get("error"):
+        return f"The export on the machine failed: {event['error']}"
+    outputs = event.get("outputs") or {}
+    names = ["the merged model" if k == "merged" else f"GGUF {str(k).removeprefix('gguf:')}" for k in outputs]
+    files = len(event.get("files") or {})
+    plural = "s" if files != 1 else ""
+    return f"The machine made {' and '.join(names) or 'nothing'} ({files} file{plural}, each hashed for the download)"
+
+
 _Words = Callable[[Mapping[str, Any]], str | None]
 #: The words of each kind of event.
 _EVENT_WORDS: dict[str, _Words] = {
@@ -265,6 +281,8 @@ _EVENT_WORDS: dict[str, _Words] = {
     EventKind.ERROR: _error_text,
     EventKind.CALIBRATION: calibration_text,
     EventKind.FIT: fit_text,
+    EventKind.EXPORT: export_text,
+    EventKind.EXPORTED: exported_text,
 }
 #: The words of each phase the trainer reports.
 _STATE_WORDS: dict[str, _Words] = {
