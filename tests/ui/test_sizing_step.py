@@ -250,3 +250,13 @@ def test_a_speed_measured_on_an_earlier_run_is_used_and_named(
     assert said in after.tokens_label.text()
     slower = {option.gpu.id: option.tokens_per_s for option in after.sizing.plan.options if option.count == 1}
     assert slower["rtx4090"] == pytest.approx(speed["rtx4090"] * 0.5, rel=0.01) and slower["l4"] == speed["l4"]
+
+
+def test_a_measured_peak_spreads_over_the_bar_so_it_adds_up_to_the_measured_total() -> None:
+    from desktop.ui.pages.wizard.sizing_step import memory_segments
+
+    items = {"weights": 6.0, "activations": 2.0, "logits": 2.0, "cuda_context": 0.4, "measured": -1.0}
+    segments = memory_segments(items, current_palette())
+    assert [s.key for s in segments] == ["weights", "activations", "logits", "cuda_context"]
+    assert sum(s.value for s in segments) == pytest.approx(9.4), "10.4 modelled, 1.0 less measured"
+    assert [s.value for s in segments] == [5.4, 1.8, 1.8, 0.4], "the context is outside the measurement"

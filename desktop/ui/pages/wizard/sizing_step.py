@@ -86,7 +86,12 @@ def _sizing_key(draft: RunDraft) -> str:
 
 
 def memory_segments(items: dict[str, float], palette: Palette) -> list[BarSegment]:
-    """The memory items as bar segments, each in its component's colour."""
+    """The memory items as bar segments, each in its component's colour.
+
+    A correction measured on the user's runs (``measured``) scales the model's items to the measured total, so the
+    bar adds up to it (the CUDA context, outside the measurement, stays as it is).
+    """
+    items = measured_items(items)
     return [
         BarSegment(
             name,
@@ -98,6 +103,19 @@ def memory_segments(items: dict[str, float], palette: Palette) -> list[BarSegmen
         for name, value in items.items()
         if value > 0
     ]
+
+
+def measured_items(items: dict[str, float]) -> dict[str, float]:
+    """``items`` with a ``measured`` correction spread over the model's items (each scaled by the same factor)."""
+    if "measured" not in items:
+        return items
+    counted = sum(value for name, value in items.items() if name not in ("measured", "cuda_context"))
+    factor = (counted + items["measured"]) / counted if counted > 0 else 1.0
+    return {
+        name: value if name == "cuda_context" else round(value * factor, 2)
+        for name, value in items.items()
+        if name != "measured"
+    }
 
 
 def tokens_text(sizing: Sizing, numbers: DataNumbers | None) -> str:
