@@ -15,7 +15,8 @@ from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, run_spec_fr
 from desktop.core.runs.states import RunState
 from desktop.services.local.inventory import exports_folder
 from desktop.services.runs.engine import RunEngine
-from tests.fixtures.fake_machine import FakeHost
+from desktop.services.runs.store import RunRecord
+from tests.fixtures.fake_machine import FakeHost, Script
 from tests.runs.test_engine_logic import host, make_engine, trains_to_the_end  # noqa: F401 - host: the fixture
 from trainer_payload.protocol import EventKind
 
@@ -38,15 +39,25 @@ def merged_written(machine: FakeHost, folder: str) -> None:
     machine.emit(EventKind.EXPORTED, files=digests, outputs={"merged": "export/merged"}, merge_check={"ok": True})
 
 
+async def trained_and_exported(
+    machine: FakeHost, tmp_path: Path, export: Script | None, on_machine: tuple[str, ...] = ("merged",)
+) -> tuple[RunRecord, list[str]]:
+    """Drives a run that trains to the end, then exports on the machine as ``export`` scripts; the record and lines."""
+    lines: list[str] = []
+    engine = make_engine(machine, lines)
+    run_id = create(engine, tmp_path, on_machine)
+    machine.on_launch = trains_to_the_end
+    if export is not None:
+        machine.on_export = export
+    return await asyncio.wait_for(engine.drive(run_id), 30), lines
+
+
 async def test_the_outputs_come_home_into_the_runs_export_folder_before_the_run_finishes(
     host: FakeHost,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    lines: list[str] = []
-    engine = make_engine(host, lines)
-    run_id = create(engine, tmp_path)
-    host.on_launch, host.on_export = trains_to_the_end, merged_written
-    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    final, lines = await trained_and_exported(host, tmp_path, merged_written)
+    run_id = final.id
     assert final.state is RunState.FINISHED, final.error
     merged = exports_folder(run_id) / "merged"
     assert (merged / "model.safetensors").read_bytes() == b"merged weights"
@@ -61,12 +72,9 @@ async def test_a_failed_export_finishes_the_run_with_its_adapter_and_says_why(
     host: FakeHost,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    lines: list[str] = []
-    engine = make_engine(host, lines)
-    run_id = create(engine, tmp_path)
-    host.on_launch = trains_to_the_end
-    host.on_export = lambda h, _f: h.emit(EventKind.EXPORTED, files={}, error="RuntimeError: out of disk")
-    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    failing: Script = lambda h, _f: h.emit(EventKind.EXPORTED, files={}, error="RuntimeError: out of disk")  # noqa: E731
+    final, lines = await trained_and_exported(host, tmp_path, failing)
+    run_id = final.id
     assert final.state is RunState.FINISHED and final.adapter is not None, "the adapter is home either way"
     assert final.spec["export_error"] == "RuntimeError: out of disk"
     assert any("the export on the machine failed: RuntimeError: out of disk" in line for line in lines)
@@ -77,11 +85,7 @@ async def test_an_export_that_dies_without_a_word_is_said_with_its_logs_last_lin
     host: FakeHost,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    lines: list[str] = []
-    engine = make_engine(host, lines)
-    run_id = create(engine, tmp_path)
-    host.on_launch = trains_to_the_end  # the export starts and ends silently (killed by the kernel, say)
-    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    final, _lines = await trained_and_exported(host, tmp_path, None)  # it ends silently (the kernel killed it, say)
     assert final.state is RunState.FINISHED
     assert str(final.spec["export_error"]).startswith("the export ended without a result")
     assert host.exports == 1, "started once, not again and again"
@@ -91,19 +95,15 @@ async def test_a_machine_naming_an_output_it_did_not_hash_gets_nothing_written(
     host: FakeHost,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    engine = make_engine(host, [])
-    run_id = create(engine, tmp_path)
-
     def lies(h: FakeHost, folder: str) -> None:
         h.files[f"{folder}/out/export/a.gguf"] = b"x"
         digest = hashlib.sha256(b"x").hexdigest()
         h.emit(EventKind.EXPORTED, files={"export/a.gguf": digest}, outputs={"merged": "export/merged"})
 
-    host.on_launch, host.on_export = trains_to_the_end, lies
-    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    final, _lines = await trained_and_exported(host, tmp_path, lies)
     assert final.state is RunState.FINISHED
     assert "named an output it did not send: 'export/merged'" in str(final.spec["export_error"])
-    assert not (exports_folder(run_id) / "merged").exists()
+    assert not (exports_folder(final.id) / "merged").exists()
 
 
 def test_the_spec_takes_only_outputs_the_machine_can_make() -> None:
@@ -124,9 +124,6 @@ async def test_a_gguf_the_machine_could_not_make_is_said_and_the_rest_still_come
     host: FakeHost,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    lines: list[str] = []
-    engine = make_engine(host, lines)
-    run_id = create(engine, tmp_path, ("merged", "gguf:Q4_K_M"))
     no_compiler = "GGUF Q4_K_M could not be made on the machine: this machine has no cmake or C++ compiler"
 
     def merged_only(machine: FakeHost, folder: str) -> None:
@@ -138,10 +135,9 @@ async def test_a_gguf_the_machine_could_not_make_is_said_and_the_rest_still_come
             notes=[no_compiler],
         )
 
-    host.on_launch, host.on_export = trains_to_the_end, merged_only
-    final = await asyncio.wait_for(engine.drive(run_id), 30)
+    final, lines = await trained_and_exported(host, tmp_path, merged_only, ("merged", "gguf:Q4_K_M"))
     assert final.state is RunState.FINISHED and final.spec["export_error"] is None
-    assert (exports_folder(run_id) / "merged" / "model.safetensors").is_file()
+    assert (exports_folder(final.id) / "merged" / "model.safetensors").is_file()
     assert final.spec["export_notes"] == [no_compiler] and no_compiler in lines
     assert any("rm -rf" in c and "/out/export" in c and "/tools" in c for c in host.commands), (
         "the machine's disk freed"

@@ -318,26 +318,29 @@ def test_an_ended_runs_progress_line_says_how_far_it_got() -> None:
     assert monitor_text.busy(RunProgress(), snapshot(record(RunState.FAILED))).text == "Failed"
 
 
+#: The first 20 steps measured after one fit: the events the two tests below read.
+CALIBRATION = {
+    "event": "calibration",
+    "step": 21,
+    "steps": 20,
+    "micro_batch": 1,
+    "grad_accum": 8,
+    "seq_len": 2048,
+    "seconds_per_step": 1.84,
+    "tokens_per_s": 5120.4,
+    "peak_allocated_gb": 14.23,
+}
+FIT = {"event": "fit", "micro_batch": 1, "grad_accum": 8, "gradient_checkpointing": True, "reason": "oom"}
+
+
 def test_the_calibration_and_a_fit_are_said_in_the_log() -> None:
     from desktop.ui.pages.monitor_log import calibration_text, fit_text
 
-    calibration = {
-        "event": "calibration",
-        "step": 21,
-        "steps": 20,
-        "micro_batch": 1,
-        "grad_accum": 8,
-        "seq_len": 2048,
-        "seconds_per_step": 1.84,
-        "tokens_per_s": 5120.4,
-        "peak_allocated_gb": 14.23,
-    }
-    assert calibration_text(calibration) == (
+    assert calibration_text(CALIBRATION) == (
         "Measured over the first 20 steps (micro-batch 1 x 8 accumulated, 2,048 tokens long): 1.84 s a step, "
         "5,120 tokens/s, peak 14.2 GB"
     )
-    fit = {"event": "fit", "micro_batch": 1, "grad_accum": 8, "gradient_checkpointing": True, "reason": "oom"}
-    assert fit_text(fit) == (
+    assert fit_text(FIT) == (
         "Out of memory in the first steps: trying again with micro-batch 1 x 8 accumulated, activation "
         "checkpointing on (the same effective batch, the same data)"
     )
@@ -345,36 +348,13 @@ def test_the_calibration_and_a_fit_are_said_in_the_log() -> None:
 
 def test_the_first_measure_a_fit_and_the_export_on_the_machine_reach_the_runs_log() -> None:
     """The words above are only worth something if the run's progress keeps those events for the log."""
+    exported = {"files": {"export/model-Q8_0.gguf": "0" * 64}, "outputs": {"gguf:Q8_0": "export/model-Q8_0.gguf"}}
     events = [
         {"seq": 1, "ts": 1e9, "event": "state", "state": "training"},
-        {
-            "seq": 2,
-            "ts": 1e9 + 1,
-            "event": "fit",
-            "micro_batch": 1,
-            "grad_accum": 8,
-            "gradient_checkpointing": True,
-            "reason": "oom",
-        },
-        {
-            "seq": 3,
-            "ts": 1e9 + 2,
-            "event": "calibration",
-            "step": 21,
-            "steps": 20,
-            "micro_batch": 1,
-            "grad_accum": 8,
-            "seq_len": 2048,
-            "seconds_per_step": 1.84,
-        },
+        {"seq": 2, "ts": 1e9 + 1, **FIT},
+        {"seq": 3, "ts": 1e9 + 2, **CALIBRATION},
         {"seq": 4, "ts": 1e9 + 3, "event": "export", "phase": "merging: loading the base model", "fraction": 0.0},
-        {
-            "seq": 5,
-            "ts": 1e9 + 4,
-            "event": "exported",
-            "files": {"export/model-Q8_0.gguf": "0" * 64},
-            "outputs": {"gguf:Q8_0": "export/model-Q8_0.gguf"},
-        },
+        {"seq": 5, "ts": 1e9 + 4, "event": "exported", **exported},
         {"seq": 6, "ts": 1e9 + 5, "event": "exported", "files": {}, "error": "RuntimeError: out of disk"},
     ]
     progress = RunProgress()
