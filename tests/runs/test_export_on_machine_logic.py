@@ -5,6 +5,7 @@ scripts. End to end with real parts: test_export_on_machine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -142,3 +143,35 @@ async def test_a_gguf_the_machine_could_not_make_is_said_and_the_rest_still_come
     assert any("rm -rf" in c and "/out/export" in c and "/tools" in c for c in host.commands), (
         "the machine's disk freed"
     )
+
+
+async def test_an_app_closed_while_the_machine_exports_follows_that_export_when_it_comes_back(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    run_id = create(engine, tmp_path)
+
+    def starts_and_keeps_going(machine: FakeHost, _folder: str) -> None:
+        machine.export_running = True
+        machine.emit(EventKind.EXPORT, phase="merging: loading the base model", fraction=0.0)
+
+    host.on_launch, host.on_export = trains_to_the_end, starts_and_keeps_going
+    first = asyncio.ensure_future(engine.drive(run_id))
+    while "on the machine: merging: loading the base model" not in lines:
+        await asyncio.sleep(0.01)
+    first.cancel()  # the app is closed mid-export; the machine goes on
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    assert engine.store.get(run_id).state is RunState.PULLING
+
+    again = make_engine(host, lines)  # the app opened again: a new engine on the same runs
+    second = asyncio.ensure_future(again.drive(run_id))
+    await asyncio.sleep(0.3)
+    assert host.exports == 1, "the running export is followed, not started again"
+    host.export_running = False
+    merged_written(host, host.folder)  # it ends while the app watches
+    final = await asyncio.wait_for(second, 30)
+    assert final.state is RunState.FINISHED and final.spec["exported_on_machine"] == {"merged": "export/merged"}
+    assert host.exports == 1 and (exports_folder(run_id) / "merged" / "model.safetensors").is_file()

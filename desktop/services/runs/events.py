@@ -71,8 +71,11 @@ def _repaired_last_seq(mirror: IO[bytes], window: int = 1 << 16) -> int:
 
 
 def final_event(folder: Path) -> Event | None:
-    """The trainer's last word when it ended the job (``done``, or the ``failed`` state), else None."""
-    events = mirrored_events(folder)
+    """The trainer's last word when it ended the job (``done``, or the ``failed`` state), else None.
+
+    The export on the machine writes after the trainer's ``done``: its events are not the trainer's words.
+    """
+    events = [e for e in mirrored_events(folder) if e["event"] not in (EventKind.EXPORT, EventKind.EXPORTED)]
     last = events[-1] if events else None
     if last is not None and last["event"] is EventKind.STATE and last["state"] == JobState.DONE:
         last = next((e for e in reversed(events) if e["event"] is EventKind.DONE), None)
@@ -135,10 +138,18 @@ def _fit_words(event: Mapping[str, Any]) -> str:
     )
 
 
+def _exported_words(event: Mapping[str, Any]) -> str:
+    if event.get("error"):
+        return f"the export on the machine failed: {event['error']}"
+    return f"exported on the machine: {', '.join(event.get('outputs') or {}) or 'nothing'}"
+
+
 #: How the terminal shows each kind of event (others as their JSON).
 _TERMINAL_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     EventKind.STEP: _step_words,
     EventKind.STATE: _state_words,
+    EventKind.EXPORT: lambda e: f"on the machine: {e.get('phase')}",
+    EventKind.EXPORTED: _exported_words,
     EventKind.ERROR: lambda e: f"error ({e.get('kind')}): {e.get('message')}\n  hint: {e.get('hint')}",
     EventKind.CHECKPOINT: lambda e: f"checkpoint at step {e['step']} ({e['bytes'] / 1e6:,.1f} MB)",
     EventKind.DONE: lambda e: f"done in {e.get('train_seconds')} s of training",
