@@ -114,6 +114,8 @@ def test_the_spec_takes_only_outputs_the_machine_can_make() -> None:
     assert run_spec_from_dict({**base, "export": {"on_machine": ["gguf:Q4_K_M"]}}, Path("/tmp")).export_on_machine
     with pytest.raises(RunSpecError, match=r"the machine can make merged, gguf:F16, gguf:BF16, gguf:Q8_0, gguf:Q4_K_M"):
         run_spec_from_dict({**base, "export": {"on_machine": ["gguf:IQ2_XS"]}}, Path("/tmp"))
+    with pytest.raises(RunSpecError, match=r'must be a list, like on_machine = \["merged", "gguf:Q8_0"\]'):
+        run_spec_from_dict({**base, "export": {"on_machine": "merged"}}, Path("/tmp"))
     with pytest.raises(RunSpecError, match=r"does not know where"):
         run_spec_from_dict({**base, "export": {"where": "machine"}}, Path("/tmp"))
     full = {**base, "training": {"method": "full"}, "export": {"on_machine": ["merged"]}}

@@ -293,8 +293,10 @@ def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:
     if unknown:
         raise RunSpecError(f"[export] does not know {', '.join(unknown)}; remove it")
     asked = section.get("on_machine", [])
+    if not isinstance(asked, list):
+        raise RunSpecError(f'[export] on_machine = {asked!r} must be a list, like on_machine = ["merged", "gguf:Q8_0"]')
     allowed = ["merged", *(f"gguf:{qtype}" for qtype in ON_MACHINE_GGUF_TYPES)]
-    if not isinstance(asked, list) or any(item not in allowed for item in asked):
+    if any(item not in allowed for item in asked):
         raise RunSpecError(
             f"[export] on_machine = {asked!r}: the machine can make {', '.join(allowed)}; other types are made at "
             "home from the adapter, after training"
