@@ -193,9 +193,23 @@ def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
     asyncio.set_event_loop(loop)
     asyncio.events._set_running_loop(loop)
     yield loop
+    _cancel_pending(loop)
     asyncio.events._set_running_loop(None)
     loop.close()
     asyncio.set_event_loop(None)
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancels the test's leftover tasks and lets them end, as ``asyncio.run`` does before it closes its loop.
+
+    A task cut off mid-way (a check the page started as the test ended) would otherwise die with the loop, and a
+    subprocess it was starting warns in whichever test runs next ("coroutine ... _connect_pipes was never awaited").
+    """
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=10))
 
 
 @pytest.fixture

@@ -148,7 +148,8 @@ async def llama_cpp_converters(progress: Progress) -> Converters:
     """
     version = installed_version()
     root = tools_cache() / f"llama.cpp-{version}"
-    await _cached(root, version, _KEPT, (), progress)
+    if not root.is_dir():  # cached: no await at all (a dialog's quick check must not yield here)
+        await _cached(root, version, _KEPT, (), progress)
     if not (root / "convert_hf_to_gguf.py").is_file() or not (root / "gguf-py" / "gguf").is_dir():
         raise LocalToolError(f"llama-cpp-python {version}'s source has no convert_hf_to_gguf.py and gguf-py")
     return _converters(root, version)
@@ -165,7 +166,8 @@ async def llama_cpp_build_sources(progress: Progress) -> Path:
     """
     version = installed_version()
     root = tools_cache() / f"llama.cpp-{version}-build-sources"
-    await _cached(root, version, _BUILD_KEPT, _BUILD_LEFT_OUT, progress)
+    if not root.is_dir():
+        await _cached(root, version, _BUILD_KEPT, _BUILD_LEFT_OUT, progress)
     if not (root / "tools" / "quantize" / "CMakeLists.txt").is_file():
         raise LocalToolError(f"llama-cpp-python {version}'s source has no tools/quantize to build")
     return root
@@ -175,8 +177,6 @@ async def _cached(
     root: Path, version: str, kept: tuple[str, ...], left_out: tuple[str, ...], progress: Progress
 ) -> None:
     """Makes ``root`` hold the kept files of ``version``'s source, once (a lock keeps other processes waiting)."""
-    if await asyncio.to_thread(root.is_dir):
-        return
     await asyncio.to_thread(root.parent.mkdir, parents=True, exist_ok=True)
     lock = FileLock(str(root) + ".lock")
     await _acquire(lock)
