@@ -80,6 +80,16 @@ class MemoryEstimate:
     items: dict[str, float]
     per_gpu_total: float
 
+    @property
+    def context_gb(self) -> float:
+        """The CUDA context: on the card, outside the framework's memory counters."""
+        return self.items.get("cuda_context", 0.0)
+
+    @property
+    def counted_gb(self) -> float:
+        """What the framework's counters see at the peak (``max_memory_reserved``): all but the CUDA context."""
+        return self.per_gpu_total - self.context_gb
+
 
 def _param_bytes(setup: TrainingSetup) -> float:
     return 4.0 if setup.precision is Precision.MIXED else 2.0

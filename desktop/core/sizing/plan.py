@@ -127,8 +127,7 @@ def corrected_memory(memory: MemoryEstimate, correction: MemoryCorrection | None
     """
     if correction is None:
         return memory
-    counted = memory.per_gpu_total - memory.items.get("cuda_context", 0.0)
-    delta = round(counted * (correction.ratio - 1), 2)
+    delta = round(memory.counted_gb * (correction.ratio - 1), 2)
     return MemoryEstimate({**memory.items, "measured": delta}, round(memory.per_gpu_total + delta, 2))
 
 

@@ -111,7 +111,7 @@ def measured_memory(spec: dict[str, Any], calibration: dict[str, Any]) -> dict[s
     memory = estimate_memory(arch, setup)
     return {
         "peak_gb": round(float(peak), 3),
-        "model_peak_gb": round(memory.per_gpu_total - memory.items.get("cuda_context", 0.0), 3),
+        "model_peak_gb": round(memory.counted_gb, 3),
         "gpu": str(predicted["gpu"]),
         "job": JobKind.of(arch, setup).as_dict(),
     }

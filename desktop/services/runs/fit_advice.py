@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from desktop.core.sizing.architecture import Architecture, ArchitectureError
+from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.calibration import MemoryCorrection
 from desktop.core.sizing.gpus import find_gpu
-from desktop.core.sizing.memory import estimate_memory
+from desktop.core.sizing.memory import MemoryEstimate, estimate_memory
 from desktop.core.sizing.plan import Plan, make_plan
 from desktop.core.sizing.setup import DEFAULT_SETUP, TrainingSetup
 from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
@@ -44,12 +44,13 @@ def failed_setup(spec: dict[str, Any], folder: Path) -> TrainingSetup:
     return training_setup(str(training.get("method", DEFAULT_SETUP.method.value)), training)
 
 
-def measured_need(arch: Architecture, setup: TrainingSetup, peak_gb: float | None, gpu_id: str | None) -> float:
-    """How much the job needed per GPU, at least: the peak measured, or all its card could hold (whichever is more)."""
-    usable = 0.0
+def measured_need(memory: MemoryEstimate, peak_gb: float | None, gpu_id: str | None) -> float:
+    """How much the job needed per GPU, at least: the peak measured, or all its card could hold (whichever is more).
+
+    Both as the framework's counters see it (without the CUDA context), like the model's ``counted_gb``.
+    """
     gpu = find_gpu(list(load_gpus()), gpu_id) if gpu_id else None
-    if gpu is not None:
-        usable = gpu.usable_gb - estimate_memory(arch, setup).items.get("cuda_context", 0.0)
+    usable = gpu.usable_gb - memory.context_gb if gpu is not None else 0.0
     return max(float(peak_gb or 0.0), usable)
 
 
@@ -69,8 +70,8 @@ def oom_advice(spec: dict[str, Any], folder: Path, peak_gb: float | None, run_id
         _log.info("no out-of-memory advice: %s", exc)
         return None
     memory = estimate_memory(arch, setup)
-    modelled = memory.per_gpu_total - memory.items.get("cuda_context", 0.0)
-    need = measured_need(arch, setup, peak_gb, gpu_id)
+    modelled = memory.counted_gb
+    need = measured_need(memory, peak_gb, gpu_id)
     if need <= 0 or modelled <= 0:
         return None
     correction = MemoryCorrection("*", round(max(1.0, need / modelled), 4), (run_id,))
