@@ -153,3 +153,14 @@ def test_a_job_that_fits_nowhere_gets_flags_to_rerun_with_and_structured_changes
     method = next(change for change in changes if change["setting"] == "method")
     assert (method["from"], method["to"]) == ("lora", "qlora")
     assert all(set(change) == {"setting", "from", "to", "why"} for change in changes)
+
+
+def test_a_job_no_single_machine_holds_is_planned_across_machines_unless_told_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", "--model", "llama-2-70b", "--method", "full", "--gpu", "h100-sxm"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 machines x 8 x H100 SXM fsdp" in out and "3200 Gb/s infiniband between them" in out
+    assert main([*args, "--max-nodes", "1"]) == 0
+    assert "machines" not in capsys.readouterr().out

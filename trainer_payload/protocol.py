@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 import types
 import typing
@@ -545,6 +546,8 @@ class JobSpec:
     when ``eval_steps`` is 0. The first ``calibration_steps`` optimizer steps (or ``calibration_minutes``, whichever
     ends first; 0 steps: none) are measured into one ``calibration`` event; an out-of-memory error before that is
     met by halving the micro-batch (doubling the accumulation), down to 1 with activation checkpointing on.
+    Across several machines (``num_nodes`` above 1) every node gets the same job but its own ``node_rank``; rank 0's
+    machine is the head, reached by the others at ``head_address``:``head_port``.
     """
 
     base_model: str
@@ -572,6 +575,10 @@ class JobSpec:
     engine: str = "trl"
     num_gpus: int = 1
     strategy: str = "ddp"
+    num_nodes: int = 1
+    node_rank: int = 0
+    head_address: str = ""
+    head_port: int = 29500
     gradient_checkpointing: bool = True
     eval_steps: int = 0
     calibration_steps: int = 20
@@ -641,6 +648,7 @@ class JobSpec:
         _choice("lr_scheduler", self.lr_scheduler, SCHEDULERS)
         for key, (low, high) in JOB_INT_RANGES.items():
             _int_range(key, getattr(self, key), low, high)
+        self._validate_nodes()
         if not (self.max_steps > 0 or 0 < self.epochs <= 1000):
             raise JobSpecError("set max_steps above 0, or epochs above 0 (at most 1000)")
         if not 0 < self.learning_rate < 1:
@@ -654,6 +662,16 @@ class JobSpec:
             or (isinstance(self.target_modules, list) and all(isinstance(m, str) for m in self.target_modules))
         ):
             raise JobSpecError('target_modules must be "all-linear" or a list of module names')
+
+    def _validate_nodes(self) -> None:
+        """Several machines: this one's rank among them, and the head every rank reaches (an address, no more)."""
+        if self.node_rank >= self.num_nodes:
+            raise JobSpecError(f"node_rank {self.node_rank} must be below num_nodes {self.num_nodes}")
+        if self.num_nodes > 1 and not _HOST_ADDRESS.fullmatch(self.head_address):
+            raise JobSpecError(
+                f"head_address {self.head_address!r} must be the head node's IP address or host name when "
+                f"num_nodes is {self.num_nodes}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as ``job.json`` content."""
@@ -707,6 +725,10 @@ def _replace(spec: JobSpec, **changes: Any) -> JobSpec:
     return JobSpec(**{**asdict(spec), **changes})
 
 
+#: A host name or an IPv4/IPv6 address: what ``accelerate launch --main_process_ip`` is given (no spaces, no options).
+_HOST_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+
+
 def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise JobSpecError(f"{key} {value!r} is not one of: {', '.join(allowed)}")
@@ -721,6 +743,9 @@ JOB_INT_RANGES: dict[str, tuple[int, int]] = {
     "micro_batch": (1, 1024),
     "grad_accum": (1, 4096),
     "num_gpus": (1, 64),
+    "num_nodes": (1, 64),
+    "node_rank": (0, 63),
+    "head_port": (1024, 65535),
     "keep_checkpoints": (1, 1000),
     "checkpoint_steps": (0, 10**9),
     "seed": (0, 2**32 - 1),

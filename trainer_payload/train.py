@@ -67,6 +67,11 @@ def _is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+def _is_node_main_process() -> bool:
+    """The first rank on this machine: across several machines each one seals the checkpoints it wrote."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def _touch_stop_marker(output_dir: Path) -> None:
     (output_dir / STOP_MARKER_NAME).write_text(f"{time.time():.0f}\n", encoding="utf-8")
 
@@ -154,9 +159,11 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             self.last_save = time.monotonic()
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if not folder.is_dir() or not _is_main_process():
-                return  # rank 0 seals and reports; the others only write their shards
+            if not folder.is_dir() or not _is_node_main_process():
+                return  # each machine's first rank seals; the others only write their shards
             marker = seal_checkpoint(folder, state.global_step)
+            if not _is_main_process():
+                return  # rank 0 alone reports
             size = sum(info["bytes"] for info in marker["files"].values())
             events.emit(
                 EventKind.CHECKPOINT,
@@ -238,6 +245,11 @@ def _sft_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
         eval_steps=spec.eval_steps or DEFAULT_EVAL_RATIO,
         # 8-bit AdamW for full-8bit; otherwise the fused AdamW transformers defaults to (faster than adamw_torch).
         optim="adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch_fused",
+        # FSDP reduce-scatters every micro-batch: accumulating under no_sync would hold whole, unsharded gradients
+        # on every GPU (138 GB of a 70 B model's 230 GB per GPU at accumulation 4); the sizing counts them sharded.
+        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": spec.strategy == "fsdp"}},
+        # Every machine keeps whole checkpoints, so any of them can resume (each rank reads its own disk).
+        save_on_each_node=spec.num_nodes > 1,
         disable_tqdm=True,
         dataloader_num_workers=0,
         log_level="warning",
@@ -430,31 +442,17 @@ class PayloadRun:
 
 
 def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
-    """Re-runs this job under ``accelerate launch`` on ``num_gpus`` processes (DDP, or FSDP when asked)."""
+    """Re-runs this job under ``accelerate launch``: ``num_gpus`` processes on each of ``num_nodes`` machines."""
     command = [
         sys.executable,
         "-m",
         "accelerate.commands.launch",
-        "--num_processes",
-        str(spec.num_gpus),
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "bf16" if use_bf16() else "no",
+        *launch_options(spec),
+        "-m",
+        "trainer_payload",
+        "run",
+        str(job_path),
     ]
-    if spec.strategy == "fsdp":
-        command += [
-            "--use_fsdp",
-            "--fsdp_sharding_strategy",
-            "FULL_SHARD",
-            "--fsdp_auto_wrap_policy",
-            "TRANSFORMER_BASED_WRAP",
-            "--fsdp_state_dict_type",
-            "SHARDED_STATE_DICT",
-        ]
-    else:
-        command += ["--multi_gpu"]
-    command += ["-m", "trainer_payload", "run", str(job_path)]
     # Own process group, so a SIGTERM for this process (spot preemption, user stop) reaches every rank: each
     # one saves its part of the checkpoint and exits instead of dying mid-write. torch's launcher would SIGKILL the
     # ranks 30 s after forwarding the signal, before a slow step and save end (seen on a loaded machine): it waits
@@ -470,6 +468,35 @@ def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
     return launcher.wait()
 
 
+def launch_options(spec: JobSpec) -> list[str]:
+    """``accelerate launch`` options for the job: processes, machines and DDP or FSDP.
+
+    FSDP loads the weights on rank 0 alone and broadcasts them (``cpu_ram_efficient_loading`` needs
+    ``sync_module_states``), so a machine needs one copy of the model in host memory, not one per rank.
+    """
+    options = ["--num_processes", str(spec.num_gpus * spec.num_nodes), "--num_machines", str(spec.num_nodes)]
+    if spec.num_nodes > 1:
+        options += ["--machine_rank", str(spec.node_rank), "--main_process_ip", spec.head_address]
+        options += ["--main_process_port", str(spec.head_port)]
+    options += ["--mixed_precision", "bf16" if use_bf16() else "no"]
+    if spec.strategy != "fsdp":
+        return [*options, "--multi_gpu"]
+    return [
+        *options,
+        "--use_fsdp",
+        "--fsdp_sharding_strategy",
+        "FULL_SHARD",
+        "--fsdp_auto_wrap_policy",
+        "TRANSFORMER_BASED_WRAP",
+        "--fsdp_state_dict_type",
+        "SHARDED_STATE_DICT",
+        "--fsdp_cpu_ram_efficient_loading",
+        "true",
+        "--fsdp_sync_module_states",
+        "true",
+    ]
+
+
 def run_job(job_path: Path) -> int:
     """Runs a job file to completion, reporting through ``events.jsonl``; returns the exit code."""
     stop = Stop()
@@ -480,7 +507,7 @@ def run_job(job_path: Path) -> int:
         return config_error(job_path, str(exc))
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    if spec.num_gpus > 1 and "LOCAL_RANK" not in os.environ:
+    if spec.num_gpus * spec.num_nodes > 1 and "LOCAL_RANK" not in os.environ:
         if spec.strategy == "fsdp" and not cuda_available():
             return config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")
         return _launch_distributed(spec, job_path)

@@ -9,6 +9,7 @@ from typing import NoReturn
 
 from desktop import __version__
 from desktop.cli.errors import EXIT_USAGE, redacted
+from desktop.core.sizing.plan import NODE_COUNTS
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Strategy, Targets
 from desktop.services.providers.base import ProviderName
 from trainer_payload.protocol import PROTOCOL_VERSION
@@ -178,6 +179,13 @@ def _add_plan_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     plan.add_argument("--gpu", help="only this GPU type (e.g. h100-sxm, 'RTX 4090')")
     plan.add_argument("--gpus", type=int, help="only this many GPUs")
     plan.add_argument("--strategy", choices=[s.value for s in Strategy], help="multi-GPU strategy")
+    plan.add_argument(
+        "--max-nodes",
+        type=int,
+        default=NODE_COUNTS[-1],
+        metavar="N",
+        help=f"when one machine of 8 GPUs cannot train it, propose up to N machines (default {NODE_COUNTS[-1]})",
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 

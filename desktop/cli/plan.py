@@ -75,7 +75,16 @@ def run_plan(args: argparse.Namespace) -> int:
     gpus, calibration = _plan_gpus(args, learned), learned.note
     counts = GPU_COUNTS if args.gpus is None else (args.gpus,)
     strategy = Strategy(args.strategy) if args.strategy else None
-    plan = make_plan(arch, setup, gpus, workload, counts=counts, strategy=strategy, measured=learned.memory or None)
+    plan = make_plan(
+        arch,
+        setup,
+        gpus,
+        workload,
+        counts=counts,
+        strategy=strategy,
+        measured=learned.memory or None,
+        max_nodes=args.max_nodes,
+    )
     if args.json:
         print(json.dumps({**plan_dict(plan, source), "calibration": calibration}, indent=2))
     else:

@@ -26,7 +26,7 @@ def test_sizing_and_the_wizard_start_from_the_payloads_defaults() -> None:
 def test_what_sizing_accepts_the_payload_accepts_and_no_more(setting: str) -> None:
     low, high = SETTING_RANGES[setting]
     assert (low, high) == JOB_INT_RANGES[setting]
-    job = {"base_model": "m", "train_file": "t.jsonl", "output_dir": "out"}
+    job = {"base_model": "m", "train_file": "t.jsonl", "output_dir": "out", "head_address": "10.65.0.2"}
     for value in (low, high):
         TrainingSetup(**{setting: value})
         JobSpec(**job, **{setting: value}).validate()

@@ -211,3 +211,40 @@ def test_the_launcher_gives_the_ranks_time_to_save_before_it_kills_them(
     assert train._launch_distributed(JobSpec.load(job), job) == 0
     assert started[0]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(train.STOP_GRACE_SECONDS)
     assert train.STOP_GRACE_SECONDS >= 300
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_two_machines_train_as_one_run_with_the_loss_curve_of_two_ranks_on_one(
+    make_job: JobFactory, tmp_path: Path
+) -> None:
+    """Two nodes (each its own folder, as two machines would be) train one adapter over gloo: rank 0 alone reports,
+    every node keeps whole sealed checkpoints (any node can resume), and the losses are those of 2 ranks on one node."""
+    settings = {"max_steps": 4, "checkpoint_steps": 2, "seed": 7}
+    single = make_job("single", num_gpus=2, **settings)
+    port = free_port()
+    nodes = [
+        make_job(f"node{rank}", num_nodes=2, node_rank=rank, head_address="127.0.0.1", head_port=port, **settings)
+        for rank in range(2)
+    ]
+    runs = [start_payload(job, tmp_path / f"node{rank}.log") for rank, job in enumerate(nodes)]
+    single_result = run_payload(single, timeout=600)
+    codes = [run.wait(timeout=600) for run in runs]
+    logs = "\n".join((tmp_path / f"node{rank}.log").read_text()[-3000:] for rank in range(2))
+    assert codes == [0, 0] and single_result.returncode == 0, logs + single_result.stderr[-3000:]
+    head = events_of(nodes[0])
+    assert [e["seq"] for e in head] == list(range(1, len(head) + 1)), "one contiguous stream, from rank 0"
+    assert not (nodes[1].parent / "out" / "events.jsonl").exists(), "the other node reports nothing"
+    assert [e["step"] for e in head if e["event"] == "checkpoint"] == [2, 4]
+    for job in nodes:
+        assert is_complete(job.parent / "out" / "checkpoints" / "checkpoint-4"), "every node can resume"
+    expected = losses(events_of(single))
+    assert losses(head) == pytest.approx(expected, rel=1e-3), "the same curve as two ranks on one machine"
+    done = next(e for e in head if e["event"] == "done")
+    assert is_complete(nodes[0].parent / "out" / done["adapter_path"])

@@ -24,6 +24,8 @@ class GpuSpec:
         list_price_usd_per_h: A typical on-demand price per GPU-hour; live offers replace it.
         mfu: Achievable model-FLOPs utilisation for a PEFT fine-tune.
         aliases: Other names accepted by ``--gpu``.
+        inter_node: The network between machines of a multi-node offer: ``infiniband`` or ``ethernet``.
+        inter_node_gbps: Its bandwidth per machine (shared by the machine's GPUs), Gb/s.
     """
 
     id: str
@@ -34,6 +36,8 @@ class GpuSpec:
     list_price_usd_per_h: float
     mfu: float
     aliases: tuple[str, ...] = ()
+    inter_node: str = "ethernet"
+    inter_node_gbps: float = 25.0
 
     @property
     def usable_gb(self) -> float:
@@ -58,6 +62,8 @@ def gpus_from_json(data: Mapping[str, Any]) -> list[GpuSpec]:
             list_price_usd_per_h=float(raw["list_price_usd_per_h"]),
             mfu=float(raw["mfu"]),
             aliases=tuple(raw.get("aliases", ())),
+            inter_node=raw["inter_node"],
+            inter_node_gbps=float(raw["inter_node_gbps"]),
         )
         for raw in data["gpus"]
     ]

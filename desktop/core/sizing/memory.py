@@ -15,9 +15,12 @@ The model follows what PyTorch actually allocates during a training step:
 Multi-GPU: DDP keeps a full copy on each GPU (plus gradient buckets for full fine-tunes). FSDP/ZeRO-3 shards
 weights, gradients and optimizer states; on top of its shard each GPU holds what is unsharded at the peak: the root
 unit (embeddings, LM head) gathered for the whole step, two decoder layers in flight (the one computing and the one
-prefetched) and, for full fine-tunes, their unsharded gradients until the reduce-scatter. Accumulating gradients
-over micro-batches under ``no_sync`` (what HF Trainer and accelerate do) keeps every trainable gradient whole and
-unsharded on every GPU until the last micro-batch.
+prefetched) and, for full fine-tunes, their unsharded gradients until the reduce-scatter. The payload reduce-scatters
+after every micro-batch (accelerate's ``sync_each_batch``), so accumulation keeps gradients sharded too; under
+``no_sync`` they would be whole on every GPU until the last micro-batch.
+
+Several machines (``num_nodes``) shard over every GPU of every node: the per-GPU memory of N nodes x G GPUs is the
+one-node formula at world size N x G.
 """
 
 from __future__ import annotations
@@ -127,16 +130,16 @@ def weights_gb(arch: Architecture, setup: TrainingSetup) -> float:
 
 
 def _shards(setup: TrainingSetup) -> int:
-    return setup.num_gpus if setup.strategy is Strategy.FSDP else 1
+    return setup.world_size if setup.strategy is Strategy.FSDP else 1
 
 
 def _sharded(setup: TrainingSetup) -> bool:
-    return setup.strategy is Strategy.FSDP and setup.num_gpus > 1
+    return setup.strategy is Strategy.FSDP and setup.world_size > 1
 
 
 def _accumulates_unsharded(setup: TrainingSetup) -> bool:
     """FSDP under ``no_sync``: micro-batches before the last add into whole, unsharded gradients on every GPU."""
-    return _sharded(setup) and setup.grad_accum > 1
+    return _sharded(setup) and setup.grad_accum > 1 and not setup.sync_each_batch
 
 
 def adapter_gb(arch: Architecture, setup: TrainingSetup) -> float:
@@ -146,22 +149,22 @@ def adapter_gb(arch: Architecture, setup: TrainingSetup) -> float:
     trainable = trainable_params(arch, setup)
     sharded = trainable * ADAPTER_BYTES / _shards(setup)
     if _accumulates_unsharded(setup):
-        sharded += trainable * ADAPTER_GRAD_BYTES * (1 - 1 / setup.num_gpus)  # the fp32 gradient, whole
+        sharded += trainable * ADAPTER_GRAD_BYTES * (1 - 1 / setup.world_size)  # the fp32 gradient, whole
     return sharded / GB
 
 
 def gradients_gb(arch: Architecture, setup: TrainingSetup) -> float:
     """Full fine-tune gradients.
 
-    Sharded under FSDP, except while accumulating under ``no_sync``, which keeps them whole on every GPU; DDP adds
-    the all-reduce buckets that copy them.
+    Sharded under FSDP when reduce-scattered after every micro-batch (the payload's ``sync_each_batch``); whole on
+    every GPU while accumulating under ``no_sync``. DDP adds the all-reduce buckets that copy them.
     """
     if setup.method.is_peft:
         return 0.0
     grads = arch.total_params * _param_bytes(setup)
-    if _sharded(setup) and not _accumulates_unsharded(setup):
-        grads /= setup.num_gpus
-    if setup.num_gpus > 1 and setup.strategy is Strategy.DDP:
+    if not _accumulates_unsharded(setup):
+        grads /= _shards(setup)
+    if setup.world_size > 1 and setup.strategy is Strategy.DDP:
         grads *= 2
     return grads / GB
 

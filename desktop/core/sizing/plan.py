@@ -19,6 +19,8 @@ from desktop.core.sizing.setup import Method, Strategy, TrainingSetup
 from desktop.core.sizing.throughput import tokens_per_s
 
 GPU_COUNTS = (1, 2, 4, 8)
+#: Machines a multi-node option may have, each with the most GPUs one machine has (``GPU_COUNTS[-1]``).
+NODE_COUNTS = (2, 4, 8)
 WORKING_DAY_HOURS = 8.0
 
 
@@ -76,6 +78,7 @@ class GpuOption:
         cost_usd: Billed cost at the GPU's list price.
         spot_rework_hours: Expected training hours redone after spot interruptions.
         memory_measured_by: The runs whose measured peak corrected ``memory`` (empty: the memory model alone).
+        nodes: Machines, each with ``count`` GPUs (FSDP across them when more than one).
     """
 
     gpu: GpuSpec
@@ -91,6 +94,12 @@ class GpuOption:
     cost_usd: float
     spot_rework_hours: float
     memory_measured_by: tuple[str, ...] = ()
+    nodes: int = 1
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs over all machines."""
+        return self.count * self.nodes
 
     @property
     def fits(self) -> bool:
@@ -158,9 +167,10 @@ def evaluate(
         round(setup_hours, 3),
         round(training_hours, 3),
         round(hours, 3),
-        round(hours * gpu.list_price_usd_per_h * setup.num_gpus, 2),
+        round(hours * gpu.list_price_usd_per_h * setup.world_size, 2),
         round(rework, 3),
         correction.run_ids if correction else (),
+        setup.num_nodes,
     )
 
 
@@ -196,13 +206,13 @@ def rank_options(options: list[GpuOption]) -> list[GpuOption]:
     Per GPU type, several cards are only offered when one card does not fit or would take more than a working
     day (the seed articles' rule), and per count the cheaper of DDP and FSDP is kept.
     """
-    single = {o.gpu.id: o for o in options if o.count == 1}
-    best: dict[tuple[str, int], GpuOption] = {}
+    single = {o.gpu.id: o for o in options if o.total_gpus == 1}
+    best: dict[tuple[str, int, int], GpuOption] = {}
     for option in options:
         one = single.get(option.gpu.id)
         if option.count > 1 and one and one.fits and one.training_hours <= WORKING_DAY_HOURS:
             continue
-        key = (option.gpu.id, option.count)
+        key = (option.gpu.id, option.count, option.nodes)
         current = best.get(key)
         if current is None or _sort_key(option) < _sort_key(current):
             best[key] = option
@@ -212,6 +222,34 @@ def rank_options(options: list[GpuOption]) -> list[GpuOption]:
 def _sort_key(option: GpuOption) -> tuple[int, float, float]:
     order = {Fit.FITS: 0, Fit.TIGHT: 1, Fit.NO: 2}[option.fit]
     return (order, option.cost_usd if option.fits else -option.headroom_gb, option.hours)
+
+
+def multi_node_options(
+    arch: Architecture,
+    setup: TrainingSetup,
+    gpus: list[GpuSpec],
+    workload: Workload,
+    *,
+    max_nodes: int,
+    measured: MemoryCorrections | None = None,
+) -> list[GpuOption]:
+    """Per GPU type, the fewest machines of ``GPU_COUNTS[-1]`` GPUs (FSDP across all) on which the job fits.
+
+    Only for types where one full machine does not fit or would take more than a working day; an option that
+    fits on no count up to ``max_nodes`` is left out (the one-machine row already says it does not fit).
+    """
+    per_node = GPU_COUNTS[-1]
+    found: list[GpuOption] = []
+    for gpu in gpus:
+        one = evaluate(arch, setup.with_gpus(per_node, Strategy.FSDP), gpu, workload, measured)
+        if one.fits and one.training_hours <= WORKING_DAY_HOURS:
+            continue
+        for nodes in (n for n in NODE_COUNTS if n <= max_nodes):
+            option = evaluate(arch, setup.with_gpus(per_node, Strategy.FSDP, nodes), gpu, workload, measured)
+            if option.fits:
+                found.append(option)
+                break
+    return found
 
 
 @dataclass(frozen=True)
@@ -257,7 +295,7 @@ def _fixes(setup: TrainingSetup) -> list[_Fix]:
                 lambda s: replace(s, micro_batch=1, grad_accum=same_batch),
             )
         )
-    if setup.grad_accum > 1 and not setup.method.is_peft:
+    if setup.grad_accum > 1 and not setup.method.is_peft and not setup.sync_each_batch:
         fixes.append(
             _Fix("accumulating under FSDP keeps whole gradients on every GPU", lambda s: replace(s, grad_accum=1))
         )
@@ -381,15 +419,20 @@ def make_plan(
     counts: tuple[int, ...] = GPU_COUNTS,
     strategy: Strategy | None = None,
     measured: MemoryCorrections | None = None,
+    max_nodes: int = 1,
 ) -> Plan:
     """Builds a ranked plan; ``counts``/``strategy`` restrict the configurations (``--gpus``, ``--strategy``).
 
     ``measured``: peak memory measured on the user's runs of this job, per GPU type, corrects the memory model.
+    ``max_nodes`` above 1 adds, per GPU type a full machine cannot train, the fewest machines that can.
     """
-    options = rank_options(
-        all_options(arch, setup, gpus, workload, counts=counts, strategy=strategy, measured=measured)
-    )
-    suggestions = [] if any(o.fits for o in options) else suggest_fixes(arch, setup, gpus, workload, measured=measured)
+    one_node = all_options(arch, setup, gpus, workload, counts=counts, strategy=strategy, measured=measured)
+    several = []
+    if max_nodes > 1 and strategy in {None, Strategy.FSDP} and GPU_COUNTS[-1] in counts:
+        several = multi_node_options(arch, setup, gpus, workload, max_nodes=max_nodes, measured=measured)
+    options = rank_options(one_node + several)
+    fits_one_node = any(o.fits for o in options if o.nodes == 1)
+    suggestions = [] if fits_one_node else suggest_fixes(arch, setup, gpus, workload, measured=measured)
     return Plan(
         arch,
         setup,

@@ -47,6 +47,8 @@ def option_dict(option: GpuOption) -> dict[str, Any]:
         "usd_per_training_hour": round(option.usd_per_training_hour, 2),
         "spot_rework_hours": option.spot_rework_hours,
         "memory_measured_by": list(option.memory_measured_by),
+        "nodes": option.nodes,
+        "inter_node": f"{option.gpu.inter_node} {option.gpu.inter_node_gbps:g} Gb/s" if option.nodes > 1 else None,
     }
 
 
@@ -125,8 +127,10 @@ def plan_text(plan: Plan, tokens_source: str, describe: Callable[[Suggestion], s
     ]
     lines += [f"  {_ITEM_LABELS[k]:<32}{v:>9.2f}" for k, v in plan.memory.items.items() if v > 0]
     lines += [f"  {'total':<32}{plan.memory.per_gpu_total:>9.2f}", "", _options_table(plan.options[:limit])]
+    lines += multi_node_reasons(plan.options[:limit], plan.options)
     if plan.suggestions:
-        lines += ["", "Nothing fits as configured. Changes that make it fit:"]
+        where = "on one machine " if any(o.fits for o in plan.options) else ""
+        lines += ["", f"Nothing fits {where}as configured. Changes that make it fit {where}:".replace(" :", ":")]
         lines += [
             f"  - {describe(s)}: {s.option.count} x {s.option.gpu.name}, {s.option.memory.per_gpu_total:.1f} GB per "
             f"GPU, {format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
@@ -135,11 +139,38 @@ def plan_text(plan: Plan, tokens_source: str, describe: Callable[[Suggestion], s
     return "\n".join(lines)
 
 
+def option_name(option: GpuOption) -> str:
+    """``8 x H100 SXM fsdp``; several machines: ``2 machines x 8 x H100 SXM fsdp``."""
+    name = f"{option.count} x {option.gpu.name}" + (f" {option.strategy.value}" if option.total_gpus > 1 else "")
+    return f"{option.nodes} machines x {name}" if option.nodes > 1 else name
+
+
+def multi_node_reasons(shown: list[GpuOption], options: list[GpuOption]) -> list[str]:
+    """Why each multi-machine option shown needs its machines, over which network, and what it costs."""
+    lines: list[str] = []
+    for option in (o for o in shown if o.nodes > 1):
+        one = next((o for o in options if o.gpu.id == option.gpu.id and o.nodes == 1 and o.count == option.count), None)
+        if one is not None and not one.fits:
+            why = f"one machine of {option_name(one)} needs {one.memory.per_gpu_total:.1f} GB per GPU of "
+            why += f"{option.gpu.usable_gb:.1f} usable"
+        else:
+            hours = format_hours(one.hours) if one else "more than a working day"
+            why = f"one machine of {option.count} x {option.gpu.name} would take {hours}"
+        lines.append(
+            f"{option.nodes} machines of {option.gpu.name}: {why}; across {option.nodes} machines "
+            f"({option.gpu.inter_node_gbps:g} Gb/s {option.gpu.inter_node} between them) FSDP shards over "
+            f"{option.total_gpus} GPUs: {option.memory.per_gpu_total:.1f} GB per GPU, {format_hours(option.hours)}, "
+            f"${option.cost_usd:,.2f}."
+        )
+    return ["", *lines] if lines else []
+
+
 def _options_table(options: list[GpuOption]) -> str:
-    header = f"{'GPU':<22}{'fit':<28}{'tok/s':>9}{'time':>14}{'cost':>11}"
+    width = max([22, *(len(option_name(o)) + 2 for o in options)])
+    header = f"{'GPU':<{width}}{'fit':<28}{'tok/s':>9}{'time':>14}{'cost':>11}"
     rows = [header, "-" * len(header)]
     for o in options:
-        name = f"{o.count} x {o.gpu.name}" + (f" {o.strategy.value}" if o.count > 1 else "")
+        name = option_name(o)
         if o.fit.value == "fits":
             fit = f"fits, {o.headroom_gb:.1f} GB headroom"
         elif o.fit.value == "tight":
@@ -147,7 +178,7 @@ def _options_table(options: list[GpuOption]) -> str:
         else:
             fit = f"does not fit ({-o.headroom_gb:.1f} GB over)"
         cost = "$" + format(o.cost_usd, ",.2f")
-        rows.append(f"{name:<22}{fit:<28}{o.tokens_per_s:>9,.0f}{format_hours(o.hours):>14}{cost:>11}")
+        rows.append(f"{name:<{width}}{fit:<28}{o.tokens_per_s:>9,.0f}{format_hours(o.hours):>14}{cost:>11}")
     measured = [o for o in options if o.memory_measured_by]
     if measured:
         rows.append(

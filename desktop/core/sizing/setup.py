@@ -72,7 +72,7 @@ class SetupError(ValueError):
 #: The whole-number settings and their allowed range (lowest, highest): the payload's, so that nothing the app
 #: accepts is refused on the machine.
 SETTING_RANGES: dict[str, tuple[int, int]] = {
-    key: JOB_INT_RANGES[key] for key in ("lora_r", "seq_len", "micro_batch", "grad_accum", "num_gpus")
+    key: JOB_INT_RANGES[key] for key in ("lora_r", "seq_len", "micro_batch", "grad_accum", "num_gpus", "num_nodes")
 }
 
 
@@ -92,9 +92,13 @@ class TrainingSetup:
         precision: Precision policy (see :class:`Precision`).
         attention: Attention kernel.
         double_quant: QLoRA double quantisation of the NF4 constants.
-        num_gpus: GPUs used.
-        strategy: DDP (a full copy per GPU) or FSDP/ZeRO-3 (sharded).
+        num_gpus: GPUs used on each machine.
+        strategy: DDP (a full copy per GPU) or FSDP/ZeRO-3 (sharded over every GPU of every machine).
         chunked_loss: Cross-entropy computed in chunks (no full fp32 logits tensor).
+        num_nodes: Machines, each with ``num_gpus`` GPUs.
+        sync_each_batch: FSDP reduce-scatters gradients after every micro-batch (the payload does); ``False`` is
+            accumulation under ``no_sync`` (whole gradients on every GPU until the last micro-batch), what other
+            trainers measured in published tables do.
     """
 
     method: Method = Method.QLORA  # members, not lookups (RUF009): a test holds the enums equal to the payload's
@@ -111,6 +115,8 @@ class TrainingSetup:
     num_gpus: int = job_default("num_gpus")
     strategy: Strategy = Strategy.DDP
     chunked_loss: bool = False
+    num_nodes: int = job_default("num_nodes")
+    sync_each_batch: bool = True
 
     def __post_init__(self) -> None:
         for setting, (low, high) in SETTING_RANGES.items():
@@ -126,11 +132,16 @@ class TrainingSetup:
     @property
     def tokens_per_step(self) -> int:
         """Tokens per optimizer step over all GPUs."""
-        return self.tokens_per_micro_batch * self.grad_accum * self.num_gpus
+        return self.tokens_per_micro_batch * self.grad_accum * self.world_size
 
-    def with_gpus(self, num_gpus: int, strategy: Strategy) -> TrainingSetup:
-        """Returns the same setup on another GPU count and strategy."""
-        return replace(self, num_gpus=num_gpus, strategy=strategy)
+    @property
+    def world_size(self) -> int:
+        """GPUs over all machines: the ranks of the run."""
+        return self.num_gpus * self.num_nodes
+
+    def with_gpus(self, num_gpus: int, strategy: Strategy, num_nodes: int = 1) -> TrainingSetup:
+        """Returns the same setup on another GPU count (per machine), strategy and machine count."""
+        return replace(self, num_gpus=num_gpus, strategy=strategy, num_nodes=num_nodes)
 
 
 def _check_range(setting: str, value: int, low: int, high: int) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -190,12 +191,22 @@ def test_fsdp_holds_the_root_and_two_layers_unsharded(llama8b: Architecture) -> 
     assert full == pytest.approx((2 * layer + root) * 4, rel=1e-3), "a full fine-tune adds their unsharded gradients"
 
 
-def test_accumulating_under_fsdp_keeps_whole_gradients(llama8b: Architecture) -> None:
-    # HF Trainer and accelerate accumulate under no_sync: until the last micro-batch every GPU adds into whole,
-    # unsharded gradients; without accumulation each layer's gradient is reduce-scattered to a shard.
-    synced = TrainingSetup(method=Method.FULL, grad_accum=1).with_gpus(4, Strategy.FSDP)
-    accumulating = dataclasses.replace(synced, grad_accum=4)
+def test_accumulating_under_fsdp_keeps_whole_gradients_only_under_no_sync(llama8b: Architecture) -> None:
+    # The payload reduce-scatters after every micro-batch (sync_each_batch): gradients stay sharded while it
+    # accumulates. Under no_sync (HF Trainer's and accelerate's default, litgpt's) every GPU adds into whole ones.
+    synced = TrainingSetup(method=Method.FULL, grad_accum=4).with_gpus(4, Strategy.FSDP)
+    under_no_sync = dataclasses.replace(synced, sync_each_batch=False)
     sharded = estimate_memory(llama8b, synced).items["gradients"] * GB
-    whole = estimate_memory(llama8b, accumulating).items["gradients"] * GB
+    whole = estimate_memory(llama8b, under_no_sync).items["gradients"] * GB
     assert sharded == pytest.approx(llama8b.total_params * 2 / 4, rel=1e-3)
     assert whole == pytest.approx(llama8b.total_params * 2, rel=1e-3)
+    assert estimate_memory(llama8b, dataclasses.replace(synced, grad_accum=1)).items["gradients"] * GB == sharded
+
+
+def test_n_nodes_of_g_gpus_need_per_gpu_what_one_node_of_n_times_g_would(llama8b: Architecture) -> None:
+    for method, strategy in itertools.product(Method, Strategy):
+        base = TrainingSetup(method=method, grad_accum=4)
+        for nodes, gpus in ((2, 8), (4, 8), (2, 4), (3, 2)):
+            across = estimate_memory(llama8b, base.with_gpus(gpus, strategy, num_nodes=nodes))
+            one_node = estimate_memory(llama8b, dataclasses.replace(base.with_gpus(nodes * gpus, strategy)))
+            assert across == one_node, (method, strategy, nodes, gpus)

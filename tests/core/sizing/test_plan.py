@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from desktop.core.sizing.catalog import ModelCatalog
@@ -97,12 +99,15 @@ def test_70b_full_finetune_fits_8_h200_with_fsdp(catalog: ModelCatalog, gpus: li
     assert plan.options[0].fits
 
 
-def test_accumulating_full_finetune_under_fsdp_suggests_syncing_every_micro_batch(
+def test_accumulating_full_finetune_under_fsdp_fits_as_the_payload_syncs_every_micro_batch(
     catalog: ModelCatalog, gpus: list[GpuSpec]
 ) -> None:
     arch, h200 = catalog.find("llama-2-70b"), find_gpu(gpus, "h200")
     assert arch is not None and h200 is not None
     setup = TrainingSetup(method=Method.FULL, seq_len=4096, micro_batch=4, grad_accum=4).with_gpus(8, Strategy.FSDP)
     plan = make_plan(arch, setup, [h200], Workload(), counts=(8,), strategy=Strategy.FSDP)
+    assert plan.options[0].fits, "gradients reduce-scattered every micro-batch: sharded, not 138 GB whole"
+    under_no_sync = dataclasses.replace(setup, sync_each_batch=False)
+    plan = make_plan(arch, under_no_sync, [h200], Workload(), counts=(8,), strategy=Strategy.FSDP)
     assert not any(o.fits for o in plan.options), "138 GB of whole bf16 gradients on each GPU"
     assert any([(c.setting, c.before, c.after) for c in s.changes] == [("grad_accum", 4, 1)] for s in plan.suggestions)

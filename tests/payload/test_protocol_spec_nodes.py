@@ -1,0 +1,47 @@
+"""The job keys of a run across several machines: each node's rank, and the head every rank reaches."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer_payload.protocol import JobSpec, JobSpecError
+
+JOB = {"base_model": "m", "train_file": "t.jsonl", "output_dir": "out"}
+
+
+def test_a_node_rank_at_or_above_the_machine_count_is_refused() -> None:
+    with pytest.raises(JobSpecError, match="node_rank 2 must be below num_nodes 2"):
+        JobSpec.from_dict({**JOB, "num_nodes": 2, "node_rank": 2, "head_address": "10.65.0.2"})
+
+
+@pytest.mark.parametrize("address", ["", "--main_process_port=1", "10.0.0.1; rm -rf /", "a b"])
+def test_several_machines_need_a_plain_head_address(address: str) -> None:
+    with pytest.raises(JobSpecError, match="head_address"):
+        JobSpec.from_dict({**JOB, "num_nodes": 2, "head_address": address})
+
+
+def test_the_launch_options_name_every_machine_and_shard_with_rank_zero_loading() -> None:
+    from trainer_payload.train import launch_options
+
+    spec = JobSpec.from_dict(
+        {**JOB, "num_gpus": 8, "num_nodes": 2, "node_rank": 1, "head_address": "10.65.0.2", "strategy": "fsdp"}
+    )
+    options = launch_options(spec)
+    pairs = dict(zip(options[::2], options[1::2], strict=False))
+    assert pairs["--num_processes"] == "16" and pairs["--num_machines"] == "2" and pairs["--machine_rank"] == "1"
+    assert pairs["--main_process_ip"] == "10.65.0.2" and pairs["--main_process_port"] == "29500"
+    assert options[options.index("--fsdp_cpu_ram_efficient_loading") + 1] == "true"
+    assert options[options.index("--fsdp_sync_module_states") + 1] == "true"
+
+
+def test_fsdp_reduce_scatters_every_micro_batch_and_every_machine_keeps_whole_checkpoints() -> None:
+    """What the sizing counts: gradients sharded while accumulating (no whole no_sync copies on every GPU)."""
+    from trainer_payload.train import _sft_config
+
+    fsdp = JobSpec.from_dict({**JOB, "num_gpus": 8, "num_nodes": 2, "head_address": "h", "strategy": "fsdp"})
+    config = _sft_config(fsdp, bf16=False, has_eval=False)
+    assert config.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
+    assert config.save_on_each_node
+    ddp = _sft_config(JobSpec.from_dict({**JOB, "num_gpus": 2}), bf16=False, has_eval=False)
+    assert ddp.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": False}
+    assert not ddp.save_on_each_node
