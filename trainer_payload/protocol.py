@@ -25,6 +25,9 @@ EVENTS_FILE_NAME = "events.jsonl"
 JOB_FILE_NAME = "job.json"
 CHECKPOINT_MARKER = "rentune_checkpoint.json"
 STOP_MARKER_NAME = "STOP_MACHINE"
+#: In the output folder: the trainer's exit code, written as its launching process ends (absent: killed, or running).
+#: On the other machines of a run across several (which write no events) it tells a finished node from a lost one.
+TRAINER_EXIT_FILE_NAME = "trainer.exit"
 #: In the output folder: touched by the desktop while it follows the run (the self-stop's "somebody is here").
 HEARTBEAT_NAME = "HEARTBEAT"
 ADAPTER_DIR_NAME = "adapter"

@@ -35,6 +35,7 @@ from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     EVENTS_FILE_NAME,
     STOP_MARKER_NAME,
+    TRAINER_EXIT_FILE_NAME,
     ErrorKind,
     EventKind,
     EventWriter,
@@ -507,12 +508,19 @@ def run_job(job_path: Path) -> int:
         return config_error(job_path, str(exc))
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    if spec.num_gpus * spec.num_nodes > 1 and "LOCAL_RANK" not in os.environ:
+    if "LOCAL_RANK" in os.environ:  # a rank started by accelerate launch
+        writer: EventWriter = EventWriter(output_dir / EVENTS_FILE_NAME) if _is_main_process() else _SilentEvents()
+        return _run_reporting(spec, writer, stop)
+    (output_dir / TRAINER_EXIT_FILE_NAME).unlink(missing_ok=True)
+    if spec.num_gpus * spec.num_nodes > 1:
         if spec.strategy == "fsdp" and not cuda_available():
-            return config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")
-        return _launch_distributed(spec, job_path)
-    writer: EventWriter = EventWriter(output_dir / EVENTS_FILE_NAME) if _is_main_process() else _SilentEvents()
-    return _run_reporting(spec, writer, stop)
+            code = config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")
+        else:
+            code = _launch_distributed(spec, job_path)
+    else:
+        code = _run_reporting(spec, EventWriter(output_dir / EVENTS_FILE_NAME), stop)
+    (output_dir / TRAINER_EXIT_FILE_NAME).write_text(f"{code}\n", encoding="utf-8")
+    return code
 
 
 def _run_reporting(spec: JobSpec, events: EventWriter, stop: Stop) -> int:

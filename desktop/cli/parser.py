@@ -71,8 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_target_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="ssh://user@host:port (overrides [target] ssh)")
+def _add_target_options(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
+    if several:
+        parser.add_argument(
+            "--target",
+            action="append",
+            help="ssh://user@host:port of the machine to move to; a run on several: once per machine, the head first",
+        )
+    else:
+        parser.add_argument("--target", help="ssh://user@host:port (overrides [target] ssh)")
     parser.add_argument("--identity", type=Path, help="private key to log in with (overrides [target] identity)")
     parser.add_argument("--python", help="interpreter on the machine (overrides [target] python)")
 
@@ -106,7 +113,7 @@ def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParse
         if name == "status":
             command.add_argument("--json", action="store_true")
         if name == "resume":
-            _add_target_options(command)
+            _add_target_options(command, several=True)
 
 
 def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

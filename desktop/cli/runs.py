@@ -275,7 +275,13 @@ class RunsCommands:
         if record.state in TERMINAL and refusal is not None:  # a run stopped by the user goes on, as in the app
             print(f"run {record.id} is already {record.state.value}: {refusal}")
             return 0 if record.state is RunState.FINISHED else 1
-        if args.target or args.identity or args.python:
+        targets: list[str] = args.target or []
+        if self.engine.store.nodes_of(record.id):
+            self._move_machines(record, args, targets)
+        elif len(targets) > 1:
+            raise self.error(f"run {record.id} trains on one machine: give one --target")
+        elif targets or args.identity or args.python:
+            args.target = targets[0] if targets else None
             base = None
             if record.target:
                 user, host, port = parse_ssh_url(record.target)
@@ -300,6 +306,24 @@ class RunsCommands:
         except RunError as exc:
             raise self.error(str(exc)) from exc
         return self._follow(record.id)
+
+    def _move_machines(self, record: RunRecord, args: argparse.Namespace, targets: list[str]) -> None:
+        """``resume`` of a run across several machines: onto a fresh set when ``--target`` names one per machine."""
+        if not targets:
+            return  # the same machines
+        spec = record.spec
+        python, workdir, authorized = spec.get("python", "python3"), spec.get("workdir"), spec.get("authorized_keys")
+        base = SshTarget("", "", 22, None, python, workdir, authorized)
+        moved = []
+        for url in targets:
+            args.target = url
+            target = self._target(args, base)
+            assert target is not None
+            moved.append(target)
+        try:
+            self.engine.retarget_nodes(record.id, moved)
+        except RunError as exc:
+            raise self.error(str(exc)) from exc
 
     def stop(self, args: argparse.Namespace) -> int:
         """``rentune stop RUN``: exit code 0 only when the run has ended (cancelled, or finished meanwhile)."""
@@ -387,6 +411,7 @@ class RunsCommands:
         record = self._record(args.run_id)
         history = self.engine.store.transitions(record.id)
         events = mirrored_events(self.engine.folder(record.id))
+        others = self.engine.store.nodes_of(record.id)
         if args.json:
             print(
                 json.dumps(
@@ -400,6 +425,7 @@ class RunsCommands:
                         "relaunches": record.relaunches,
                         "transitions": history,
                         "last_event": events[-1] if events else None,
+                        "nodes": [_node_dict(node) for node in others],
                         **self._money(Ledger(), record),
                     },
                     indent=2,
@@ -408,6 +434,9 @@ class RunsCommands:
             )
             return 0
         print(f"run {record.id}: {record.state.value} on {record.target} (host key {record.fingerprint or '-'})")
+        for node in others:
+            rank, pinned = _node_dict(node)["rank"], node.fingerprint or "-"
+            print(f"  node {rank}: {node.state.value} on {node.target} (host key {pinned})")
         for step in history:
             print(
                 f"  {_stamp(step['ts'])}  {step['from_state'] or '':<13} -> {step['to_state']:<13} {step['note'] or ''}"
@@ -505,6 +534,12 @@ def run_stop(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     """``rentune pull RUN``: brings the newest checkpoint home now."""
     return _commands().pull(args)
+
+
+def _node_dict(node: RunRecord) -> dict[str, Any]:
+    """One more machine of a run across several, for ``status``."""
+    rank = (node.spec.get("cluster") or {}).get("node_rank")
+    return {"id": node.id, "rank": rank, "state": node.state.value, "target": node.target, "pid": node.pid}
 
 
 def run_resume(args: argparse.Namespace) -> int:

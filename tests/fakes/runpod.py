@@ -30,6 +30,7 @@ from typing import Any
 from graphql import GraphQLError, build_schema, graphql_sync
 
 from tests.fakes.http import FakeCloud, FakeInstance, FakeRequest, FakeResponse
+from tests.fakes.runpod_clusters import ClusterBook, FakeClusters
 
 SDL = """
 enum CloudTypeEnum { ALL SECURE COMMUNITY }
@@ -168,7 +169,7 @@ def graphql_gpu_type(type_id: str) -> dict[str, Any]:
     }
 
 
-class FakeRunPod(FakeCloud):
+class FakeRunPod(FakeClusters, FakeCloud):
     """RunPod's REST v2 (under ``/v2`` or the root) and its spot-only GraphQL (``/graphql``).
 
     Attributes:
@@ -180,7 +181,9 @@ class FakeRunPod(FakeCloud):
         super().__init__(root, boot_seconds=boot_seconds)
         self.statuses: dict[str, str] = {}
         self.graphql_status: int | None = None
+        self.clusters: dict[str, ClusterBook] = {}
         self._routes = [
+            *self.CLUSTER_ROUTES,
             ("GET", r"/catalog/gpus", "_catalog"),
             ("GET", r"/pods", "_list"),
             ("POST", r"/pods", "_create"),
@@ -205,8 +208,8 @@ class FakeRunPod(FakeCloud):
         return problem(404, f"no route {request.method} {request.path}")
 
     def is_terminate(self, request: FakeRequest) -> bool:
-        """``DELETE /pods/{id}`` (or the ``terminate`` action) terminates a pod."""
-        if request.method == "DELETE" and re.search(r"/pods/[^/]+/?$", request.path):
+        """``DELETE /pods/{id}`` (or the ``terminate`` action) terminates a pod; ``DELETE /clusters/{id}`` a cluster."""
+        if request.method == "DELETE" and re.search(r"/(pods|clusters)/[^/]+/?$", request.path):
             return True
         body = request.json() if request.method == "POST" and request.path.endswith("/action") else None
         return isinstance(body, dict) and body.get("action") == "terminate"
@@ -295,7 +298,9 @@ class FakeRunPod(FakeCloud):
         return self.add(instance)
 
     def _list(self, request: FakeRequest) -> FakeResponse:
-        return FakeResponse(200, {"pods": [self.pod_of(i) for i in self.live_instances()]})
+        members = request.query.get("includeClusterPods", ["false"])[0] == "true"
+        pods = [self.pod_of(i) for i in self.live_instances() if members or "cluster" not in i.extra]
+        return FakeResponse(200, {"pods": pods})
 
     def _get(self, request: FakeRequest, pod_id: str) -> FakeResponse:
         instance = self.instances.get(pod_id)
@@ -307,6 +312,8 @@ class FakeRunPod(FakeCloud):
         instance = self.instances.get(pod_id)
         if instance is None or not instance.live:
             return problem(404, "pod not found")
+        if "cluster" in instance.extra:
+            return problem(409, "this pod belongs to a cluster: delete the cluster instead")
         self.terminate_instance(instance)
         return FakeResponse(204, None)
 

@@ -67,3 +67,20 @@ def test_errors_and_notes_are_written_without_secrets(monkeypatch: pytest.Monkey
     assert store.transitions(run_id)[-1]["note"] == "the provider refused key ***"
     raw = store.path.read_bytes()
     assert vast.encode() not in raw and typed.encode() not in raw
+
+
+def test_the_other_machines_of_a_run_are_listed_with_it_found_by_their_id_and_deleted_with_it() -> None:
+    store = RunStore()
+    head = store.create({"training": {}}, "ssh://me@a:22")
+    nodes = [
+        store.create({"training": {}}, f"ssh://me@{h}:22", node_of=head.id, rank=r) for r, h in ((2, "c"), (1, "b"))
+    ]
+    assert [r.id for r in store.all()] == [head.id], "listed as one run"
+    assert {r.id for r in store.all(with_nodes=True)} == {head.id, *(n.id for n in nodes)}
+    assert [r.target for r in store.nodes_of(head.id)] == ["ssh://me@b:22", "ssh://me@c:22"], "in rank order"
+    assert store.get(head.id[:-2]).id == head.id, "a prefix names the run, never one of its machines"
+    assert store.get(f"{head.id}.n1").target == "ssh://me@b:22"
+    for record in [head, *nodes]:
+        store.transition(record.id, RunState.CANCELLED)
+    store.delete(head.id)
+    assert store.all(with_nodes=True) == [] and not list(store.runs_dir.iterdir())

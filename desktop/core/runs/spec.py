@@ -2,7 +2,9 @@
 
 Sections: ``[model] base``; ``[data] train`` (and ``eval``); ``[training]`` with the payload's job keys under the
 same names; ``[target] ssh = "ssh://user@host:port"``, ``identity``, ``python``, ``host_key`` (optional: the host key
-pinned in advance, e.g. by the wizard's Test connection); or, instead of ``[target]``, ``[compute]`` to rent a
+pinned in advance, e.g. by the wizard's Test connection), or ``hosts = ["ssh://user@a:22", "ssh://user@b:22"]`` to
+train on several machines as one run (the first is the head, rank 0; ``head_address`` is where the others reach it
+when its SSH host name is not, ``head_port`` the port they use); or, instead of ``[target]``, ``[compute]`` to rent a
 machine from a GPU cloud (see :class:`ComputeSpec`); ``[budget] hourly_rate_usd`` (what an own machine costs per
 hour; a rented one's price is known) and ``max_usd`` (the run is stopped, its checkpoint kept, before the cost
 reaches it); ``[export] on_machine = ["merged", "gguf:Q8_0"]`` (what the machine makes from the adapter after
@@ -22,6 +24,10 @@ from urllib.parse import urlsplit
 from trainer_payload.protocol import ON_MACHINE_GGUF_TYPES, JobSpec, JobSpecError
 
 _TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version"}
+#: Job keys of a run across machines: each machine's own, set from ``[target] hosts`` (never by hand).
+_NODE_KEYS = {"num_nodes", "node_rank", "head_address", "head_port"}
+#: The port the nodes of a multi-machine run meet on at the head, unless ``[target] head_port`` says otherwise.
+DEFAULT_HEAD_PORT = 29500
 
 
 class RunSpecError(ValueError):
@@ -143,6 +149,9 @@ class RunSpec:
         estimate: What the wizard estimated at launch (``[estimate]``: ``hours``, and ``usd``, ``gpu``, ``count``,
             ``tokens_per_s``, ``peak_gb`` when known); the monitor compares the run with it.
         export_on_machine: What the machine makes after training (``merged``, ``gguf:TYPE``), empty for nothing.
+        nodes: The other machines of a run across several (``[target] hosts`` after the first), in rank order.
+        head_address: Where the other machines reach the head (rank 0): its address on their network.
+        head_port: The port they meet on there.
     """
 
     base_model: str
@@ -157,6 +166,14 @@ class RunSpec:
     compute: ComputeSpec | None = None
     estimate: dict[str, Any] | None = None
     export_on_machine: tuple[str, ...] = ()
+    nodes: tuple[SshTarget, ...] = ()
+    head_address: str | None = None
+    head_port: int = DEFAULT_HEAD_PORT
+
+    @property
+    def num_nodes(self) -> int:
+        """Machines the run trains on (1 unless ``[target] hosts`` names several)."""
+        return 1 + len(self.nodes)
 
     def job_dict(self, train_name: str, eval_name: str | None) -> dict[str, Any]:
         """The payload's ``job.json`` for this spec, with data paths relative to the remote job folder."""
@@ -199,12 +216,45 @@ def _host_key(value: Any) -> str | None:
 def _target(section: dict[str, Any], base: Path) -> SshTarget | None:
     if "ssh" not in section:
         return None
-    user, host, port = parse_ssh_url(str(section["ssh"]))
+    return _ssh_target(str(section["ssh"]), section, base, _host_key(section.get("host_key")))
+
+
+def _ssh_target(url: str, section: dict[str, Any], base: Path, host_key: str | None) -> SshTarget:
+    """One machine of ``[target]``: its URL with the section's identity, python, workdir and key file."""
+    user, host, port = parse_ssh_url(url)
     identity = _path(section["identity"], base, "[target] identity") if section.get("identity") else None
     workdir = str(section["workdir"]) if section.get("workdir") else None
     authorized = str(section["authorized_keys"]) if section.get("authorized_keys") else None
     python = str(section.get("python", "python3"))
-    return SshTarget(user, host, port, identity, python, workdir, authorized, _host_key(section.get("host_key")))
+    return SshTarget(user, host, port, identity, python, workdir, authorized, host_key)
+
+
+def _hosts(section: dict[str, Any], base: Path) -> tuple[SshTarget, ...]:
+    """``[target] hosts``: two or more machines, the head first; each must be a distinct ``ssh://`` URL.
+
+    Raises:
+        RunSpecError: Not a list of at least two distinct URLs, given beside ``ssh``, or with ``host_key``.
+    """
+    hosts = section.get("hosts")
+    if hosts is None:
+        return ()
+    example = 'hosts = ["ssh://user@a:22", "ssh://user@b:22"]'
+    if "ssh" in section:
+        raise RunSpecError(f"[target] takes ssh (one machine) or hosts (several), not both; like {example}")
+    if not isinstance(hosts, list) or len(hosts) < 2 or not all(isinstance(h, str) for h in hosts):
+        raise RunSpecError(f"[target] hosts must list two or more machines, the head first, like {example}")
+    if len(set(hosts)) != len(hosts):
+        raise RunSpecError("[target] hosts names a machine twice: each node of the run is a machine of its own")
+    if section.get("host_key"):
+        raise RunSpecError("[target] host_key pins one machine; with hosts each one's key is pinned on first contact")
+    return tuple(_ssh_target(url, section, base, None) for url in hosts)
+
+
+def _head_port(section: dict[str, Any]) -> int:
+    port = section.get("head_port", DEFAULT_HEAD_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        raise RunSpecError(f"[target] head_port = {port!r} must be a port number from 1024 to 65535")
+    return port
 
 
 def _dollars(section: dict[str, Any], key: str) -> float:
@@ -251,6 +301,9 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     clash = sorted(set(training) & _TRAINING_EXCLUDED)
     if clash:
         raise RunSpecError(f"[training] cannot set {', '.join(clash)} (they come from [model] and [data])")
+    by_target = sorted(set(training) & _NODE_KEYS)
+    if by_target:
+        raise RunSpecError(f"[training] cannot set {', '.join(by_target)}: [target] hosts names the machines")
     local_model = Path(model).expanduser()
     if not local_model.is_absolute() and (base_dir / local_model).exists():
         model = str((base_dir / local_model).resolve())
@@ -259,7 +312,12 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         JobSpec.from_dict({"base_model": model, "train_file": "t", "output_dir": "o", **training})
     except (JobSpecError, TypeError) as exc:
         raise RunSpecError(f"[training]: {exc}") from exc
-    target = _target(_section(data, "target"), base_dir)
+    target_section = _section(data, "target")
+    hosts = _hosts(target_section, base_dir)
+    target = hosts[0] if hosts else _target(target_section, base_dir)
+    head_address = target_section.get("head_address")
+    if head_address is not None and not (hosts and isinstance(head_address, str) and head_address.strip()):
+        raise RunSpecError("[target] head_address is the head's address for the other hosts: give it with hosts")
     compute = compute_from_dict(data["compute"]) if "compute" in data else None
     if target is not None and compute is not None:
         raise RunSpecError("give either [target] (your own machine) or [compute] (a rented one), not both")
@@ -280,6 +338,9 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         compute=compute,
         estimate=estimate,
         export_on_machine=on_machine,
+        nodes=hosts[1:],
+        head_address=(head_address or hosts[0].host).strip() if hosts else None,
+        head_port=_head_port(target_section),
     )
 
 

@@ -36,6 +36,7 @@ class OfferQuery:
         max_price_per_hour: The whole machine's price per hour, at most.
         spot: Interruptible offers (bids) instead of on-demand ones.
         disk_gb: Disk the machine needs.
+        nodes: Machines rented together as one cluster (1: a single machine).
     """
 
     gpu: str | None = None
@@ -44,6 +45,7 @@ class OfferQuery:
     max_price_per_hour: float | None = None
     spot: bool = False
     disk_gb: int = 50
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Offer:
         reliability: The provider's reliability score from 0 to 1 (None where it publishes none).
         location: Region, data centre or "City, CC".
         in_stock: Whether it can be rented right now.
+        nodes: Machines rented together as one cluster, each with ``count`` GPUs (``price_per_hour`` is all of
+            them together).
     """
 
     provider: ProviderName
@@ -75,6 +79,7 @@ class Offer:
     reliability: float | None
     location: str
     in_stock: bool = True
+    nodes: int = 1
 
 
 def _squash(name: str) -> str:
@@ -95,6 +100,7 @@ def offer_matches(offer: Offer, query: OfferQuery) -> bool:
         and (query.min_vram_gb is None or offer.vram_gb >= query.min_vram_gb)
         and (query.max_price_per_hour is None or offer.price_per_hour <= query.max_price_per_hour)
         and offer.spot == query.spot
+        and offer.nodes == query.nodes
     )
 
 
@@ -233,6 +239,10 @@ class BidTooLowError(ProviderError):
     """A spot bid below what the machine costs now."""
 
 
+class NoClustersError(ProviderError):
+    """The provider rents no clusters (several machines networked as one) through its API."""
+
+
 class MissingKeyError(ProviderError):
     """No API key for the provider in the keyring or the environment."""
 
@@ -280,6 +290,14 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Closes the HTTP client."""
+
+
+def no_clusters_words(provider: ProviderName) -> str:
+    """Why a provider without a cluster API cannot rent several machines as one, and what to do instead."""
+    return (
+        f"{provider.label} has no API for renting several machines as one cluster: rent a cluster at RunPod "
+        '([compute] provider = "runpod" with nodes), or train on machines you have with [target] hosts'
+    )
 
 
 def named_in(instances: list[Instance], label: str) -> list[Instance]:

@@ -29,6 +29,7 @@ from desktop.services.providers.base import (
     Instance,
     InstanceState,
     NoCapacityError,
+    NoClustersError,
     Offer,
     OfferQuery,
     ProviderError,
@@ -37,6 +38,7 @@ from desktop.services.providers.base import (
     SshAddress,
     UncertainOutcomeError,
     named_in,
+    no_clusters_words,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy
@@ -268,7 +270,13 @@ class LambdaProvider:
         data_of(await self._api.request("GET", "/ssh-keys"), "list SSH keys")
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
-        """Instance types matching ``query``, one offer per region with capacity (none for spot: Lambda has none)."""
+        """Instance types matching ``query``, one offer per region with capacity (none for spot: Lambda has none).
+
+        Raises:
+            NoClustersError: Several machines were asked for as one cluster: Lambda's API rents none.
+        """
+        if query.nodes > 1:
+            raise NoClustersError(LAMBDA, no_clusters_words(LAMBDA))
         if query.spot:
             return []
         types = data_of(await self._api.request("GET", "/instance-types"), "list instance types") or {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -46,6 +47,16 @@ from desktop.services.providers.base import (
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy, error_text
+from desktop.services.providers.runpod_clusters import (
+    ClusterMember,
+    cluster_id_of,
+    cluster_offer_id,
+    create_cluster_body,
+    instance_from_cluster,
+    is_cluster_id,
+    members_from,
+    parse_cluster_offer_id,
+)
 from desktop.services.providers.runpod_graphql import (
     DEFAULT_GRAPHQL_URL,
     NO_CAPACITY_WORDS,
@@ -390,8 +401,25 @@ class RunPodProvider:
         come from GraphQL and are absent (not an error) when it does not answer.
         """
         count = query.count or 1
-        found = await self._spot_offers(count) if query.spot else await self._on_demand_offers(count)
+        if query.nodes > 1:
+            found = [] if query.spot else await self._cluster_offers(count, query.nodes)  # clusters have no spot
+        else:
+            found = await self._spot_offers(count) if query.spot else await self._on_demand_offers(count)
         return [offer for offer in found if offer_matches(offer, query)]
+
+    async def _cluster_offers(self, count: int, nodes: int) -> list[Offer]:
+        """Instant Cluster offers: ``nodes`` pods of ``count`` GPUs, priced at every pod's GPUs together."""
+        params = {"include": "AVAILABILITY", "product": "CLUSTER", "count": count}
+        body = checked(await self._api.request("GET", "/catalog/gpus", params=params), "reading the cluster catalog")
+        found = []
+        for gpu in body.get("gpus") or []:
+            single = offer_from(gpu, "SECURE", count) if isinstance(gpu, dict) and gpu.get("id") else None
+            if single is not None:
+                offer_id = cluster_offer_id(single.gpu_id, count, nodes)
+                price = round(single.price_per_hour * nodes, 4)
+                location = single.location.replace("secure cloud", "Instant Cluster")
+                found.append(replace(single, offer_id=offer_id, price_per_hour=price, nodes=nodes, location=location))
+        return found
 
     async def _on_demand_offers(self, count: int) -> list[Offer]:
         answers = await asyncio.gather(*(self._catalog(cloud, count) for cloud in CLOUDS))
@@ -427,6 +455,9 @@ class RunPodProvider:
             UncertainOutcomeError: No answer, a 5xx, or an answer without a pod: look it up by ``request.label``.
             ProviderError: Any other refusal, with RunPod's words.
         """
+        cluster = parse_cluster_offer_id(request.offer.offer_id)
+        if cluster is not None:
+            return await self._create_cluster(request, *cluster)
         gpu_id, cloud, count = parse_offer_id(request.offer.offer_id)
         bid = spot_bid(request)
         if bid is not None:
@@ -443,8 +474,33 @@ class RunPodProvider:
             )
         return instance_from(pod, request.offer.gpu)
 
+    async def _create_cluster(self, request: RentRequest, gpu_id: str, gpus_per_pod: int, pods: int) -> Instance:
+        """Creates an Instant Cluster (``POST /clusters``, sent once); the instance is the whole cluster."""
+        await request.sending()
+        body = create_cluster_body(request, gpu_id, gpus_per_pod, pods)
+        response = await self._api.request("POST", "/clusters", json=body, once=True)
+        if response.status_code >= 400:
+            raise create_error(response)
+        cluster = _body(response)
+        if not isinstance(cluster, dict) or not cluster.get("id"):
+            raise UncertainOutcomeError(
+                RUNPOD,
+                f"RunPod took the cluster but named none ({error_text(response)}); it may exist as {request.label}",
+            )
+        return instance_from_cluster(cluster, request.offer.price_per_hour, request.offer.gpu)
+
+    async def members(self, instance_id: str) -> list[ClusterMember]:
+        """The pods of a cluster in rank order, each with its private address and SSH address once it has them."""
+        path = f"/clusters/{quote(cluster_id_of(instance_id), safe='')}/pods"
+        return members_from(checked(await self._api.request("GET", path), "reading the cluster's pods"), ssh_address)
+
     async def get(self, instance_id: str) -> Instance:
-        """The pod now (TERMINATED when RunPod no longer knows it)."""
+        """The pod (or cluster) now (TERMINATED when RunPod no longer knows it)."""
+        if is_cluster_id(instance_id):
+            response = await self._api.request("GET", f"/clusters/{quote(cluster_id_of(instance_id), safe='')}")
+            if is_missing(response):
+                return gone(instance_id)
+            return instance_from_cluster(checked(response, f"reading cluster {cluster_id_of(instance_id)}"))
         response = await self._api.request("GET", f"/pods/{quote(instance_id, safe='')}")
         if is_missing(response):
             return gone(instance_id)
@@ -456,11 +512,16 @@ class RunPodProvider:
         checked(await self._api.request("POST", path, json={"action": "stop"}), f"stopping pod {instance_id}")
 
     async def terminate(self, instance_id: str) -> None:
-        """Deletes the pod (``DELETE /pods/{id}``, 204); a pod RunPod no longer knows (404) is already gone."""
-        response = await self._api.request("DELETE", f"/pods/{quote(instance_id, safe='')}")
+        """Deletes the pod (``DELETE /pods/{id}``, 204), or a whole cluster (``DELETE /clusters/{id}``: every pod).
+
+        One RunPod no longer knows (404) is already gone.
+        """
+        what = "clusters" if is_cluster_id(instance_id) else "pods"
+        path = f"/{what}/{quote(cluster_id_of(instance_id), safe='')}"
+        response = await self._api.request("DELETE", path)
         if response.status_code >= 400 and not is_missing(response):
             words = problem_text(response)
-            raise ProviderError(RUNPOD, f"deleting pod {instance_id} failed ({response.status_code}): {words}", words)
+            raise ProviderError(RUNPOD, f"deleting {instance_id} failed ({response.status_code}): {words}", words)
 
     async def instances(self) -> list[Instance]:
         """Every pod of the account (deleted ones are no longer listed), over every page if RunPod paginates."""
@@ -473,8 +534,13 @@ class RunPodProvider:
             pods += [pod for pod in body.get("pods") or [] if isinstance(pod, dict) and pod.get("id")]
             cursor = next_cursor(body)
             if cursor is None or cursor in seen:
-                return [instance_from(pod) for pod in pods]
+                return [instance_from(pod) for pod in pods] + await self._clusters()
             seen.add(cursor)
+
+    async def _clusters(self) -> list[Instance]:
+        """Every cluster of the account as one instance each (their pods are not listed under ``/pods``)."""
+        body = checked(await self._api.request("GET", "/clusters"), "listing clusters")
+        return [instance_from_cluster(c) for c in body.get("clusters") or [] if isinstance(c, dict) and c.get("id")]
 
     async def named(self, label: str) -> list[Instance]:
         """The pods named ``label`` that are not gone (v2 has no name filter: every pod is listed, then filtered)."""

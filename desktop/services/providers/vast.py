@@ -34,6 +34,7 @@ from desktop.services.providers.base import (
     Instance,
     InstanceState,
     NoCapacityError,
+    NoClustersError,
     Offer,
     OfferQuery,
     ProviderError,
@@ -41,6 +42,7 @@ from desktop.services.providers.base import (
     RentRequest,
     SshAddress,
     named_in,
+    no_clusters_words,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy
@@ -133,7 +135,13 @@ class VastProvider:
         _checked(response, "could not read the account")
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
-        """Offers matching ``query``, cheapest first (for spot: priced at the lowest winning bid)."""
+        """Offers matching ``query``, cheapest first (for spot: priced at the lowest winning bid).
+
+        Raises:
+            NoClustersError: Several machines were asked for as one cluster: Vast.ai rents none.
+        """
+        if query.nodes > 1:
+            raise NoClustersError(VAST, no_clusters_words(VAST))
         response = await self._api.request("POST", "/bundles/", json=search_body(query))
         body = _checked(response, "could not search offers")
         found = [offer_from(row, spot=query.spot) for row in body.get("offers") or []]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,14 @@ from desktop.services.runs import (
     connection,
     launch,
     monitor,
+    nodes,
     remote_export,
     run_keys,
     self_stop,
     transfer,
 )
 from desktop.services.runs.actions import resume_refusal
+from desktop.services.runs.cluster import CLUSTER_KEY, cluster_of
 from desktop.services.runs.context import (
     DRIVER_LOCK_NAME,
     ENDED,
@@ -50,6 +52,7 @@ from desktop.services.runs.context import (
 from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import final_event, newest_checkpoint_only
 from desktop.services.runs.fit_advice import oom_advice
+from desktop.services.runs.nodes import Nodes
 from desktop.services.runs.overrun_check import judge_calibration
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import (
@@ -129,6 +132,7 @@ class RunEngine:
         )
         self.store, self.secrets, self.report = self.ctx.store, self.ctx.secrets, self.ctx.report
         self._total_steps: dict[str, int] = {}  # each run's optimizer steps in all, as its trainer last said
+        self._nodes: dict[str, Nodes] = {}  # the other machines of each run being driven (none on one machine)
 
     @property
     def options(self) -> EngineOptions:
@@ -158,8 +162,25 @@ class RunEngine:
             record = self.store.update(record.id, host_key=spec.target.host_key, fingerprint=pinned)
         public = create_run_key(record.id)
         record = self.ctx.set_spec(record.id, run_key_public=public, run_key_installed=False)
-        self.report(f"run {record.id} created for {spec.base_model} on {spec.target.url}")
+        if spec.nodes:
+            record = self._create_nodes(record, spec)
+        where = " and ".join(target.url for target in (spec.target, *spec.nodes))
+        self.report(f"run {record.id} created for {spec.base_model} on {where}")
         return record
+
+    def _create_nodes(self, head: RunRecord, spec: RunSpec) -> RunRecord:
+        """Records the other machines of a run across several: each its own target, host key and run key."""
+        assert spec.head_address is not None
+        cluster = {"num_nodes": spec.num_nodes, "head_address": spec.head_address, "head_port": spec.head_port}
+        for rank, node in enumerate(spec.nodes, start=1):
+            record = self.store.create(
+                {**spec_to_record(spec), CLUSTER_KEY: {**cluster, "node_rank": rank, "head": head.id}},
+                node.url,
+                node_of=head.id,
+                rank=rank,
+            )
+            self.ctx.set_spec(record.id, run_key_public=create_run_key(record.id), run_key_installed=False)
+        return self.ctx.set_spec(head.id, **{CLUSTER_KEY: {**cluster, "node_rank": 0}})
 
     def _create_rented(self, spec: RunSpec) -> RunRecord:
         """Records a run whose machine is rented for it: no target yet; the provider is given the run's key."""
@@ -203,6 +224,26 @@ class RunEngine:
             run_id, target=target.url, spec=spec, host_key=host_key, fingerprint=pinned, pid=None, remote_dir=None
         )
 
+    def retarget_nodes(self, run_id: str, targets: list[SshTarget]) -> RunRecord:
+        """Points a run across several machines at a fresh set, one target per machine, the head first.
+
+        The other machines reach the new head at its SSH host name.
+
+        Raises:
+            RunError: Not one target per machine of the run.
+        """
+        cluster, others = cluster_of(self.store.get(run_id)), self.store.nodes_of(run_id)
+        if len(targets) != 1 + len(others):
+            raise RunError(
+                f"run {run_id} trains on {1 + len(others)} machines: give --target once per machine, the head first"
+            )
+        placed = {**cluster, "head_address": targets[0].host}
+        for record, target in zip([self.store.get(run_id), *others], targets, strict=True):
+            self.retarget(record.id, target)
+            rank = cluster_of(record).get("node_rank", 0)
+            self.ctx.set_spec(record.id, **{CLUSTER_KEY: {**cluster_of(record), **placed, "node_rank": rank}})
+        return self.store.get(run_id)
+
     def delete(self, run_id: str) -> None:
         """Deletes an ended run's files, record and key, unless some process follows it right now.
 
@@ -211,12 +252,14 @@ class RunEngine:
             RunLiveError: The run is live or paused.
         """
         lock = self.ctx.driver_lock(run_id)
+        others = [record.id for record in self.store.nodes_of(run_id)]
         try:
             self.store.delete(run_id)
         finally:
             lock.release()
-        if not self.store.installed_keys(run_id=run_id):
-            delete_run_key(run_id)  # a key still on a machine keeps its private half until it is removed there
+        for key_of in [run_id, *others]:
+            if not self.store.installed_keys(run_id=key_of):
+                delete_run_key(key_of)  # a key still on a machine keeps its private half until it is removed there
 
     def prepare_resume(self, run_id: str) -> RunRecord:
         """Lets a failed or stopped run start its trainer again (from its newest checkpoint) when the user resumes it.
@@ -257,9 +300,26 @@ class RunEngine:
             return record
         lock = self.ctx.driver_lock(run_id)
         try:
-            return await self._drive_locked(run_id)
+            return await self._settle_nodes(await self._drive_locked(run_id))
         finally:
             lock.release()
+
+    async def _settle_nodes(self, outcome: RunRecord) -> RunRecord:
+        """Brings a run's other machines to where the run now stands: stopped or cleaned up with it.
+
+        Paused: every trainer stopped (nothing trains, or bills, on part of a cluster); ended: cleaned up.
+        """
+        others = Nodes(self.ctx, outcome.id)
+        if not others or outcome.state not in {*ENDED, RunState.PAUSED}:
+            return outcome
+        try:
+            if outcome.state is RunState.PAUSED:
+                await others.pause(outcome.error or "the run paused")
+            else:
+                await others.end(outcome.state, f"the run {outcome.state.value}")
+        finally:
+            await others.close()
+        return self.store.get(outcome.id)
 
     async def _drive_locked(self, run_id: str) -> RunRecord:
         """Sessions on the machine until the run ends or pauses; passing failures are retried with backoff."""
@@ -290,6 +350,7 @@ class RunEngine:
         if self.store.get(run_id).state in {RunState.PLANNED, RunState.PAUSED}:
             self.store.transition(run_id, RunState.CONNECTING)  # only driving moves a run; pull and logs look
         machine = await connection.connect(self.ctx, run_id, install_key=True)
+        self._nodes[run_id] = Nodes(self.ctx, run_id)
         try:
             try:
                 outcome = await self._on_machine(run_id, machine)
@@ -302,27 +363,29 @@ class RunEngine:
                 await run_keys.release_key(self.ctx, run_id, machine)
             return outcome
         finally:
+            await self._nodes.pop(run_id).close()
             await quietly_close(machine)
 
     async def _on_machine(self, run_id: str, machine: Machine) -> RunRecord:
         """Gets the trainer going (upload, bootstrap, launch, or adopting one already running), then follows it."""
-        record = self.store.get(run_id)
+        record, others = self.store.get(run_id), self._nodes[run_id]
         if record.pid is None:
             record = await launch.adopt_trainer(self.ctx, run_id, machine)
         if record.pid is None:
-            started = await launch.started_bootstrap(machine, record)
-            if started is None:  # a reconnect follows the bootstrap already started: no new upload, no second one
-                await transfer.upload(self.ctx, run_id, machine)
-            problem = await launch.bootstrap(self.ctx, run_id, machine, started)
+            problem = await _first_problem(self._prepare_head(run_id, machine), others.prepare())
             if problem is not None:
                 return self.ctx.fail(run_id, problem)
             await launch.launch(self.ctx, run_id, machine)
+            await others.start_trainers()
         elif not await launch.workdir_exists(machine, record):
             return self.ctx.pause(
                 run_id,
                 "machine lost: the remote work folder is gone; resume with --target to "
                 "continue from the newest local checkpoint",
             )
+        elif others:
+            await _first_problem(others.prepare())  # a node's trainer followed, or (after a lost launch) started
+            await others.start_trainers()
         await self_stop.ensure_self_stop(self.ctx, run_id, machine)
         if self.store.get(run_id).state in {RunState.SYNCING, RunState.PULLING}:
             # The final pull was under way when the last driver went (a crash, a kill): finish it now instead of
@@ -334,6 +397,35 @@ class RunEngine:
                     return outcome
         return await self._monitor(run_id, machine)
 
+    async def _prepare_head(self, run_id: str, machine: Machine) -> str | None:
+        """Uploads to the run's machine and prepares it (detached); why that failed, or None when ready."""
+        started = await launch.started_bootstrap(machine, self.store.get(run_id))
+        if started is None:  # a reconnect follows the bootstrap already started: no new upload, no second one
+            await transfer.upload(self.ctx, run_id, machine)
+        return await launch.bootstrap(self.ctx, run_id, machine, started)
+
+    async def _node_lost(self, run_id: str, machine: Machine, why: str) -> RunRecord:
+        """One machine of a run across several is lost: every trainer stops and the run pauses.
+
+        Its newest checkpoint is home; a resume continues from it on the same machines or on a fresh set.
+        """
+        await machine.run("true")  # the head itself gone: its own grace period and pause, not blamed on a node
+        record = self.store.get(run_id)
+        if record.pid is not None:
+            with contextlib.suppress(*MACHINE_ERRORS):
+                await nodes.stop_trainer(machine, record, self.options.poll_seconds)
+        with contextlib.suppress(*MACHINE_ERRORS, RunError):
+            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+        self.store.update(run_id, pid=None)
+        newest = checkpoints.newest_local_checkpoint(self.folder(run_id) / "checkpoints")
+        home = f"{newest.name} is home" if newest else "no checkpoint had been written"
+        count = 1 + len(self._nodes[run_id].ids)
+        return self.ctx.pause(
+            run_id,
+            f"{why}: every machine was stopped ({home}); rentune resume {run_id} continues on the same machines, "
+            f"or with --target once per machine ({count}, the head first) on a fresh set",
+        )
+
     async def _monitor(self, run_id: str, machine: Machine) -> RunRecord:
         """Reads and acts on events until the run ends; a trainer that died silently is relaunched."""
         while True:
@@ -344,6 +436,9 @@ class RunEngine:
             outcome = await self._handle_all(run_id, machine, newest_checkpoint_only(events or []))
             if outcome is not None:
                 return outcome
+            lost = await self._nodes[run_id].lost() if self._nodes[run_id] else None
+            if lost is not None:
+                return await self._node_lost(run_id, machine, lost)
             if not events and not await monitor.alive(machine, self.store.get(run_id)):
                 relaunched = await self._relaunch(run_id, machine)
                 if relaunched is not None:
@@ -397,6 +492,10 @@ class RunEngine:
             if not await monitor.until_exited(machine, self.store.get(run_id), self.options.poll_seconds):
                 self.report("the trainer said it stopped but its process is still there; ending the run anyway")
             return monitor.cancel_stopped(self.ctx, run_id, reason)
+        others = self._nodes.get(run_id)
+        lost = await others.lost(grace_seconds=0) if others else None
+        if lost is not None:  # the head failed because another machine went: a pause, resumed on a fresh set
+            return await self._node_lost(run_id, machine, lost)
         record = self.store.get(run_id)
         return self.ctx.fail(run_id, record.error or reason)
 
@@ -450,7 +549,13 @@ class RunEngine:
         if record.relaunches >= self.options.max_relaunches:
             return self.ctx.fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
         self.report("the trainer died without a final event; relaunching (it resumes from its checkpoint)")
+        others = self._nodes[run_id]
+        if others:  # every machine starts again together: the ranks meet afresh at the head
+            await others.stop_trainers()
+            for node_id in others.ids:
+                self.store.update(node_id, pid=None)
         await launch.launch(self.ctx, run_id, machine)
+        await others.start_trainers()
         # Counted once started: a connection lost mid-launch is retried without using up a relaunch.
         self.store.update(run_id, relaunches=record.relaunches + 1)
         return None
@@ -517,7 +622,7 @@ class RunEngine:
         if record.pid is None:
             record = self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
             await connection.release_key_now(self.ctx, run_id)
-            return record
+            return await self._settle_nodes(record)
         try:
             await self.request_stop(run_id)
         except MACHINE_ERRORS as exc:
@@ -545,6 +650,18 @@ class RunEngine:
             await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
         finally:
             await quietly_close(machine)
+
+
+async def _first_problem(*steps: Awaitable[str | None]) -> str | None:
+    """Runs steps that each return a problem (or None) at once; the first problem, or the first error raised.
+
+    Every step ends before an error is raised: none is left running on its own.
+    """
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return next((str(result) for result in results if result), None)
 
 
 def _keyring_problem() -> str:

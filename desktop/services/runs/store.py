@@ -64,6 +64,10 @@ CREATE TABLE IF NOT EXISTS transitions (
 DELETABLE = frozenset({*TERMINAL, RunState.FAILED})
 
 
+#: Separates a run's id from the rank of one of its other machines (``20261205-101500-ab12.n1``).
+NODE_ID_MARK = ".n"
+
+
 class UnknownRunError(LookupError):
     """No run has that id (or unique prefix)."""
 
@@ -153,9 +157,15 @@ class RunStore:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def create(self, spec: dict[str, Any], target: str | None) -> RunRecord:
-        """Records a new run in ``planned`` state."""
-        run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    def create(
+        self, spec: dict[str, Any], target: str | None, *, node_of: str | None = None, rank: int = 0
+    ) -> RunRecord:
+        """Records a new run in ``planned`` state.
+
+        ``node_of``: the record is one more machine (of ``rank``) of that run across several: its id is the run's
+        with ``.n<rank>``, and it is listed only with the run (:meth:`nodes_of`), never as a run of its own.
+        """
+        run_id = f"{node_of}{NODE_ID_MARK}{rank}" if node_of else time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
         now = time.time()
         with self._db() as db:
             db.execute(
@@ -173,16 +183,29 @@ class RunStore:
             UnknownRunError: None or several match; the message says which.
         """
         with self._db() as db:
-            rows = db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started", (run_id + "%",)).fetchall()
+            rows = (
+                db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchall()
+                or db.execute(
+                    "SELECT * FROM runs WHERE id LIKE ? AND id NOT LIKE ? ORDER BY started",
+                    (run_id + "%", f"%{NODE_ID_MARK}%"),
+                ).fetchall()
+            )
         if len(rows) != 1:
             reason = "no run matches" if not rows else f"{len(rows)} runs match"
             raise UnknownRunError(f"{reason} {run_id!r}; see rentune runs")
         return _record(rows[0])
 
-    def all(self) -> list[RunRecord]:
-        """Every run, oldest first."""
+    def all(self, *, with_nodes: bool = False) -> list[RunRecord]:
+        """Every run, oldest first; the other machines of runs across several only ``with_nodes``."""
         with self._db() as db:
-            return [_record(row) for row in db.execute("SELECT * FROM runs ORDER BY started")]
+            records = [_record(row) for row in db.execute("SELECT * FROM runs ORDER BY started")]
+        return [r for r in records if with_nodes or NODE_ID_MARK not in r.id]
+
+    def nodes_of(self, run_id: str) -> list[RunRecord]:
+        """The other machines of a run across several, in rank order (empty for a run on one machine)."""
+        with self._db() as db:
+            rows = db.execute("SELECT * FROM runs WHERE id LIKE ?", (f"{run_id}{NODE_ID_MARK}%",)).fetchall()
+        return sorted((_record(row) for row in rows), key=lambda r: int(r.id.rsplit(NODE_ID_MARK, 1)[1]))
 
     def transition(self, run_id: str, state: RunState, note: str = "", *, reopen: bool = False) -> RunRecord:
         """Moves a run to ``state`` and records the transition with the time.
@@ -234,12 +257,13 @@ class RunStore:
             raise RunLiveError(
                 f"run {run_id} is {record.state.value}; stop it (or let it finish) before deleting its files"
             )
-        shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
-        if (self.runs_dir / run_id).exists():
-            raise OSError(f"could not remove {self.runs_dir / run_id}; close programs using it and try again")
-        with self._db() as db:
-            db.execute("DELETE FROM transitions WHERE run_id = ?", (run_id,))
-            db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        for folder_id in [node.id for node in self.nodes_of(run_id)] + [run_id]:  # the head's record goes last
+            shutil.rmtree(self.runs_dir / folder_id, ignore_errors=True)
+            if (self.runs_dir / folder_id).exists():
+                raise OSError(f"could not remove {self.runs_dir / folder_id}; close programs using it and try again")
+            with self._db() as db:
+                db.execute("DELETE FROM transitions WHERE run_id = ?", (folder_id,))
+                db.execute("DELETE FROM runs WHERE id = ?", (folder_id,))
 
     def remember_key(self, key: InstalledKey) -> None:
         """Records a run key about to be installed on a machine (before the install, so a lost answer is covered)."""

@@ -23,6 +23,7 @@ from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine, Progress
 from desktop.services.runs.checkpoints import newest_local_checkpoint
+from desktop.services.runs.cluster import checkpoints_from, node_job_keys
 from desktop.services.runs.context import RunContext
 from trainer_payload.protocol import EVENTS_FILE_NAME, JOB_FILE_NAME
 
@@ -137,6 +138,7 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
         "eval_file": "data/eval.jsonl" if spec.get("eval_file") else None,
         "output_dir": "out",
         **spec["training"],
+        **node_job_keys(spec),
     }
     (local / JOB_FILE_NAME).write_text(json.dumps(job, indent=2), encoding="utf-8")
     files.append((local / JOB_FILE_NAME, JOB_FILE_NAME))
@@ -221,10 +223,14 @@ async def check_workdir(machine: Machine, remote: str, needed: int) -> None:
 
 
 def resume_files(ctx: RunContext, run_id: str) -> list[tuple[Path, str]]:
-    """On a new machine: the newest local checkpoint and the event history, so the payload resumes."""
+    """On a new machine: the newest local checkpoint and the event history, so the payload resumes.
+
+    Every machine of a run across several gets the head's newest checkpoint (each rank reads its own disk); the
+    events are the head's alone.
+    """
     local = ctx.folder(run_id)
     files: list[tuple[Path, str]] = []
-    newest = newest_local_checkpoint(local / "checkpoints")
+    newest = newest_local_checkpoint(ctx.folder(checkpoints_from(ctx.store.get(run_id))) / "checkpoints")
     if newest is not None:
         files += [
             (p, f"out/checkpoints/{newest.name}/{p.relative_to(newest)}")

@@ -1,0 +1,52 @@
+"""``[target] hosts``: one run across several machines, the head first, each its own SSH host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop.core.runs.spec import DEFAULT_HEAD_PORT, RunSpecError, run_spec_from_dict
+
+HOSTS = ["ssh://me@gpu-a:22", "ssh://me@gpu-b:2222", "ssh://me@gpu-c:22"]
+
+
+def spec_data(target: dict[str, Any], **training: Any) -> dict[str, Any]:
+    return {"model": {"base": "org/model"}, "data": {"train": "t.jsonl"}, "target": target, "training": training}
+
+
+def test_hosts_make_the_first_the_head_and_the_others_its_nodes_in_rank_order() -> None:
+    spec = run_spec_from_dict(spec_data({"hosts": HOSTS, "python": "/opt/py"}), Path("/runs"))
+    assert spec.target is not None and spec.target.url == HOSTS[0] and spec.target.python == "/opt/py"
+    assert [node.url for node in spec.nodes] == HOSTS[1:] and all(n.python == "/opt/py" for n in spec.nodes)
+    assert (spec.num_nodes, spec.head_address, spec.head_port) == (3, "gpu-a", DEFAULT_HEAD_PORT)
+
+
+def test_the_head_address_and_port_the_others_use_can_be_given() -> None:
+    spec = run_spec_from_dict(spec_data({"hosts": HOSTS[:2], "head_address": "10.0.0.5", "head_port": 40000}), Path())
+    assert (spec.head_address, spec.head_port) == ("10.0.0.5", 40000)
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ({"hosts": HOSTS[:1]}, "two or more machines"),
+        ({"hosts": "ssh://me@gpu-a:22"}, "two or more machines"),
+        ({"hosts": [HOSTS[0], HOSTS[0]]}, "names a machine twice"),
+        ({"hosts": HOSTS, "ssh": HOSTS[0]}, "not both"),
+        ({"hosts": HOSTS, "host_key": "ssh-ed25519 AAAAC3Nz"}, "pinned on first contact"),
+        ({"hosts": ["gpu-a", "gpu-b"]}, "must look like ssh://user@host:port"),
+        ({"ssh": HOSTS[0], "head_address": "10.0.0.5"}, "give it with hosts"),
+        ({"hosts": HOSTS, "head_port": 80}, "from 1024 to 65535"),
+    ],
+)
+def test_a_wrong_hosts_table_is_one_line_naming_the_fix(target: dict[str, Any], words: str) -> None:
+    with pytest.raises(RunSpecError, match=words):
+        run_spec_from_dict(spec_data(target), Path("/runs"))
+
+
+@pytest.mark.parametrize("key", ["num_nodes", "node_rank", "head_address", "head_port"])
+def test_the_machine_keys_of_the_job_are_not_set_by_hand(key: str) -> None:
+    with pytest.raises(RunSpecError, match=r"\[target\] hosts names the machines"):
+        run_spec_from_dict(spec_data({"hosts": HOSTS}, **{key: 1}), Path("/runs"))
