@@ -92,6 +92,8 @@ class ComputeSpec:
             ended when nobody follows the run (RunPod and Vast.ai use the machine's own key).
         send_api_key: Lambda only: allow sending your Lambda API key to the machine for the self-stop (Lambda has
             no per-machine keys).
+        nodes: Machines rented together as one cluster, each with ``count`` GPUs (RunPod Instant Clusters), one
+            run across all of them; 1 is one machine.
     """
 
     provider: str
@@ -109,6 +111,7 @@ class ComputeSpec:
     idle_minutes: float = 20.0
     self_stop_minutes: float = 0.0
     send_api_key: bool = False
+    nodes: int = 1
 
     @property
     def allowed_providers(self) -> tuple[str, ...]:
@@ -454,6 +457,8 @@ def compute_from_dict(section: Any) -> ComputeSpec:
             "machine can stop itself only with your API key (kept in memory there, never on its disk). Add "
             "send_api_key = true to allow it, or remove self_stop_minutes"
         )
+    nodes = int(_compute_number(section, "nodes", 1, whole=True))
+    _check_cluster(nodes, provider, spot, self_stop, others)
     return ComputeSpec(
         provider=provider,
         gpu=_compute_text(section, "gpu"),
@@ -470,7 +475,32 @@ def compute_from_dict(section: Any) -> ComputeSpec:
         idle_minutes=_minutes(section, "idle_minutes", 20.0),
         self_stop_minutes=self_stop,
         send_api_key=send_key,
+        nodes=nodes,
     )
+
+
+#: Providers that rent several machines as one cluster through their API.
+CLUSTER_PROVIDERS = ("runpod",)
+
+
+def _check_cluster(nodes: int, provider: str, spot: bool, self_stop: float, others: list[Any]) -> None:
+    """Refuses what a cluster cannot be: at another provider, spot, stopping itself, moving between providers."""
+    if nodes == 1:
+        return
+    if provider not in CLUSTER_PROVIDERS or any(_provider(p, "providers") != provider for p in others):
+        raise RunSpecError(
+            f"[compute] nodes = {nodes}: only RunPod rents several machines as one cluster (Instant Clusters); set "
+            'provider = "runpod" without other providers, or train on your own machines with [target] hosts'
+        )
+    if not 2 <= nodes <= 250:
+        raise RunSpecError(f"[compute] nodes = {nodes}: a RunPod cluster has 2 to 250 machines")
+    if spot:
+        raise RunSpecError("[compute] nodes: clusters are not sold as spot machines; remove spot = true")
+    if self_stop:
+        raise RunSpecError(
+            "[compute] nodes: a cluster's machines cannot delete their cluster, so there is no self-stop; remove "
+            "self_stop_minutes (the app deletes the cluster the moment the adapter is home)"
+        )
 
 
 def _flag(section: dict[str, Any], key: str) -> bool:

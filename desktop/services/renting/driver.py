@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from desktop.core.runs.labels import machine_label
 from desktop.core.runs.spec import ComputeSpec, SshTarget
@@ -42,6 +42,7 @@ from desktop.services.providers.base import (
     RentRequest,
 )
 from desktop.services.providers.registry import PROVIDERS, open_provider
+from desktop.services.providers.runpod_clusters import ClusterMember
 from desktop.services.renting.budget import PULL_STATES, budget_breach, budget_of
 from desktop.services.renting.creating import CreateTiming, Creator
 from desktop.services.renting.reconcile import Reconciler, renting_lock
@@ -52,6 +53,16 @@ from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.store import RunRecord
 
 OpenProvider = Callable[[ProviderName, SecretStore], Provider]
+
+
+@runtime_checkable
+class ClusterProvider(Protocol):
+    """A provider that rents clusters: it lists a cluster's machines (RunPod's Instant Clusters)."""
+
+    async def members(self, instance_id: str) -> list[ClusterMember]:
+        """The cluster's machines in rank order."""
+
+
 #: Seconds SSH may refuse the run's key after its banner shows before the login counts as refused (not "starting").
 REFUSED_LOGIN_GRACE_S = 60.0
 LOST_STATES = frozenset({InstanceState.STOPPED, InstanceState.FAILED, InstanceState.TERMINATED})
@@ -382,6 +393,7 @@ class RentalDriver:
             spot=compute.spot,
             max_price_per_hour=compute.max_price_per_hour,
             disk_gb=compute.disk_gb,
+            nodes=compute.nodes,
         )
         found: list[Offer] = []
         problems: list[str] = []
@@ -432,6 +444,16 @@ class RentalDriver:
             bid = offer.price_per_hour * self.options.bid_markup
             if compute.max_price_per_hour:
                 bid = min(bid, compute.max_price_per_hour)
+        if offer.nodes > 1:
+            self.report(
+                f"renting a cluster of {offer.nodes} machines with {offer.count}x {offer.gpu} each at "
+                f"{offer.provider.label} for ${offer.price_per_hour:.2f}/h (all of them)"
+            )
+            offer = replace(offer, gpu=f"{offer.nodes} machines x {offer.count}x {offer.gpu}")  # the ledger's words
+        else:
+            self.report(
+                f"renting {offer.count}x {offer.gpu} at {offer.provider.label} for ${offer.price_per_hour:.2f}/h"
+            )
         info = PROVIDERS[offer.provider]
         request = RentRequest(
             offer=offer,
@@ -441,7 +463,6 @@ class RentalDriver:
             disk_gb=compute.disk_gb,
             bid_per_hour=bid,
         )
-        self.report(f"renting {offer.count}x {offer.gpu} at {offer.provider.label} for ${offer.price_per_hour:.2f}/h")
         client = self._client(offer.provider)
         row, instance = await self.creator.create(client, run_id, request, bid or offer.price_per_hour)
         assert row.instance_id is not None
@@ -461,15 +482,19 @@ class RentalDriver:
         rental = rental_of(self.ctx.store.get(run_id))
         assert rental is not None
         try:
-            target, host_key = await self._wait_ready(run_id, compute, rental)
+            if compute.nodes > 1:
+                target = await self._place_cluster(run_id, compute, rental)
+            else:
+                target, host_key = await self._wait_ready(run_id, compute, rental)
         except BaseException as exc:
             why = str(exc) if isinstance(exc, RentError) else f"bringing it up failed ({exc})"
             await self._release(run_id, rental, why)
             raise
         rental = replace(rental, ready=time.time())
         self.ctx.set_spec(run_id, rental=rental.as_dict(), self_stop=self_stop_settings(compute, rental))
-        self.engine.retarget(run_id, target, rented=True, host_key=host_key)
-        await self._predict(run_id, offer, rental)
+        if compute.nodes == 1:
+            self.engine.retarget(run_id, target, rented=True, host_key=host_key)
+            await self._predict(run_id, offer, rental)
         waited = rental.ready - rental.created if rental.ready else 0.0
         self.report(f"machine {instance.instance_id} is up after {waited:.0f} s: {target.url}")
         return rental
@@ -526,6 +551,57 @@ class RentalDriver:
             f"(last: {last}); it was terminated, nothing is billing. Try again, another offer, or raise "
             "[compute] ready_timeout_minutes"
         )
+
+    async def _place_cluster(self, run_id: str, compute: ComputeSpec, rental: Rental) -> SshTarget:
+        """Waits until every machine of a new cluster answers over SSH, then points the run's machines at them.
+
+        Returns:
+            The head's target (rank 0).
+
+        Raises:
+            RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
+        """
+        deadline = rental.created + compute.ready_timeout_minutes * 60
+        last = "no answer yet"
+        while time.time() < deadline:
+            instance = await self._instance(rental)
+            if instance is not None:
+                last = instance.status_text or instance.state.value
+                if instance.state in LOST_STATES:
+                    raise RentError(f"the new cluster was {self._lost_words(instance)} before it came up")
+                if instance.state is InstanceState.RUNNING:
+                    placed = await self._cluster_answers(run_id, compute, rental)
+                    if placed is not None:
+                        return placed
+                    last = "SSH not answering on every machine yet"
+            await asyncio.sleep(self.options.ready_poll_seconds)
+        raise RentError(
+            f"the {rental.provider.label} cluster {rental.instance_id} was not ready after "
+            f"{compute.ready_timeout_minutes:g} min (last: {last}); it was deleted, nothing is billing. Try again, "
+            "or raise [compute] ready_timeout_minutes"
+        )
+
+    async def _cluster_answers(self, run_id: str, compute: ComputeSpec, rental: Rental) -> SshTarget | None:
+        """Points the run at the cluster once each member has a rank, a private address and answers over SSH."""
+        client = self._client(rental.provider)
+        members = await client.members(rental.instance_id) if isinstance(client, ClusterProvider) else []
+        ready = len(members) == compute.nodes and [m.rank for m in members] == list(range(compute.nodes))
+        if not ready or any(m.ssh is None or m.address is None for m in members):
+            return None
+        targets = []
+        for member in members:
+            assert member.ssh is not None
+            user = compute.user or member.ssh.user
+            target = SshTarget(user, member.ssh.host, member.ssh.port, python=compute.python)
+            host_key = await self._ssh_answers(run_id, target)
+            if host_key is None:
+                return None
+            targets.append((target, host_key))
+        head_address = members[0].address
+        assert head_address is not None
+        self.engine.place_rented_nodes(run_id, targets, head_address)
+        self.report(f"cluster {rental.instance_id}: {len(targets)} machines answer; they meet at {head_address}")
+        return targets[0][0]
 
     async def _ssh_answers(self, run_id: str, target: SshTarget) -> str | None:
         """The machine's host key once SSH shows its banner and runs a command (None while it does not).

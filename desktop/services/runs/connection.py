@@ -43,6 +43,12 @@ def pinned_fingerprint(target: SshTarget) -> str | None:
         ) from exc
 
 
+def key_owner(record: RunRecord) -> str:
+    """Whose run key logs in to the record's machine: a rented cluster's machines all take the run's (the head's)."""
+    cluster = record.spec.get("cluster") or {}
+    return str(cluster.get("head")) if record.spec.get("rented_node") and cluster.get("head") else record.id
+
+
 def endpoint(record: RunRecord) -> Endpoint:
     """Where and as whom the run logs in: the run's own key first, the user's identity as the fallback.
 
@@ -55,7 +61,7 @@ def endpoint(record: RunRecord) -> Endpoint:
     user, host, port = parse_ssh_url(record.target)
     identity = record.spec.get("identity")
     keys: list[Path | asyncssh.SSHKey] = []
-    run_key = load_run_key(record.id) if record.spec.get("run_key_installed") else None
+    run_key = load_run_key(key_owner(record)) if record.spec.get("run_key_installed") else None
     if run_key is not None:
         keys.append(run_key)
     if identity and Path(identity).is_file():

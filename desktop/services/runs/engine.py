@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import shlex
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import asdict
@@ -195,8 +196,48 @@ class RunEngine:
             )
         record = self.ctx.set_spec(record.id, run_key_public=public, run_key_installed=False)
         provider = spec.compute.provider if spec.compute else "?"
-        self.report(f"run {record.id} created for {spec.base_model}, to train on a machine rented at {provider}")
+        nodes = spec.compute.nodes if spec.compute else 1
+        if nodes > 1:
+            record = self._create_rented_nodes(record, spec, nodes)
+        machines = f"a cluster of {nodes} machines" if nodes > 1 else "a machine"
+        self.report(f"run {record.id} created for {spec.base_model}, to train on {machines} rented at {provider}")
         return record
+
+    def _create_rented_nodes(self, head: RunRecord, spec: RunSpec, nodes: int) -> RunRecord:
+        """Records the other machines of a rented cluster: no target until it is up, the head's key to log in.
+
+        The provider puts one key on every machine of a cluster: the run's (the head's), which the nodes use.
+        """
+        # A port of the run's own (a cluster's machines are the run's alone; a port per run keeps runs apart anyway).
+        port = 29501 + int(hashlib.sha256(head.id.encode()).hexdigest(), 16) % 2000
+        cluster = {"num_nodes": nodes, "head_address": None, "head_port": port}
+        for rank in range(1, nodes):
+            self.store.create(
+                {
+                    **spec_to_record(spec),
+                    CLUSTER_KEY: {**cluster, "node_rank": rank, "head": head.id},
+                    "rented_node": True,
+                },
+                None,
+                node_of=head.id,
+                rank=rank,
+            )
+        return self.ctx.set_spec(head.id, **{CLUSTER_KEY: {**cluster, "node_rank": 0}})
+
+    def place_rented_nodes(self, run_id: str, targets: list[tuple[SshTarget, str]], head_address: str) -> RunRecord:
+        """Points a rented run's machines at a cluster that is up: the head first, each with its pinned host key.
+
+        Args:
+            run_id: The run (its head).
+            targets: One (target, host key) per machine, in rank order.
+            head_address: Where the others reach the head (its address on the cluster's private network).
+        """
+        records = [self.store.get(run_id), *self.store.nodes_of(run_id)]
+        for record, (target, host_key) in zip(records, targets, strict=True):
+            self.retarget(record.id, target, rented=True, host_key=host_key)
+            placed = {**cluster_of(record), "head_address": head_address}
+            self.ctx.set_spec(record.id, **{CLUSTER_KEY: placed})
+        return self.store.get(run_id)
 
     def retarget(
         self, run_id: str, target: SshTarget, *, rented: bool = False, host_key: str | None = None
@@ -281,6 +322,10 @@ class RunEngine:
             record = self.store.update(run_id, pid=None, relaunches=0, error=None, spec=_with_run_key(run_id, spec))
         if record.state is RunState.CANCELLED:
             record = self.store.transition(run_id, RunState.PAUSED, "resumed from the newest checkpoint", reopen=True)
+        for node in self.store.nodes_of(run_id):  # every machine of the run takes it up again
+            self.store.update(node.id, pid=None, error=None)
+            if node.state in {RunState.CANCELLED, RunState.FAILED}:
+                self.store.transition(node.id, RunState.PAUSED, "resumed with the run", reopen=True)
         return record
 
     def folder(self, run_id: str) -> Path:

@@ -39,7 +39,8 @@ async def install_run_key(ctx: RunContext, run_id: str, machine: Machine) -> boo
     """
     record = ctx.store.get(run_id)
     target = record.target
-    if not target or record.spec.get("rental") or ctx.store.installed_keys(target, run_id):
+    rented = record.spec.get("rental") or record.spec.get("rented_node")
+    if not target or rented or ctx.store.installed_keys(target, run_id):
         return False  # (a rented machine got the run's key from its provider, and goes with the run)
     public = record.spec.get("run_key_public")
     if public and await asyncio.to_thread(load_run_key, run_id) is None:

@@ -1,0 +1,76 @@
+"""A RunPod Instant Cluster end to end: ``rentune run`` with ``[compute] nodes = 2`` against the fake RunPod, whose
+cluster members are real sshds on loopback, training the tiny model across them with the real payload."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.core.runs.states import RunState
+from desktop.services.billing.ledger import Ledger
+from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.store import RunStore
+from tests.fakes.runpod import FakeRunPod
+from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
+
+pytestmark = pytest.mark.slow
+
+
+def cluster_spec(folder: Path, tiny_model: TinyModel, dataset: Path, **compute: object) -> Path:
+    table = {
+        "provider": "runpod",
+        "gpu": "RTX 4090",
+        "nodes": 2,
+        "python": sys.executable,
+        "user": getpass.getuser(),
+        "ready_timeout_minutes": 1,
+        **compute,
+    }
+    settings = {**TINY_TRAINING, "max_steps": 12, "checkpoint_steps": 4}
+    lines = ["[model]", f'base = "{tiny_model.path}"', "", "[data]", f'train = "{dataset}"', ""]
+    lines += ["[training]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items()), ""]
+    lines += ["[compute]", *(f"{k} = {json.dumps(v)}" for k, v in table.items()), ""]
+    path = folder / "SPEC.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_a_two_machine_cluster_trains_one_run_and_is_deleted_once_the_adapter_is_home(
+    fake_runpod: FakeRunPod,
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model: TinyModel,
+    chat_dataset: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
+    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
+    assert main(["run", str(cluster_spec(tmp_path, tiny_model, chat_dataset))]) == 0, capsys.readouterr().out[-3000:]
+    out = capsys.readouterr().out
+    assert "2 machines answer" in out and "adapter verified" in out
+    (run,) = RunStore().all()
+    assert run.state is RunState.FINISHED
+    (cluster,) = fake_runpod.clusters.values()
+    assert cluster.body["compute"] == {"gpuTypeId": "NVIDIA GeForce RTX 4090", "gpuCountPerPod": 1, "podCount": 2}
+    members = fake_runpod.member_pods(cluster.id)
+    assert all(pod.terminated is not None for pod in members) and not fake_runpod.pool.servers
+    (node,) = RunStore().nodes_of(run.id)
+    assert node.state is RunState.FINISHED
+    assert node.target == f"ssh://{getpass.getuser()}@127.0.0.1:{members[1].address.port}", "rank 1 on member 1"
+    adapter = Path(str(run.adapter))
+    arrived = (adapter / "adapter_model.safetensors").stat().st_mtime
+    assert cluster.deleted is not None and cluster.deleted - arrived < 30, "deleted within 30 s of the adapter home"
+    events = mirrored_events(adapter.parent)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["step"] for e in events if e["event"] == "step"][-1] == 12
+    (rental,) = Ledger().rentals(run.id)
+    assert rental.instance_id == f"cluster:{cluster.id}" and rental.stopped is not None
+    billed = fake_runpod.cluster_billed_usd(cluster.id)
+    assert rental.usd(time.time()) == pytest.approx(billed, abs=0.01), "the ledger's dollars are RunPod's"
+    assert rental.price_per_hour == pytest.approx(2 * 0.69)
