@@ -1,7 +1,8 @@
 """Several machines: the plan for a 70 B full fine-tune, its multi-machine options, beside published references.
 
-Targets: the plan offers a 2-machine option for the full fine-tune where one machine of 8 cannot hold it (H100 SXM,
-A100 80GB), and the per-GPU memory of N machines x G GPUs is the one-machine formula at world size N x G.
+Targets: planned on the 80 GB cards clusters are rented with (H100 SXM, H100 PCIe, A100 80GB; no single machine of
+8 holds the job), the plan offers a 2-machine option for the full fine-tune, and the per-GPU memory of N machines x G
+GPUs is the one-machine formula at world size N x G.
 
 References, each with how it differs from Rentune's payload (bf16 weights, gradients and AdamW states on the GPU,
 FSDP full shard, gradients reduce-scattered after every micro-batch, activation checkpointing, the whole loss):
@@ -80,8 +81,13 @@ def _same_as_one_machine(setup: TrainingSetup) -> bool:
     return True
 
 
+#: The GPU types clusters are rented with (RunPod's Instant Clusters, Lambda's 1-Click Clusters): 80 GB cards.
+CLUSTER_GPUS = ("h100-sxm", "a100-80gb", "h100-pcie")
+
+
 def run() -> bool:
-    model, gpus = resolve_model("llama-2-70b"), list(load_gpus())
+    model = resolve_model("llama-2-70b")
+    gpus = [gpu for gpu in load_gpus() if gpu.id in CLUSTER_GPUS]
     plan = make_plan(model, FULL, gpus, Workload(), max_nodes=8)
     print(f"{'option (Llama 2 70B full, seq 2048, batch 2 x 4)':<50}{'GB/GPU':>8}{'tok/s':>9}{'hours':>8}{'cost':>10}")
     for option in plan.options[:12]:

@@ -679,3 +679,27 @@ def test_an_action_that_ends_after_its_window_closed_shows_nothing_and_raises_no
     assert not shiboken6.isValid(widget)
     answer.set_exception(RunError("the machine did not answer"))
     assert qloop.run_until_complete(acting) == (False, None)
+
+
+def test_a_run_on_several_machines_shows_each_machine_and_where_it_stands(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    store = context.store
+    head = make_run(store, [*FLOW[:-1], RunState.PAUSED], target="ssh://me@10.0.0.1:22")
+    for rank, (host, state) in enumerate((("10.0.0.2", RunState.PAUSED), ("10.0.0.3", RunState.PLANNED)), start=1):
+        node = store.create({"training": {}}, f"ssh://me@{host}:2222", node_of=head, rank=rank).id
+        if state is RunState.PAUSED:
+            store.transition(node, RunState.CONNECTING)
+            store.transition(node, state)
+    page.show_run(head)
+    wait_for(lambda: not page.view.nodes_card.isHidden())
+    assert page.view.nodes_label.text().splitlines() == [
+        "Head (rank 0) · me@10.0.0.1 · stopped with the run (paused)",
+        "Rank 1 · me@10.0.0.2:2222 · stopped with the run (paused)",
+        "Rank 2 · me@10.0.0.3:2222 · waiting for its machine",
+    ]
+    assert page.resume_button.isEnabled() and page.move_button.isHidden(), "moved by the CLI, one target each"
+    single = make_run(store, [*FLOW[:-1], RunState.PAUSED])
+    page.show_run(single)
+    wait_for(lambda: page.record is not None and page.record.id == single)
+    assert page.view.nodes_card.isHidden()

@@ -36,12 +36,24 @@ DEFAULT_TRAINING: dict[str, Any] = {
 }
 
 
-_MULTI_GPU_PICK = re.compile(r"^(?P<count>\d+) x .+?(?: \((?P<strategy>\w+)\))?$")
+_MULTI_GPU_PICK = re.compile(r"^(?:(?P<nodes>\d+) machines x )?(?P<count>\d+) x .+?(?: \((?P<strategy>\w+)\))?$")
 
 
-def gpu_pick_label(gpu: str, count: int, strategy: str) -> str:
-    """What the sizing step stores in ``gpu_name``: ``H100 SXM``, or ``2 x H100 SXM (fsdp)`` for several GPUs."""
+def gpu_pick_label(gpu: str, count: int, strategy: str, nodes: int = 1) -> str:
+    """What the sizing step stores in ``gpu_name`` for its pick of GPUs and machines.
+
+    ``H100 SXM``, ``2 x H100 SXM (fsdp)`` for several GPUs, or ``2 machines x 8 x H100 SXM (fsdp)`` for several
+    machines.
+    """
+    if nodes > 1:
+        return f"{nodes} machines x {count} x {gpu} ({strategy})"
     return gpu if count == 1 else f"{count} x {gpu} ({strategy})"
+
+
+def gpu_pick_nodes(label: str) -> int:
+    """The machines a sizing pick asks for (1 unless it picked several machines as one cluster)."""
+    found = _MULTI_GPU_PICK.match(label) if label else None
+    return int(found["nodes"]) if found is not None and found["nodes"] else 1
 
 
 def gpu_pick_training(label: str) -> dict[str, Any]:
@@ -106,6 +118,8 @@ class ComputeDraft(BaseModel):
         spot: Interruptible (cheaper; a machine taken away is replaced and the run resumes).
         reliability: The provider's score from 0 to 1 (None where it publishes none).
         location: Region or data centre.
+        nodes: Machines rented together as one cluster (1: a single machine); ``count`` GPUs each, and
+            ``price_per_hour`` is all of them together.
         strategy: How several GPUs share the job (``ddp`` or ``fsdp``), as the sizing judged best for the machine.
         max_price_per_hour: The most the machine may cost per hour when it is rented (0: the pick's price plus
             :data:`PRICE_MARGIN`).
@@ -126,6 +140,7 @@ class ComputeDraft(BaseModel):
     spot: bool = False
     reliability: float | None = None
     location: str = ""
+    nodes: int = Field(default=1, ge=1)
     strategy: str = "ddp"
     max_price_per_hour: float = Field(default=0.0, ge=0.0)
     python: str = ""
@@ -153,6 +168,8 @@ class ComputeDraft(BaseModel):
             "spot": self.spot,
             "offer": self.offer_id,
         }
+        if self.nodes > 1:
+            section["nodes"] = self.nodes
         if self.price_cap > 0:
             section["max_price_per_hour"] = self.price_cap
         optional = {"python": self.python, "user": self.user, "image": self.image}
@@ -161,7 +178,9 @@ class ComputeDraft(BaseModel):
 
     def training_keys(self) -> dict[str, Any]:
         """The training keys the machine sets: its GPU count, and the strategy for several GPUs."""
-        return {"num_gpus": self.count} if self.count == 1 else {"num_gpus": self.count, "strategy": self.strategy}
+        if self.count * self.nodes == 1:
+            return {"num_gpus": 1}
+        return {"num_gpus": self.count, "strategy": self.strategy}
 
 
 class RunDraft(BaseModel):

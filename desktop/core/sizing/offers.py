@@ -85,26 +85,29 @@ def match_gpu(gpus: list[GpuSpec], names: tuple[str, ...], vram_gb: float) -> Gp
     return None
 
 
-def _setups(setup: TrainingSetup, count: int) -> list[TrainingSetup]:
-    strategies = [Strategy.DDP] if count == 1 else [Strategy.DDP, Strategy.FSDP]
-    return [setup.with_gpus(count, strategy) for strategy in strategies]
+def _setups(setup: TrainingSetup, count: int, nodes: int = 1) -> list[TrainingSetup]:
+    strategies = [Strategy.DDP] if count * nodes == 1 else [Strategy.DDP, Strategy.FSDP]
+    return [setup.with_gpus(count, strategy, nodes) for strategy in strategies]
 
 
 def _best(options: list[GpuOption]) -> GpuOption:
     return min(options, key=lambda o: (_FIT_ORDER[o.fit], o.hours if o.fits else -o.headroom_gb))
 
 
-def size_offer(job: SizingJob, gpu: GpuSpec, count: int, price_per_hour: float) -> OfferSizing:
-    """Judges a machine of ``count`` catalog GPUs at ``price_per_hour`` (DDP or FSDP, whichever does better)."""
-    priced = replace(gpu, list_price_usd_per_h=price_per_hour / count)
-    best = _best([evaluate(job.arch, setup, priced, job.workload) for setup in _setups(job.setup, count)])
+def size_offer(job: SizingJob, gpu: GpuSpec, count: int, price_per_hour: float, nodes: int = 1) -> OfferSizing:
+    """Judges ``nodes`` machines of ``count`` catalog GPUs at ``price_per_hour`` for all of them.
+
+    DDP or FSDP, whichever does better.
+    """
+    priced = replace(gpu, list_price_usd_per_h=price_per_hour / (count * nodes))
+    best = _best([evaluate(job.arch, setup, priced, job.workload) for setup in _setups(job.setup, count, nodes)])
     return OfferSizing(best.fit, best.hours, round(best.hours * price_per_hour, 2))
 
 
-def size_unknown_gpu(job: SizingJob, count: int, vram_gb: float) -> OfferSizing:
-    """Judges a machine of ``count`` GPUs the catalog does not know, by memory alone (no hours, no dollars)."""
+def size_unknown_gpu(job: SizingJob, count: int, vram_gb: float, nodes: int = 1) -> OfferSizing:
+    """Judges ``nodes`` machines of ``count`` GPUs the catalog does not know, by memory alone (no hours, dollars)."""
     # Only the memory of this spec is read (classify_fit): its speed and price are never used.
     memory_only = GpuSpec("unknown", "unknown", vram_gb, 0.0, "pcie", 0.0, 0.0)
-    peaks = [estimate_memory(job.arch, setup).per_gpu_total for setup in _setups(job.setup, count)]
+    peaks = [estimate_memory(job.arch, setup).per_gpu_total for setup in _setups(job.setup, count, nodes)]
     fit = min((classify_fit(peak, memory_only)[0] for peak in peaks), key=_FIT_ORDER.__getitem__)
     return OfferSizing(fit, None, None)

@@ -224,6 +224,12 @@ def _sort_key(option: GpuOption) -> tuple[int, float, float]:
     return (order, option.cost_usd if option.fits else -option.headroom_gb, option.hours)
 
 
+def _needs_machines(one_node: list[GpuOption]) -> bool:
+    """Whether one machine is not enough: nothing fits on one, or everything that fits takes over a working day."""
+    fitting = [option.training_hours for option in one_node if option.fits]
+    return not fitting or min(fitting) > WORKING_DAY_HOURS
+
+
 def multi_node_options(
     arch: Architecture,
     setup: TrainingSetup,
@@ -424,11 +430,12 @@ def make_plan(
     """Builds a ranked plan; ``counts``/``strategy`` restrict the configurations (``--gpus``, ``--strategy``).
 
     ``measured``: peak memory measured on the user's runs of this job, per GPU type, corrects the memory model.
-    ``max_nodes`` above 1 adds, per GPU type a full machine cannot train, the fewest machines that can.
+    ``max_nodes`` above 1 adds, when no one machine can train the job (or none within a working day), per GPU type
+    the fewest machines that can.
     """
     one_node = all_options(arch, setup, gpus, workload, counts=counts, strategy=strategy, measured=measured)
     several = []
-    if max_nodes > 1 and strategy in {None, Strategy.FSDP} and GPU_COUNTS[-1] in counts:
+    if max_nodes > 1 and strategy in {None, Strategy.FSDP} and GPU_COUNTS[-1] in counts and _needs_machines(one_node):
         several = multi_node_options(arch, setup, gpus, workload, max_nodes=max_nodes, measured=measured)
     options = rank_options(one_node + several)
     fits_one_node = any(o.fits for o in options if o.nodes == 1)

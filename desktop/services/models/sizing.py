@@ -15,7 +15,7 @@ from desktop.core.runs.draft import RunDraft, gpu_pick_label
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.calibration import JobKind, Learned
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
-from desktop.core.sizing.plan import GPU_COUNTS, GpuOption, Plan, Workload, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, NODE_COUNTS, GpuOption, Plan, Workload, make_plan
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
 from desktop.services.platform.secrets import SecretStore
@@ -77,8 +77,8 @@ class Sizing:
 
 
 def option_label(option: GpuOption) -> str:
-    """What the sizing step stores in ``draft.gpu_name``: ``H100 SXM`` or ``2 x H100 SXM (fsdp)``."""
-    return gpu_pick_label(option.gpu.name, option.count, option.strategy.value)
+    """What the sizing step stores in ``draft.gpu_name`` for an option (see :func:`gpu_pick_label`)."""
+    return gpu_pick_label(option.gpu.name, option.count, option.strategy.value, option.nodes)
 
 
 def _targets(value: Any) -> Targets:
@@ -248,7 +248,14 @@ def size_run(
     strategy = setup.strategy if setup.num_gpus > 1 else None
     learned = learn(JobKind.of(arch, setup)) if learn is not None else Learned(list(load_gpus()), {})
     plan = make_plan(
-        arch, setup, learned.gpus, workload, counts=counts, strategy=strategy, measured=learned.memory or None
+        arch,
+        setup,
+        learned.gpus,
+        workload,
+        counts=counts,
+        strategy=strategy,
+        measured=learned.memory or None,
+        max_nodes=NODE_COUNTS[-1] if draft.renting else 1,  # clusters are rented (RunPod); a server is one machine
     )
     return Sizing(plan, source, learned.note)
 

@@ -31,18 +31,20 @@ def method_words(method: Method) -> str:
 
 
 def option_words(option: GpuOption) -> str:
-    """An option as people read it: ``L40S``, or ``4 H100 SXM GPUs with FSDP``."""
-    if option.count == 1:
+    """An option as people read it: ``L40S``, ``4 H100 SXM GPUs with FSDP``, ``2 machines of 8 H100 SXM GPUs ...``."""
+    if option.total_gpus == 1:
         return option.gpu.name
+    if option.nodes > 1:
+        return f"{option.nodes} machines of {option.count} {option.gpu.name} GPUs with {option.strategy.value.upper()}"
     return f"{option.count} {option.gpu.name} GPUs with {option.strategy.value.upper()}"
 
 
 def split_words(option: GpuOption) -> str:
     """How an option spreads the job: ``on one GPU`` or ``on each of 8 GPUs, sharded with FSDP``."""
-    if option.count == 1:
+    if option.total_gpus == 1:
         return "on one GPU"
     how = "sharded with FSDP" if option.strategy is Strategy.FSDP else "a full copy on each, with DDP"
-    return f"on each of {option.count} GPUs, {how}"
+    return f"on each of {option.total_gpus} GPUs, {how}"
 
 
 _METHOD_LABELS = {

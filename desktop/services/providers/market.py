@@ -184,8 +184,8 @@ def _sizing(offer: Offer, job: SizingJob | None, gpus: list[GpuSpec]) -> OfferSi
         return None
     gpu = match_gpu(gpus, (offer.gpu, offer.gpu_id), offer.vram_gb)
     if gpu is None:
-        return size_unknown_gpu(job, offer.count, offer.vram_gb)
-    return size_offer(job, gpu, offer.count, offer.price_per_hour)
+        return size_unknown_gpu(job, offer.count, offer.vram_gb, offer.nodes)
+    return size_offer(job, gpu, offer.count, offer.price_per_hour, offer.nodes)
 
 
 def _rank(sized: SizedOffer) -> tuple[int, float, float]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from desktop.core.runs.draft import ComputeDraft, RunDraft, gpu_pick_training
+from desktop.core.runs.draft import ComputeDraft, RunDraft, gpu_pick_nodes, gpu_pick_training
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.gpus import GpuSpec
 from desktop.core.sizing.memory import estimate_memory
@@ -29,6 +29,7 @@ from desktop.services.platform.secrets import MalformedSecretError, SecretStore,
 from desktop.services.providers.base import (
     AuthError,
     MissingKeyError,
+    NoClustersError,
     Offer,
     OfferQuery,
     Provider,
@@ -174,10 +175,16 @@ def offer_counts(draft: RunDraft) -> tuple[int | None, ...]:
     return (None, picked) if picked > 1 else (None,)
 
 
+def offer_nodes(draft: RunDraft) -> int:
+    """The machines to ask for as one cluster: the Sizing step's pick of several machines, else 1."""
+    return gpu_pick_nodes(draft.gpu_name)
+
+
 async def ask_market(
     secrets: SecretStore | None,
     counts: Sequence[int | None] = (None,),
     *,
+    nodes: int = 1,
     names: Iterable[ProviderName] = tuple(ProviderName),
     open: OpenProvider = open_provider,
     limit_s: float = PROVIDER_TIMEOUT_S,
@@ -188,6 +195,8 @@ async def ask_market(
     Args:
         secrets: Where the API keys are.
         counts: GPU counts to ask for (None: whatever the provider lists by default).
+        nodes: Above 1, clusters of that many machines with the last count's GPUs each are asked for too, from
+            the providers that rent clusters.
         names: The providers to ask.
         open: Opens a provider's client (tests inject their own).
         limit_s: Seconds each provider has to answer.
@@ -195,7 +204,7 @@ async def ask_market(
     """
 
     async def one(name: ProviderName) -> tuple[list[Offer], ProviderAnswer]:
-        found, answer = await _ask(name, secrets, counts, open, limit_s)
+        found, answer = await _ask(name, secrets, (counts, nodes), open, limit_s)
         if on_answer is not None:
             on_answer(answer)
         return found, answer
@@ -207,10 +216,11 @@ async def ask_market(
 async def _ask(
     name: ProviderName,
     secrets: SecretStore | None,
-    counts: Sequence[int | None],
+    asked: tuple[Sequence[int | None], int],
     open: OpenProvider,
     limit_s: float,
 ) -> tuple[list[Offer], ProviderAnswer]:
+    counts, nodes = asked
     try:
         provider = await asyncio.to_thread(open, name, secrets)  # the keyring may block or prompt
     except MissingKeyError:
@@ -222,7 +232,7 @@ async def _ask(
         return [], ProviderAnswer(name, ProviderStatus.NO_KEYRING, no_keyring_words(name))
     try:
         async with asyncio.timeout(limit_s):
-            found = await _offers(provider, counts)
+            found = await _offers(provider, counts) + await _cluster_offers(provider, counts[-1], nodes)
     except (TimeoutError, ProviderError, ValueError, KeyError, TypeError) as exc:
         return [], _failure(name, exc, limit_s)
     finally:
@@ -250,6 +260,17 @@ async def _offers(provider: Provider, counts: Sequence[int | None]) -> list[Offe
     answers = await asyncio.gather(*(provider.offers(query) for query in queries))
     unique = {offer_key(offer): offer for found in answers for offer in found if offer.in_stock}
     return list(unique.values())
+
+
+async def _cluster_offers(provider: Provider, count: int | None, nodes: int) -> list[Offer]:
+    """Clusters of ``nodes`` machines with ``count`` GPUs each, where the provider rents clusters (none elsewhere)."""
+    if nodes <= 1:
+        return []
+    try:
+        found = await provider.offers(OfferQuery(count=count or 1, nodes=nodes))
+    except NoClustersError:
+        return []
+    return [offer for offer in found if offer.in_stock]
 
 
 def _stock_words(name: ProviderName, count: int) -> str:
@@ -306,19 +327,19 @@ def _judged(offer: Offer, sizing: OfferSizing | None, job: SizingJob | None, gpu
     if job is None or sizing is None:
         return DraftOffer(offer)
     strategy = _strategy(job, offer, gpus)
-    need = estimate_memory(job.arch, job.setup.with_gpus(offer.count, strategy)).per_gpu_total
+    need = estimate_memory(job.arch, job.setup.with_gpus(offer.count, strategy, offer.nodes)).per_gpu_total
     return DraftOffer(offer, sizing.fit, sizing.hours, sizing.total_usd, strategy.value, need)
 
 
 def _strategy(job: SizingJob, offer: Offer, gpus: list[GpuSpec]) -> Strategy:
     """DDP or FSDP, whichever does better on the offer's GPUs (the choice :func:`size_offer` judged by)."""
-    if offer.count == 1:
+    if offer.count * offer.nodes == 1:
         return Strategy.DDP
-    setups = [job.setup.with_gpus(offer.count, strategy) for strategy in (Strategy.DDP, Strategy.FSDP)]
+    setups = [job.setup.with_gpus(offer.count, s, offer.nodes) for s in (Strategy.DDP, Strategy.FSDP)]
     gpu = match_gpu(gpus, (offer.gpu, offer.gpu_id), offer.vram_gb)
     if gpu is None:  # speed unknown: the one that needs less memory
         return min(setups, key=lambda setup: estimate_memory(job.arch, setup).per_gpu_total).strategy
-    priced = replace(gpu, list_price_usd_per_h=offer.price_per_hour / offer.count)
+    priced = replace(gpu, list_price_usd_per_h=offer.price_per_hour / (offer.count * offer.nodes))
     options = [evaluate(job.arch, setup, priced, job.workload) for setup in setups]
     best = min(options, key=lambda o: (_FIT_ORDER[o.fit], o.hours if o.fits else -o.headroom_gb))
     return best.strategy
@@ -357,6 +378,7 @@ def pick_of(item: DraftOffer, previous: ComputeDraft, max_price_per_hour: float 
             "spot": offer.spot,
             "reliability": offer.reliability,
             "location": offer.location,
+            "nodes": offer.nodes,
             "strategy": item.strategy,
             "max_price_per_hour": max_price_per_hour if max_price_per_hour >= offer.price_per_hour else 0.0,
         }
@@ -376,6 +398,7 @@ def offer_of_pick(compute: ComputeDraft) -> Offer:
         spot=compute.spot,
         reliability=compute.reliability,
         location=compute.location,
+        nodes=compute.nodes,
     )
 
 

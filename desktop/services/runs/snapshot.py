@@ -45,6 +45,7 @@ class RunSnapshot:
         files: What of it is home.
         upload: How far its latest upload got (read only while it uploads).
         now: When it was read (epoch seconds): costs and durations are as of then.
+        nodes: The run's other machines, in rank order, when it trains on several (empty on one).
     """
 
     record: RunRecord
@@ -54,6 +55,7 @@ class RunSnapshot:
     files: LocalFiles
     upload: UploadProgress | None
     now: float
+    nodes: tuple[RunRecord, ...] = ()
 
 
 def local_files(store: RunStore, record: RunRecord) -> LocalFiles:
@@ -79,7 +81,8 @@ def read_snapshot(store: RunStore, run_id: str, ledger: Ledger | None = None) ->
     except LedgerError as exc:
         spend, problem = None, str(exc)
     upload = read_upload_progress(store.runs_dir / run_id) if record.state is RunState.UPLOADING else None
-    return RunSnapshot(record, transitions, spend, problem, local_files(store, record), upload, now)
+    nodes = tuple(store.nodes_of(record.id))
+    return RunSnapshot(record, transitions, spend, problem, local_files(store, record), upload, now, nodes)
 
 
 @dataclass(frozen=True)

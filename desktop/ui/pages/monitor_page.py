@@ -329,6 +329,7 @@ class MonitorPage(BasePage):
         if metered is not None and read_at >= snapshot.now - METER_AGE_S:
             snapshot = replace(snapshot, spend=metered, spend_problem="")
         self.view.show_rows(self.machine, monitor_text.machine_rows(self.progress, snapshot))
+        self.view.show_nodes(monitor_text.node_lines(snapshot))
 
     def _show_chart(self) -> None:
         counts = (len(self.progress.losses), len(self.progress.eval_losses))
@@ -384,11 +385,12 @@ class MonitorPage(BasePage):
         refusal = resume_refusal(record) if record is not None else "the run is being read"
         resumable_state = state in {RunState.PAUSED, RunState.FAILED, RunState.CANCELLED}
         own_server = record is not None and not is_rented(record)
+        several = bool(self.snapshot and self.snapshot.nodes)  # moved with rentune resume --target once per machine
         for button, shown, usable in (
             (self.stop_button, state in STOPPABLE, state in STOPPABLE),
             (self.pull_button, state in PULLABLE, state in PULLABLE),
             (self.resume_button, resumable_state, refusal is None),
-            (self.move_button, resumable_state and own_server, refusal is None),
+            (self.move_button, resumable_state and own_server and not several, refusal is None),
         ):
             button.setVisible(shown or record is None)
             button.setEnabled(idle and usable)

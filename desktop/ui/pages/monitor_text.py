@@ -223,12 +223,46 @@ def machine_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]
     return rows
 
 
+#: A machine of a run across several, in the monitor's words for where it stands.
+NODE_STATE_WORDS = {
+    RunState.PLANNED: "waiting for its machine",
+    RunState.PROVISIONING: "being rented",
+    RunState.CONNECTING: "connecting",
+    RunState.UPLOADING: "receiving the payload and data",
+    RunState.BOOTSTRAPPING: "installing the trainer",
+    RunState.TRAINING: "training",
+    RunState.SYNCING: "finishing",
+    RunState.PULLING: "finishing",
+    RunState.FINISHED: "done, cleaned up",
+    RunState.PAUSED: "stopped with the run (paused)",
+    RunState.FAILED: "stopped (the run failed)",
+    RunState.CANCELLED: "stopped",
+}
+
+
+def node_lines(snapshot: RunSnapshot) -> list[str]:
+    """One line per machine of a run across several (the head first), or none for a run on one machine."""
+    if not snapshot.nodes:
+        return []
+    lines = []
+    for rank, record in enumerate((snapshot.record, *snapshot.nodes)):
+        where = _login_words(record.target) if record.target else "no machine yet"
+        role = "Head (rank 0)" if rank == 0 else f"Rank {rank}"
+        lines.append(f"{role} · {where} · {NODE_STATE_WORDS.get(record.state, record.state.value)}")
+    return lines
+
+
+def _login_words(target: str) -> str:
+    user, host, port = parse_ssh_url(target)
+    return f"{user}@{host}" + (f":{port}" if port != 22 else "")
+
+
 def _rented_rows(snapshot: RunSnapshot) -> dict[str, str]:
     record, spend = snapshot.record, snapshot.spend
     rentals = spend.rentals if spend else ()
     current = rental_of(record)
     compute = compute_of(record)
-    count = f"{compute.count}x " if compute and compute.count > 1 else ""
+    count = f"{compute.count}x " if compute and compute.count > 1 and compute.nodes == 1 else ""
     if current is not None:
         kind = "spot" if current.spot else "on-demand"
         number = f" · machine {len(rentals)} of this run" if len(rentals) > 1 else ""
@@ -240,6 +274,8 @@ def _rented_rows(snapshot: RunSnapshot) -> dict[str, str]:
     else:
         wanted = provider_word(compute.provider) if compute else "?"
         machine, gpu = f"Not rented yet (at {wanted})", f"{count}{compute.gpu if compute and compute.gpu else 'any'}"
+        if compute and compute.nodes > 1:
+            gpu = f"{compute.nodes} machines x {compute.count}x {compute.gpu or 'any'}"
     now = rate(spend.rate_per_hour) if spend is not None and spend.billing else "Not billing now"
     return {"machine": machine, "gpu": gpu, "rate": now}
 
@@ -247,7 +283,9 @@ def _rented_rows(snapshot: RunSnapshot) -> dict[str, str]:
 def _own_server_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]:
     record = snapshot.record
     machine = "No server yet"
-    if record.target:
+    if record.target and snapshot.nodes:
+        machine = f"Your {1 + len(snapshot.nodes)} servers as one, the head {_login_words(record.target)}"
+    elif record.target:
         user, host, port = parse_ssh_url(record.target)
         machine = f"Your server {user}@{host}" + (f":{port}" if port != 22 else "")
     stated = float(record.spec.get("hourly_rate_usd") or 0.0)

@@ -81,6 +81,14 @@ class MonitorView(QWidget):
         layout.addLayout(middle)
         machine, self.machine = _rows_card("Machine and cost", MACHINE_ROWS, columns=2)
         layout.addWidget(machine)
+        self.nodes_card = Card("Machines of this run", "It trains on several machines as one; rank 0 reports.")
+        self.nodes_label = QLabel()
+        self.nodes_label.setAccessibleName("Machines of this run")
+        self.nodes_label.setWordWrap(True)
+        self.nodes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.nodes_card.body.addWidget(self.nodes_label)
+        self.nodes_card.hide()
+        layout.addWidget(self.nodes_card)
         layout.addWidget(self._build_log(), 1)
         return content
 
@@ -205,6 +213,13 @@ class MonitorView(QWidget):
         for key, text in texts.items():
             if labels[key].text() != text:
                 labels[key].setText(text)
+
+    def show_nodes(self, lines: Sequence[str]) -> None:
+        """One line per machine of a run across several (the card is hidden for a run on one machine)."""
+        text = "\n".join(lines)
+        if self.nodes_label.text() != text:
+            self.nodes_label.setText(text)
+        self.nodes_card.setVisible(bool(lines))
 
     def show_log(self, lines: Sequence[str]) -> None:
         """Shows the log: appended to when only new lines came, rewritten when the history changed."""

@@ -26,10 +26,12 @@ _TIPS = {(6, "—"): "The provider publishes no reliability score"}
 
 
 def gpu_words(item: DraftOffer) -> str:
-    """``RTX 4090 · 24 GB`` or ``2 x A100 · 80 GB each``."""
+    """``RTX 4090 · 24 GB``, ``2 x A100 · 80 GB each``, or a cluster's ``2 machines x 8 x H100 · 80 GB each``."""
     offer = item.offer
-    memory = f"{offer.vram_gb:g} GB" + (" each" if offer.count > 1 else "")
-    return f"{offer.count} x {offer.gpu} · {memory}" if offer.count > 1 else f"{offer.gpu} · {memory}"
+    memory = f"{offer.vram_gb:g} GB" + (" each" if offer.count * offer.nodes > 1 else "")
+    gpus = f"{offer.count} x {offer.gpu}" if offer.count > 1 or offer.nodes > 1 else offer.gpu
+    machines = f"{offer.nodes} machines x " if offer.nodes > 1 else ""
+    return f"{machines}{gpus} · {memory}"
 
 
 def fit_badge(item: DraftOffer) -> tuple[str, str]:

@@ -43,6 +43,7 @@ from desktop.services.runs.offers_for_draft import (
     cheapest_fitting,
     judge_offers,
     offer_counts,
+    offer_nodes,
     pick_of,
 )
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
@@ -91,7 +92,7 @@ class ComputeStep(WizardStep):
         self.pick: DraftOffer | None = None
         self.pick_note = ""  # what became of a pick remembered from before (gone, repriced, too small)
         self._fetched_at = 0.0
-        self._market_counts: tuple[int | None, ...] = ()
+        self._market_counts: tuple[tuple[int | None, ...], int] = ((), 1)  # the GPU counts and machines asked for
         self._judged_for = ""
         self._work: Running[Any] | None = None
         self._asked = 0
@@ -390,7 +391,7 @@ class ComputeStep(WizardStep):
         if self.fetching:
             return
         stale = self.market is None or time.monotonic() - self._fetched_at > MARKET_MAX_AGE_S
-        if stale or self._market_counts != offer_counts(self.draft):
+        if stale or self._market_counts != (offer_counts(self.draft), offer_nodes(self.draft)):
             self._start_fetch()
         elif self._judged_for != sizing_key(self.draft):
             self._start_judge()
@@ -407,16 +408,16 @@ class ComputeStep(WizardStep):
 
     def _start_fetch(self) -> Running[_Fetched]:
         snapshot, secrets, store = self.draft.model_copy(deep=True), self.context.secrets, self.context.store
-        counts = offer_counts(snapshot)
+        counts, nodes = offer_counts(snapshot), offer_nodes(snapshot)
 
         async def work(job: Job) -> _Fetched:
             keys = await asyncio.to_thread(lambda: {name: key_state(name, secrets) for name in ProviderName})
             job.report(keys)
-            market = await ask_market(secrets, counts, on_answer=job.report)
+            market = await ask_market(secrets, counts, nodes=nodes, on_answer=job.report)
             judged = await asyncio.to_thread(judge_offers, snapshot, market.offers, secrets, store)
             return keys, market, judged, sizing_key(snapshot)
 
-        self._market_counts = counts
+        self._market_counts = (counts, nodes)
         self._busy("Asking the providers for offers…")
         running = CoroutineOperation(self, work, self._show_fetched, group="offers")
         self._work = running.with_progress(self._on_fetch_progress).failure(self._on_failed).run()

@@ -8,9 +8,14 @@ from desktop.services.providers.base import ProviderName
 from desktop.services.runs.offers_for_draft import DraftOffer
 
 
-def machine_words(count: int, gpu: str, vram_gb: float) -> str:
-    """``1 x RTX 4090 (24 GB)`` or ``2 x A100 PCIe (80 GB each)``."""
+def machine_words(count: int, gpu: str, vram_gb: float, nodes: int = 1) -> str:
+    """``1 x RTX 4090 (24 GB)``, ``2 x A100 PCIe (80 GB each)``, or a cluster's machines.
+
+    A cluster: ``a cluster of 2 machines with 8 x H100 SXM (80 GB each) each``.
+    """
     memory = f"{vram_gb:g} GB" + (" each" if count > 1 else "")
+    if nodes > 1:
+        return f"a cluster of {nodes} machines with {count} x {gpu} ({memory}) each"
     return f"{count} x {gpu} ({memory})"
 
 
@@ -32,15 +37,16 @@ def pick_words(item: DraftOffer) -> str:
     """The pick in one line: provider, machine, kind, price, estimate."""
     offer = item.offer
     where = f" in {offer.location}" if offer.location else ""
+    machine = machine_words(offer.count, offer.gpu, offer.vram_gb, offer.nodes)
     return (
-        f"{offer.provider.label}: {machine_words(offer.count, offer.gpu, offer.vram_gb)}, {kind_words(offer.spot)}"
+        f"{offer.provider.label}: {machine}, {kind_words(offer.spot)}"
         f"{where}, ${offer.price_per_hour:,.2f} per hour; {estimate_words(item)}."
     )
 
 
 def compute_pick_words(compute: ComputeDraft) -> str:
     """The draft's pick when its offer is not judged (the market not asked yet)."""
-    machine = machine_words(compute.count, compute.gpu, compute.vram_gb)
+    machine = machine_words(compute.count, compute.gpu, compute.vram_gb, compute.nodes)
     provider = ProviderName(compute.provider).label
     return f"{provider}: {machine}, {kind_words(compute.spot)}, ${compute.price_per_hour:,.2f} per hour"
 
@@ -73,13 +79,13 @@ def none_fits_words(offers: list[DraftOffer]) -> str:
         return advice
     closest = min(sized, key=lambda item: (item.need_gb or 0.0) / max(item.offer.vram_gb, 1.0))
     offer = closest.offer
-    machine = machine_words(offer.count, offer.gpu, offer.vram_gb)
+    machine = machine_words(offer.count, offer.gpu, offer.vram_gb, offer.nodes)
     return f"The run needs {closest.need_gb:,.1f} GB per GPU even on the closest, {machine}. {advice}"
 
 
 def remembered_pick_note(remembered: ComputeDraft, found: DraftOffer | None) -> str:
     """What became of the machine picked before the app was closed: gone, repriced, or too small now ("" if same)."""
-    machine = machine_words(remembered.count, remembered.gpu, remembered.vram_gb)
+    machine = machine_words(remembered.count, remembered.gpu, remembered.vram_gb, remembered.nodes)
     earlier = f"{machine} at ${remembered.price_per_hour:,.2f}/h"
     if found is None:
         return f"Your earlier pick, {earlier}, is no longer offered."

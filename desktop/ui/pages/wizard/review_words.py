@@ -154,17 +154,21 @@ def _rented_sizing(draft: RunDraft, facts: ReviewFacts) -> Rows:
         return [*rows, ("Peak memory per GPU", f"{per_gpu:,.1f} GB on one GPU (no machine picked yet)")]
     rows.append(("Peak memory per GPU", f"{pick.need_gb:,.1f} GB of the {pick.offer.vram_gb:g} GB each GPU has"))
     keys = draft.compute.training_keys() | {"strategy": pick.strategy}
-    rows.append(("Trains on", gpus_words(keys)))
+    rows.append(("Trains on", gpus_words(keys, draft.compute.nodes)))
     return rows
 
 
-def gpus_words(keys: dict[str, Any]) -> str:
-    """``1 GPU`` or ``2 GPUs, sharing the model (FSDP)`` / ``…, each with a copy (DDP)``."""
-    count = int(keys.get("num_gpus", 1))
+def gpus_words(keys: dict[str, Any], nodes: int = 1) -> str:
+    """``1 GPU`` or ``2 GPUs, sharing the model (FSDP)`` / ``…, each with a copy (DDP)``.
+
+    Across machines: ``16 GPUs on 2 machines, sharing the model (FSDP)``.
+    """
+    count = int(keys.get("num_gpus", 1)) * nodes
     if count == 1:
         return "1 GPU"
     how = "sharing the model (FSDP)" if keys.get("strategy") == "fsdp" else "each with a copy of the model (DDP)"
-    return f"{count} GPUs, {how}"
+    machines = f" on {nodes} machines" if nodes > 1 else ""
+    return f"{count} GPUs{machines}, {how}"
 
 
 def compute_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
@@ -187,7 +191,7 @@ def _rented_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
     provider = ProviderName(compute.provider).label
     where = f" in {compute.location}" if compute.location else ""
     rows: Rows = [
-        ("Machine", f"{machine_words(compute.count, compute.gpu, compute.vram_gb)} from {provider}{where}"),
+        ("Machine", f"{_machine(compute)} from {provider}{where}"),
         ("Kind", kind_words(compute.spot).capitalize() + (": it can be taken away" if compute.spot else "")),
         ("Price", f"${compute.price_per_hour:,.2f} per hour (never rented above ${compute.price_cap:,.2f})"),
     ]
@@ -195,6 +199,11 @@ def _rented_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
     rows.append(("Estimate", estimate_words(pick) if facts else "checking…"))
     rows.append(("Machine settings", machine_settings_words(compute)))
     return rows
+
+
+def _machine(compute: ComputeDraft) -> str:
+    words = machine_words(compute.count, compute.gpu, compute.vram_gb, compute.nodes)
+    return words[:1].upper() + words[1:]
 
 
 def machine_settings_words(compute: ComputeDraft) -> str:
@@ -255,7 +264,7 @@ def launch_question(draft: RunDraft, facts: ReviewFacts | None, despite: list[Ch
 
 def _rent_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuestion:
     compute = draft.compute
-    machine = machine_words(compute.count, compute.gpu, compute.vram_gb)
+    machine = machine_words(compute.count, compute.gpu, compute.vram_gb, compute.nodes)
     provider = ProviderName(compute.provider).label if compute.picked else "nobody"
     estimate = estimate_words(facts.pick if facts else None)
     summary = (

@@ -419,10 +419,13 @@ class SizingStep(WizardStep):
         table.clearSelection()
         table.setRowCount(len(sizing.plan.options))
         for row, option in enumerate(sizing.plan.options):
-            name = option.gpu.name + (f", {option.strategy.value.upper()}" if option.count > 1 else "")
+            name = option.gpu.name + (f", {option.strategy.value.upper()}" if option.total_gpus > 1 else "")
+            if option.nodes > 1:
+                name += f", {option.nodes} machines ({option.gpu.inter_node})"
             if option is recommended:
                 name += " (recommended)"
-            cells = [name, str(option.count), "", format_hours(option.hours), f"${option.cost_usd:,.2f}"]
+            gpus = f"{option.nodes} x {option.count}" if option.nodes > 1 else str(option.count)
+            cells = [name, gpus, "", format_hours(option.hours), f"${option.cost_usd:,.2f}"]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text or fit_text(option))
@@ -476,7 +479,8 @@ class SizingStep(WizardStep):
         else:
             self.memory_caption.setText(
                 f"For {option_words(option)}: {memory.per_gpu_total:,.1f} GB {split_words(option)}; "
-                f"{'each' if option.count > 1 else 'the'} {option.gpu.name} has {option.gpu.usable_gb:,.1f} GB usable."
+                f"{'each' if option.total_gpus > 1 else 'the'} {option.gpu.name} has "
+                f"{option.gpu.usable_gb:,.1f} GB usable."
             )
 
     def _selected_label(self) -> str | None:
