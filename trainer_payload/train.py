@@ -419,6 +419,7 @@ class PayloadRun:
     def _finish(self, trainer: Any, metrics: dict[str, Any], train_seconds: float) -> int:
         self.state(JobState.SAVING)
         target = self.output_dir / (ADAPTER_DIR_NAME if self.spec.method in {"qlora", "lora"} else "model")
+        gather_whole_weights(trainer, self.spec)
         trainer.save_model(str(target))
         if not _is_main_process():
             return EXIT_DONE
@@ -440,6 +441,16 @@ class PayloadRun:
         )
         self.state(JobState.DONE)
         return EXIT_DONE
+
+
+def gather_whole_weights(trainer: Any, spec: JobSpec) -> None:
+    """Makes the final save under FSDP write whole weights, gathered on rank 0 (accelerate's documented use).
+
+    Checkpoints stay sharded (fast, and each rank resumes from its own shard), but with a sharded state dict
+    ``Trainer.save_model`` writes nothing at all under FSDP: the model (or adapter) that comes home must be whole.
+    """
+    if spec.strategy == "fsdp" and spec.num_gpus * spec.num_nodes > 1:
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
 
 
 def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
@@ -473,7 +484,10 @@ def launch_options(spec: JobSpec) -> list[str]:
     """``accelerate launch`` options for the job: processes, machines and DDP or FSDP.
 
     FSDP loads the weights on rank 0 alone and broadcasts them (``cpu_ram_efficient_loading`` needs
-    ``sync_module_states``), so a machine needs one copy of the model in host memory, not one per rank.
+    ``sync_module_states``), so a machine needs one copy of the model in host memory, not one per rank. On one machine
+    checkpoints are sharded (every rank writes its part there, fast). Across machines each rank's part would stay on
+    its own machine, out of reach of the checkpoint that comes home: there they are whole, gathered to rank 0 (on the
+    head, which is pulled), and on a resume rank 0 alone reads them and ``sync_module_states`` hands the others theirs.
     """
     options = ["--num_processes", str(spec.num_gpus * spec.num_nodes), "--num_machines", str(spec.num_nodes)]
     if spec.num_nodes > 1:
@@ -490,7 +504,7 @@ def launch_options(spec: JobSpec) -> list[str]:
         "--fsdp_auto_wrap_policy",
         "TRANSFORMER_BASED_WRAP",
         "--fsdp_state_dict_type",
-        "SHARDED_STATE_DICT",
+        "FULL_STATE_DICT" if spec.num_nodes > 1 else "SHARDED_STATE_DICT",
         "--fsdp_cpu_ram_efficient_loading",
         "true",
         "--fsdp_sync_module_states",

@@ -32,6 +32,9 @@ def test_the_launch_options_name_every_machine_and_shard_with_rank_zero_loading(
     assert pairs["--main_process_ip"] == "10.65.0.2" and pairs["--main_process_port"] == "29500"
     assert options[options.index("--fsdp_cpu_ram_efficient_loading") + 1] == "true"
     assert options[options.index("--fsdp_sync_module_states") + 1] == "true"
+    assert options[options.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "whole on the head, pulled home"
+    one_machine = launch_options(JobSpec.from_dict({**JOB, "num_gpus": 8, "strategy": "fsdp"}))
+    assert one_machine[one_machine.index("--fsdp_state_dict_type") + 1] == "SHARDED_STATE_DICT"
 
 
 def test_fsdp_reduce_scatters_every_micro_batch_and_every_machine_keeps_whole_checkpoints() -> None:
@@ -45,3 +48,20 @@ def test_fsdp_reduce_scatters_every_micro_batch_and_every_machine_keeps_whole_ch
     ddp = _sft_config(JobSpec.from_dict({**JOB, "num_gpus": 2}), bf16=False, has_eval=False)
     assert ddp.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": False}
     assert not ddp.save_on_each_node
+
+
+def test_the_final_save_under_fsdp_gathers_whole_weights_and_ddp_is_left_alone() -> None:
+    """transformers' save_model writes nothing under FSDP with a sharded state dict: the last save asks for a
+    full one (gathered on rank 0), as accelerate documents for "train sharded, save full"."""
+    from types import SimpleNamespace
+
+    from trainer_payload.train import gather_whole_weights
+
+    asked: list[str] = []
+    plugin = SimpleNamespace(set_state_dict_type=asked.append)
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin)))
+    fsdp = JobSpec.from_dict({**JOB, "num_gpus": 8, "num_nodes": 2, "head_address": "h", "strategy": "fsdp"})
+    gather_whole_weights(trainer, fsdp)
+    gather_whole_weights(trainer, JobSpec.from_dict({**JOB, "num_gpus": 2}))
+    gather_whole_weights(trainer, JobSpec.from_dict({**JOB, "strategy": "fsdp"}))  # one GPU: no FSDP wrapping at all
+    assert asked == ["FULL_STATE_DICT"]
