@@ -31,6 +31,7 @@ OFFER_KEYS = [
     "offer_id",
     "gpu",
     "count",
+    "nodes",
     "vram_gb",
     "price_per_hour",
     "spot",
@@ -71,6 +72,7 @@ def test_offers_json_has_exactly_the_documented_keys_cheapest_first(
         "offer_id": "runpod:RTX 4090:0.69",
         "gpu": "RTX 4090",
         "count": 1,
+        "nodes": 1,
         "vram_gb": 24,
         "price_per_hour": 0.69,
         "spot": False,
@@ -424,6 +426,20 @@ def test_offers_of_the_three_clouds_end_to_end(
     assert [o["total_usd"] for o in fitting if o["total_usd"] is not None] == sorted(
         o["total_usd"] for o in fitting if o["total_usd"] is not None
     )
+
+
+def test_clusters_are_offered_by_runpod_and_the_others_say_they_rent_none(
+    served: dict[ProviderName, FakeCloud], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["offers", "--json", "--nodes", "2", "--gpus", "8", "--model", "qwen2.5-7b"]) == 0
+    out, err = capsys.readouterr()
+    offers = json.loads(out)
+    assert offers and all((o["provider"], o["nodes"], o["count"]) == ("runpod", 2, 8) for o in offers)
+    assert "Vast.ai" in err and "Lambda" in err and "no API for renting several machines as one cluster" in err
+    assert main(["offers", "--nodes", "2", "--gpus", "8"]) == 0
+    assert "2 machines x RTX 4090 x8" in capsys.readouterr().out
+    assert main(["offers", "--nodes", "2", "--spot"]) == 2
+    assert "not sold as spot" in capsys.readouterr().err
 
 
 def test_a_refused_key_is_a_note_end_to_end(

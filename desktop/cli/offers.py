@@ -50,7 +50,17 @@ def offer_query(args: argparse.Namespace) -> OfferQuery:
     for flag, value in (("--min-vram", args.min_vram), ("--max-price", args.max_price)):
         if value is not None and value <= 0:
             raise CliError(f"{flag} {value:g} must be above 0")
-    return OfferQuery(count=args.gpus, min_vram_gb=args.min_vram, max_price_per_hour=args.max_price, spot=args.spot)
+    if not 1 <= args.nodes <= 250:
+        raise CliError(f"--nodes {args.nodes} is out of range: a cluster has 2 to 250 machines (1: one machine)")
+    if args.nodes > 1 and args.spot:
+        raise CliError("--nodes: clusters are not sold as spot machines; drop --spot")
+    return OfferQuery(
+        count=args.gpus,
+        min_vram_gb=args.min_vram,
+        max_price_per_hour=args.max_price,
+        spot=args.spot,
+        nodes=args.nodes,
+    )
 
 
 def offer_dict(sized: SizedOffer) -> dict[str, Any]:
@@ -61,6 +71,7 @@ def offer_dict(sized: SizedOffer) -> dict[str, Any]:
         "offer_id": offer.offer_id,
         "gpu": offer.gpu,
         "count": offer.count,
+        "nodes": offer.nodes,
         "vram_gb": offer.vram_gb,
         "price_per_hour": offer.price_per_hour,
         "spot": offer.spot,
@@ -80,7 +91,9 @@ def _row(sized: SizedOffer) -> list[str]:
     item = offer_dict(sized)
     return [
         sized.offer.provider.label,
-        f"{item['gpu']} x{item['count']}",
+        f"{item['nodes']} machines x {item['gpu']} x{item['count']}"
+        if item["nodes"] > 1
+        else f"{item['gpu']} x{item['count']}",
         f"{item['vram_gb']:g} GB",
         f"${item['price_per_hour']:.2f}",
         "spot" if item["spot"] else "",

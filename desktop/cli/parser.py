@@ -222,6 +222,9 @@ def _add_rent_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
     offers.add_argument("--provider", choices=["runpod", "vast", "lambda", "all"], default="all")
     offers.add_argument("--min-vram", type=float, metavar="GB", help="memory per GPU, at least")
     offers.add_argument("--gpus", type=int, metavar="N", help="GPUs per machine")
+    offers.add_argument(
+        "--nodes", type=int, default=1, metavar="N", help="machines rented together as one cluster (RunPod), N of them"
+    )
     offers.add_argument("--max-price", type=float, metavar="USD", help="the whole machine's $/h, at most")
     offers.add_argument("--spot", action="store_true", help="interruptible offers instead of on-demand ones")
     _add_sizing_flags(offers)

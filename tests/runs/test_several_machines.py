@@ -25,6 +25,7 @@ from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.sshd import SshdUnavailableError, SshHost, SshServer
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 from tests.payload.conftest import payload_env
+from tests.payload.test_training import assert_adapter_changes_the_model
 from trainer_payload.checkpoints import is_complete
 
 pytestmark = pytest.mark.slow
@@ -113,6 +114,7 @@ def test_two_machines_train_one_run_with_the_loss_curve_of_two_ranks_on_one(
     assert len(runs) == 1 and runs[0]["state"] == "finished", "one run, not one per machine"
     adapter = Path(runs[0]["adapter"])
     assert is_complete(adapter) and (adapter / "adapter_model.safetensors").is_file()
+    assert_adapter_changes_the_model(tiny_model.path, adapter)  # it loads onto the base and changes its answers
     events = mirrored_events(adapter.parent)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "one contiguous stream, from rank 0"
     reference = two_ranks_on_one_machine(tmp_path / "reference", tiny_model, max_steps=12, checkpoint_steps=4)
