@@ -164,3 +164,8 @@ def test_a_job_no_single_machine_holds_is_planned_across_machines_unless_told_on
     assert "2 machines x 8 x H100 SXM fsdp" in out and "3200 Gb/s infiniband between them" in out
     assert main([*args, "--max-nodes", "1"]) == 0
     assert "machines" not in capsys.readouterr().out
+
+
+def test_a_machine_limit_out_of_range_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "llama-2-70b", "--max-nodes", "0"]) == 2
+    assert "--max-nodes 0 is out of range: use a whole number from 1 to 8" in capsys.readouterr().err

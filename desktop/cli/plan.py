@@ -12,7 +12,7 @@ from desktop.cli.sizing_flags import workload as sizing_workload
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.calibration import JobKind, Learned
 from desktop.core.sizing.gpus import GpuSpec, find_gpu
-from desktop.core.sizing.plan import GPU_COUNTS, Suggestion, make_plan
+from desktop.core.sizing.plan import GPU_COUNTS, NODE_COUNTS, Suggestion, make_plan
 from desktop.core.sizing.report import plan_dict, plan_text
 from desktop.core.sizing.setup import Strategy
 from desktop.services.models.configs import ModelResolutionError, load_catalog, load_gpus, resolve_model
@@ -65,6 +65,8 @@ def run_plan(args: argparse.Namespace) -> int:
         return _print_catalog()
     if not args.model:
         raise CliError("--model is required (a catalog name such as qwen2.5-7b, a Hub id, or a model folder)")
+    if not 1 <= args.max_nodes <= NODE_COUNTS[-1]:
+        raise CliError(f"--max-nodes {args.max_nodes} is out of range: use a whole number from 1 to {NODE_COUNTS[-1]}")
     setup = training_setup(args, 1 if args.gpus is None else args.gpus, args.strategy or "ddp")
     workload, source = sizing_workload(args, setup.seq_len)
     try:

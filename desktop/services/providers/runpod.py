@@ -462,32 +462,32 @@ class RunPodProvider:
         bid = spot_bid(request)
         if bid is not None:
             return spot_instance(await self._graphql.rent_spot(request, gpu_id, cloud, count, bid), request)
-        body = create_body(request, gpu_id, cloud, count)
-        await request.sending()
-        response = await self._api.request("POST", "/pods", json=body, once=True)
-        if response.status_code >= 400:
-            raise create_error(response)
-        pod = _body(response)
-        if not isinstance(pod, dict) or not pod.get("id"):
-            raise UncertainOutcomeError(
-                RUNPOD, f"RunPod took the pod but named none ({error_text(response)}); it may exist as {request.label}"
-            )
+        pod = await self._created(request, "pod", create_body(request, gpu_id, cloud, count))
         return instance_from(pod, request.offer.gpu)
 
     async def _create_cluster(self, request: RentRequest, gpu_id: str, gpus_per_pod: int, pods: int) -> Instance:
         """Creates an Instant Cluster (``POST /clusters``, sent once); the instance is the whole cluster."""
+        cluster = await self._created(request, "cluster", create_cluster_body(request, gpu_id, gpus_per_pod, pods))
+        return instance_from_cluster(cluster, request.offer.price_per_hour, request.offer.gpu)
+
+    async def _created(self, request: RentRequest, what: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Sends a create (``POST /pods`` or ``/clusters``) once; the pod or cluster it made.
+
+        Raises:
+            NoCapacityError, ProviderError: RunPod refused (see :func:`create_error`).
+            UncertainOutcomeError: An answer that names nothing: look it up by ``request.label``.
+        """
         await request.sending()
-        body = create_cluster_body(request, gpu_id, gpus_per_pod, pods)
-        response = await self._api.request("POST", "/clusters", json=body, once=True)
+        response = await self._api.request("POST", f"/{what}s", json=body, once=True)
         if response.status_code >= 400:
             raise create_error(response)
-        cluster = _body(response)
-        if not isinstance(cluster, dict) or not cluster.get("id"):
+        made = _body(response)
+        if not isinstance(made, dict) or not made.get("id"):
             raise UncertainOutcomeError(
                 RUNPOD,
-                f"RunPod took the cluster but named none ({error_text(response)}); it may exist as {request.label}",
+                f"RunPod took the {what} but named none ({error_text(response)}); it may exist as {request.label}",
             )
-        return instance_from_cluster(cluster, request.offer.price_per_hour, request.offer.gpu)
+        return made
 
     async def members(self, instance_id: str) -> list[ClusterMember]:
         """The pods of a cluster in rank order, each with its private address and SSH address once it has them."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from desktop.core.runs.labels import machine_label
 from desktop.core.runs.spec import ComputeSpec, SshTarget
@@ -53,6 +53,7 @@ from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.store import RunRecord
 
 OpenProvider = Callable[[ProviderName, SecretStore], Provider]
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -529,34 +530,34 @@ class RentalDriver:
         Raises:
             RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
         """
-        deadline = rental.created + compute.ready_timeout_minutes * 60
-        last = "no answer yet"
-        while time.time() < deadline:
-            instance = await self._instance(rental)
-            if instance is not None:
-                last = instance.status_text or instance.state.value
-                if instance.state in LOST_STATES:
-                    raise RentError(f"the new machine was {self._lost_words(instance)} before it came up")
-                if instance.state is InstanceState.RUNNING and instance.ssh is not None:
-                    user = compute.user or instance.ssh.user
-                    target = SshTarget(user, instance.ssh.host, instance.ssh.port, python=compute.python)
-                    host_key = await self._ssh_answers(run_id, target)
-                    if host_key is not None:
-                        return target, host_key
-                    last = "SSH not answering yet"
-            await asyncio.sleep(self.options.ready_poll_seconds)
-        minutes = compute.ready_timeout_minutes
-        raise RentError(
-            f"the {rental.provider.label} machine {rental.instance_id} was not ready after {minutes:g} min "
-            f"(last: {last}); it was terminated, nothing is billing. Try again, another offer, or raise "
-            "[compute] ready_timeout_minutes"
-        )
+
+        async def answers(instance: Instance) -> tuple[SshTarget, str] | None:
+            if instance.ssh is None:
+                return None
+            user = compute.user or instance.ssh.user
+            target = SshTarget(user, instance.ssh.host, instance.ssh.port, python=compute.python)
+            host_key = await self._ssh_answers(run_id, target)
+            return None if host_key is None else (target, host_key)
+
+        return await self._until_up(compute, rental, "machine", answers)
 
     async def _place_cluster(self, run_id: str, compute: ComputeSpec, rental: Rental) -> SshTarget:
         """Waits until every machine of a new cluster answers over SSH, then points the run's machines at them.
 
         Returns:
             The head's target (rank 0).
+
+        Raises:
+            RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
+        """
+        return await self._until_up(
+            compute, rental, "cluster", lambda _instance: self._cluster_answers(run_id, compute, rental)
+        )
+
+    async def _until_up(
+        self, compute: ComputeSpec, rental: Rental, what: str, answers: Callable[[Instance], Awaitable[_T | None]]
+    ) -> _T:
+        """Polls the provider until the new machine (or cluster) runs and ``answers`` finds it up over SSH.
 
         Raises:
             RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
@@ -568,17 +569,18 @@ class RentalDriver:
             if instance is not None:
                 last = instance.status_text or instance.state.value
                 if instance.state in LOST_STATES:
-                    raise RentError(f"the new cluster was {self._lost_words(instance)} before it came up")
+                    raise RentError(f"the new {what} was {self._lost_words(instance)} before it came up")
                 if instance.state is InstanceState.RUNNING:
-                    placed = await self._cluster_answers(run_id, compute, rental)
-                    if placed is not None:
-                        return placed
-                    last = "SSH not answering on every machine yet"
+                    found = await answers(instance)
+                    if found is not None:
+                        return found
+                    last = "SSH not answering yet"
             await asyncio.sleep(self.options.ready_poll_seconds)
+        minutes, gone = compute.ready_timeout_minutes, "deleted" if what == "cluster" else "terminated"
         raise RentError(
-            f"the {rental.provider.label} cluster {rental.instance_id} was not ready after "
-            f"{compute.ready_timeout_minutes:g} min (last: {last}); it was deleted, nothing is billing. Try again, "
-            "or raise [compute] ready_timeout_minutes"
+            f"the {rental.provider.label} {what} {rental.instance_id} was not ready after {minutes:g} min "
+            f"(last: {last}); it was {gone}, nothing is billing. Try again, another offer, or raise "
+            "[compute] ready_timeout_minutes"
         )
 
     async def _cluster_answers(self, run_id: str, compute: ComputeSpec, rental: Rental) -> SshTarget | None:
