@@ -480,6 +480,20 @@ def _launch_distributed(spec: JobSpec, job_path: Path) -> int:
     return launcher.wait()
 
 
+def _leave_process_group() -> None:
+    """Closes the rank's process group before the interpreter exits.
+
+    Left open, gloo's threads are torn down with the process and a rank can abort on its way out ("terminate called
+    without an active exception", seen on a loaded machine) after all its work is done: the launcher then reports a
+    failed run, and a node of a run across machines would read as lost.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):  # a peer already gone: nothing left to close cleanly
+            dist.destroy_process_group()
+
+
 def launch_options(spec: JobSpec) -> list[str]:
     """``accelerate launch`` options for the job: processes, machines and DDP or FSDP.
 
@@ -493,6 +507,8 @@ def launch_options(spec: JobSpec) -> list[str]:
     if spec.num_nodes > 1:
         options += ["--machine_rank", str(spec.node_rank), "--main_process_ip", spec.head_address]
         options += ["--main_process_port", str(spec.head_port)]
+    else:  # a free port of this machine's: two runs on one server (or two tests) never meet on 29500
+        options += ["--main_process_port", "0"]
     options += ["--mixed_precision", "bf16" if use_bf16() else "no"]
     if spec.strategy != "fsdp":
         return [*options, "--multi_gpu"]
@@ -524,7 +540,10 @@ def run_job(job_path: Path) -> int:
     output_dir.mkdir(parents=True, exist_ok=True)
     if "LOCAL_RANK" in os.environ:  # a rank started by accelerate launch
         writer: EventWriter = EventWriter(output_dir / EVENTS_FILE_NAME) if _is_main_process() else _SilentEvents()
-        return _run_reporting(spec, writer, stop)
+        try:
+            return _run_reporting(spec, writer, stop)
+        finally:
+            _leave_process_group()
     (output_dir / TRAINER_EXIT_FILE_NAME).unlink(missing_ok=True)
     if spec.num_gpus * spec.num_nodes > 1:
         if spec.strategy == "fsdp" and not cuda_available():

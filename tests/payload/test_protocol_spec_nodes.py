@@ -35,6 +35,7 @@ def test_the_launch_options_name_every_machine_and_shard_with_rank_zero_loading(
     assert options[options.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "whole on the head, pulled home"
     one_machine = launch_options(JobSpec.from_dict({**JOB, "num_gpus": 8, "strategy": "fsdp"}))
     assert one_machine[one_machine.index("--fsdp_state_dict_type") + 1] == "SHARDED_STATE_DICT"
+    assert one_machine[one_machine.index("--main_process_port") + 1] == "0", "a free port, found at launch"
 
 
 def test_fsdp_reduce_scatters_every_micro_batch_and_every_machine_keeps_whole_checkpoints() -> None:

@@ -74,3 +74,51 @@ def test_a_two_machine_cluster_trains_one_run_and_is_deleted_once_the_adapter_is
     billed = fake_runpod.cluster_billed_usd(cluster.id)
     assert rental.usd(time.time()) == pytest.approx(billed, abs=0.01), "the ledger's dollars are RunPod's"
     assert rental.price_per_hour == pytest.approx(2 * 0.69)
+
+
+async def test_a_cluster_that_loses_a_machine_is_deleted_and_the_run_resumes_on_a_fresh_one(
+    fake_runpod: FakeRunPod,
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model: TinyModel,
+    chat_dataset: Path,
+    tmp_path: Path,
+) -> None:
+    import asyncio
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+    from desktop.services.renting.driver import RentalDriver, RentalOptions
+    from desktop.services.runs.checkpoints import newest_local_checkpoint
+    from desktop.services.runs.engine import EngineOptions, RunEngine
+
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
+    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
+    path = cluster_spec(tmp_path, tiny_model, chat_dataset)
+    path.write_text(path.read_text().replace("max_steps = 12", "max_steps = 400"))
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
+    driver = RentalDriver(engine, options=RentalOptions(poll_seconds=0.3, ready_poll_seconds=0.2))
+    record = engine.create(run_spec_from_dict(tomllib.loads(path.read_text()), tmp_path, path))
+    drive = asyncio.ensure_future(driver.drive(record.id))
+    folder = engine.folder(record.id)
+    deadline = time.monotonic() + 600
+    while newest_local_checkpoint(folder / "checkpoints") is None:
+        assert time.monotonic() < deadline and not drive.done(), "no checkpoint came home"
+        await asyncio.sleep(0.2)
+    home = newest_local_checkpoint(folder / "checkpoints")
+    assert home is not None
+    newest = int(home.name.split("-")[1])
+    (first,) = fake_runpod.clusters.values()
+    for run in [engine.store.get(record.id), *engine.store.nodes_of(record.id)]:  # a short rest of the run
+        engine.ctx.set_spec(run.id, training={**run.spec["training"], "max_steps": newest + 40})
+    fake_runpod.statuses[first.members[1]] = "EXITED"  # one machine of the cluster stops
+    finished = await asyncio.wait_for(drive, 600)
+    assert finished.state is RunState.FINISHED, finished.error
+    assert first.deleted is not None and len(fake_runpod.clusters) == 2, "the lost cluster went, a fresh one came"
+    assert all(book.deleted is not None for book in fake_runpod.clusters.values()) and not fake_runpod.pool.servers
+    resumed = [e for e in mirrored_events(folder) if e["event"] == "state" and e.get("resume_from")]
+    assert resumed and int(resumed[-1]["resume_from"].split("-")[1]) >= newest, "from the newest at home then"
+    rentals = Ledger().rentals(record.id)
+    assert [r.instance_id for r in rentals] == [f"cluster:{book.id}" for book in fake_runpod.clusters.values()]
+    for rental, book in zip(rentals, fake_runpod.clusters.values(), strict=True):
+        assert rental.stopped is not None
+        assert rental.usd(time.time()) == pytest.approx(fake_runpod.cluster_billed_usd(book.id), abs=0.01)

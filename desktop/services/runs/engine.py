@@ -455,6 +455,10 @@ class RunEngine:
         Its newest checkpoint is home; a resume continues from it on the same machines or on a fresh set.
         """
         await machine.run("true")  # the head itself gone: its own grace period and pause, not blamed on a node
+        last_words = await monitor.read_events(self.ctx, run_id, machine) or []
+        outcome = await self._handle_all(run_id, machine, newest_checkpoint_only(last_words))
+        if outcome is not None:  # the head had finished (or failed) meanwhile: that is how the run ends
+            return outcome
         record = self.store.get(run_id)
         if record.pid is not None:
             with contextlib.suppress(*MACHINE_ERRORS):
