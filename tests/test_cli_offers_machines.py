@@ -480,6 +480,26 @@ async def test_machines_and_orphans_end_to_end(
     assert served[RUNPOD].instances[kept].live and served[LAMBDA].instances[mine].live
 
 
+async def test_a_cluster_no_live_run_owns_is_an_orphan_at_its_machines_price_and_is_deleted(
+    served: dict[ProviderName, FakeCloud], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ended = run_in(RunStore(), RunState.PROVISIONING, RunState.CANCELLED)
+    provider = open_provider(RUNPOD, api_key=served[RUNPOD].valid_key, transport=served[RUNPOD].transport())
+    try:
+        (offer,) = await provider.offers(OfferQuery(gpu="RTX 4090", count=1, nodes=2))
+        cluster = await provider.create(RentRequest(offer, PUBLIC_KEY, f"rentune-{ended}", "pytorch/pytorch:latest"))
+    finally:
+        await provider.aclose()
+    assert await asyncio.to_thread(main, ["machines", "--json"]) == 0
+    (listed,) = [m for m in json.loads(capsys.readouterr().out) if m["instance_id"] == cluster.instance_id]
+    assert listed["orphan"] and listed["price_per_hour"] == pytest.approx(2 * 0.69), "both machines' price"
+    assert await asyncio.to_thread(main, ["machines", "--stop-orphans"]) == 0
+    assert f"({cluster.instance_id})" in capsys.readouterr().out
+    runpod = served[RUNPOD]
+    assert isinstance(runpod, FakeRunPod)
+    assert all(book.deleted is not None for book in runpod.clusters.values()), "the cluster and every machine of it"
+
+
 @pytest.mark.parametrize("command", [["offers"], ["machines"], ["machines", "--stop-orphans"]])
 def test_no_provider_answering_is_a_failure_not_an_empty_list(
     command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

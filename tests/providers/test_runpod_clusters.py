@@ -65,7 +65,9 @@ async def test_a_cluster_offer_is_priced_for_every_pod_and_rents_as_one_machine(
     assert len({m.ssh.port for m in members if m.ssh}) == 3, "each member its own machine"
     pods = await provider.instances()
     assert [i.instance_id for i in pods] == [instance.instance_id], "the cluster is listed, not its pods"
-    assert await provider.named("rentune-x-run1") == [await provider.get(instance.instance_id)]
+    (named,) = await provider.named("rentune-x-run1")
+    assert named.instance_id == instance.instance_id and named.state is InstanceState.RUNNING
+    assert named.price_per_hour == pytest.approx(0.69 * 2 * 3), "listed at its pods' cost together"
     await provider.terminate(instance.instance_id)
     assert (await provider.get(instance.instance_id)).state is InstanceState.TERMINATED
     assert not fake.pool.servers, "every member's machine went with the one delete"

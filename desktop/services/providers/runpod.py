@@ -538,9 +538,20 @@ class RunPodProvider:
             seen.add(cursor)
 
     async def _clusters(self) -> list[Instance]:
-        """Every cluster of the account as one instance each (their pods are not listed under ``/pods``)."""
+        """Every cluster of the account as one instance each, priced at its pods' cost together.
+
+        A cluster has no price of its own, and its pods are not listed under ``/pods``.
+        """
         body = checked(await self._api.request("GET", "/clusters"), "listing clusters")
-        return [instance_from_cluster(c) for c in body.get("clusters") or [] if isinstance(c, dict) and c.get("id")]
+        clusters = [c for c in body.get("clusters") or [] if isinstance(c, dict) and c.get("id")]
+        return [instance_from_cluster(c, await self._cluster_cost(str(c["id"]))) for c in clusters]
+
+    async def _cluster_cost(self, cluster_id: str) -> float:
+        """What a cluster's pods cost per hour together (``cost`` of each, as RunPod bills them now)."""
+        path = f"/clusters/{quote(cluster_id, safe='')}/pods"
+        pods = checked(await self._api.request("GET", path), "reading the cluster's pods").get("pods") or []
+        costs = [pod.get("cost") for pod in pods if isinstance(pod, dict)]
+        return round(sum(float(c) for c in costs if isinstance(c, int | float) and c > 0), 4)
 
     async def named(self, label: str) -> list[Instance]:
         """The pods named ``label`` that are not gone (v2 has no name filter: every pod is listed, then filtered)."""
