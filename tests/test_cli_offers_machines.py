@@ -11,6 +11,7 @@ import json
 import pytest
 
 from desktop.cli import main
+from desktop.core.runs.labels import machine_label
 from desktop.core.runs.states import RunState
 from desktop.services.billing.rentals import Rental
 from desktop.services.providers.base import AuthError, InstanceState, OfferQuery, ProviderName, RentRequest
@@ -488,16 +489,23 @@ async def test_a_cluster_no_live_run_owns_is_an_orphan_at_its_machines_price_and
     try:
         (offer,) = await provider.offers(OfferQuery(gpu="RTX 4090", count=1, nodes=2))
         cluster = await provider.create(RentRequest(offer, PUBLIC_KEY, f"rentune-{ended}", "pytorch/pytorch:latest"))
+        elsewhere = await provider.create(  # rented by Rentune on another computer (another RENTUNE_HOME)
+            RentRequest(offer, PUBLIC_KEY, machine_label("ffffffff", ended), "pytorch/pytorch:latest")
+        )
     finally:
         await provider.aclose()
     assert await asyncio.to_thread(main, ["machines", "--json"]) == 0
-    (listed,) = [m for m in json.loads(capsys.readouterr().out) if m["instance_id"] == cluster.instance_id]
-    assert listed["orphan"] and listed["price_per_hour"] == pytest.approx(2 * 0.69), "both machines' price"
+    listed = {m["instance_id"]: m for m in json.loads(capsys.readouterr().out)}
+    assert listed[cluster.instance_id]["orphan"], "this computer's, owned by no live run"
+    assert listed[cluster.instance_id]["price_per_hour"] == pytest.approx(2 * 0.69), "both machines' price"
+    assert not listed[elsewhere.instance_id]["orphan"], "another computer's cluster is never an orphan"
     assert await asyncio.to_thread(main, ["machines", "--stop-orphans"]) == 0
     assert f"({cluster.instance_id})" in capsys.readouterr().out
     runpod = served[RUNPOD]
     assert isinstance(runpod, FakeRunPod)
-    assert all(book.deleted is not None for book in runpod.clusters.values()), "the cluster and every machine of it"
+    books = {f"cluster:{book.id}": book for book in runpod.clusters.values()}
+    assert books[cluster.instance_id].deleted is not None, "the cluster and every machine of it"
+    assert books[elsewhere.instance_id].deleted is None, "another computer's is left alone"
 
 
 @pytest.mark.parametrize("command", [["offers"], ["machines"], ["machines", "--stop-orphans"]])

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import asyncssh
 import pytest
@@ -19,25 +18,19 @@ from desktop.services.providers.runpod_clusters import cluster_id_of, members_fr
 from desktop.services.providers.vast import VastProvider
 from tests.fakes.runpod import FakeRunPod
 
-RETRY = RetryPolicy(first_delay=0.01)
-
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
-    cloud = FakeRunPod(tmp_path / "runpod", boot_seconds=0.2)
-    yield cloud
-    cloud.close()
-
-
-@pytest.fixture
-async def provider(fake: FakeRunPod) -> AsyncIterator[RunPodProvider]:
-    client = RunPodProvider(fake.valid_key, transport=fake.transport(), retry=RETRY)
+async def provider(fake_runpod: FakeRunPod) -> AsyncIterator[RunPodProvider]:
+    """The real RunPod client on the shared fake (tests/conftest.py's ``fake_runpod``), in-process."""
+    client = RunPodProvider(
+        fake_runpod.valid_key, transport=fake_runpod.transport(), retry=RetryPolicy(first_delay=0.01)
+    )
     yield client
     await client.aclose()
 
 
 async def test_a_cluster_offer_is_priced_for_every_pod_and_rents_as_one_machine(
-    fake: FakeRunPod, provider: RunPodProvider
+    fake_runpod: FakeRunPod, provider: RunPodProvider
 ) -> None:
     offers = await provider.offers(OfferQuery(gpu="RTX 4090", count=2, nodes=3))
     (offer,) = offers
@@ -48,7 +41,7 @@ async def test_a_cluster_offer_is_priced_for_every_pod_and_rents_as_one_machine(
     instance = await provider.create(RentRequest(offer, key, "rentune-x-run1", "runpod/pytorch", disk_gb=40))
     assert instance.instance_id.startswith("cluster:") and instance.state is InstanceState.STARTING
     assert instance.price_per_hour == pytest.approx(offer.price_per_hour)
-    (create,) = [r for r in fake.requests if r.method == "POST" and r.path == "/v2/clusters"]
+    (create,) = [r for r in fake_runpod.requests if r.method == "POST" and r.path == "/v2/clusters"]
     body = create.json()
     assert body["type"] == "TRAINING" and body["compute"] == {
         "gpuTypeId": "NVIDIA GeForce RTX 4090",
@@ -70,15 +63,17 @@ async def test_a_cluster_offer_is_priced_for_every_pod_and_rents_as_one_machine(
     assert named.price_per_hour == pytest.approx(0.69 * 2 * 3), "listed at its pods' cost together"
     await provider.terminate(instance.instance_id)
     assert (await provider.get(instance.instance_id)).state is InstanceState.TERMINATED
-    assert not fake.pool.servers, "every member's machine went with the one delete"
+    assert not fake_runpod.pool.servers, "every member's machine went with the one delete"
     await provider.terminate(instance.instance_id)  # already gone: no error
 
 
-async def test_a_member_that_stops_running_makes_the_cluster_lost(fake: FakeRunPod, provider: RunPodProvider) -> None:
+async def test_a_member_that_stops_running_makes_the_cluster_lost(
+    fake_runpod: FakeRunPod, provider: RunPodProvider
+) -> None:
     (offer,) = await provider.offers(OfferQuery(gpu="RTX 4090", count=1, nodes=2))
     instance = await provider.create(RentRequest(offer, "ssh-ed25519 AAAA x", "rentune-x-run2", "img"))
-    member = fake.clusters[cluster_id_of(instance.instance_id)].members[1]
-    fake.statuses[member] = "EXITED"
+    member = fake_runpod.clusters[cluster_id_of(instance.instance_id)].members[1]
+    fake_runpod.statuses[member] = "EXITED"
     lost = await provider.get(instance.instance_id)
     assert lost.state is InstanceState.FAILED and "EXITED" in lost.status_text
 

@@ -1,0 +1,114 @@
+"""Money safety of a rented cluster under injected faults, with the real RunPod client and the fake RunPod (its
+/v2/clusters, members booting real sshds): recorded before its create, never created twice, adopted by its label
+after an answer that never came, terminated until gone when deletes fail, and what a killed create made is deleted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from desktop.services.billing.ledger import Ledger, RentalState
+from desktop.services.providers.base import OfferQuery, RentRequest
+from desktop.services.providers.http import RetryPolicy
+from desktop.services.providers.runpod import RunPodProvider
+from desktop.services.renting.creating import CreateTiming, Creator
+from desktop.services.renting.terminator import Terminator
+from tests.fakes.http import CallFault, FaultKind
+from tests.fakes.runpod import FakeRunPod
+
+
+@pytest.fixture
+async def provider(fake_runpod: FakeRunPod) -> AsyncIterator[RunPodProvider]:
+    """The real RunPod client on the shared fake (tests/conftest.py's ``fake_runpod``), in-process."""
+    client = RunPodProvider(
+        fake_runpod.valid_key, transport=fake_runpod.transport(), retry=RetryPolicy(first_delay=0.01)
+    )
+    yield client
+    await client.aclose()
+
+
+CLUSTERS = r"/v2/clusters$"
+LABEL = "rentune-0123abcd-20261205-101500-ab12"
+
+
+async def no_wait(_seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+def creator(ledger: Ledger) -> Creator:
+    timing = CreateTiming(answer_wait=2.0, lookups=2, lookup_delay=0.05, terminate_patience=10.0)
+    return Creator(ledger, Terminator(ledger, sleep=no_wait), timing)
+
+
+async def cluster_request(provider: RunPodProvider) -> RentRequest:
+    (offer,) = await provider.offers(OfferQuery(gpu="RTX 4090", count=1, nodes=2))
+    return RentRequest(offer, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIexample run", LABEL, "runpod/pytorch")
+
+
+def posts(fake_runpod: FakeRunPod) -> int:
+    return sum(1 for r in fake_runpod.requests if r.method == "POST" and r.path == "/v2/clusters")
+
+
+async def test_a_cluster_whose_create_got_no_answer_is_adopted_by_its_label_not_created_again(
+    fake_runpod: FakeRunPod, provider: RunPodProvider
+) -> None:
+    ledger = Ledger()
+    fake_runpod.fail_next("POST", CLUSTERS, CallFault(FaultKind.TIMEOUT, after_acting=True))
+    row, instance = await creator(ledger).create(provider, "run-1", await cluster_request(provider), 1.38)
+    (book,) = fake_runpod.clusters.values()
+    assert posts(fake_runpod) == 1, "the create went once"
+    assert instance.instance_id == row.instance_id == f"cluster:{book.id}" and row.state is RentalState.LIVE
+    assert await Terminator(ledger, sleep=no_wait).until_gone(provider, instance.instance_id)
+    assert book.deleted is not None and not fake_runpod.pool.servers
+    (ended,) = ledger.rentals("run-1")
+    assert ended.stopped is not None and ended.usd(ended.stopped) == pytest.approx(
+        fake_runpod.cluster_billed_usd(book.id), abs=0.01
+    )
+
+
+async def test_the_rental_is_in_the_ledger_before_the_cluster_create_goes_out(
+    fake_runpod: FakeRunPod, provider: RunPodProvider
+) -> None:
+    ledger = Ledger()
+    seen: list[list[RentalState]] = []
+    original = fake_runpod.dispatch
+
+    def recording(request):  # type: ignore[no-untyped-def]
+        if request.method == "POST" and request.path == "/v2/clusters":
+            seen.append([row.state for row in ledger.rentals("run-2")])
+        return original(request)
+
+    fake_runpod.dispatch = recording  # type: ignore[method-assign]
+    await creator(ledger).create(provider, "run-2", await cluster_request(provider), 1.38)
+    assert seen == [[RentalState.CREATING]], "recorded (creating) when the request left"
+
+
+async def test_a_create_killed_midway_has_its_cluster_deleted_and_booked(
+    fake_runpod: FakeRunPod, provider: RunPodProvider
+) -> None:
+    ledger = Ledger()
+    fake_runpod.fail_next("POST", CLUSTERS, CallFault(FaultKind.SLOW, delay=1.0))
+    task = asyncio.ensure_future(creator(ledger).create(provider, "run-3", await cluster_request(provider), 1.38))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fake_runpod.clusters, "the create went out and made a cluster after the cancel"
+    assert all(book.deleted is not None for book in fake_runpod.clusters.values()), "what the create made is deleted"
+    assert posts(fake_runpod) == 1
+    for row in ledger.rentals("run-3"):
+        assert row.state in {RentalState.ENDED, RentalState.NOT_CREATED}
+
+
+async def test_deletes_that_fail_are_retried_until_runpod_says_the_cluster_is_gone(
+    fake_runpod: FakeRunPod, provider: RunPodProvider
+) -> None:
+    ledger = Ledger()
+    _row, instance = await creator(ledger).create(provider, "run-4", await cluster_request(provider), 1.38)
+    fake_runpod.faults.failing_terminates = 3
+    assert await Terminator(ledger, sleep=no_wait).until_gone(provider, instance.instance_id)
+    (book,) = fake_runpod.clusters.values()
+    assert book.deleted is not None and not fake_runpod.pool.servers
+    assert ledger.rentals("run-4")[0].state is RentalState.ENDED
