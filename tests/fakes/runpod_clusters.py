@@ -168,7 +168,11 @@ class FakeClusters:
 
     def cluster_billed_usd(self, cluster_id: str) -> float:
         """Dollars RunPod bills for the cluster: each pod's price for each second it existed."""
-        return sum(pod.price_per_hour * self.billed_seconds(pod.id) / 3600 for pod in self.member_pods(cluster_id))
+        return sum(self.members_billed_usd(cluster_id))
+
+    def members_billed_usd(self, cluster_id: str) -> list[float]:
+        """Dollars RunPod bills for each pod of the cluster, in rank order."""
+        return [pod.price_per_hour * self.billed_seconds(pod.id) / 3600 for pod in self.member_pods(cluster_id)]
 
 
 def cluster_problems(body: Any) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -62,10 +63,36 @@ async def test_a_cluster_whose_create_got_no_answer_is_adopted_by_its_label_not_
     assert instance.instance_id == row.instance_id == f"cluster:{book.id}" and row.state is RentalState.LIVE
     assert await Terminator(ledger, sleep=no_wait).until_gone(provider, instance.instance_id)
     assert book.deleted is not None and not fake_runpod.pool.servers
-    (ended,) = ledger.rentals("run-1")
-    assert ended.stopped is not None and ended.usd(ended.stopped) == pytest.approx(
-        fake_runpod.cluster_billed_usd(book.id), abs=0.01
-    )
+    rows = ledger.rentals("run-1")
+    assert [(r.node, r.instance_id, r.state) for r in rows] == [
+        (rank, f"cluster:{book.id}/{rank}", RentalState.ENDED) for rank in range(2)
+    ], "one rental per machine of the cluster"
+    for rental, billed in zip(rows, fake_runpod.members_billed_usd(book.id), strict=True):
+        assert rental.stopped is not None and rental.usd(rental.stopped) == pytest.approx(billed, abs=0.01)
+
+
+def test_a_cluster_is_one_rental_per_machine_and_one_machine_to_its_provider(tmp_path: Path) -> None:
+    """Each machine has its row and its share of the price; the provider's calls by the cluster's id act on them all."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    intent = ledger.intend("run-5", "runpod", LABEL, "8x H100 SXM", 40.0, "H100|CLUSTER|8|2", nodes=2)
+    assert intent.instance_id is None and intent.price_per_hour == 40.0 and intent.gpu == "2 machines x 8x H100 SXM"
+    assert [(r.node, r.gpu, r.price_per_hour, r.state) for r in ledger.rentals("run-5")] == [
+        (0, "8x H100 SXM, machine 1 of 2", 20.0, RentalState.CREATING),
+        (1, "8x H100 SXM, machine 2 of 2", 20.0, RentalState.CREATING),
+    ]
+    made = ledger.created(intent.id, "cluster:c1", price_per_hour=41.0, started=1000.0)
+    assert (made.instance_id, made.price_per_hour, made.state) == ("cluster:c1", 41.0, RentalState.LIVE)
+    assert [r.price_per_hour for r in ledger.rentals("run-5")] == [20.5, 20.5]
+    assert [r.instance_id for r in ledger.machines("run-5")] == ["cluster:c1"]
+    ledger.terminating("runpod", "cluster:c1")
+    assert [r.state for r in ledger.unsettled()] == [RentalState.TERMINATING], "settled as one"
+    ledger.close("runpod", "cluster:c1", 1000.0 + 3600, estimated=False)
+    assert [(r.state, r.usd(9e9)) for r in ledger.rentals("run-5")] == [(RentalState.ENDED, 20.5)] * 2
+    gone = ledger.get("runpod", "cluster:c1")
+    assert gone is not None and gone.usd(9e9) == 41.0 and ledger.summary(9e9).total_usd == 41.0
+    refused = ledger.intend("run-6", "runpod", LABEL, "8x H100 SXM", 40.0, nodes=3)
+    ledger.not_created(refused.id)
+    assert {r.state for r in ledger.rentals("run-6")} == {RentalState.NOT_CREATED} and not ledger.unsettled()
 
 
 async def test_the_rental_is_in_the_ledger_before_the_cluster_create_goes_out(
@@ -77,12 +104,12 @@ async def test_the_rental_is_in_the_ledger_before_the_cluster_create_goes_out(
 
     def recording(request):  # type: ignore[no-untyped-def]
         if request.method == "POST" and request.path == "/v2/clusters":
-            seen.append([row.state for row in ledger.rentals("run-2")])
+            seen.append([(row.node, row.state) for row in ledger.rentals("run-2")])
         return original(request)
 
     fake_runpod.dispatch = recording  # type: ignore[method-assign]
     await creator(ledger).create(provider, "run-2", await cluster_request(provider), 1.38)
-    assert seen == [[RentalState.CREATING]], "recorded (creating) when the request left"
+    assert seen == [[(0, RentalState.CREATING), (1, RentalState.CREATING)]], "each machine recorded before the create"
 
 
 async def test_a_create_killed_midway_has_its_cluster_deleted_and_booked(
@@ -111,4 +138,4 @@ async def test_deletes_that_fail_are_retried_until_runpod_says_the_cluster_is_go
     assert await Terminator(ledger, sleep=no_wait).until_gone(provider, instance.instance_id)
     (book,) = fake_runpod.clusters.values()
     assert book.deleted is not None and not fake_runpod.pool.servers
-    assert ledger.rentals("run-4")[0].state is RentalState.ENDED
+    assert [r.state for r in ledger.rentals("run-4")] == [RentalState.ENDED] * 2

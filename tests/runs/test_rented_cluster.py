@@ -69,11 +69,11 @@ def test_a_two_machine_cluster_trains_one_run_and_is_deleted_once_the_adapter_is
     events = mirrored_events(adapter.parent)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert [e["step"] for e in events if e["event"] == "step"][-1] == 12
-    (rental,) = Ledger().rentals(run.id)
-    assert rental.instance_id == f"cluster:{cluster.id}" and rental.stopped is not None
-    billed = fake_runpod.cluster_billed_usd(cluster.id)
-    assert rental.usd(time.time()) == pytest.approx(billed, abs=0.01), "the ledger's dollars are RunPod's"
-    assert rental.price_per_hour == pytest.approx(2 * 0.69)
+    rentals = Ledger().rentals(run.id)
+    assert [r.instance_id for r in rentals] == [f"cluster:{cluster.id}/0", f"cluster:{cluster.id}/1"], "one per machine"
+    for rental, billed in zip(rentals, fake_runpod.members_billed_usd(cluster.id), strict=True):
+        assert rental.stopped is not None and rental.price_per_hour == pytest.approx(0.69)
+        assert rental.usd(time.time()) == pytest.approx(billed, abs=0.01), "the ledger's dollars are RunPod's"
 
 
 async def test_a_cluster_that_loses_a_machine_is_deleted_and_the_run_resumes_on_a_fresh_one(
@@ -117,8 +117,9 @@ async def test_a_cluster_that_loses_a_machine_is_deleted_and_the_run_resumes_on_
     assert all(book.deleted is not None for book in fake_runpod.clusters.values()) and not fake_runpod.pool.servers
     resumed = [e for e in mirrored_events(folder) if e["event"] == "state" and e.get("resume_from")]
     assert resumed and int(resumed[-1]["resume_from"].split("-")[1]) >= newest, "from the newest at home then"
+    books = list(fake_runpod.clusters.values())
     rentals = Ledger().rentals(record.id)
-    assert [r.instance_id for r in rentals] == [f"cluster:{book.id}" for book in fake_runpod.clusters.values()]
-    for rental, book in zip(rentals, fake_runpod.clusters.values(), strict=True):
-        assert rental.stopped is not None
-        assert rental.usd(time.time()) == pytest.approx(fake_runpod.cluster_billed_usd(book.id), abs=0.01)
+    assert [r.instance_id for r in rentals] == [f"cluster:{book.id}/{rank}" for book in books for rank in (0, 1)]
+    billed = [usd for book in books for usd in fake_runpod.members_billed_usd(book.id)]
+    for rental, usd in zip(rentals, billed, strict=True):
+        assert rental.stopped is not None and rental.usd(time.time()) == pytest.approx(usd, abs=0.01)

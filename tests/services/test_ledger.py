@@ -130,6 +130,37 @@ def test_schema_version_and_wal(ledger: Ledger) -> None:
     assert Ledger(ledger.path).rentals() == ledger.rentals(), "reopening keeps the rows"
 
 
+V2_TABLE = """CREATE TABLE rentals (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, provider TEXT NOT NULL, instance_id TEXT, gpu TEXT NOT NULL,
+    price_per_hour REAL NOT NULL, started REAL NOT NULL, stopped REAL, label TEXT NOT NULL DEFAULT '',
+    offer_id TEXT NOT NULL DEFAULT '', state TEXT NOT NULL DEFAULT 'live', end_estimated INTEGER NOT NULL DEFAULT 0,
+    stop_sent REAL, UNIQUE (provider, instance_id))"""
+
+
+def test_a_ledger_of_the_previous_schema_keeps_its_rentals(tmp_path: Path) -> None:
+    """Schema 2 (before clusters had a row per machine) is brought to this version in place; nothing is lost."""
+    path = tmp_path / "ledger.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(V2_TABLE)
+        db.execute(
+            "INSERT INTO rentals (run_id, provider, instance_id, gpu, price_per_hour, started, stopped, state) "
+            "VALUES ('run-1', 'runpod', 'pod-1', 'A10', 0.5, ?, ?, 'ended')",
+            (T0, T0 + 7200),
+        )
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+    (rental,) = Ledger(path).rentals()
+    assert (rental.instance_id, rental.usd(T0 + 9999), rental.cluster, rental.machine_id) == (
+        "pod-1",
+        1.0,
+        None,
+        "pod-1",
+    )
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    db.close()
+
+
 def test_a_ledger_from_a_newer_rentune_is_refused(ledger: Ledger) -> None:
     with sqlite3.connect(ledger.path) as db:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")

@@ -130,3 +130,32 @@ def test_calendar_bounds_are_local_midnights() -> None:
     assert days == [at(2026, 2, 27), at(2026, 2, 28), at(2026, 3, 1), at(2026, 3, 2)]
     assert month_starts(now, 3) == [at(2026, 1, 1), at(2026, 2, 1), at(2026, 3, 1), at(2026, 4, 1)]
     assert month_starts(at(2026, 1, 10), 2) == [at(2025, 12, 1), at(2026, 1, 1), at(2026, 2, 1)]
+
+
+def test_a_cluster_bills_per_machine_and_is_one_machine_to_stop(ledger: Ledger) -> None:
+    """Each machine of a rented cluster has its own rental and dollars; the meter shows the cluster as one machine
+    the run owns (stopping it deletes every machine), and RunPod's listing of it is no orphan."""
+    from desktop.services.billing.meter import billing_machines
+    from desktop.services.billing.rentals import Rental
+    from desktop.services.providers.base import Instance, InstanceState, ProviderName
+
+    store = RunStore()
+    run_id = _rented_run(store)
+    intent = ledger.intend(run_id, "runpod", "rentune-x-" + run_id, "8x H100 SXM", 40.0, "H100|CLUSTER|8|2", nodes=2)
+    start = ledger.created(intent.id, "cluster:c1", started=1_000.0).started
+    rental = Rental(ProviderName.RUNPOD, "cluster:c1", "2 machines x 8x H100 SXM", 40.0, False, "o", start)
+    store.update(run_id, spec={**store.get(run_id).spec, "rental": rental.as_dict()})
+    overview = spend_overview(store, ledger=ledger, now=start + HOUR)
+    assert [(c.instance_id, c.rate_per_hour, c.usd(start + HOUR)) for c in overview.billing] == [
+        ("cluster:c1/0", 20.0, pytest.approx(20.0)),
+        ("cluster:c1/1", 20.0, pytest.approx(20.0)),
+    ]
+    listed = Instance(ProviderName.RUNPOD, "cluster:c1", "rentune-x", InstanceState.RUNNING, 40.0)
+    (machine,) = billing_machines(overview, store.all(), [listed])
+    assert (machine.instance_id, machine.gpu, machine.rate_per_hour, machine.owned) == (
+        "cluster:c1",
+        "2 machines x 8x H100 SXM",
+        40.0,
+        True,
+    )
+    assert machine.usd == pytest.approx(40.0)

@@ -6,15 +6,21 @@ threads and processes). A rental is written before its create request (state ``c
 label), so a machine made by a create whose answer never came is found again by that label. Dollars are the
 recorded price per hour times the rented hours, from the provider's own start and end times where it reports them
 (else the moments Rentune saw).
+
+A cluster (several machines a provider creates, bills and deletes as one: RunPod's Instant Clusters) has one row per
+machine, each at its own price, tied together by ``cluster``: the id the provider creates and terminates (before the
+create answers, a placeholder shared by the group). Calls that name a machine by that id act on every row of the
+group, and :meth:`Ledger.machines` reads the group back as one rental, the unit the provider acts on.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -24,7 +30,7 @@ from typing import Any
 from desktop.services.platform.paths import app_paths
 
 #: The schema this code reads and writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
@@ -43,6 +49,8 @@ CREATE TABLE IF NOT EXISTS rentals (
     state TEXT NOT NULL DEFAULT 'live',
     end_estimated INTEGER NOT NULL DEFAULT 0,
     stop_sent REAL,
+    cluster TEXT,
+    node INTEGER,
     UNIQUE (provider, instance_id)
 );
 """
@@ -55,9 +63,21 @@ INSERT INTO rentals (id, run_id, provider, instance_id, gpu, price_per_hour, sta
            CASE WHEN stopped IS NULL THEN 'live' ELSE 'ended' END, 0 FROM rentals_v1;
 DROP TABLE rentals_v1;
 """
+# Schema 2 had no clusters: every row is a machine of its own.
+_FROM_V2 = """
+ALTER TABLE rentals ADD COLUMN cluster TEXT;
+ALTER TABLE rentals ADD COLUMN node INTEGER
+"""
 _COLUMNS = (
-    "id, run_id, provider, instance_id, gpu, price_per_hour, started, stopped, label, offer_id, state, end_estimated"
+    "id, run_id, provider, instance_id, gpu, price_per_hour, started, stopped, label, offer_id, state, end_estimated, "
+    "cluster, node"
 )
+# The rows of one machine: its own row, or every row of the cluster it names.
+_MACHINE = "provider = ? AND (instance_id = ? OR cluster = ?)"
+# The rows of the group a row belongs to (the row alone when it is no cluster's).
+_GROUP_OF_ROW = "(id = ? OR cluster = (SELECT cluster FROM rentals WHERE id = ? AND cluster IS NOT NULL))"
+#: The prefix of a cluster's placeholder id while its create has not answered.
+INTENT_PREFIX = "intent:"
 
 
 class LedgerError(RuntimeError):
@@ -102,6 +122,8 @@ class Rental:
         offer_id: The offer it was rented from.
         state: Where the rental stands.
         end_estimated: The stop is when Rentune saw it gone, not a time the provider reported.
+        cluster: For a machine of a cluster: the cluster's id at its provider (``intent:...`` until it is known).
+        node: For a machine of a cluster: its rank (0: the head).
     """
 
     id: int
@@ -116,6 +138,15 @@ class Rental:
     offer_id: str = ""
     state: RentalState = RentalState.LIVE
     end_estimated: bool = False
+    cluster: str | None = None
+    node: int | None = None
+
+    @property
+    def machine_id(self) -> str | None:
+        """The id its provider creates and terminates it by: its cluster's (once known), else its own."""
+        if self.cluster is not None and not self.cluster.startswith(INTENT_PREFIX):
+            return self.cluster
+        return self.instance_id
 
     @property
     def running(self) -> bool:
@@ -169,7 +200,8 @@ def month_bounds(now: float) -> tuple[float, float]:
 
 
 def _rental(row: tuple[Any, ...]) -> Rental:
-    row_id, run_id, provider, instance_id, gpu, price, started, stopped, label, offer_id, state, estimated = row
+    row_id, run_id, provider, instance_id, gpu, price, started, stopped, label, offer_id, state, estimated = row[:12]
+    cluster, node = row[12:]
     return Rental(
         row_id,
         run_id,
@@ -183,6 +215,35 @@ def _rental(row: tuple[Any, ...]) -> Rental:
         offer_id,
         RentalState(state),
         bool(estimated),
+        cluster,
+        node,
+    )
+
+
+def cluster_words(machine_gpu: str, machines: int) -> str:
+    """A cluster's GPUs from one of its machines' (``8x H100 SXM, machine 1 of 2`` -> ``2 machines x 8x H100 SXM``)."""
+    return f"{machines} machines x {machine_gpu.rsplit(', machine ', 1)[0]}"
+
+
+def combined(rows: list[Rental]) -> Rental:
+    """A cluster's rows as one rental, as its provider creates and terminates it (a single machine's row as it is).
+
+    The head's row, named by the cluster's id, at every machine's price together, from the first start to the last
+    stop. Money is summed over the rows themselves (each machine may start at its own time).
+    """
+    head = min(rows, key=lambda row: (row.node or 0, row.id))
+    if len(rows) == 1 and head.cluster is None:
+        return head
+    ends = [row.stopped for row in rows]
+    return replace(
+        head,
+        instance_id=head.machine_id,
+        gpu=cluster_words(head.gpu, len(rows)),
+        price_per_hour=sum(row.price_per_hour for row in rows),
+        started=min(row.started for row in rows),
+        stopped=None if None in ends else max(end for end in ends if end is not None),
+        end_estimated=any(row.end_estimated for row in rows),
+        node=None,
     )
 
 
@@ -234,7 +295,7 @@ class Ledger:
                     f"the ledger {self.path} was written by a newer Rentune (schema {version}); update Rentune"
                 )
             if version != SCHEMA_VERSION:
-                script = _FROM_V1.format(schema=_SCHEMA) if version == 1 else _SCHEMA
+                script = {1: _FROM_V1.format(schema=_SCHEMA), 2: _FROM_V2}.get(version, _SCHEMA)
                 for statement in script.split(";"):  # not executescript: it would commit the transaction first
                     if statement.strip():
                         db.execute(statement)
@@ -281,18 +342,43 @@ class Ledger:
         return rental
 
     def intend(  # noqa: PLR0917 - the rental's own fields, in the order of the table
-        self, run_id: str, provider: str, label: str, gpu: str, price_per_hour: float, offer_id: str = ""
+        self,
+        run_id: str,
+        provider: str,
+        label: str,
+        gpu: str,
+        price_per_hour: float,
+        offer_id: str = "",
+        *,
+        nodes: int = 1,
     ) -> Rental:
-        """Records a rental about to be created (state ``creating``): written before the create request is sent."""
+        """Records a rental about to be created (state ``creating``): written before the create request is sent.
+
+        A cluster of ``nodes`` machines is one row per machine (``gpu`` is each machine's, the price is split
+        evenly); what is returned is the group as one rental (:meth:`machine`).
+        """
+        group = f"{INTENT_PREFIX}{uuid.uuid4().hex}" if nodes > 1 else None
         with self._db() as db:
-            cursor = db.execute(
-                "INSERT INTO rentals (run_id, provider, instance_id, gpu, price_per_hour, started, label, offer_id, "
-                "state) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'creating')",
-                (run_id, provider, gpu, price_per_hour, time.time(), label, offer_id),
-            )
-            row_id = cursor.lastrowid
-        assert row_id is not None
-        return self.row(row_id)
+            ids = [
+                db.execute(
+                    "INSERT INTO rentals (run_id, provider, instance_id, gpu, price_per_hour, started, label, "
+                    "offer_id, state, cluster, node) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 'creating', ?, ?)",
+                    (
+                        run_id,
+                        provider,
+                        gpu if group is None else f"{gpu}, machine {node + 1} of {nodes}",
+                        price_per_hour / nodes,
+                        time.time(),
+                        label,
+                        offer_id,
+                        group,
+                        None if group is None else node,
+                    ),
+                ).lastrowid
+                for node in range(nodes)
+            ]
+        assert ids[0] is not None
+        return self.machine(ids[0])
 
     def sending(self, row_id: int) -> None:
         """Moves a ``creating`` row's start to now: its create request goes out (setup such as a key upload is over).
@@ -300,50 +386,67 @@ class Ledger:
         The start of a machine its provider gives no start time for (Lambda) is then at most one request early.
         """
         with self._db() as db:
-            db.execute("UPDATE rentals SET started = ? WHERE id = ? AND state = 'creating'", (time.time(), row_id))
+            db.execute(
+                f"UPDATE rentals SET started = ? WHERE {_GROUP_OF_ROW} AND state = 'creating'",  # noqa: S608 - ours
+                (time.time(), row_id, row_id),
+            )
 
     def created(
         self, row_id: int, instance_id: str, *, price_per_hour: float | None = None, started: float | None = None
     ) -> Rental:
         """Records that the provider made the machine of an intent row (it is ``live`` from here on).
 
+        For a cluster every machine's row is updated: each is named ``<cluster id>/<rank>`` and costs its share.
+        Returns the machine as one rental (:meth:`machine`).
+
         Args:
-            row_id: The intent's row.
-            instance_id: The provider's id of the machine.
-            price_per_hour: The price it was made at (the intent's price when None).
+            row_id: The intent's row (any row of a cluster's).
+            instance_id: The provider's id of the machine (or of the cluster).
+            price_per_hour: The price it was made at, for all its machines (the intent's price when None).
             started: When it started billing by the provider's clock (the intent's time when None).
         """
         with self._db() as db:
-            db.execute(
-                "UPDATE rentals SET instance_id = ?, price_per_hour = COALESCE(?, price_per_hour), "
-                "started = COALESCE(?, started), stopped = NULL, state = 'live' "
-                "WHERE id = ? AND state IN ('creating', 'not_created')",
-                (instance_id, price_per_hour, started, row_id),
-            )
-        return self.row(row_id)
+            rows = self._group(db, row_id)
+            for row in rows:
+                grouped = row.cluster is not None
+                db.execute(
+                    "UPDATE rentals SET instance_id = ?, cluster = ?, price_per_hour = COALESCE(?, price_per_hour), "
+                    "started = COALESCE(?, started), stopped = NULL, state = 'live' "
+                    "WHERE id = ? AND state IN ('creating', 'not_created')",
+                    (
+                        f"{instance_id}/{row.node}" if grouped else instance_id,
+                        instance_id if grouped else None,
+                        None if price_per_hour is None else price_per_hour / len(rows),
+                        started,
+                        row.id,
+                    ),
+                )
+        return self.machine(row_id)
 
     def not_created(self, row_id: int) -> Rental:
         """Records that an intent made no machine (refused, or none with its label at the provider): no dollars."""
         with self._db() as db:
             db.execute(
-                "UPDATE rentals SET state = 'not_created', stopped = started WHERE id = ? AND state = 'creating'",
-                (row_id,),
+                f"UPDATE rentals SET state = 'not_created', stopped = started WHERE {_GROUP_OF_ROW} "  # noqa: S608
+                "AND state = 'creating'",
+                (row_id, row_id),
             )
-        return self.row(row_id)
+        return self.machine(row_id)
 
     def stop_sent(self, provider: str, instance_id: str, at: float | None = None) -> None:
         """Records that a terminate request for the machine is about to go out (kept across crashes)."""
         with self._db() as db:
             db.execute(
-                "UPDATE rentals SET stop_sent = ? WHERE provider = ? AND instance_id = ? AND stopped IS NULL",
-                (time.time() if at is None else at, provider, instance_id),
+                f"UPDATE rentals SET stop_sent = ? WHERE {_MACHINE} AND stopped IS NULL",  # noqa: S608 - ours
+                (time.time() if at is None else at, provider, instance_id, instance_id),
             )
 
     def last_stop_sent(self, provider: str, instance_id: str) -> float | None:
         """When the last terminate request for the machine went out (None when none did)."""
         with self._db() as db:
             row = db.execute(
-                "SELECT stop_sent FROM rentals WHERE provider = ? AND instance_id = ?", (provider, instance_id)
+                f"SELECT MAX(stop_sent) FROM rentals WHERE {_MACHINE}",  # noqa: S608 - ours
+                (provider, instance_id, instance_id),
             ).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
@@ -351,8 +454,8 @@ class Ledger:
         """Records that the machine is being terminated (it bills until the provider says it is gone)."""
         with self._db() as db:
             db.execute(
-                "UPDATE rentals SET state = 'terminating' WHERE provider = ? AND instance_id = ? AND state = 'live'",
-                (provider, instance_id),
+                f"UPDATE rentals SET state = 'terminating' WHERE {_MACHINE} AND state = 'live'",  # noqa: S608 - ours
+                (provider, instance_id, instance_id),
             )
         return self.get(provider, instance_id)
 
@@ -373,9 +476,9 @@ class Ledger:
         guess = stopped is None if estimated is None else estimated
         with self._db() as db:
             db.execute(
-                "UPDATE rentals SET stopped = MAX(?, started), state = 'ended', end_estimated = ? "
-                "WHERE provider = ? AND instance_id = ? AND stopped IS NULL",
-                (time.time() if stopped is None else stopped, int(guess), provider, instance_id),
+                "UPDATE rentals SET stopped = MAX(?, started), state = 'ended', end_estimated = ? "  # noqa: S608
+                f"WHERE {_MACHINE} AND stopped IS NULL",
+                (time.time() if stopped is None else stopped, int(guess), provider, instance_id, instance_id),
             )
         return self.get(provider, instance_id)
 
@@ -391,25 +494,54 @@ class Ledger:
             raise LedgerError(f"the ledger {self.path} has no rental {row_id}")
         return _rental(row)
 
+    def machine(self, row_id: int) -> Rental:
+        """The machine a row belongs to, as one rental: the row itself, or its whole cluster (:func:`combined`).
+
+        Raises:
+            LedgerError: No such row.
+        """
+        with self._db() as db:
+            rows = self._group(db, row_id)
+        if not rows:
+            raise LedgerError(f"the ledger {self.path} has no rental {row_id}")
+        return combined(rows)
+
+    @staticmethod
+    def _group(db: sqlite3.Connection, row_id: int) -> list[Rental]:
+        query = f"SELECT {_COLUMNS} FROM rentals WHERE {_GROUP_OF_ROW} ORDER BY node, id"  # noqa: S608 - ours
+        return [_rental(row) for row in db.execute(query, (row_id, row_id))]
+
     def unsettled(self) -> list[Rental]:
-        """The rentals left to settle with their provider: still ``creating`` or ``terminating``, oldest first."""
-        return [rental for rental in self.rentals() if rental.state in UNSETTLED_STATES]
+        """The machines left to settle with their provider: still ``creating`` or ``terminating``, oldest first."""
+        return [rental for rental in self.machines() if rental.state in UNSETTLED_STATES]
 
     def get(self, provider: str, instance_id: str) -> Rental | None:
-        """The rental of one machine, or None."""
+        """The rental of one machine (named by a cluster's id: the cluster, as one rental), or None."""
         with self._db() as db:
-            row = db.execute(
-                f"SELECT {_COLUMNS} FROM rentals WHERE provider = ? AND instance_id = ?",  # noqa: S608 - ours
-                (provider, instance_id),
-            ).fetchone()
-        return None if row is None else _rental(row)
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM rentals WHERE {_MACHINE} ORDER BY node, id",  # noqa: S608 - ours
+                (provider, instance_id, instance_id),
+            ).fetchall()
+        found = [_rental(row) for row in rows]
+        own = [row for row in found if row.instance_id == instance_id]
+        return own[0] if own else (combined(found) if found else None)
 
     def rentals(self, run_id: str | None = None) -> list[Rental]:
-        """Every rental (or a run's), oldest first."""
+        """Every rental (or a run's), oldest first: one per machine, each machine of a cluster apart."""
         where, params = ("WHERE run_id = ?", (run_id,)) if run_id is not None else ("", ())
         with self._db() as db:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM rentals {where} ORDER BY started, id", params)  # noqa: S608
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM rentals {where} ORDER BY started, id",  # noqa: S608 - ours
+                params,
+            )
             return [_rental(row) for row in rows]
+
+    def machines(self, run_id: str | None = None) -> list[Rental]:
+        """What the providers create and terminate, oldest first: each machine, and each cluster as one rental."""
+        groups: dict[str | int, list[Rental]] = {}
+        for rental in self.rentals(run_id):
+            groups.setdefault(rental.cluster or rental.id, []).append(rental)
+        return sorted((combined(rows) for rows in groups.values()), key=lambda rental: (rental.started, rental.id))
 
     def running(self) -> list[Rental]:
         """The rentals that may still bill (creating, live or terminating), oldest first."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from desktop.core.runs.progress import ENDED
 from desktop.core.runs.states import LIVE
 from desktop.services.billing.activity import last_activity
-from desktop.services.billing.ledger import Ledger
+from desktop.services.billing.ledger import Ledger, cluster_words
 from desktop.services.billing.records import RunRow, RunRows
 from desktop.services.billing.rentals import rental_of
 from desktop.services.billing.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
@@ -92,17 +92,20 @@ class MeterReading:
         return bool(self.live or self.machines)
 
 
-def _charge_machine(charge: Charge, records: dict[str, RunRow], live: set[str], now: float) -> BillingMachine:
+def _charge_machine(charges: list[Charge], records: dict[str, RunRow], live: set[str], now: float) -> BillingMachine:
+    """One machine from its open charges: a single machine's one, or every machine's of a cluster (stopped as one)."""
+    charge = charges[0]
     record = records.get(charge.run_id)
+    rate, usd = sum(c.rate_per_hour for c in charges), sum(c.usd(now) for c in charges)
     if charge.provider == OWN_SERVER:
         where = (record.target if record else None) or "your server"
-        return BillingMachine(OWN_SERVER, "", where, charge.rate_per_hour, charge.usd(now), charge.run_id, True)
+        return BillingMachine(OWN_SERVER, "", where, rate, usd, charge.run_id, True)
+    machine_id = charge.machine_id or charge.instance_id
     rental = rental_of(record) if record is not None else None
     # As the orphan check counts it: a live run owns the machine it rents now (any, while it records none yet).
-    owned = charge.run_id in live and (rental is None or rental.instance_id == charge.instance_id)
-    return BillingMachine(
-        charge.provider, charge.instance_id, charge.gpu, charge.rate_per_hour, charge.usd(now), charge.run_id, owned
-    )
+    owned = charge.run_id in live and (rental is None or rental.instance_id == machine_id)
+    gpu = charge.gpu if len(charges) == 1 else cluster_words(charge.gpu, len(charges))
+    return BillingMachine(charge.provider, machine_id, gpu, rate, usd, charge.run_id, owned)
 
 
 def _orphan_machine(instance: Instance) -> BillingMachine:
@@ -120,7 +123,12 @@ def billing_machines(
     """The machines billing now: from the charges still open, then orphans the ledger does not count."""
     by_id = {record.id: record for record in records}
     live = set(live_runs_of(records))
-    machines = [_charge_machine(charge, by_id, live, overview.now) for charge in overview.billing]
+    groups: dict[tuple[str, str], list[Charge]] = {}
+    for charge in overview.billing:  # a cluster's machines are one to stop (an own server's stretch has no id)
+        groups.setdefault((charge.provider, charge.machine_id or charge.instance_id or charge.run_id), []).append(
+            charge
+        )
+    machines = [_charge_machine(charges, by_id, live, overview.now) for charges in groups.values()]
     known = {(machine.provider, machine.instance_id) for machine in machines}
     for instance in orphans:
         if instance.state in BILLING and (instance.provider.value, instance.instance_id) not in known:

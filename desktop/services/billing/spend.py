@@ -106,6 +106,7 @@ class Charge:
         gpu: The rented machine's GPU ("" for an own server).
         state: The rental's state in the ledger ("live" for an own server while it bills, "ended" after).
         end_estimated: The stop is when Rentune saw the machine gone, not a time its provider reported.
+        machine_id: The id its provider terminates it by: a cluster's for each of its machines, else ``instance_id``.
     """
 
     run_id: str
@@ -117,6 +118,7 @@ class Charge:
     gpu: str = ""
     state: str = ""
     end_estimated: bool = False
+    machine_id: str = ""
 
     @property
     def billing(self) -> bool:
@@ -165,6 +167,7 @@ def rental_charge(rental: Rental) -> Charge:
         rental.gpu,
         rental.state.value,
         rental.end_estimated,
+        rental.machine_id or "",
     )
 
 

@@ -63,7 +63,7 @@ class Creator:
     async def create(
         self, client: Provider, run_id: str, request: RentRequest, price: float
     ) -> tuple[LedgerRental, Instance]:
-        """Records the intent, creates the machine once, and returns its ledger row (``live``) and the machine.
+        """Records the intent, creates the machine once, and returns its rental (``live``; a cluster's as one) and it.
 
         Raises:
             ProviderError: The provider refused, or no machine turned up after an unclear answer (nothing bills).
@@ -71,8 +71,15 @@ class Creator:
             asyncio.CancelledError: Cancelled; whatever the create made was terminated (or is left ``creating``).
         """
         offer = request.offer
-        intent = await asyncio.to_thread(
-            self.ledger.intend, run_id, offer.provider.value, request.label, offer.gpu, price, offer.offer_id
+        intent = await asyncio.to_thread(  # a cluster: one row per machine (the intent is them all)
+            self.ledger.intend,
+            run_id,
+            offer.provider.value,
+            request.label,
+            offer.gpu,
+            price,
+            offer.offer_id,
+            nodes=offer.nodes,
         )
 
         async def sending() -> None:

@@ -280,7 +280,7 @@ class RentalDriver:
         """Terminates a lost (or idle) machine and moves the run to a new one; None means: drive again."""
         self.report(f"{why}: terminating it and continuing on a new machine from the newest checkpoint at home")
         await self._release(run_id, rental, why)
-        used = len(self.ledger.rentals(run_id))
+        used = len(self.ledger.machines(run_id))  # a cluster counts as one: it is rented as one
         if used >= self.options.max_machines:
             return self.ctx.fail(
                 run_id, f"{why}; {used} machines were rented for this run, the limit: not renting more"
@@ -323,7 +323,7 @@ class RentalDriver:
 
     async def _retry_terminating(self, run_id: str) -> None:
         """One more try at each machine of this run a terminate left ``terminating`` (it moved on meanwhile)."""
-        for row in self.ledger.rentals(run_id):
+        for row in self.ledger.machines(run_id):
             if row.state is RentalState.TERMINATING and row.instance_id is not None:
                 client = self._client(ProviderName(row.provider))
                 if await self.terminator.attempt(client, row.instance_id):
@@ -450,7 +450,7 @@ class RentalDriver:
                 f"renting a cluster of {offer.nodes} machines with {offer.count}x {offer.gpu} each at "
                 f"{offer.provider.label} for ${offer.price_per_hour:.2f}/h (all of them)"
             )
-            offer = replace(offer, gpu=f"{offer.nodes} machines x {offer.count}x {offer.gpu}")  # the ledger's words
+            offer = replace(offer, gpu=f"{offer.count}x {offer.gpu}")  # each machine's, in the ledger
         else:
             self.report(
                 f"renting {offer.count}x {offer.gpu} at {offer.provider.label} for ${offer.price_per_hour:.2f}/h"
@@ -467,8 +467,8 @@ class RentalDriver:
         client = self._client(offer.provider)
         row, instance = await self.creator.create(client, run_id, request, bid or offer.price_per_hour)
         assert row.instance_id is not None
-        rental = Rental(
-            offer.provider, row.instance_id, offer.gpu, row.price_per_hour, offer.spot, offer.offer_id, row.started
+        rental = Rental(  # a cluster's row is all its machines together (each has its own in the ledger)
+            offer.provider, row.instance_id, row.gpu, row.price_per_hour, offer.spot, offer.offer_id, row.started
         )
         self.ctx.set_spec(run_id, rental=rental.as_dict(), hourly_rate_usd=row.price_per_hour)
         return instance

@@ -137,7 +137,7 @@ class Reconciler:
         records it uses), which no one would stop.
         """
         done = Settlement()
-        for row in await asyncio.to_thread(self.ledger.rentals, run_id):
+        for row in await asyncio.to_thread(self.ledger.machines, run_id):
             stray = row.state is RentalState.LIVE and (row.provider, row.instance_id) != keep
             if row.state in UNSETTLED_STATES or stray:
                 await self._with_client(row.provider, [row], done, locked=True)

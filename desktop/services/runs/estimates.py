@@ -253,6 +253,7 @@ def run_money(
                 "price_per_hour": r.price_per_hour,
                 "started": r.started,
                 "stopped": r.stopped,
+                **({"cluster": r.machine_id, "node": r.node} if r.cluster else {}),
             }
             for r in rentals
         ],

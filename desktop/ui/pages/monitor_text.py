@@ -343,9 +343,7 @@ def machine_marks(snapshot: RunSnapshot) -> list[MachineMark]:
     history = snapshot.record.spec.get("machines") or []
     whys = {str(m.get("instance_id")): str(m.get("why") or "") for m in history if isinstance(m, dict)}
     return [
-        MachineMark(
-            number, r.provider, r.gpu, r.price_per_hour, r.started, r.stopped, whys.get(r.instance_id or "", "")
-        )
+        MachineMark(number, r.provider, r.gpu, r.price_per_hour, r.started, r.stopped, whys.get(r.machine_id or "", ""))
         for number, r in enumerate(snapshot.spend.rentals, start=1)
     ]
 
