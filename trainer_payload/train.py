@@ -446,8 +446,8 @@ class PayloadRun:
 def gather_whole_weights(trainer: Any, spec: JobSpec) -> None:
     """Makes the final save under FSDP write whole weights, gathered on rank 0 (accelerate's documented use).
 
-    Checkpoints stay sharded (fast, and each rank resumes from its own shard), but with a sharded state dict
-    ``Trainer.save_model`` writes nothing at all under FSDP: the model (or adapter) that comes home must be whole.
+    A full fine-tune's checkpoints on one machine stay sharded (fast, and each rank resumes from its own shard), but
+    with a sharded state dict ``Trainer.save_model`` writes nothing at all: the model that comes home must be whole.
     """
     if spec.strategy == "fsdp" and spec.num_gpus * spec.num_nodes > 1:
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
@@ -498,10 +498,8 @@ def launch_options(spec: JobSpec) -> list[str]:
     """``accelerate launch`` options for the job: processes, machines and DDP or FSDP.
 
     FSDP loads the weights on rank 0 alone and broadcasts them (``cpu_ram_efficient_loading`` needs
-    ``sync_module_states``), so a machine needs one copy of the model in host memory, not one per rank. On one machine
-    checkpoints are sharded (every rank writes its part there, fast). Across machines each rank's part would stay on
-    its own machine, out of reach of the checkpoint that comes home: there they are whole, gathered to rank 0 (on the
-    head, which is pulled), and on a resume rank 0 alone reads them and ``sync_module_states`` hands the others theirs.
+    ``sync_module_states``), so a machine needs one copy of the model in host memory, not one per rank. An adapter's
+    checkpoints are whole (:func:`checkpoint_state_dict`); a full fine-tune's are sharded on one machine.
     """
     options = ["--num_processes", str(spec.num_gpus * spec.num_nodes), "--num_machines", str(spec.num_nodes)]
     if spec.num_nodes > 1:
@@ -520,12 +518,25 @@ def launch_options(spec: JobSpec) -> list[str]:
         "--fsdp_auto_wrap_policy",
         "TRANSFORMER_BASED_WRAP",
         "--fsdp_state_dict_type",
-        "FULL_STATE_DICT" if spec.num_nodes > 1 else "SHARDED_STATE_DICT",
+        checkpoint_state_dict(spec),
         "--fsdp_cpu_ram_efficient_loading",
         "true",
         "--fsdp_sync_module_states",
         "true",
     ]
+
+
+def checkpoint_state_dict(spec: JobSpec) -> str:
+    """How FSDP writes checkpoints: whole (gathered to rank 0) or sharded (every rank its part).
+
+    An adapter is small: gathering it costs little, and its checkpoints are then adapters the app can export. A full
+    fine-tune's are sharded on one machine (every rank writes its part there, fast). Across machines each rank's part
+    would stay on its own machine, out of reach of the checkpoint that comes home: there they are whole too, gathered
+    on the head (which is pulled), and on a resume rank 0 alone reads them and ``sync_module_states`` hands the
+    others theirs.
+    """
+    whole = spec.method != "full" or spec.num_nodes > 1
+    return "FULL_STATE_DICT" if whole else "SHARDED_STATE_DICT"
 
 
 def run_job(job_path: Path) -> int:

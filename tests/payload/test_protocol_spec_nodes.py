@@ -34,7 +34,9 @@ def test_the_launch_options_name_every_machine_and_shard_with_rank_zero_loading(
     assert options[options.index("--fsdp_sync_module_states") + 1] == "true"
     assert options[options.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "whole on the head, pulled home"
     one_machine = launch_options(JobSpec.from_dict({**JOB, "num_gpus": 8, "strategy": "fsdp"}))
-    assert one_machine[one_machine.index("--fsdp_state_dict_type") + 1] == "SHARDED_STATE_DICT"
+    full = launch_options(JobSpec.from_dict({**JOB, "num_gpus": 8, "strategy": "fsdp", "method": "full"}))
+    assert one_machine[one_machine.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "an adapter: whole"
+    assert full[full.index("--fsdp_state_dict_type") + 1] == "SHARDED_STATE_DICT", "a full fine-tune, one machine"
     assert one_machine[one_machine.index("--main_process_port") + 1] == "0", "a free port, found at launch"
 
 
