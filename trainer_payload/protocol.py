@@ -540,6 +540,17 @@ STRATEGIES = ("ddp", "fsdp")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 
 
+def sharded_checkpoints(method: str, strategy: str) -> bool:
+    """Whether a job's checkpoints are sharded (each rank writes its part) rather than whole on rank 0.
+
+    Under FSDP a full fine-tune's are sharded: gathering a large model and its optimizer state to one rank would take
+    its host memory and time. An adapter is small: gathering it costs little, and its checkpoints are then adapters
+    that can be exported. Across machines every machine then holds a part of each checkpoint: the app brings them
+    all home and sends them all to every machine on a resume.
+    """
+    return strategy == "fsdp" and method.startswith("full")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What to train and how (``job.json``). Relative paths are relative to the job file.

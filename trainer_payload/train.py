@@ -43,6 +43,7 @@ from trainer_payload.protocol import (
     JobSpecError,
     JobState,
     StopCause,
+    sharded_checkpoints,
 )
 
 EXIT_DONE, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
@@ -86,20 +87,29 @@ def _watchdog(spec: JobSpec, stop: Stop, finished: threading.Event) -> None:
             return
 
 
-def _agreed_stop(terminated: bool, device: Any) -> bool:
-    """Whether to stop after this step, the same answer on every rank of a distributed run.
+def _agreed(flags: tuple[bool, ...], device: Any) -> tuple[bool, ...]:
+    """Each flag as every rank of a distributed run will act on it: set when any rank's is set.
 
-    SIGTERM reaches the ranks a moment apart: a rank stopping a step before the others left them waiting forever in
-    their next gradient exchange. The ranks agree (the largest of their flags) after every step: one tiny all-reduce.
+    SIGTERM reaches the ranks a moment apart, and each rank's clock says when a timed save is due: a rank stopping
+    or saving a step before the others leaves them waiting forever in their next collective (a gradient exchange, a
+    sharded save). The ranks agree (the largest of their flags) after every step: one tiny all-reduce.
     """
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        return terminated
-    flag = torch.tensor([1 if terminated else 0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+        return flags
+    tensor = torch.tensor([1 if flag else 0 for flag in flags], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tuple(bool(value) for value in tensor.tolist())
+
+
+def _all_ranks_saved() -> None:
+    """Waits until every rank has written its files of a checkpoint (its RNG state comes after the shared save)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration: Calibration) -> Any:
@@ -151,15 +161,17 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             stop.last_activity = time.monotonic()
             minutes = spec.checkpoint_minutes
-            if minutes and time.monotonic() - self.last_save >= minutes * 60:
+            due = bool(minutes) and time.monotonic() - self.last_save >= minutes * 60
+            stop_now, save_now = _agreed((stop.terminated, due), args.device)
+            if save_now or stop_now:
                 control.should_save = True
-            if _agreed_stop(stop.terminated, args.device):
-                control.should_save = True
+            if stop_now:
                 control.should_training_stop = True
 
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             self.last_save = time.monotonic()
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            _all_ranks_saved()  # a seal lists every rank's files whole, not one still being written
             if not folder.is_dir() or not _is_node_main_process():
                 return  # each machine's first rank seals; the others only write their shards
             marker = seal_checkpoint(folder, state.global_step)
@@ -446,8 +458,8 @@ class PayloadRun:
 def gather_whole_weights(trainer: Any, spec: JobSpec) -> None:
     """Makes the final save under FSDP write whole weights, gathered on rank 0 (accelerate's documented use).
 
-    A full fine-tune's checkpoints on one machine stay sharded (fast, and each rank resumes from its own shard), but
-    with a sharded state dict ``Trainer.save_model`` writes nothing at all: the model that comes home must be whole.
+    A full fine-tune's checkpoints stay sharded (fast, and each rank resumes from its own shard), but with a sharded
+    state dict ``Trainer.save_model`` writes nothing at all: the model that comes home must be whole.
     """
     if spec.strategy == "fsdp" and spec.num_gpus * spec.num_nodes > 1:
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
@@ -527,16 +539,8 @@ def launch_options(spec: JobSpec) -> list[str]:
 
 
 def checkpoint_state_dict(spec: JobSpec) -> str:
-    """How FSDP writes checkpoints: whole (gathered to rank 0) or sharded (every rank its part).
-
-    An adapter is small: gathering it costs little, and its checkpoints are then adapters the app can export. A full
-    fine-tune's are sharded on one machine (every rank writes its part there, fast). Across machines each rank's part
-    would stay on its own machine, out of reach of the checkpoint that comes home: there they are whole too, gathered
-    on the head (which is pulled), and on a resume rank 0 alone reads them and ``sync_module_states`` hands the
-    others theirs.
-    """
-    whole = spec.method != "full" or spec.num_nodes > 1
-    return "FULL_STATE_DICT" if whole else "SHARDED_STATE_DICT"
+    """How FSDP writes checkpoints: sharded, or whole on rank 0 (as `protocol.sharded_checkpoints` says)."""
+    return "SHARDED_STATE_DICT" if sharded_checkpoints(spec.method, spec.strategy) else "FULL_STATE_DICT"
 
 
 def run_job(job_path: Path) -> int:

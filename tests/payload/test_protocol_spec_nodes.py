@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from trainer_payload.protocol import JobSpec, JobSpecError
@@ -32,7 +34,9 @@ def test_the_launch_options_name_every_machine_and_shard_with_rank_zero_loading(
     assert pairs["--main_process_ip"] == "10.65.0.2" and pairs["--main_process_port"] == "29500"
     assert options[options.index("--fsdp_cpu_ram_efficient_loading") + 1] == "true"
     assert options[options.index("--fsdp_sync_module_states") + 1] == "true"
-    assert options[options.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "whole on the head, pulled home"
+    assert options[options.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "an adapter: whole"
+    full_across = launch_options(replace(spec, method="full"))
+    assert full_across[full_across.index("--fsdp_state_dict_type") + 1] == "SHARDED_STATE_DICT", "parts come home"
     one_machine = launch_options(JobSpec.from_dict({**JOB, "num_gpus": 8, "strategy": "fsdp"}))
     full = launch_options(JobSpec.from_dict({**JOB, "num_gpus": 8, "strategy": "fsdp", "method": "full"}))
     assert one_machine[one_machine.index("--fsdp_state_dict_type") + 1] == "FULL_STATE_DICT", "an adapter: whole"
@@ -68,3 +72,11 @@ def test_the_final_save_under_fsdp_gathers_whole_weights_and_ddp_is_left_alone()
     gather_whole_weights(trainer, JobSpec.from_dict({**JOB, "num_gpus": 2}))
     gather_whole_weights(trainer, JobSpec.from_dict({**JOB, "strategy": "fsdp"}))  # one GPU: no FSDP wrapping at all
     assert asked == ["FULL_STATE_DICT"]
+
+
+def test_only_a_full_fine_tune_under_fsdp_keeps_sharded_checkpoints() -> None:
+    """Both sides read this: the payload to choose FSDP's state dict, the app to know a node's part is needed."""
+    from trainer_payload.protocol import METHODS, sharded_checkpoints
+
+    assert [method for method in METHODS if sharded_checkpoints(method, "fsdp")] == ["full", "full-8bit"]
+    assert not any(sharded_checkpoints(method, "ddp") for method in METHODS)

@@ -122,6 +122,10 @@ def test_two_machines_train_one_run_with_the_loss_curve_of_two_ranks_on_one(
     store = RunStore()
     (node,) = store.nodes_of(runs[0]["id"])
     assert node.state is RunState.FINISHED and node.target == other.host().url
+    home = newest_local_checkpoint(adapter.parent / "checkpoints")
+    assert home is not None and is_complete(home), "every file of every machine's part verified at home"
+    on_node = Path(str(node.remote_dir)) / "out" / "checkpoints" / home.name / "rng_state_1.pth"
+    assert (home / "rng_state_0.pth").is_file() and (home / "rng_state_1.pth").read_bytes() == on_node.read_bytes()
     assert "rentune-run-" not in head.authorized_keys_file.read_text(), "every machine's run key is removed"
     assert not (Path(str(node.remote_dir)) / "data").exists(), "the uploaded data is removed on every machine"
     assert main(["runs", "--json"]) == 0 and len(json.loads(capsys.readouterr().out)) == 1
@@ -223,7 +227,10 @@ async def test_a_lost_machine_pauses_the_run_stops_the_other_and_a_fresh_pair_re
     assert resumed and resumed[-1]["resume_from"] == f"checkpoint-{newest}", "continued from the newest at home"
     steps = [e["step"] for e in events if e["event"] == "step"]
     assert steps[-1] == newest + 4
-    assert engine.store.nodes_of(record.id)[0].target == fresh_other.host().url
+    (fresh_node,) = engine.store.nodes_of(record.id)
+    assert fresh_node.target == fresh_other.host().url
+    sent = Path(str(fresh_node.remote_dir)) / "out" / "checkpoints" / home.name
+    assert {p.name for p in home.iterdir()} <= {p.name for p in sent.iterdir()}, "all of it, to every machine"
 
 
 def _target(host: SshHost, spec):  # type: ignore[no-untyped-def]

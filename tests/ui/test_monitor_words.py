@@ -254,6 +254,28 @@ def test_a_rented_runs_machine_and_cost_against_its_estimate() -> None:
     assert [(m.number, m.provider, m.stopped) for m in marks] == [(1, "runpod", 600.0), (2, "vast", None)]
 
 
+def test_a_rented_cluster_is_one_machine_of_the_run_in_the_timeline_though_each_machine_bills() -> None:
+    current = {
+        "provider": "runpod",
+        "instance_id": "cluster:c1",
+        "gpu": "2 machines x 8x H100 SXM",
+        "price_per_hour": 40.0,
+        "spot": False,
+        "offer_id": "o",
+        "created": 0.0,
+    }
+    run = record(compute={**RENTED, "provider": "runpod", "nodes": 2, "count": 8}, rental=current)
+    rows = tuple(
+        Rental(n + 1, "r", "runpod", f"cluster:c1/{n}", f"8x H100 SXM, machine {n + 1} of 2", 20.0, 10.0, None,
+               cluster="cluster:c1", node=n)
+        for n in range(2)
+    )  # fmt: skip
+    spend = RunSpend(run.id, 10.0, 40.0, billing=True, rented=True, rentals=rows)
+    assert "machine 2 of this run" not in monitor_text.machine_rows(RunProgress(), snapshot(run, spend))["machine"]
+    (mark,) = monitor_text.machine_marks(snapshot(run, spend))
+    assert (mark.number, mark.gpu, mark.price_per_hour, mark.started) == (1, "2 machines x 8x H100 SXM", 40.0, 10.0)
+
+
 def test_an_own_servers_machine_and_cost() -> None:
     run = record(hourly_rate_usd=2.4)
     spend = RunSpend(run.id, 1.5, 2.4, billing=True, rented=False)

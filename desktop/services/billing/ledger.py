@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -218,6 +218,14 @@ def _rental(row: tuple[Any, ...]) -> Rental:
         cluster,
         node,
     )
+
+
+def as_machines(rentals: Iterable[Rental]) -> list[Rental]:
+    """Rentals as their providers create and terminate them, oldest first: each cluster's rows as one rental."""
+    groups: dict[str | int, list[Rental]] = {}
+    for index, rental in enumerate(rentals):
+        groups.setdefault(rental.cluster or index, []).append(rental)
+    return sorted((combined(rows) for rows in groups.values()), key=lambda rental: (rental.started, rental.id))
 
 
 def cluster_words(machine_gpu: str, machines: int) -> str:
@@ -538,10 +546,7 @@ class Ledger:
 
     def machines(self, run_id: str | None = None) -> list[Rental]:
         """What the providers create and terminate, oldest first: each machine, and each cluster as one rental."""
-        groups: dict[str | int, list[Rental]] = {}
-        for rental in self.rentals(run_id):
-            groups.setdefault(rental.cluster or rental.id, []).append(rental)
-        return sorted((combined(rows) for rows in groups.values()), key=lambda rental: (rental.started, rental.id))
+        return as_machines(self.rentals(run_id))
 
     def running(self) -> list[Rental]:
         """The rentals that may still bill (creating, live or terminating), oldest first."""

@@ -464,7 +464,7 @@ class RunEngine:
             with contextlib.suppress(*MACHINE_ERRORS):
                 await nodes.stop_trainer(machine, record, self.options.poll_seconds)
         with contextlib.suppress(*MACHINE_ERRORS, RunError):
-            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine, self._nodes.get(run_id))
         self.store.update(run_id, pid=None)
         newest = checkpoints.newest_local_checkpoint(self.folder(run_id) / "checkpoints")
         home = f"{newest.name} is home" if newest else "no checkpoint had been written"
@@ -511,7 +511,7 @@ class RunEngine:
             await judge_calibration(self.ctx, run_id, machine, event, self._total_steps[run_id])
         elif event["event"] is EventKind.CHECKPOINT:
             async with self._heartbeat_while_pulling(run_id, machine):
-                await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event)
+                await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, self._nodes.get(run_id))
         elif event["event"] is EventKind.DONE:
             return await self._finish(run_id, machine, event)
         elif event["event"] is EventKind.ERROR:
@@ -537,7 +537,7 @@ class RunEngine:
     async def _on_failed(self, run_id: str, machine: Machine, event: StateEvent) -> RunRecord:
         reason = str(event.get("reason", ""))
         if event.get("stopped_by") == StopCause.SIGNAL:
-            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine, self._nodes.get(run_id))
             if not await monitor.until_exited(machine, self.store.get(run_id), self.options.poll_seconds):
                 self.report("the trainer said it stopped but its process is still there; ending the run anyway")
             return monitor.cancel_stopped(self.ctx, run_id, reason)
@@ -552,7 +552,7 @@ class RunEngine:
         """Ends a trained run: the newest checkpoint and the adapter come home, the uploaded data is deleted."""
         record = self.store.transition(run_id, RunState.SYNCING)
         async with self._heartbeat_while_pulling(run_id, machine):
-            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+            await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine, self._nodes.get(run_id))
             record = self.store.transition(run_id, RunState.PULLING)
             local = await checkpoints.pull_adapter(self.ctx, run_id, machine, event)
         await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
@@ -624,6 +624,7 @@ class RunEngine:
             RunError: The machine refused (the login, an unsafe file name); the message says what to do.
         """
         lock = None if driven_here else self.ctx.driver_lock(run_id)
+        lent = None if driven_here else self._nodes.setdefault(run_id, Nodes(self.ctx, run_id))
         try:
             machine = await connection.connect_or_explain(self.ctx, run_id)
             try:
@@ -631,6 +632,8 @@ class RunEngine:
             finally:
                 await quietly_close(machine)
         finally:
+            if lent is not None and self._nodes.get(run_id) is lent:  # the other machines' parts come too
+                await self._nodes.pop(run_id).close()
             if lock is not None:
                 lock.release()
         return checkpoints.newest_local_checkpoint(self.folder(run_id) / "checkpoints")
@@ -638,13 +641,13 @@ class RunEngine:
     async def _pull_now(self, run_id: str, machine: Machine, driven_here: bool) -> None:
         try:
             if driven_here:
-                await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+                await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine, self._nodes.get(run_id))
                 return
             # Act on what is read (a done event finishes the run) so nothing is skipped.
             events = await monitor.read_events(self.ctx, run_id, machine) or []
             outcome = await self._handle_all(run_id, machine, newest_checkpoint_only(events))
             if outcome is None:
-                await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine)
+                await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine, self._nodes.get(run_id))
         except PermanentError as exc:
             if not driven_here:
                 self.ctx.fail(run_id, str(exc))

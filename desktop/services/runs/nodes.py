@@ -14,22 +14,25 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 from desktop.core.runs.states import RunState
-from desktop.services.machines.failures import MACHINE_ERRORS, classify
+from desktop.services.machines.failures import MACHINE_ERRORS, PermanentError, classify
 from desktop.services.machines.machine import Machine
 from desktop.services.runs import connection, launch, monitor, run_keys, transfer
+from desktop.services.runs.checkpoints import PART_MARKER_LIMIT, CheckpointPart, PartMissingError, part_files
 from desktop.services.runs.cluster import cluster_of
 from desktop.services.runs.context import ENDED, RunContext, quietly_close
 from desktop.services.runs.store import RunRecord
-from trainer_payload.protocol import TRAINER_EXIT_FILE_NAME
+from trainer_payload.protocol import CHECKPOINT_MARKER, TRAINER_EXIT_FILE_NAME, sharded_checkpoints
 
 #: Exit codes of a node's trainer that are no loss: done, or stopped on SIGTERM with the others (checkpoint saved).
 FINISHED_EXITS = frozenset({0, 143})
 #: Seconds a trainer asked to stop (SIGTERM) may take before its processes are killed.
 STOP_WAIT_SECONDS = 20.0
+#: Seconds a node's part of a checkpoint may take to be sealed there after the head's (its first rank seals it).
+PART_WAIT_SECONDS = 60.0
 # Shell: kills a process and all its descendants (the trainer, accelerate's launcher and its ranks) at once.
 _KILL_TREE = (
     "kill_tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do kill_tree $c; done; "
@@ -47,6 +50,9 @@ class Nodes:
         self.ids = [record.id for record in ctx.store.nodes_of(head_id)]
         self.machines: dict[str, Machine] = {}
         self._unreachable_since: dict[str, float] = {}
+        training = ctx.store.get(head_id).spec.get("training") or {}
+        #: Each node's part of a checkpoint is needed to resume from it (a full fine-tune's shards), not only welcome.
+        self.parts_needed = sharded_checkpoints(str(training.get("method", "")), str(training.get("strategy", "")))
 
     def __bool__(self) -> bool:
         return bool(self.ids)
@@ -104,6 +110,45 @@ class Nodes:
     async def _start_trainer(self, node_id: str) -> None:
         if self.ctx.store.get(node_id).pid is None:
             await launch.launch(self.ctx, node_id, await self.machine(node_id))
+
+    async def parts(self, path: str, known: Collection[str]) -> list[CheckpointPart]:
+        """Every node's files of the checkpoint at ``out/<path>`` beyond ``known`` (the head's), from its own seal.
+
+        A full fine-tune's sharded checkpoint needs every node's part. An adapter's needs none (each node adds only
+        its ranks' RNG states, which make a resume repeat the same random draws): a node out of reach then leaves its
+        part out, said in a line.
+
+        Raises:
+            PartMissingError: A needed part is not sealed in time, or its machine is out of reach.
+            PermanentError: A node sent a damaged seal or an unsafe name.
+        """
+        asked = [self._part(node_id, path, known) for node_id in self.ids]
+        results = await asyncio.gather(*asked, return_exceptions=True)
+        found = []
+        for node_id, result in zip(self.ids, results, strict=True):
+            if isinstance(result, CheckpointPart):
+                found.append(result)
+                continue
+            if isinstance(result, PermanentError) or not isinstance(result, MACHINE_ERRORS):
+                raise result
+            await self.drop(node_id)
+            cause = str(result) if isinstance(result, PartMissingError) else classify(result).message
+            why = f"{self.name(node_id)}: its part of {path} cannot be had ({cause})"
+            if self.parts_needed:
+                raise PartMissingError(why) from result
+            self.ctx.report(f"{why}; the checkpoint comes home without it (its ranks' RNG states)")
+        return found
+
+    async def _part(self, node_id: str, path: str, known: Collection[str]) -> CheckpointPart:
+        record = self.ctx.store.get(node_id)
+        machine = await self.machine(node_id)
+        remote = f"{record.remote_dir}/out/{path}"
+        deadline = time.monotonic() + PART_WAIT_SECONDS
+        while (seal := await machine.read_from(f"{remote}/{CHECKPOINT_MARKER}", 0, PART_MARKER_LIMIT)) is None:
+            if time.monotonic() > deadline:
+                raise PartMissingError(f"it was not sealed there within {PART_WAIT_SECONDS:.0f} s")
+            await asyncio.sleep(min(1.0, self.ctx.options.poll_seconds))
+        return CheckpointPart.sealed(machine, remote, part_files(seal, known))
 
     async def lost(self, grace_seconds: float | None = None) -> str | None:
         """Why a node is lost, or None while every node trains (or has finished).

@@ -15,6 +15,7 @@ from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
 from desktop.core.sizing.gpus import find_gpu
+from desktop.services.billing.ledger import as_machines
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.models.configs import load_gpus
 from desktop.services.runs.actions import was_stopped_by_user
@@ -259,7 +260,7 @@ def _login_words(target: str) -> str:
 
 def _rented_rows(snapshot: RunSnapshot) -> dict[str, str]:
     record, spend = snapshot.record, snapshot.spend
-    rentals = spend.rentals if spend else ()
+    rentals = as_machines(spend.rentals) if spend else []  # a cluster's machines were rented as one
     current = rental_of(record)
     compute = compute_of(record)
     count = f"{compute.count}x " if compute and compute.count > 1 and compute.nodes == 1 else ""
@@ -337,14 +338,17 @@ def estimate_text(estimate: Estimate | None) -> str:
 
 
 def machine_marks(snapshot: RunSnapshot) -> list[MachineMark]:
-    """The machines rented for the run, oldest first, each with why it was let go (from the run's history)."""
+    """The machines rented for the run, oldest first, each with why it was let go (from the run's history).
+
+    A cluster is one mark (its machines together), as it was rented and let go.
+    """
     if snapshot.spend is None:
         return []
     history = snapshot.record.spec.get("machines") or []
     whys = {str(m.get("instance_id")): str(m.get("why") or "") for m in history if isinstance(m, dict)}
     return [
         MachineMark(number, r.provider, r.gpu, r.price_per_hour, r.started, r.stopped, whys.get(r.machine_id or "", ""))
-        for number, r in enumerate(snapshot.spend.rentals, start=1)
+        for number, r in enumerate(as_machines(snapshot.spend.rentals), start=1)
     ]
 
 
