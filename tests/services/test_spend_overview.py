@@ -158,4 +158,4 @@ def test_a_cluster_bills_per_machine_and_is_one_machine_to_stop(ledger: Ledger) 
         40.0,
         True,
     )
-    assert machine.usd == pytest.approx(40.0)
+    assert machine.usd == pytest.approx(40.0) and machine.machines == 2

@@ -37,6 +37,7 @@ class BillingMachine:
         usd: What it cost so far (0 when the ledger does not know the machine).
         run_id: The run it was rented for (None for a machine of unknown origin).
         owned: A live run uses it: stopping it means stopping that run.
+        machines: How many machines it is: more than one for a cluster, rented and stopped as one.
     """
 
     provider: str
@@ -46,6 +47,7 @@ class BillingMachine:
     usd: float
     run_id: str | None
     owned: bool
+    machines: int = 1
 
     @property
     def key(self) -> str:
@@ -105,7 +107,7 @@ def _charge_machine(charges: list[Charge], records: dict[str, RunRow], live: set
     # As the orphan check counts it: a live run owns the machine it rents now (any, while it records none yet).
     owned = charge.run_id in live and (rental is None or rental.instance_id == machine_id)
     gpu = charge.gpu if len(charges) == 1 else cluster_words(charge.gpu, len(charges))
-    return BillingMachine(charge.provider, machine_id, gpu, rate, usd, charge.run_id, owned)
+    return BillingMachine(charge.provider, machine_id, gpu, rate, usd, charge.run_id, owned, len(charges))
 
 
 def _orphan_machine(instance: Instance) -> BillingMachine:

@@ -130,7 +130,8 @@ class MachineRow(QWidget):
         self.machine = machine
         self.name_label.setText(upper_first(machine_name(machine)))
         whose = short_run(machine.run_id) if machine.owned else "no run uses it: it bills for nothing"
-        so_far = f" · this machine {money(machine.usd)} so far" if machine.usd > 0 else ""
+        these = "this machine" if machine.machines == 1 else f"these {machine.machines} machines"
+        so_far = f" · {these} {money(machine.usd)} so far" if machine.usd > 0 else ""
         if run_usd is not None and money(run_usd) != money(machine.usd):
             so_far += f" · the run {money(run_usd)} in all"
         self.detail_label.setText(f"{upper_first(whose)}{so_far}")
