@@ -278,12 +278,14 @@ def ask_quit(parent: QWidget | None, lines: list[str]) -> bool:
 def stop_question(machine: BillingMachine) -> tuple[str, str]:
     """The question asked before a Stop: its title and its words."""
     name = f"{machine_name(machine)} ({rate(machine.rate_per_hour)}, {money(machine.usd)} so far)"
+    one = machine.machines == 1
+    machines, disks = ("the machine", "its disk") if one else (f"all {machine.machines} machines", "their disks")
     if not machine.owned:
         return "Terminate machine", (
-            f"Terminate {name}? No Rentune run uses it. The machine and its disk are deleted at "
+            f"Terminate {name}? No Rentune run uses it. {upper_first(machines)} and {disks} are deleted at "
             f"{provider_label(machine.provider)}."
         )
-    after = "the machine is terminated" if machine.rented else "your server stays as it is"
+    after = f"{machines} {'is' if one else 'are'} terminated" if machine.rented else "your server stays as it is"
     return "Stop run", (
         f"Stop {short_run(machine.run_id)} on {name}? The trainer saves a checkpoint, which comes home; then {after} "
         "and the run ends as cancelled."

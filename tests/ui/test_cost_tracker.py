@@ -355,3 +355,15 @@ def test_a_one_off_message_stays_a_while_before_the_running_line_returns(
     monkeypatch.setattr(status, "HOLD_S", 0.0)
     qloop.run_until_complete(window.cost_tracker.meter.refresh(again=True).wait())
     assert window.status_label.text() == "Running: training on your server me@box:22"
+
+
+def test_stopping_a_cluster_says_every_machine_of_it_goes() -> None:
+    from desktop.services.billing.meter import BillingMachine
+
+    cluster = BillingMachine("runpod", "cluster:c1", "3 machines x 8x B200", 143.76, 60.0, "20261205-0842-a", True, 3)
+    title, words = tray.stop_question(cluster)
+    assert title == "Stop run" and "then all 3 machines are terminated and the run ends" in words
+    orphan = BillingMachine("runpod", "cluster:c2", "2 machines x 8x H100", 80.0, 5.0, None, False, 2)
+    assert "All 2 machines and their disks are deleted at RunPod" in tray.stop_question(orphan)[1]
+    single = BillingMachine("vast", "v-1", "RTX 4090", 0.41, 0.2, "20261205-0842-b", True)
+    assert "then the machine is terminated and the run ends" in tray.stop_question(single)[1]

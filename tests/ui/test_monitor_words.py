@@ -272,6 +272,7 @@ def test_a_rented_cluster_is_one_machine_of_the_run_in_the_timeline_though_each_
     )  # fmt: skip
     spend = RunSpend(run.id, 10.0, 40.0, billing=True, rented=True, rentals=rows)
     assert "machine 2 of this run" not in monitor_text.machine_rows(RunProgress(), snapshot(run, spend))["machine"]
+    assert "Every rented machine of the cluster is terminated" in monitor_text.stop_question(snapshot(run))[1]
     (mark,) = monitor_text.machine_marks(snapshot(run, spend))
     assert (mark.number, mark.gpu, mark.price_per_hour, mark.started) == (1, "2 machines x 8x H100 SXM", 40.0, 10.0)
 

@@ -512,8 +512,13 @@ def stop_question(snapshot: RunSnapshot) -> tuple[str, str]:
     record = snapshot.record
     if record.pid is None:
         return "Stop this run?", "Nothing has been trained yet: the run stops now. Resume starts it again later."
+    compute = compute_of(record)
+    cluster = compute is not None and compute.nodes > 1
     machine = " The rented machine is terminated, so it stops billing." if is_rented(record) else ""
     resume = "rents a new machine and continues" if is_rented(record) else "continues"
+    if cluster:
+        machine = " Every rented machine of the cluster is terminated, so none bills."
+        resume = "rents a new cluster and continues"
     if record.state is RunState.PAUSED:
         return (
             "Stop this run?",

@@ -1,6 +1,7 @@
 """Charts: a pyqtgraph plot filling a widget (loss curves), and the sizing step's stacked memory bar.
 
-:func:`plot_filling` gives a plot skipped by Tab (nothing to operate) and without pyqtgraph's context menu.
+:func:`plot_filling` gives a plot skipped by Tab (nothing to operate) and without pyqtgraph's context menu; on a
+scrolling page the wheel scrolls the page over it (:class:`PagePlot`), Ctrl+wheel zooms it.
 :class:`MemoryBarChart` paints itself in the theme's colours: each segment keeps the colour its caller gives it
 (so a category keeps its colour whatever else is shown), card sizes are marked with labels that never overlap, the
 picked GPU's usable memory is drawn across the bar, and with nothing to show it says so instead of drawing an axis.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPaintEvent, QPen, QPixmap
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPaintEvent, QPen, QPixmap, QWheelEvent
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from desktop.core.sizing.gpus import GIB_TO_GB
@@ -29,9 +30,23 @@ LABEL_GAP = 8
 _XOf = Callable[[float], float]
 
 
+class PagePlot(pg.PlotWidget):  # type: ignore[misc]
+    """A plot on a scrolling page: the wheel scrolls the page as anywhere else on it; Ctrl+wheel zooms the plot.
+
+    pyqtgraph zooms on every wheel turn, so a page scrolled with the pointer over a chart stopped and zoomed it out.
+    """
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        """Zooms with Ctrl held; otherwise leaves the turn to the page (the event goes to the parent)."""
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            super().wheelEvent(event)
+        else:
+            event.ignore()
+
+
 def plot_filling(owner: QWidget) -> pg.PlotWidget:
     """Creates a plot that fills ``owner`` (which gets a margin-less layout) and returns it."""
-    plot_widget = pg.PlotWidget()
+    plot_widget = PagePlot()
     plot_widget.setFocusPolicy(Qt.FocusPolicy.NoFocus)
     layout = QVBoxLayout(owner)
     layout.setContentsMargins(0, 0, 0, 0)
