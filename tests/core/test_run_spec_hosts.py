@@ -50,3 +50,30 @@ def test_a_wrong_hosts_table_is_one_line_naming_the_fix(target: dict[str, Any], 
 def test_the_machine_keys_of_the_job_are_not_set_by_hand(key: str) -> None:
     with pytest.raises(RunSpecError, match=r"\[target\] hosts names the machines"):
         run_spec_from_dict(spec_data({"hosts": HOSTS}, **{key: 1}), Path("/runs"))
+
+
+def test_servers_typed_one_per_line_become_the_runs_machines_with_the_heads_settings() -> None:
+    from desktop.core.runs.spec import SshTarget, targets_from_lines
+
+    base = SshTarget("me", "old", 22, Path("/keys/id"), "python3.12", "/scratch/runs", None, "ssh-ed25519 AAAA pinned")
+    text = "\n ssh://me@a:2222 \nyou@b\n\n"
+    head, node = targets_from_lines(text, base, 2)
+    assert (head.url, node.url) == ("ssh://me@a:2222", "ssh://you@b:22")
+    assert node.identity == Path("/keys/id") and node.python == "python3.12" and node.workdir == "/scratch/runs"
+    assert head.host_key is None and node.host_key is None, "new servers: pinned on first contact"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("me@a:22", "trains on 2 machines: give one server per line \\(1 given\\)"),
+        ("me@a:22\nme@a:22", "named twice"),
+        ("me@a:22\nb-without-user", "must look like ssh://user@host:port"),
+        ("me@a:22\nme@b:port", "the port must be a number"),
+    ],
+)
+def test_servers_typed_wrongly_say_what_is_wrong(text: str, problem: str) -> None:
+    from desktop.core.runs.spec import SshTarget, targets_from_lines
+
+    with pytest.raises(RunSpecError, match=problem):
+        targets_from_lines(text, SshTarget("me", "old", 22), 2)

@@ -24,6 +24,7 @@ from desktop.core.settings import Settings, Theme
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import run_spend
 from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs.cluster import cluster_of
 from desktop.services.runs.engine import EngineOptions
 from desktop.services.runs.store import RunStore
 from desktop.services.runs.transfer import UPLOAD_PROGRESS_NAME, UploadMeter
@@ -682,7 +683,7 @@ def test_an_action_that_ends_after_its_window_closed_shows_nothing_and_raises_no
 
 
 def test_a_run_on_several_machines_shows_each_machine_and_where_it_stands(
-    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = context.store
     head = make_run(store, [*FLOW[:-1], RunState.PAUSED], target="ssh://me@10.0.0.1:22")
@@ -698,7 +699,16 @@ def test_a_run_on_several_machines_shows_each_machine_and_where_it_stands(
         "Rank 1 · me@10.0.0.2:2222 · stopped with the run (paused)",
         "Rank 2 · me@10.0.0.3:2222 · waiting for its machine",
     ]
-    assert page.resume_button.isEnabled() and page.move_button.isHidden(), "moved by the CLI, one target each"
+    assert page.resume_button.isEnabled() and page.move_button.isEnabled(), "or onto a fresh set of servers"
+    fresh = tuple(SshTarget("me", "127.0.0.1", closed_port(), None, "python3") for _ in range(3))
+    asked: list[list[SshTarget]] = []
+    monkeypatch.setattr(monitor_page, "ask_new_targets", lambda _parent, current: asked.append(current) or fresh)
+    page.move_button.click()
+    assert [t.host for t in asked[0]] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "the dialog starts from these"
+    assert page.action_label.text().startswith("Moving to 3 servers")
+    wait_for(lambda: [r.target for r in (store.get(head), *store.nodes_of(head))] == [t.url for t in fresh])
+    assert {cluster_of(r)["head_address"] for r in (store.get(head), *store.nodes_of(head))} == {"127.0.0.1"}
+    wait_for(lambda: not context.manager.is_driving(head) and store.get(head).state is RunState.PAUSED)
     single = make_run(store, [*FLOW[:-1], RunState.PAUSED])
     page.show_run(single)
     wait_for(lambda: page.record is not None and page.record.id == single)

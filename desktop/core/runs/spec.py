@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
@@ -133,6 +133,29 @@ def parse_ssh_url(url: str) -> tuple[str, str, int]:
     if parts.scheme != "ssh" or not parts.hostname or not parts.username:
         raise RunSpecError(f"target {url!r} must look like ssh://user@host:port")
     return parts.username, parts.hostname, port
+
+
+def targets_from_lines(text: str, base: SshTarget, machines: int) -> tuple[SshTarget, ...]:
+    """The servers typed one per line for a run on ``machines`` machines, the head first.
+
+    A line is ``user@host:port`` (``ssh://`` and the port optional). Each server gets ``base``'s key, interpreter and
+    folders, and is pinned on first contact.
+
+    Raises:
+        RunSpecError: A line is not a server address, one server is named twice, or not one per machine.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) != machines:
+        raise RunSpecError(
+            f"the run trains on {machines} machines: give one server per line ({len(lines)} given), the head first"
+        )
+    found = []
+    for line in lines:
+        user, host, port = parse_ssh_url(line if line.startswith("ssh://") else f"ssh://{line}")
+        found.append(replace(base, user=user, host=host, port=port, host_key=None))
+    if len({target.url for target in found}) != len(found):
+        raise RunSpecError("a server is named twice: each machine of the run is a server of its own")
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, SshTarget
@@ -198,8 +198,13 @@ class RunManager:
         self._prepare_resume(run_id, target)
         self.follow(run_id)
 
-    async def resume_in_background(self, run_id: str, target: SshTarget | None = None) -> RunRecord:
+    async def resume_in_background(
+        self, run_id: str, target: SshTarget | None = None, *, targets: Sequence[SshTarget] = ()
+    ) -> RunRecord:
         """:meth:`resume` for the UI: a rented run's new key goes to the keyring off the event loop (it may prompt).
+
+        ``target`` moves a run on one machine to another server; ``targets`` moves a run on several machines to a
+        fresh set, one per machine, the head first.
 
         Returns:
             The run's record as it is driven on (a stopped run is paused now, on its way to its machine).
@@ -207,14 +212,16 @@ class RunManager:
         Raises:
             RunError: The run cannot be resumed; the message says why.
         """
-        record = await asyncio.to_thread(self._prepare_resume, run_id, target)
+        record = await asyncio.to_thread(self._prepare_resume, run_id, target, targets)
         self.follow(run_id)
         return record
 
-    def _prepare_resume(self, run_id: str, target: SshTarget | None) -> RunRecord:
+    def _prepare_resume(self, run_id: str, target: SshTarget | None, targets: Sequence[SshTarget] = ()) -> RunRecord:
         engine = self.engine(run_id)
         if target is not None:
             engine.retarget(run_id, target)
+        if targets:
+            engine.retarget_nodes(run_id, list(targets))
         return engine.prepare_resume(run_id)
 
     async def close(self) -> None:

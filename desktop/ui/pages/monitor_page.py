@@ -45,7 +45,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.monitor_view import MonitorView
 from desktop.ui.run_words import is_rented, resume_question, resume_start, state_badge
 from desktop.ui.widgets.blocks import EmptyState
-from desktop.ui.widgets.dialogs import ask_new_target, confirm
+from desktop.ui.widgets.dialogs import ask_new_target, ask_new_targets, confirm
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventTail, read_event_file
 
 T = TypeVar("T")
@@ -385,12 +385,11 @@ class MonitorPage(BasePage):
         refusal = resume_refusal(record) if record is not None else "the run is being read"
         resumable_state = state in {RunState.PAUSED, RunState.FAILED, RunState.CANCELLED}
         own_server = record is not None and not is_rented(record)
-        several = bool(self.snapshot and self.snapshot.nodes)  # moved with rentune resume --target once per machine
         for button, shown, usable in (
             (self.stop_button, state in STOPPABLE, state in STOPPABLE),
             (self.pull_button, state in PULLABLE, state in PULLABLE),
             (self.resume_button, resumable_state, refusal is None),
-            (self.move_button, resumable_state and own_server and not several, refusal is None),
+            (self.move_button, resumable_state and own_server, refusal is None),
         ):
             button.setVisible(shown or record is None)
             button.setEnabled(idle and usable)
@@ -462,13 +461,28 @@ class MonitorPage(BasePage):
         """Continues a paused, failed or stopped run on another server (a lost machine, a broken box)."""
         if self.run_id is None or self.record is None:
             return
+        nodes = self.snapshot.nodes if self.snapshot is not None else ()
+        if nodes:
+            self._resume_on_servers([self.record, *nodes])
+            return
         target = ask_new_target(self, _current_target(self.record))
         if target is None:
             self.action_label.setText("Not moved: enter the new server's host and user.")
             return
         self._resume(target, f"Moving to {target.url}: the newest checkpoint on this computer goes along…")
 
-    def _resume(self, target: SshTarget | None, busy: str) -> None:
+    def _resume_on_servers(self, records: list[RunRecord]) -> None:
+        """A run on several machines moves to a fresh set of servers, one per machine, the head first."""
+        current = [target for record in records if (target := _current_target(record)) is not None]
+        targets = ask_new_targets(self, current) if len(current) == len(records) else ()
+        if not targets:
+            self.action_label.setText(f"Not moved: enter {len(records)} servers, one per machine, the head first.")
+            return
+        self._resume(
+            None, f"Moving to {len(targets)} servers: the newest checkpoint on this computer goes along…", targets
+        )
+
+    def _resume(self, target: SshTarget | None, busy: str, targets: tuple[SshTarget, ...] = ()) -> None:
         run_id = self.run_id
         if run_id is None:
             return
@@ -476,11 +490,15 @@ class MonitorPage(BasePage):
         self.action_label.setText(busy)
         self._set_buttons()
         start = resume_start(self.snapshot) if self.snapshot is not None else "from its newest checkpoint"
-        spawn(self._resume_in_background(run_id, target, busy, start))
+        spawn(self._resume_in_background(run_id, (target, targets), busy, start))
 
-    async def _resume_in_background(self, run_id: str, target: SshTarget | None, busy: str, start: str) -> None:
+    async def _resume_in_background(
+        self, run_id: str, where: tuple[SshTarget | None, tuple[SshTarget, ...]], busy: str, start: str
+    ) -> None:
         self._actions.pop(run_id, None)  # _act marks it busy again for as long as the preparation takes
-        ok, _record = await self._act(run_id, busy, self.context.manager.resume_in_background(run_id, target))
+        target, targets = where
+        resuming = self.context.manager.resume_in_background(run_id, target, targets=targets)
+        ok, _record = await self._act(run_id, busy, resuming)
         if ok:
             self._done_acting(run_id, f"Resumed: the run continues {start}.")
 

@@ -12,12 +12,13 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
-from desktop.core.runs.spec import SshTarget
+from desktop.core.runs.spec import RunSpecError, SshTarget, targets_from_lines
 from desktop.ui.widgets.blocks import destructive_button, heading, plain_button, primary_button
 
 
@@ -138,3 +139,70 @@ def ask_new_target(parent: QWidget, current: SshTarget | None) -> SshTarget | No
     """Shows :class:`NewTargetDialog`; the server entered, or None when cancelled or incomplete."""
     dialog = NewTargetDialog(parent, current)
     return dialog.target() if dialog.exec() == QDialog.DialogCode.Accepted else None
+
+
+class NewTargetsDialog(QDialog):
+    """Asks for a fresh set of SSH servers to continue a run on several machines (one of them was lost).
+
+    One server per line, the head first; OK keeps the dialog open with what is wrong until there is one per machine.
+    """
+
+    def __init__(self, parent: QWidget | None, current: list[SshTarget]) -> None:
+        super().__init__(parent)
+        self.machines, self.base = len(current), current[0]
+        self.setWindowTitle("Continue on other servers")
+        self.setAccessibleName("Continue the run on other servers")
+        form = QFormLayout(self)
+        note = QLabel(
+            f"The run trains on {self.machines} machines. It continues on these servers from the newest checkpoint on "
+            "this computer: one server per line (user@host:port), the head (rank 0) first, the others reaching it at "
+            "its host name."
+        )
+        note.setWordWrap(True)
+        form.addRow(note)
+        self.hosts_edit = QPlainTextEdit("\n".join(f"{t.user}@{t.host}:{t.port}" for t in current))
+        self.hosts_edit.setTabChangesFocus(True)
+        self.hosts_edit.setAccessibleName("Servers, one per line, the head first")
+        self.key_edit = QLineEdit(str(self.base.identity) if self.base.identity else "")
+        self.python_edit = QLineEdit(self.base.python)
+        for label, field in (
+            ("&Servers", self.hosts_edit),
+            ("&Key file", self.key_edit),
+            ("P&ython", self.python_edit),
+        ):
+            field.setAccessibleName(field.accessibleName() or label.replace("&", ""))
+            form.addRow(label, field)
+        self.problem_label = QLabel()
+        self.problem_label.setWordWrap(True)
+        self.problem_label.setObjectName("problem")
+        form.addRow(self.problem_label)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.on_ok)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+        self.chosen: tuple[SshTarget, ...] = ()
+
+    def on_ok(self) -> None:
+        """Accepts the servers when there is one per machine, each an address; else says what is wrong."""
+        key = self.key_edit.text().strip()
+        base = SshTarget(
+            self.base.user,
+            self.base.host,
+            self.base.port,
+            Path(key).expanduser() if key else None,
+            self.python_edit.text().strip() or "python3",
+            self.base.workdir,
+            self.base.authorized_keys,
+        )
+        try:
+            self.chosen = targets_from_lines(self.hosts_edit.toPlainText(), base, self.machines)
+        except RunSpecError as exc:
+            self.problem_label.setText(f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+            return
+        self.accept()
+
+
+def ask_new_targets(parent: QWidget, current: list[SshTarget]) -> tuple[SshTarget, ...]:
+    """Shows :class:`NewTargetsDialog`; the servers entered, or none when cancelled."""
+    dialog = NewTargetsDialog(parent, current)
+    return dialog.chosen if dialog.exec() == QDialog.DialogCode.Accepted else ()
