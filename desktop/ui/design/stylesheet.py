@@ -3,7 +3,8 @@
 Widgets opt into a look with a dynamic property instead of their own stylesheet, so a theme switch restyles them:
 ``role`` is ``primary``, ``destructive``, ``card``, ``caption``, ``heading``, ``section``, ``badge``, ``banner``,
 ``step`` (the wizard's step indicator) or ``number`` (a number field typed or stepped with the arrow keys);
-badges and banners carry ``severity`` (``success``, ``warning``, ``danger``, ``info``).
+badges, banners and notes (a line said in its severity's colour, such as what a dialog refuses) carry ``severity``
+(``success``, ``warning``, ``danger``, ``info``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def _severity_rules(palette: Palette) -> str:
             f'QFrame[role="banner"][severity="{level}"] {{ background: {background};'
             f" border: 1px solid {foreground}; border-left: 4px solid {foreground}; }}\n"
             f'QLabel[role="banner_icon"][severity="{level}"] {{ color: {foreground}; }}\n'
+            f'QLabel[role="note"][severity="{level}"] {{ color: {foreground}; }}\n'
         )
     return "".join(rules)
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.runs.spec import RunSpecError, SshTarget, targets_from_lines
-from desktop.ui.widgets.blocks import destructive_button, heading, plain_button, primary_button
+from desktop.ui.widgets.blocks import destructive_button, heading, plain_button, primary_button, set_role
 
 
 class ConfirmDialog(QDialog):
@@ -163,6 +163,9 @@ class NewTargetsDialog(QDialog):
         self.hosts_edit = QPlainTextEdit("\n".join(f"{t.user}@{t.host}:{t.port}" for t in current))
         self.hosts_edit.setTabChangesFocus(True)
         self.hosts_edit.setAccessibleName("Servers, one per line, the head first")
+        rows = min(max(self.machines, 3), 8) + 1  # every server in view, without a tall empty box
+        self.hosts_edit.setFixedHeight(rows * self.fontMetrics().lineSpacing() + 12)
+        self.setMinimumWidth(34 * self.fontMetrics().averageCharWidth() * 2)
         self.key_edit = QLineEdit(str(self.base.identity) if self.base.identity else "")
         self.python_edit = QLineEdit(self.base.python)
         for label, field in (
@@ -174,7 +177,7 @@ class NewTargetsDialog(QDialog):
             form.addRow(label, field)
         self.problem_label = QLabel()
         self.problem_label.setWordWrap(True)
-        self.problem_label.setObjectName("problem")
+        set_role(self.problem_label, "note", "danger")
         form.addRow(self.problem_label)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.on_ok)
