@@ -149,6 +149,12 @@ def test_moving_a_run_across_machines_takes_one_target_per_machine(capsys: pytes
 
 def kill_machine(server: SshServer, remote_dir: Path) -> None:
     """As a machine that vanished: every process working in its run folder is killed, then its sshd."""
+    kill_trainer(remote_dir)
+    server.stop()
+
+
+def kill_trainer(remote_dir: Path) -> None:
+    """As a trainer that died without a word: every process working in the run folder is killed (SIGKILL)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -161,7 +167,6 @@ def kill_machine(server: SshServer, remote_dir: Path) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
             except ProcessLookupError:
                 continue
-    server.stop()
 
 
 async def wait_for(predicate: Callable[[], bool], limit_s: float = 600) -> None:
@@ -238,3 +243,38 @@ def _target(host: SshHost, spec):  # type: ignore[no-untyped-def]
 
     workdir = str(Path(spec.target.workdir).parent / "fresh")
     return replace(spec.target, user=host.user, host=host.host, port=host.port, host_key=None, workdir=workdir)
+
+
+async def test_a_trainer_that_dies_starts_again_on_every_machine_from_the_newest_checkpoint_at_home(
+    machines: NodeFactory, tiny_model: TinyModel, tmp_path: Path
+) -> None:
+    """The head's trainer killed (not its machine): every machine starts again, from the same checkpoint, the one at
+    home; one a machine sealed alone (here a newer one on the node) is never resumed from."""
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+    from trainer_payload.checkpoints import seal_checkpoint
+
+    head, other = machines("head"), machines("node1")
+    spec_path = cluster_spec(tmp_path, [head.host(), other.host()], tiny_model, max_steps=40, checkpoint_steps=4)
+    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), tmp_path, spec_path)
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=60))
+    record = engine.create(spec)
+    (node,) = engine.store.nodes_of(record.id)
+    drive = asyncio.ensure_future(engine.drive(record.id))
+    folder = engine.folder(record.id)
+    await wait_for(lambda: newest_local_checkpoint(folder / "checkpoints") is not None or drive.done())
+    alone = Path(str(engine.store.get(node.id).remote_dir)) / "out" / "checkpoints" / "checkpoint-9999"
+    alone.mkdir(parents=True)
+    (alone / "trainer_state.json").write_text("{}")
+    seal_checkpoint(alone, 9999)
+    kill_trainer(Path(str(engine.store.get(record.id).remote_dir)))  # the launcher and its ranks, without a word
+    finished = await asyncio.wait_for(drive, 900)
+    assert finished.state is RunState.FINISHED, finished.error
+    assert engine.store.get(record.id).relaunches == 1
+    events = mirrored_events(folder)
+    resumed = [e["resume_from"] for e in events if e["event"] == "state" and e.get("resume_from")]
+    pulled = {Path(e["path"]).name for e in events if e["event"] == "checkpoint"}
+    assert len(resumed) == 1 and resumed[0] in pulled, "every machine from a checkpoint that had come home"
+    assert not alone.exists(), "what the node sealed alone is gone"
+    assert [e["step"] for e in events if e["event"] == "step"][-1] == 40

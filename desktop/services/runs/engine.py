@@ -599,10 +599,12 @@ class RunEngine:
             return self.ctx.fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
         self.report("the trainer died without a final event; relaunching (it resumes from its checkpoint)")
         others = self._nodes[run_id]
-        if others:  # every machine starts again together: the ranks meet afresh at the head
+        if others:  # every machine starts again together, from the same checkpoint: the ranks meet afresh at the head
             await others.stop_trainers()
             for node_id in others.ids:
                 self.store.update(node_id, pid=None)
+            await transfer.align_checkpoints(self.ctx, run_id, machine)
+            await others.align_checkpoints()
         await launch.launch(self.ctx, run_id, machine)
         await others.start_trainers()
         # Counted once started: a connection lost mid-launch is retried without using up a relaunch.

@@ -150,6 +150,13 @@ class Nodes:
             await asyncio.sleep(min(1.0, self.ctx.options.poll_seconds))
         return CheckpointPart.sealed(machine, remote, part_files(seal, known))
 
+    async def align_checkpoints(self) -> None:
+        """Puts the newest checkpoint at home, and no other, on every node (before the trainers start again)."""
+        await self._each(self._align)
+
+    async def _align(self, node_id: str) -> None:
+        await transfer.align_checkpoints(self.ctx, node_id, await self.machine(node_id))
+
     async def lost(self, grace_seconds: float | None = None) -> str | None:
         """Why a node is lost, or None while every node trains (or has finished).
 

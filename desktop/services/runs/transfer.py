@@ -145,9 +145,30 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     files += resume_files(ctx, run_id)
     sizes = [path.stat().st_size for path, _ in files]
     small_bytes = sum(size for size in sizes if size <= SMALL_FILE_BYTES)  # twice, while the archive unpacks
+    if node_job_keys(spec):
+        await clear_checkpoints(machine, remote)
     await check_workdir(machine, remote, sum(sizes) + small_bytes)
     await send_files(ctx, run_id, machine, remote, files)
     ctx.report(f"uploaded {len(files)} files to {record.target}")
+
+
+async def clear_checkpoints(machine: Machine, remote: str) -> None:
+    """Deletes a machine's checkpoints, before the newest one at home is sent: on a run across several machines.
+
+    Each machine resumes from the newest complete checkpoint on its own disk. One that holds a newer one than the
+    others (sealed there before another machine was lost), or only its own part of a sharded one, would start its
+    ranks at another step than the rest, or fail to load it: with the home's alone, every machine starts from it.
+    """
+    await machine.run(f"rm -rf {shlex.quote(f'{remote}/out/checkpoints')}")
+
+
+async def align_checkpoints(ctx: RunContext, run_id: str, machine: Machine) -> None:
+    """Puts the newest checkpoint at home, and no other, on one machine of a run across several (a relaunch)."""
+    remote = str(ctx.store.get(run_id).remote_dir)
+    await clear_checkpoints(machine, remote)
+    files = home_checkpoint_files(ctx, run_id)
+    if files:
+        await send_files(ctx, run_id, machine, remote, files)
 
 
 async def send_files(
@@ -229,18 +250,21 @@ def resume_files(ctx: RunContext, run_id: str) -> list[tuple[Path, str]]:
     events are the head's alone.
     """
     local = ctx.folder(run_id)
-    files: list[tuple[Path, str]] = []
-    newest = newest_local_checkpoint(ctx.folder(checkpoints_from(ctx.store.get(run_id))) / "checkpoints")
-    if newest is not None:
-        files += [
-            (p, f"out/checkpoints/{newest.name}/{p.relative_to(newest)}")
-            for p in sorted(newest.rglob("*"))
-            if p.is_file()
-        ]
-        ctx.report(f"resuming from local {newest.name}")
+    files = home_checkpoint_files(ctx, run_id)
     if (local / EVENTS_FILE_NAME).exists():
         files.append((local / EVENTS_FILE_NAME, f"out/{EVENTS_FILE_NAME}"))
     return files
+
+
+def home_checkpoint_files(ctx: RunContext, run_id: str) -> list[tuple[Path, str]]:
+    """The newest complete checkpoint at home (the head's, on every machine of a run), as files to send."""
+    newest = newest_local_checkpoint(ctx.folder(checkpoints_from(ctx.store.get(run_id))) / "checkpoints")
+    if newest is None:
+        return []
+    ctx.report(f"resuming from local {newest.name}")
+    return [
+        (p, f"out/checkpoints/{newest.name}/{p.relative_to(newest)}") for p in sorted(newest.rglob("*")) if p.is_file()
+    ]
 
 
 def local_model_files(base_model: str) -> list[tuple[Path, str]]:
