@@ -139,3 +139,33 @@ async def test_deletes_that_fail_are_retried_until_runpod_says_the_cluster_is_go
     (book,) = fake_runpod.clusters.values()
     assert book.deleted is not None and not fake_runpod.pool.servers
     assert [r.state for r in ledger.rentals("run-4")] == [RentalState.ENDED] * 2
+
+
+async def test_a_cluster_a_killed_process_created_without_recording_it_is_deleted_at_the_next_start(
+    fake_runpod: FakeRunPod, provider: RunPodProvider
+) -> None:
+    """The process died between the create and its answer: every machine's row is still creating. The next start
+    finds the cluster by its label, deletes it (every machine) and books each machine's time."""
+    from desktop.services.renting.reconcile import settle_rentals
+    from desktop.services.runs.store import RunStore
+
+    ledger = Ledger()
+    request = await cluster_request(provider)
+    offer = request.offer
+    intent = ledger.intend("run-8", "runpod", LABEL, "1x RTX 4090", offer.price_per_hour, offer.offer_id, nodes=2)
+    await provider.create(request)  # it went out; nothing recorded its answer
+
+    def fresh_client(_name: object, _secrets: object) -> RunPodProvider:
+        return RunPodProvider(fake_runpod.valid_key, transport=fake_runpod.transport())
+
+    settled = await settle_rentals(
+        RunStore(), ledger=ledger, open=fresh_client, terminator=Terminator(ledger, sleep=no_wait)
+    )
+    (book,) = fake_runpod.clusters.values()
+    assert [r.instance_id for r in settled.adopted] == [f"cluster:{book.id}"], "found by its label, as one"
+    assert book.deleted is not None and not fake_runpod.pool.servers
+    rows = ledger.rentals("run-8")
+    assert [(r.id, r.state) for r in rows] == [(intent.id, RentalState.ENDED), (intent.id + 1, RentalState.ENDED)]
+    for rental, billed in zip(rows, fake_runpod.members_billed_usd(book.id), strict=True):
+        assert rental.stopped is not None and rental.usd(rental.stopped) == pytest.approx(billed, abs=0.01)
+    assert not ledger.unsettled()
