@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import keyring
 import pytest
@@ -237,6 +238,19 @@ def fake_runpod(tmp_path: Path) -> Iterator[object]:
     cloud = FakeRunPod(tmp_path / "fake-runpod")
     yield cloud
     cloud.close()
+
+
+@pytest.fixture
+async def runpod_client(fake_runpod: Any) -> AsyncIterator[Any]:
+    """The real RunPod client on ``fake_runpod``, in-process, retrying at once."""
+    from desktop.services.providers.http import RetryPolicy
+    from desktop.services.providers.runpod import RunPodProvider
+
+    client = RunPodProvider(
+        fake_runpod.valid_key, transport=fake_runpod.transport(), retry=RetryPolicy(first_delay=0.01)
+    )
+    yield client
+    await client.aclose()
 
 
 @pytest.fixture

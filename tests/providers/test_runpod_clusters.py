@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import asyncssh
 import pytest
 
 from desktop.services.providers.base import InstanceState, NoClustersError, OfferQuery, ProviderName, RentRequest
-from desktop.services.providers.http import RetryPolicy
 from desktop.services.providers.lambda_cloud import LambdaProvider
 from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.providers.runpod_clusters import cluster_id_of, members_from, parse_cluster_offer_id
@@ -20,13 +18,9 @@ from tests.fakes.runpod import FakeRunPod
 
 
 @pytest.fixture
-async def provider(fake_runpod: FakeRunPod) -> AsyncIterator[RunPodProvider]:
-    """The real RunPod client on the shared fake (tests/conftest.py's ``fake_runpod``), in-process."""
-    client = RunPodProvider(
-        fake_runpod.valid_key, transport=fake_runpod.transport(), retry=RetryPolicy(first_delay=0.01)
-    )
-    yield client
-    await client.aclose()
+def provider(runpod_client: RunPodProvider) -> RunPodProvider:
+    """The real RunPod client on the shared fake (tests/conftest.py's ``runpod_client``)."""
+    return runpod_client
 
 
 async def test_a_cluster_offer_is_priced_for_every_pod_and_rents_as_one_machine(

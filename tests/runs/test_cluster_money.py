@@ -5,14 +5,12 @@ after an answer that never came, terminated until gone when deletes fail, and wh
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from desktop.services.billing.ledger import Ledger, RentalState
 from desktop.services.providers.base import OfferQuery, RentRequest
-from desktop.services.providers.http import RetryPolicy
 from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.renting.creating import CreateTiming, Creator
 from desktop.services.renting.terminator import Terminator
@@ -21,13 +19,9 @@ from tests.fakes.runpod import FakeRunPod
 
 
 @pytest.fixture
-async def provider(fake_runpod: FakeRunPod) -> AsyncIterator[RunPodProvider]:
-    """The real RunPod client on the shared fake (tests/conftest.py's ``fake_runpod``), in-process."""
-    client = RunPodProvider(
-        fake_runpod.valid_key, transport=fake_runpod.transport(), retry=RetryPolicy(first_delay=0.01)
-    )
-    yield client
-    await client.aclose()
+def provider(runpod_client: RunPodProvider) -> RunPodProvider:
+    """The real RunPod client on the shared fake (tests/conftest.py's ``runpod_client``)."""
+    return runpod_client
 
 
 CLUSTERS = r"/v2/clusters$"
