@@ -10,6 +10,9 @@ What it authenticates with:
 * RunPod: the pod's own ``RUNPOD_API_KEY`` and ``RUNPOD_POD_ID`` (RunPod puts them in every pod); nothing is sent.
   It deletes the pod through REST v2 (``DELETE {api_url}/pods/{id}``); where v2 does not take the call (404, 405,
   or a pod key v2 does not accept: 401, 403) it terminates through GraphQL (``podTerminate`` at ``graphql_url``).
+* A RunPod cluster (Instant Clusters): its machines cannot end it with their pods' keys (a member pod refuses to be
+  deleted, and only ``DELETE {api_url}/clusters/{id}`` ends them all), so the user's API key is sent (only with
+  ``send_api_key = true``) to the head alone, as for Lambda; the head deletes the whole cluster.
 * Vast.ai: the instance's own ``CONTAINER_API_KEY`` and ``CONTAINER_ID``; nothing is sent.
 * Lambda: Lambda has no per-machine keys, so the user's API key is sent (only with ``send_api_key = true``), in the
   settings on stdin. It lives only in this process's memory: never in an environment, in argv or on disk.
@@ -39,6 +42,8 @@ from trainer_payload.protocol import HEARTBEAT_NAME, STOP_MARKER_NAME
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: RunPod's REST v2 base, where ``DELETE /pods/{id}`` terminates a pod.
 RUNPOD_V2_URL = "https://api.runpod.io/v2"
+#: The prefix of a RunPod cluster's instance id (``cluster:<id>``): the head deletes the whole cluster.
+RUNPOD_CLUSTER_PREFIX = "cluster:"
 #: The answers of one call after which the next way to terminate is tried (RunPod: v2, then GraphQL).
 _TRY_NEXT = frozenset({401, 403, 404, 405})
 #: The most bytes of settings read from stdin (they are a few hundred).
@@ -70,8 +75,9 @@ class SelfStopConfig:
         provider: ``runpod``, ``vast`` or ``lambda``.
         api_url: The provider's API root (for RunPod its REST v2 base, such as :data:`RUNPOD_V2_URL`).
         minutes: How long after training ended (with no desktop around) the machine terminates.
-        instance_id: The machine's id at the provider (needed for Lambda; the others read their own).
-        api_key: Lambda only: the user's key (sent only with their consent); never shown.
+        instance_id: The machine's id at the provider (needed for Lambda and a RunPod cluster, ``cluster:<id>``; the
+            others read their own).
+        api_key: Lambda and a RunPod cluster only: the user's key (sent only with their consent); never shown.
         poll_seconds: How often the output folder is looked at.
         graphql_url: RunPod only: its GraphQL endpoint, for when REST v2 does not take the call.
     """
@@ -160,11 +166,14 @@ def _safe_id(value: str, what: str) -> str:
 def terminate_requests(config: SelfStopConfig) -> list[urllib.request.Request]:
     """The provider's API calls that terminate this machine, in the order tried (see :func:`terminate`).
 
-    Each is authenticated as described in the module docstring; only RunPod has a second way.
+    Each is authenticated as described in the module docstring; only a RunPod pod has a second way.
 
     Raises:
         SelfStopError: The machine's id or key is not available.
     """
+    if config.provider == "runpod" and config.instance_id.startswith(RUNPOD_CLUSTER_PREFIX):
+        cluster = _safe_id(config.instance_id.removeprefix(RUNPOD_CLUSTER_PREFIX), "the cluster's id")
+        return [_request("DELETE", f"{config.api_url}/clusters/{cluster}", config.api_key)]
     if config.provider == "runpod":
         pod = _safe_id(machine_variable("RUNPOD_POD_ID"), "RUNPOD_POD_ID")
         key = machine_variable("RUNPOD_API_KEY")

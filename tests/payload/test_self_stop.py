@@ -21,8 +21,10 @@ import pytest
 from desktop.services.machines.ssh import Endpoint, RemoteMachine
 from desktop.services.providers.base import OfferQuery, ProviderName, RentRequest
 from desktop.services.providers.registry import open_provider
+from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.runs.self_stop import PID_FILE, arm_command
 from tests.fakes.http import FakeCloud
+from tests.fakes.runpod import FakeRunPod
 from tests.fixtures.sshd import SshHost
 from trainer_payload.protocol import HEARTBEAT_NAME, STOP_MARKER_NAME
 from trainer_payload.self_stop import (
@@ -133,6 +135,17 @@ def test_each_provider_gets_its_own_terminate_calls(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("RUNPOD_POD_ID", "$(reboot)")
     with pytest.raises(SelfStopError, match="not a plain id"):
         terminate_requests(SelfStopConfig("runpod", RUNPOD_V2_URL, 5))
+
+
+def test_the_head_of_a_runpod_cluster_deletes_the_whole_cluster_with_the_users_key() -> None:
+    """A member pod cannot be deleted on its own (409): the head deletes the cluster, with the key the user sent."""
+    [delete] = terminate_requests(SelfStopConfig("runpod", RUNPOD_V2_URL, 5, "cluster:c7f31a", "user-key"))
+    assert (delete.get_method(), delete.full_url) == ("DELETE", "https://api.runpod.io/v2/clusters/c7f31a")
+    assert delete.get_header("Authorization") == "Bearer user-key"
+    with pytest.raises(SelfStopError, match="no API key"):
+        terminate_requests(SelfStopConfig("runpod", RUNPOD_V2_URL, 5, "cluster:c7f31a"))
+    with pytest.raises(SelfStopError, match="not a plain id"):
+        terminate_requests(SelfStopConfig("runpod", RUNPOD_V2_URL, 5, "cluster:../pods/x", "user-key"))
 
 
 @dataclass
@@ -295,6 +308,29 @@ def test_the_self_stop_process_terminates_a_runpod_pod_once_due(fake_runpod: Fak
     assert done.returncode == 0, log
     assert "terminated this machine" in log
     assert fake_runpod.instances[pod].terminated is not None
+
+
+def test_the_self_stop_process_deletes_a_runpod_cluster_once_due(fake_runpod: FakeRunPod, tmp_path: Path) -> None:
+    url = fake_runpod.serve()
+
+    async def rent_cluster() -> str:
+        client = RunPodProvider(fake_runpod.valid_key, base_url=url)
+        try:
+            (offer,) = await client.offers(OfferQuery(gpu="RTX 4090", count=1, nodes=2))
+            return (await client.create(RentRequest(offer, KEY_LINE, "rentune-x", "img"))).instance_id
+        finally:
+            await client.aclose()
+
+    cluster = asyncio.run(rent_cluster())
+    (tmp_path / "out").mkdir()
+    _aged(tmp_path / "out" / STOP_MARKER_NAME, 120)
+    settings = {"provider": "runpod", "api_url": url, "minutes": 1, "poll_seconds": 0.2, "instance_id": cluster}
+    done = _self_stop(tmp_path, {**settings, "api_key": fake_runpod.valid_key}, {})
+    log = (tmp_path / "out" / "self_stop.log").read_text()
+    assert done.returncode == 0, log
+    assert "terminated this machine" in log and fake_runpod.valid_key not in log
+    (book,) = fake_runpod.clusters.values()
+    assert book.deleted is not None and all(pod.terminated is not None for pod in fake_runpod.member_pods(book.id))
 
 
 def _wait_for(check: Any, seconds: float = 30.0) -> None:

@@ -123,3 +123,51 @@ async def test_a_cluster_that_loses_a_machine_is_deleted_and_the_run_resumes_on_
     billed = [usd for book in books for usd in fake_runpod.members_billed_usd(book.id)]
     for rental, usd in zip(rentals, billed, strict=True):
         assert rental.stopped is not None and rental.usd(time.time()) == pytest.approx(usd, abs=0.01)
+
+
+async def test_with_the_laptop_closed_the_clusters_head_deletes_the_cluster_once_training_ends(
+    fake_runpod: FakeRunPod,
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model: TinyModel,
+    chat_dataset: Path,
+    tmp_path: Path,
+) -> None:
+    """Self-stop for a cluster (opted in with send_api_key): nobody follows the run, training ends, and a few seconds
+    later the head deletes the whole cluster with the user's key, which never reached any machine's disk."""
+    import asyncio
+    import contextlib
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+    from desktop.services.renting.driver import RentalDriver, RentalOptions
+    from desktop.services.runs.engine import EngineOptions, RunEngine
+
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
+    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
+    path = cluster_spec(tmp_path, tiny_model, chat_dataset, self_stop_minutes=0.05, send_api_key=True)
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
+    driver = RentalDriver(engine, options=RentalOptions(poll_seconds=0.3, ready_poll_seconds=0.2))
+    record = engine.create(run_spec_from_dict(tomllib.loads(path.read_text()), tmp_path, path))
+    drive = asyncio.ensure_future(driver.drive(record.id))
+    folder, deadline = engine.folder(record.id), time.monotonic() + 600
+    while not any(e["event"] == "step" for e in mirrored_events(folder)):
+        assert time.monotonic() < deadline and not drive.done(), "training never started"
+        await asyncio.sleep(0.1)
+    drive.cancel()  # the laptop closes: no pulls, no heartbeat, nobody to delete the cluster
+    with contextlib.suppress(asyncio.CancelledError):
+        await drive
+    (book,) = fake_runpod.clusters.values()
+    while book.deleted is None:
+        assert time.monotonic() < deadline, "the cluster never deleted itself"
+        await asyncio.sleep(0.2)
+    deletes = [r for r in fake_runpod.requests if r.method == "DELETE" and r.path.endswith(f"/clusters/{book.id}")]
+    assert [r.bearer for r in deletes] == [fake_runpod.valid_key], "once, with the user's key"
+    watcher = Path(str(engine.store.get(record.id).remote_dir)) / "out" / "self_stop.log"
+    assert "self-stop armed" in watcher.read_text(), "the head's self-stop (the head goes with the cluster it deletes)"
+    members = fake_runpod.member_pods(book.id)
+    assert all(pod.terminated is not None for pod in members), "every machine of it went"
+    for pod in members:
+        assert pod.address is not None
+        for file in pod.address.home.rglob("*"):
+            if file.is_file():
+                assert fake_runpod.valid_key.encode() not in file.read_bytes(), f"the account key reached {file}"

@@ -481,7 +481,7 @@ def compute_from_dict(section: Any) -> ComputeSpec:
             "send_api_key = true to allow it, or remove self_stop_minutes"
         )
     nodes = int(_compute_number(section, "nodes", 1, whole=True))
-    _check_cluster(nodes, provider, spot, self_stop, others)
+    _check_cluster(nodes, provider, spot, bool(self_stop) and not send_key, others)
     return ComputeSpec(
         provider=provider,
         gpu=_compute_text(section, "gpu"),
@@ -506,8 +506,8 @@ def compute_from_dict(section: Any) -> ComputeSpec:
 CLUSTER_PROVIDERS = ("runpod",)
 
 
-def _check_cluster(nodes: int, provider: str, spot: bool, self_stop: float, others: list[Any]) -> None:
-    """Refuses what a cluster cannot be: at another provider, spot, stopping itself, moving between providers."""
+def _check_cluster(nodes: int, provider: str, spot: bool, keyless_self_stop: bool, others: list[Any]) -> None:
+    """Refuses what a cluster cannot be: at another provider, spot, stopping itself without a key, moving providers."""
     if nodes == 1:
         return
     if provider not in CLUSTER_PROVIDERS or any(_provider(p, "providers") != provider for p in others):
@@ -519,10 +519,11 @@ def _check_cluster(nodes: int, provider: str, spot: bool, self_stop: float, othe
         raise RunSpecError(f"[compute] nodes = {nodes}: a RunPod cluster has 2 to 250 machines")
     if spot:
         raise RunSpecError("[compute] nodes: clusters are not sold as spot machines; remove spot = true")
-    if self_stop:
+    if keyless_self_stop:
         raise RunSpecError(
-            "[compute] nodes: a cluster's machines cannot delete their cluster, so there is no self-stop; remove "
-            "self_stop_minutes (the app deletes the cluster the moment the adapter is home)"
+            "[compute] self_stop_minutes with nodes needs send_api_key = true: a cluster's machines cannot delete "
+            "their cluster with their own keys, so its head can stop it only with your RunPod API key (kept in memory "
+            "there, never on its disk). Add send_api_key = true to allow it, or remove self_stop_minutes"
         )
 
 

@@ -702,7 +702,8 @@ def self_stop_settings(compute: ComputeSpec, rental: Rental) -> dict[str, Any] |
         "graphql_url": PROVIDERS[rental.provider].graphql_url,
         "minutes": compute.self_stop_minutes,
         "instance_id": rental.instance_id,
-        "send_api_key": rental.provider is ProviderName.LAMBDA and compute.send_api_key,
+        # Lambda has no per-machine keys, and a cluster's head needs the user's to delete the whole cluster.
+        "send_api_key": (rental.provider is ProviderName.LAMBDA or compute.nodes > 1) and compute.send_api_key,
     }
 
 

@@ -4,8 +4,9 @@ When a rented run opts in, the driver writes the self-stop's settings into the r
 engine then starts ``trainer_payload.self_stop`` detached beside the trainer (once per machine) and, while it
 follows the run, touches ``out/HEARTBEAT`` so the machine knows somebody will pull the adapter and terminate it.
 
-The settings (with Lambda's key, where the user allowed sending it) travel on the command's stdin straight into the
-self-stop's memory: never in a command line, an environment variable or a file on the machine.
+The settings (with the user's API key where the machine needs it and the user allowed sending it: Lambda's, or
+RunPod's for the head of a cluster) travel on the command's stdin straight into the self-stop's memory: never in a
+command line, an environment variable or a file on the machine.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ async def ensure_self_stop(ctx: RunContext, run_id: str, machine: Machine) -> No
         return
     payload = {**settings, "poll_seconds": max(1.0, min(30.0, float(settings["minutes"]) * 15))}
     if settings.get("send_api_key"):
-        payload["api_key"] = await asyncio.to_thread(_lambda_key, ctx)
+        payload["api_key"] = await asyncio.to_thread(_api_key, ctx, str(settings["provider"]))
     try:
         await machine.run(
             arm_command(record.remote_dir, str(record.spec.get("python") or "python3")),
@@ -69,9 +70,11 @@ def arm_command(remote_dir: str, python: str) -> str:
     )
 
 
-def _lambda_key(ctx: RunContext) -> str:
+def _api_key(ctx: RunContext, provider: str) -> str:
+    """The user's key for ``provider`` from the keyring (or its environment variable), "" when none is known."""
+    name = {"lambda": SecretName.LAMBDA, "runpod": SecretName.RUNPOD}.get(provider)
     try:
-        return ctx.secrets.get(SecretName.LAMBDA) or ""
+        return (ctx.secrets.get(name) if name else None) or ""
     except SecretStoreError:
         return ""
 
