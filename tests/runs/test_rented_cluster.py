@@ -14,8 +14,10 @@ import pytest
 from desktop.cli import main
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
+from desktop.services.renting.driver import RentalDriver, RentalOptions
+from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
-from desktop.services.runs.store import RunStore
+from desktop.services.runs.store import RunRecord, RunStore
 from tests.fakes.runpod import FakeRunPod
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 
@@ -39,6 +41,21 @@ def cluster_spec(folder: Path, tiny_model: TinyModel, dataset: Path, **compute: 
     path = folder / "SPEC.toml"
     path.write_text("\n".join(lines))
     return path
+
+
+def driven_cluster_run(
+    fake_runpod: FakeRunPod, monkeypatch: pytest.MonkeyPatch, spec: Path, tmp_path: Path
+) -> tuple[RunEngine, RentalDriver, RunRecord]:
+    """An engine and its renting driver on the fake RunPod (fast polls), and the run of ``spec`` created."""
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+
+    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
+    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
+    driver = RentalDriver(engine, options=RentalOptions(poll_seconds=0.3, ready_poll_seconds=0.2))
+    return engine, driver, engine.create(run_spec_from_dict(tomllib.loads(spec.read_text()), tmp_path, spec))
 
 
 def test_a_two_machine_cluster_trains_one_run_and_is_deleted_once_the_adapter_is_home(
@@ -84,20 +101,12 @@ async def test_a_cluster_that_loses_a_machine_is_deleted_and_the_run_resumes_on_
     tmp_path: Path,
 ) -> None:
     import asyncio
-    import tomllib
 
-    from desktop.core.runs.spec import run_spec_from_dict
-    from desktop.services.renting.driver import RentalDriver, RentalOptions
     from desktop.services.runs.checkpoints import newest_local_checkpoint
-    from desktop.services.runs.engine import EngineOptions, RunEngine
 
-    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
-    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
     path = cluster_spec(tmp_path, tiny_model, chat_dataset)
     path.write_text(path.read_text().replace("max_steps = 12", "max_steps = 400"))
-    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
-    driver = RentalDriver(engine, options=RentalOptions(poll_seconds=0.3, ready_poll_seconds=0.2))
-    record = engine.create(run_spec_from_dict(tomllib.loads(path.read_text()), tmp_path, path))
+    engine, driver, record = driven_cluster_run(fake_runpod, monkeypatch, path, tmp_path)
     drive = asyncio.ensure_future(driver.drive(record.id))
     folder = engine.folder(record.id)
     deadline = time.monotonic() + 600
@@ -136,18 +145,9 @@ async def test_with_the_laptop_closed_the_clusters_head_deletes_the_cluster_once
     later the head deletes the whole cluster with the user's key, which never reached any machine's disk."""
     import asyncio
     import contextlib
-    import tomllib
 
-    from desktop.core.runs.spec import run_spec_from_dict
-    from desktop.services.renting.driver import RentalDriver, RentalOptions
-    from desktop.services.runs.engine import EngineOptions, RunEngine
-
-    monkeypatch.setenv("RENTUNE_RUNPOD_URL", fake_runpod.serve())
-    monkeypatch.setenv("RUNPOD_API_KEY", fake_runpod.valid_key)
     path = cluster_spec(tmp_path, tiny_model, chat_dataset, self_stop_minutes=0.05, send_api_key=True)
-    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5))
-    driver = RentalDriver(engine, options=RentalOptions(poll_seconds=0.3, ready_poll_seconds=0.2))
-    record = engine.create(run_spec_from_dict(tomllib.loads(path.read_text()), tmp_path, path))
+    engine, driver, record = driven_cluster_run(fake_runpod, monkeypatch, path, tmp_path)
     drive = asyncio.ensure_future(driver.drive(record.id))
     folder, deadline = engine.folder(record.id), time.monotonic() + 600
     while not any(e["event"] == "step" for e in mirrored_events(folder)):
