@@ -45,8 +45,8 @@ QT_FIXTURES = frozenset({"qapp", "qtbot", "qloop"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Orders the tests for the parallel workers: Qt tests after the rest, each part slow tests first, taking the
-    first slow test of each file, then the second of each, and so on.
+    """Orders the tests for the parallel workers: Qt tests after the rest, each part slow tests first (the longest
+    before all), taking the first slow test of each file, then the second of each, and so on.
 
     The workers then share the slow tests out and the quick ones fill in at the end (no long test alone at the end);
     two tests waiting on one expensive build (the bundle, a trained adapter) rarely start together. Qt tests come
@@ -54,12 +54,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Qt events around every test, and a crash once came from that after the Qt tests of the same worker).
     """
     seen: dict[str, int] = {}
-    keys: dict[str, tuple[bool, bool, int, int]] = {}
+    keys: dict[str, tuple[bool, bool, bool, int, int]] = {}
     for index, item in enumerate(items):
         qt = bool(QT_FIXTURES & set(getattr(item, "fixturenames", ())))
         slow = item.get_closest_marker("slow") is not None
+        longest = item.get_closest_marker("longest") is not None
         nth = seen[item.path.name] = seen.get(item.path.name, -1) + 1
-        keys[item.nodeid] = (qt, not slow, nth if slow else 0, index)
+        keys[item.nodeid] = (qt, not longest, not slow, nth if slow else 0, index)
     items.sort(key=lambda item: keys[item.nodeid])
 
 

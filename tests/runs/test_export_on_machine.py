@@ -82,6 +82,7 @@ def _gguf_greedy(path: Path) -> list[str]:
     return answers
 
 
+@pytest.mark.longest  # about 7 minutes on a loaded 2-core machine
 def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_terminated(
     runpod: CloudUnderTest,  # noqa: F811 - the fixture, imported
     gguf_tiny_model: Path,
