@@ -4,6 +4,7 @@ seal. The machines are in memory (:class:`FakeHost`); the same flow over real ss
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from desktop.core.runs.spec import RunSpec, SshTarget
+from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.ssh import Endpoint
 from desktop.services.platform.secrets import SecretStore
@@ -168,3 +170,37 @@ def test_files_the_head_has_are_not_taken_from_a_node() -> None:
     digest = "b" * 64
     sealed = json.dumps({"files": {"x": {"bytes": 1, "sha256": digest}, "y": {"bytes": 2, "sha256": digest}}})
     assert part_files(sealed.encode(), known={"x"}) == {"y": (2, digest)}
+
+
+async def test_a_trainer_that_dies_starts_again_on_every_machine_from_the_newest_checkpoint_at_home(
+    tmp_path: Path,
+) -> None:
+    """The head's trainer dies without a word: every machine starts again from the checkpoint at home (all its
+    parts), and one a machine sealed alone (a newer one on the node) is deleted first, never resumed from."""
+    two = TwoMachines(tmp_path, {"method": "lora"})
+
+    def head_trains(host: FakeHost, folder: str) -> None:
+        if host.launches == 1:
+            digests = seal(host, f"{folder}/out/{CHECKPOINT}", HEAD_FILES)
+            host.emit(EventKind.CHECKPOINT, step=4, path=CHECKPOINT, bytes=22, sha256=digests)
+            host.trainer_pid = None  # died, without a final event
+            return
+        files = host.write_folder(f"{folder}/out/adapter", {"adapter_model.safetensors": b"final weights"})
+        host.emit(EventKind.DONE, adapter_path="adapter", files=files)
+
+    def node_trains(host: FakeHost, folder: str) -> None:
+        if host.launches == 1:
+            seal(host, f"{folder}/out/{CHECKPOINT}", NODE_FILES)
+            seal(host, f"{folder}/out/checkpoints/checkpoint-9999", {"trainer_state.json": b"{}"})
+
+    two.head.on_launch, two.node.on_launch = head_trains, node_trains
+    finished = await asyncio.wait_for(two.engine.drive(two.record.id), 60)
+    assert finished.state is RunState.FINISHED, finished.error
+    assert finished.relaunches == 1 and (two.head.launches, two.node.launches) == (2, 2)
+    node_dir = f"{two.engine.store.get(two.node_record.id).remote_dir}/out/checkpoints"
+    assert not [name for name in two.node.files if name.startswith(f"{node_dir}/checkpoint-9999/")], "deleted"
+    head_dir = f"{two.engine.store.get(two.record.id).remote_dir}/out/checkpoints"
+    for host, folder in ((two.head, head_dir), (two.node, node_dir)):
+        sent = {name.rsplit("/", 1)[1] for name in host.files if name.startswith(f"{folder}/checkpoint-4/")}
+        assert sent >= {"adapter_model.safetensors", "rng_state_0.pth", "rng_state_1.pth", CHECKPOINT_MARKER}
+    assert two.head.files[f"{head_dir}/checkpoint-4/rng_state_1.pth"] == b"rank 1 rng", "rank 1's, on the head too"

@@ -11,18 +11,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from desktop.cli import main
-from desktop.core.runs.spec import RunSpec
 from desktop.core.runs.states import RunState
 from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
-from desktop.services.runs.store import RunRecord, RunStore
+from desktop.services.runs.store import RunStore
 from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.sshd import SshdUnavailableError, SshHost, SshServer
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
@@ -151,12 +149,6 @@ def test_moving_a_run_across_machines_takes_one_target_per_machine(capsys: pytes
 
 def kill_machine(server: SshServer, remote_dir: Path) -> None:
     """As a machine that vanished: every process working in its run folder is killed, then its sshd."""
-    kill_trainer(remote_dir)
-    server.stop()
-
-
-def kill_trainer(remote_dir: Path) -> None:
-    """As a trainer that died without a word: every process working in the run folder is killed (SIGKILL)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -169,6 +161,7 @@ def kill_trainer(remote_dir: Path) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
             except ProcessLookupError:
                 continue
+    server.stop()
 
 
 async def wait_for(predicate: Callable[[], bool], limit_s: float = 600) -> None:
@@ -186,47 +179,23 @@ def running(pid: int) -> bool:
         return False
 
 
-@dataclass
-class TwoMachineRun:
-    """A run on two test sshds, driven by an engine, once its first checkpoint is home."""
-
-    spec: RunSpec
-    engine: RunEngine
-    record: RunRecord
-    node: RunRecord
-    drive: asyncio.Future[RunRecord]
-
-    @property
-    def folder(self) -> Path:
-        return self.engine.folder(self.record.id)
-
-
-async def train_on_two_machines(
-    servers: tuple[SshServer, SshServer], tiny_model: TinyModel, tmp_path: Path, grace_seconds: float, max_steps: int
-) -> TwoMachineRun:
-    """Starts a run on the two servers (a checkpoint every 4 steps) and returns once a checkpoint has come home."""
-    import tomllib
-
-    from desktop.core.runs.spec import run_spec_from_dict
-
-    hosts = [server.host() for server in servers]
-    spec_path = cluster_spec(tmp_path, hosts, tiny_model, max_steps=max_steps, checkpoint_steps=4)
-    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), tmp_path, spec_path)
-    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=grace_seconds))
-    record = engine.create(spec)
-    (node,) = engine.store.nodes_of(record.id)
-    run = TwoMachineRun(spec, engine, record, node, asyncio.ensure_future(engine.drive(record.id)))
-    await wait_for(lambda: newest_local_checkpoint(run.folder / "checkpoints") is not None or run.drive.done())
-    return run
-
-
 @pytest.mark.parametrize("lost", ["node", "head"])
 async def test_a_lost_machine_pauses_the_run_stops_the_other_and_a_fresh_pair_resumes(
     machines: NodeFactory, tiny_model: TinyModel, tmp_path: Path, lost: str
 ) -> None:
+    import tomllib
+
+    from desktop.core.runs.spec import run_spec_from_dict
+
     head, other = machines("head"), machines("node1")
-    run = await train_on_two_machines((head, other), tiny_model, tmp_path, grace_seconds=10, max_steps=400)
-    spec, engine, record, node, drive, folder = run.spec, run.engine, run.record, run.node, run.drive, run.folder
+    spec_path = cluster_spec(tmp_path, [head.host(), other.host()], tiny_model, max_steps=400, checkpoint_steps=4)
+    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), tmp_path, spec_path)
+    engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=10))
+    record = engine.create(spec)
+    (node,) = engine.store.nodes_of(record.id)
+    drive = asyncio.ensure_future(engine.drive(record.id))
+    folder = engine.folder(record.id)
+    await wait_for(lambda: newest_local_checkpoint(folder / "checkpoints") is not None or drive.done())
     head_pid, node_pid = engine.store.get(record.id).pid, engine.store.get(node.id).pid
     assert head_pid is not None and node_pid is not None
     if lost == "node":
@@ -269,28 +238,3 @@ def _target(host: SshHost, spec):  # type: ignore[no-untyped-def]
 
     workdir = str(Path(spec.target.workdir).parent / "fresh")
     return replace(spec.target, user=host.user, host=host.host, port=host.port, host_key=None, workdir=workdir)
-
-
-async def test_a_trainer_that_dies_starts_again_on_every_machine_from_the_newest_checkpoint_at_home(
-    machines: NodeFactory, tiny_model: TinyModel, tmp_path: Path
-) -> None:
-    """The head's trainer killed (not its machine): every machine starts again, from the same checkpoint, the one at
-    home; one a machine sealed alone (here a newer one on the node) is never resumed from."""
-    from trainer_payload.checkpoints import seal_checkpoint
-
-    run = await train_on_two_machines((machines("head"), machines("node1")), tiny_model, tmp_path, 60, max_steps=40)
-    engine, record, node, drive, folder = run.engine, run.record, run.node, run.drive, run.folder
-    alone = Path(str(engine.store.get(node.id).remote_dir)) / "out" / "checkpoints" / "checkpoint-9999"
-    alone.mkdir(parents=True)
-    (alone / "trainer_state.json").write_text("{}")
-    seal_checkpoint(alone, 9999)
-    kill_trainer(Path(str(engine.store.get(record.id).remote_dir)))  # the launcher and its ranks, without a word
-    finished = await asyncio.wait_for(drive, 900)
-    assert finished.state is RunState.FINISHED, finished.error
-    assert engine.store.get(record.id).relaunches == 1
-    events = mirrored_events(folder)
-    resumed = [e["resume_from"] for e in events if e["event"] == "state" and e.get("resume_from")]
-    pulled = {Path(e["path"]).name for e in events if e["event"] == "checkpoint"}
-    assert len(resumed) == 1 and resumed[0] in pulled, "every machine from a checkpoint that had come home"
-    assert not alone.exists(), "what the node sealed alone is gone"
-    assert [e["step"] for e in events if e["event"] == "step"][-1] == 40
