@@ -177,7 +177,8 @@ async def test_small_files_travel_as_one_archive_and_large_ones_on_their_own(hos
     assert len(uploads) == 1, "one unpack for every small file"
     assert f"{folder}/{UPLOAD_ARCHIVE_NAME}" not in host.files, "the archive is deleted once unpacked"
     assert not (engine.folder(record.id) / UPLOAD_ARCHIVE_NAME).exists()
-    assert host.files[f"{folder}/data/train.jsonl"] == big.encode(), "the large file travelled on its own"
+    assert host.received[f"{folder}/data/train.jsonl"] == big.encode(), "the large file travelled on its own"
+    assert f"{folder}/data/train.jsonl" not in host.files, "and was deleted with the data at the end"
     sent = {
         f"payload/trainer_payload/{p.name}": await asyncio.to_thread(Path(str(p)).read_bytes) for p in payload_files()
     }
