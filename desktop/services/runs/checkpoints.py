@@ -26,6 +26,7 @@ from desktop.services.billing.activity import mark_activity
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import RemoteError
+from desktop.services.platform.files import atomic_write_text
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.events import mirrored_events
 from trainer_payload.protocol import (
@@ -53,24 +54,12 @@ class CheckpointPart:
     Attributes:
         machine: That machine's connection.
         remote: The checkpoint's folder there.
-        files: Each file's name in the checkpoint and its SHA-256, from that machine's seal.
-        sizes: Each file's size in bytes, from the same seal.
+        files: Each file's name in the checkpoint, its size and SHA-256, from that machine's seal (:func:`part_files`).
     """
 
     machine: Machine
     remote: str
-    files: dict[str, str]
-    sizes: dict[str, int]
-
-    @classmethod
-    def sealed(cls, machine: Machine, remote: str, files: dict[str, tuple[int, str]]) -> CheckpointPart:
-        """A part from what :func:`part_files` read of its machine's seal (name -> size and SHA-256)."""
-        return cls(
-            machine,
-            remote,
-            {n: digest for n, (_, digest) in files.items()},
-            {n: size for n, (size, _) in files.items()},
-        )
+    files: dict[str, tuple[int, str]]
 
 
 class CheckpointParts(Protocol):
@@ -163,7 +152,7 @@ async def pull_folder(  # noqa: PLR0917 - who pulls, from where, to where, what
     mark_activity(ctx.folder(run_id))
     await machine.download_many(items, ctx.progress("download", run_id))
     for part in parts:
-        found = [(f"{part.remote}/{name}", inside(local, name), digest) for name, digest in part.files.items()]
+        found = [(f"{part.remote}/{name}", inside(local, name), digest) for name, (_, digest) in part.files.items()]
         await part.machine.download_many(found, ctx.progress("download", run_id))
     # The marker goes last: a folder without it is an unfinished pull and is never resumed from.
     if not parts:
@@ -178,15 +167,14 @@ def _seal_with_parts(head_seal: Path, parts: Collection[CheckpointPart], marker:
     """Writes the home marker: the head's seal with every other machine's files added (atomically, then)."""
     try:
         seal = json.loads(head_seal.read_text(encoding="utf-8"))
-        listed = seal["files"]
-        assert isinstance(listed, dict)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
-        raise PermanentError("the head sent a damaged checkpoint seal (not the payload's JSON)") from None
+    except (OSError, ValueError):
+        seal = None
+    listed = seal.get("files") if isinstance(seal, dict) else None
+    if not isinstance(listed, dict):
+        raise PermanentError("the head sent a damaged checkpoint seal (not the payload's JSON)")
     for part in parts:
-        listed.update({name: {"bytes": part.sizes[name], "sha256": part.files[name]} for name in part.files})
-    partial = marker.with_name(f"{marker.name}.tmp")
-    partial.write_text(json.dumps(seal, indent=1), encoding="utf-8")
-    partial.replace(marker)
+        listed.update({name: {"bytes": size, "sha256": digest} for name, (size, digest) in part.files.items()})
+    atomic_write_text(marker, json.dumps(seal, indent=1))
     head_seal.unlink()
 
 

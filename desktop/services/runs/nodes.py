@@ -148,7 +148,7 @@ class Nodes:
             if time.monotonic() > deadline:
                 raise PartMissingError(f"it was not sealed there within {PART_WAIT_SECONDS:.0f} s")
             await asyncio.sleep(min(1.0, self.ctx.options.poll_seconds))
-        return CheckpointPart.sealed(machine, remote, part_files(seal, known))
+        return CheckpointPart(machine, remote, part_files(seal, known))
 
     async def align_checkpoints(self) -> None:
         """Puts the newest checkpoint at home, and no other, on every node (before the trainers start again)."""

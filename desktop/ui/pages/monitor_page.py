@@ -490,14 +490,11 @@ class MonitorPage(BasePage):
         self.action_label.setText(busy)
         self._set_buttons()
         start = resume_start(self.snapshot) if self.snapshot is not None else "from its newest checkpoint"
-        spawn(self._resume_in_background(run_id, (target, targets), busy, start))
-
-    async def _resume_in_background(
-        self, run_id: str, where: tuple[SshTarget | None, tuple[SshTarget, ...]], busy: str, start: str
-    ) -> None:
-        self._actions.pop(run_id, None)  # _act marks it busy again for as long as the preparation takes
-        target, targets = where
         resuming = self.context.manager.resume_in_background(run_id, target, targets=targets)
+        spawn(self._resume_in_background(run_id, resuming, busy, start))
+
+    async def _resume_in_background(self, run_id: str, resuming: Awaitable[RunRecord], busy: str, start: str) -> None:
+        self._actions.pop(run_id, None)  # _act marks it busy again for as long as the preparation takes
         ok, _record = await self._act(run_id, busy, resuming)
         if ok:
             self._done_acting(run_id, f"Resumed: the run continues {start}.")
