@@ -188,6 +188,7 @@ class FakeCloud(ABC):
         self.boot_seconds = boot_seconds
         self.faults = Faults()
         self.instances: dict[str, FakeInstance] = {}
+        self.malformed: dict[str, dict[str, Any]] = {}
         self.requests: list[FakeRequest] = []
         self.lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -253,6 +254,15 @@ class FakeCloud(ABC):
             start = instance.created if self.billing_start_key is None else instance.extra[self.billing_start_key]
             end = instance.terminated if instance.terminated is not None else time.time()
             return max(0.0, end - float(start))
+
+    def malform(self, instance_id: str, **fields: Any) -> None:
+        """Makes every answer describing the instance send these fields instead (a row a client cannot read)."""
+        with self.lock:
+            self.malformed.setdefault(instance_id, {}).update(fields)
+
+    def as_sent(self, instance_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        """The row as the provider sends it: with the fields :meth:`malform` set for the instance, if any."""
+        return {**row, **self.malformed.get(instance_id, {})}
 
     def live_instances(self) -> list[FakeInstance]:
         """Instances not terminated."""

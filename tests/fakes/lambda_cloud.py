@@ -260,4 +260,4 @@ class FakeLambda(FakeCloud):
         }
         if status == "active":
             body |= {"ip": "127.0.0.1", "private_ip": "10.0.0.2"}
-        return body
+        return self.as_sent(instance.id, body)

@@ -175,12 +175,15 @@ class FakeRunPod(FakeClusters, FakeCloud):
     Attributes:
         statuses: Pod id -> a v2 status it reports whatever the book says (``ERROR``, ``TERMINATED``, ...).
         graphql_status: When set, ``/graphql`` answers every request with this status (404, 410, 500).
+        failing_lists: ``"pods"`` or ``"clusters"`` -> a status (500, 503) that list (``GET /pods``, ``GET
+            /clusters``) answers with every time, as a problem body; the other routes answer as usual.
     """
 
     def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
         super().__init__(root, boot_seconds=boot_seconds)
         self.statuses: dict[str, str] = {}
         self.graphql_status: int | None = None
+        self.failing_lists: dict[str, int] = {}
         self.clusters: dict[str, ClusterBook] = {}
         self._routes = [
             *self.CLUSTER_ROUTES,
@@ -298,6 +301,8 @@ class FakeRunPod(FakeClusters, FakeCloud):
         return self.add(instance)
 
     def _list(self, request: FakeRequest) -> FakeResponse:
+        if "pods" in self.failing_lists:
+            return problem(self.failing_lists["pods"], "internal error listing pods")
         members = request.query.get("includeClusterPods", ["false"])[0] == "true"
         pods = [self.pod_of(i) for i in self.live_instances() if members or "cluster" not in i.extra]
         return FakeResponse(200, {"pods": pods})
@@ -343,6 +348,10 @@ class FakeRunPod(FakeClusters, FakeCloud):
         return "PROVISIONING" if time.time() < instance.created + self.boot_seconds / 2 else "STARTING"
 
     def pod_of(self, instance: FakeInstance) -> dict[str, Any]:
+        """The instance as a v2 ``Pod``, as sent (with any fields :meth:`~tests.fakes.http.FakeCloud.malform` set)."""
+        return self.as_sent(instance.id, self.pod_fields(instance))
+
+    def pod_fields(self, instance: FakeInstance) -> dict[str, Any]:
         """The instance as a v2 ``Pod``."""
         status = self.status_of(instance)
         body = instance.extra["body"]

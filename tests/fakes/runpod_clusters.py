@@ -43,6 +43,8 @@ class FakeClusters:
     # The pod parts of the fake come from FakeRunPod (book, pod_of, status_of) and FakeCloud (terminate_instance).
     clusters: dict[str, ClusterBook]
     instances: dict[str, FakeInstance]
+    failing_lists: dict[str, int]
+    as_sent: Any
     faults: Any
     book: Any
     pod_of: Any
@@ -124,7 +126,7 @@ class FakeClusters:
         }
         if self.status_of(primary) == "RUNNING" and primary.address is not None:
             answer["primary"]["sshEndpoint"] = f"{primary.address.host}:{primary.address.port}"
-        return answer
+        return dict(self.as_sent(book.id, answer))
 
     def member_pod_of(self, instance: FakeInstance) -> dict[str, Any]:
         """A member as a v2 ``Pod`` with its place in the cluster (the overlay address once it runs)."""
@@ -139,6 +141,10 @@ class FakeClusters:
         return book if book is not None and book.deleted is None else None
 
     def _list_clusters(self, request: FakeRequest) -> FakeResponse:
+        from tests.fakes.runpod import problem
+
+        if "clusters" in self.failing_lists:
+            return problem(self.failing_lists["clusters"], "internal error listing clusters")
         live = [self.cluster_of(book) for book in self.clusters.values() if book.deleted is None]
         return FakeResponse(200, {"clusters": live})
 

@@ -299,7 +299,7 @@ class FakeVast(FakeCloud):
             **self._status(instance),
             **self._ssh(instance),
         }
-        return row
+        return self.as_sent(instance.id, row)
 
     def _status(self, instance: FakeInstance) -> dict[str, Any]:
         lost = instance.extra.get("host_status")
