@@ -15,7 +15,9 @@ from desktop.core.runs.labels import machine_label
 from desktop.core.runs.states import RunState
 from desktop.services.billing.rentals import Rental
 from desktop.services.providers.base import AuthError, InstanceState, OfferQuery, ProviderName, RentRequest
-from desktop.services.providers.market import gather_offers
+from desktop.services.providers.http import RetryPolicy
+from desktop.services.providers.listing import Unread
+from desktop.services.providers.market import OpenProvider, gather_offers
 from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.renting import orphans
 from desktop.services.renting.orphans import burn_rate, list_machines, stop_orphans
@@ -518,3 +520,70 @@ def test_no_provider_answering_is_a_failure_not_an_empty_list(
     err = capsys.readouterr().err
     assert "RunPod skipped: cannot reach http://127.0.0.1:9" in err
     assert "no provider answered (see above); check the network and the keys, then try again" in err
+
+
+# -- one list failing, one row unreadable: nothing else hidden --------------------------------------------------------
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> OpenProvider:
+    """Opens the real clients retrying at once (a failing list answers 500 every time), wired into the command."""
+    open_ = functools.partial(open_provider, retry=RetryPolicy(attempts=2, first_delay=0.01))
+    monkeypatch.setattr("desktop.cli.machines.list_machines", functools.partial(list_machines, open=open_))
+    return open_
+
+
+async def test_a_failed_cluster_list_still_shows_the_pods_and_their_orphan_end_to_end(
+    served: dict[ProviderName, FakeCloud], quick_retries: OpenProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RunStore()
+    live = run_in(store, RunState.PROVISIONING)
+    ended = run_in(store, RunState.PROVISIONING, RunState.CANCELLED)
+    kept = await rent(RUNPOD, served[RUNPOD], "RTX 4090", f"rentune-{live}")
+    orphan = await rent(RUNPOD, served[RUNPOD], "RTX 4090", f"rentune-{ended}")
+    served[RUNPOD].failing_lists["clusters"] = 500  # type: ignore[attr-defined]
+    assert await asyncio.to_thread(main, ["machines", "--json"]) == 0
+    out, err = capsys.readouterr()
+    listed = {m["instance_id"]: (m["provider"], m["run_id"], m["orphan"]) for m in json.loads(out)}
+    assert listed[kept] == ("runpod", live, False) and listed[orphan] == ("runpod", None, True)
+    assert "RunPod: clusters could not be listed (server error 500" in err
+    assert await asyncio.to_thread(main, ["machines"]) == 0
+    out, err = capsys.readouterr()
+    assert "1 orphaned machine burns $0.69/h" in out and "clusters could not be listed" in err
+    warning = await orphans.orphan_warning(store, open=quick_retries)
+    assert warning is not None and orphan in warning and "RunPod: clusters could not be listed" in warning
+
+
+async def test_a_vast_instance_with_an_unreadable_port_hides_no_other_machine_end_to_end(
+    served: dict[ProviderName, FakeCloud], quick_retries: OpenProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RunStore()
+    ended = run_in(store, RunState.PROVISIONING, RunState.CANCELLED)
+    orphan = await rent(VAST, served[VAST], "RTX 4090", f"rentune-{ended}")
+    mine = await rent(VAST, served[VAST], "RTX 4090", "my-own-box")
+    broken = await rent(VAST, served[VAST], "RTX 4090", "rentune-20200101-000000-beef")
+    running = {"actual_status": "running", "intended_status": "running"}
+    served[VAST].malform(broken, **running, ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": "abc"}]})
+    assert await asyncio.to_thread(main, ["machines", "--json"]) == 0
+    out, err = capsys.readouterr()
+    listed = {m["instance_id"]: m["orphan"] for m in json.loads(out) if m["provider"] == "vast"}
+    assert listed == {orphan: True, mine: False}, "the other instances, the orphan among them"
+    assert (
+        f"Vast.ai: instance {broken} (rentune-20200101-000000-beef) left out of the list: it could not be read "
+        "(invalid literal for int() with base 10: 'abc')"
+    ) in err.splitlines()
+    report = await list_machines(store, None, [VAST], open=quick_retries)
+    assert [m.instance.instance_id for m in report.orphans] == [orphan] and len(report.unread) == 1
+
+
+async def test_machines_left_out_are_warned_of_even_without_an_orphan(
+    clouds: dict[ProviderName, MemoryProvider],
+) -> None:
+    clouds[RUNPOD].machines = [machine(RUNPOD, "pod-mine", "my-notebook", InstanceState.RUNNING, 0.44)]
+    clouds[RUNPOD].unread = [Unread("RunPod: clusters could not be listed (server error 500)")]
+    report = await list_machines(RunStore(), None, [RUNPOD], open=opener(*clouds.values()))
+    assert [m.instance.instance_id for m in report.machines] == ["pod-mine"]
+    assert report.unread == ["RunPod: clusters could not be listed (server error 500)"]
+    assert report.notes[-1] == report.unread[0]
+    warning = orphans.unread_warning(report)
+    assert warning is not None and "clusters could not be listed" in warning and "may bill unseen" in warning

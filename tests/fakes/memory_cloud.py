@@ -29,6 +29,7 @@ from desktop.services.providers.base import (
     named_in,
     offer_matches,
 )
+from desktop.services.providers.listing import Listing
 from tests.fixtures.fake_machine import FakeHost
 
 _PORTS = itertools.count(40000)
@@ -187,6 +188,11 @@ class MemoryCloud:
         """Every machine, gone ones included."""
         await self._fault("instances")
         return list(self.instances.values())
+
+    async def listing(self) -> Listing:
+        """Every machine, gone ones included, with nothing left out."""
+        await self._fault("instances")
+        return Listing(self.name, list(self.instances.values()))
 
     async def named(self, label: str) -> list[Instance]:
         """The machines named ``label`` that are not gone."""

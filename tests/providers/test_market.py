@@ -28,6 +28,7 @@ from desktop.services.providers.base import (
     offer_matches,
 )
 from desktop.services.providers.key_entry import key_state
+from desktop.services.providers.listing import Listing, Unread
 from desktop.services.providers.market import gather_instances, gather_offers, size_offers
 
 RUNPOD, VAST, LAMBDA = ProviderName.RUNPOD, ProviderName.VAST, ProviderName.LAMBDA
@@ -53,6 +54,7 @@ class MemoryProvider:
     delay: float = 0.0
     terminated: list[str] = field(default_factory=list)
     closed: bool = False
+    unread: list[Unread] = field(default_factory=list)
 
     async def _answer(self) -> None:
         await asyncio.sleep(self.delay)
@@ -97,6 +99,11 @@ class MemoryProvider:
         """Every machine."""
         await self._answer()
         return list(self.machines)
+
+    async def listing(self) -> Listing:
+        """Every machine, and the rows or parts a test says could not be read."""
+        await self._answer()
+        return Listing(self.name, list(self.machines), list(self.unread))
 
     async def aclose(self) -> None:
         """Remembers that the client was closed."""

@@ -63,3 +63,21 @@ def test_no_key_no_question_and_no_banner(qtbot: QtBot, qloop: asyncio.AbstractE
     qtbot.addWidget(window)
     qloop.run_until_complete(window.check_orphans())
     assert not window.orphans_banner.isVisible()
+
+
+def test_machines_left_out_of_the_search_are_shown_even_without_an_orphan(qtbot: QtBot) -> None:
+    from desktop.services.providers.base import Instance, InstanceState
+    from desktop.services.renting.orphans import Machine, MachinesReport
+    from desktop.services.runs.store import RunStore
+
+    banner = orphans_banner.OrphansBanner(RunStore(), SecretStore())
+    qtbot.addWidget(banner)
+    unread = ["Vast.ai: instance 1003 (rentune-x) left out of the list: it could not be read (bad port)"]
+    banner.show_report(MachinesReport([], unread, [], [ProviderName.VAST], unread))
+    assert not banner.isHidden() and banner.stop_button.isHidden()
+    assert banner.text.text() == f"Left out of the search for orphans: {unread[0]}."
+    orphan = Instance(ProviderName.VAST, "1002", "rentune-20200101-000000-dead", InstanceState.RUNNING, 0.4)
+    banner.show_report(MachinesReport([Machine(orphan, None, True)], unread, [], [ProviderName.VAST], unread))
+    assert not banner.stop_button.isHidden() and unread[0] in banner.details_label.text()
+    banner.show_report(MachinesReport([], [], [], [ProviderName.VAST]))
+    assert banner.isHidden()

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from desktop.services.providers.listing import Listing
 
 
 class ProviderName(StrEnum):
@@ -283,10 +286,25 @@ class Provider(Protocol):
         """Destroys the machine; a machine already gone is not an error."""
 
     async def instances(self) -> list[Instance]:
-        """Every machine of this account at the provider (every page of a paginated list)."""
+        """Every machine of this account that could be read (:meth:`listing`'s, its notes logged)."""
+
+    async def listing(self) -> Listing:
+        """Every machine of this account (every page), with a note per row or part of the list that was left out.
+
+        A row that cannot be read is left out alone; a part of the account listed apart (RunPod's clusters) that
+        fails leaves the rest listed.
+
+        Raises:
+            ProviderError: Nothing could be listed.
+        """
 
     async def named(self, label: str) -> list[Instance]:
-        """The machines of this account named ``label`` that are not gone (after a create whose outcome is unknown)."""
+        """The machines of this account named ``label`` that are not gone (after a create whose outcome is unknown).
+
+        Raises:
+            ProviderError: The provider cannot be asked, or none was found while a row or part that may be it could
+                not be read (whether it exists is unknown).
+        """
 
     async def aclose(self) -> None:
         """Closes the HTTP client."""

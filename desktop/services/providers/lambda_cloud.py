@@ -37,11 +37,11 @@ from desktop.services.providers.base import (
     RentRequest,
     SshAddress,
     UncertainOutcomeError,
-    named_in,
     no_clusters_words,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy
+from desktop.services.providers.listing import Listing, logged, read_rows, rows_in
 
 log = logging.getLogger(__name__)
 
@@ -344,17 +344,31 @@ class LambdaProvider:
             await self._delete_key(key_id)
 
     async def instances(self) -> list[Instance]:
-        """Every machine of the account, terminating and terminated ones included while Lambda lists them."""
-        rows = data_of(await self._api.request("GET", "/instances"), "list instances") or []
-        return [instance_from(row, self._ssh_for) for row in rows]
+        """Every machine of the account that could be read (:meth:`listing`, its notes logged)."""
+        return logged(await self.listing())
+
+    async def listing(self) -> Listing:
+        """Every machine of the account, terminating and terminated ones included while Lambda lists them.
+
+        A machine that cannot be read is left out alone, named in a note.
+
+        Raises:
+            ProviderError: The list could not be read.
+        """
+        body = {"data": data_of(await self._api.request("GET", "/instances"), "list instances")}
+        rows = rows_in(LAMBDA, body, "data", "list instances")
+        return read_rows(LAMBDA, "instance", rows, lambda row: instance_from(row, self._ssh_for))
 
     async def named(self, label: str) -> list[Instance]:
         """The machines named ``label`` that are not gone (after a launch whose outcome is unknown).
 
         A key this client added for a launch of unknown outcome is deleted when the machine found here is
         terminated through this client.
+
+        Raises:
+            ProviderError: The list could not be read, or none was found while a machine that may be it could not.
         """
-        found = named_in(await self.instances(), label)
+        found = (await self.listing()).named(label)
         key_id = self._key_of_label.get(label)
         if key_id is not None:
             self._key_of.update({instance.instance_id: key_id for instance in found})

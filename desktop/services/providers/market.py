@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from desktop.core.sizing.gpus import GpuSpec
@@ -58,16 +58,19 @@ class MarketInstances:
     """The machines of the user's accounts.
 
     Attributes:
-        instances: Every machine at every provider that answered.
-        notes: One line per provider left out, and why.
+        instances: Every machine at every provider that answered (each row that could be read).
+        notes: One line per provider left out, and why, then one per row or part of a list left out (``unread``).
         unkeyed: The providers left out for want of an API key.
-        answered: The providers that answered.
+        answered: The providers that answered (their lists are complete but for ``unread``).
+        unread: One line per row or part of an answered provider's list that could not be read (a machine that
+            may bill unseen).
     """
 
     instances: list[Instance]
     notes: list[str]
     unkeyed: list[ProviderName]
     answered: list[ProviderName]
+    unread: list[str] = field(default_factory=list)
 
 
 async def _ask(
@@ -152,12 +155,20 @@ async def gather_instances(
     open: OpenProvider = open_provider,
     limit_s: float = PROVIDER_TIMEOUT_S,
 ) -> MarketInstances:
-    """Asks every provider in ``names`` for the account's machines at once (see :func:`gather_offers`)."""
+    """Asks every provider in ``names`` for the account's machines at once (see :func:`gather_offers`).
+
+    A provider that answered but left a row or a part of its list out (unreadable, or its cluster list failing)
+    adds a note naming it, and its other machines are listed.
+    """
+    unread: list[str] = []
 
     async def instances(provider: Provider) -> list[Instance]:
-        return await provider.instances()
+        listing = await provider.listing()
+        unread.extend(listing.notes)
+        return listing.instances
 
-    return MarketInstances(*await _ask_all(names, secrets, open, instances, limit_s))
+    found, notes, unkeyed, answered = await _ask_all(names, secrets, open, instances, limit_s)
+    return MarketInstances(found, notes + unread, unkeyed, answered, unread)
 
 
 @dataclass(frozen=True)

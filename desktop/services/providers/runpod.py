@@ -12,6 +12,8 @@ A few habits of v2 shape this module:
 - A create is sent once (:meth:`~.http.ApiClient.request` with ``once=True``): after a 5xx or a lost answer the
   pod may exist, and :meth:`RunPodProvider.named` finds it by its name, which is the request's label.
 - ``GET /pods`` has no name filter, so :meth:`RunPodProvider.named` lists every pod and filters here.
+- Clusters are not under ``/pods``: pods and clusters are listed apart (:meth:`RunPodProvider.listing`), and one
+  list failing leaves the other listed, with a note (:mod:`.listing`).
 - A deleted pod answers 404 (a problem body): it is gone, which is what a terminate wants.
 - The pod object does not say whether a pod is spot, nor when it stopped billing, so ``Instance.spot`` is only set
   on the answer to a spot create and ``Instance.ended_at`` stays None; ``created_at`` is ``createdAt``.
@@ -43,10 +45,10 @@ from desktop.services.providers.base import (
     RentRequest,
     SshAddress,
     UncertainOutcomeError,
-    named_in,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy, error_text
+from desktop.services.providers.listing import Listing, listed_apart, logged, read_rows, rows_in, unread_row
 from desktop.services.providers.runpod_clusters import (
     ClusterMember,
     cluster_id_of,
@@ -524,38 +526,71 @@ class RunPodProvider:
             raise ProviderError(RUNPOD, f"deleting {instance_id} failed ({response.status_code}): {words}", words)
 
     async def instances(self) -> list[Instance]:
-        """Every pod of the account (deleted ones are no longer listed), over every page if RunPod paginates."""
-        pods: list[dict[str, Any]] = []
+        """Every pod and cluster of the account that could be read (:meth:`listing`, its notes logged)."""
+        return logged(await self.listing())
+
+    async def listing(self) -> Listing:
+        """Every pod (deleted ones are no longer listed) and every cluster of the account, each list read apart.
+
+        A failed cluster list leaves the pods listed (and the other way round), with a note; a pod or cluster that
+        cannot be read is left out alone, named in a note.
+
+        Raises:
+            ProviderError: Neither list could be read.
+        """
+        return await listed_apart(RUNPOD, {"pods": self._pods, "clusters": self._clusters})
+
+    async def _pods(self) -> Listing:
+        """Every pod of the account, over every page if RunPod paginates (``GET /pods``)."""
+        pods: list[Any] = []
         cursor: str | None = None
         seen: set[str] = set()
         while True:
             params = {"cursor": cursor} if cursor else None
             body = checked(await self._api.request("GET", "/pods", params=params), "listing pods")
-            pods += [pod for pod in body.get("pods") or [] if isinstance(pod, dict) and pod.get("id")]
+            pods += rows_in(RUNPOD, body, "pods", "listing pods")
             cursor = next_cursor(body)
             if cursor is None or cursor in seen:
-                return [instance_from(pod) for pod in pods] + await self._clusters()
+                return read_rows(RUNPOD, "pod", pods, instance_from)
             seen.add(cursor)
 
-    async def _clusters(self) -> list[Instance]:
+    async def _clusters(self) -> Listing:
         """Every cluster of the account as one instance each, priced at its pods' cost together.
 
-        A cluster has no price of its own, and its pods are not listed under ``/pods``.
+        A cluster has no price of its own, and its pods are not listed under ``/pods``. A cluster whose pods' cost
+        cannot be read is left out alone, named in a note.
         """
         body = checked(await self._api.request("GET", "/clusters"), "listing clusters")
-        clusters = [c for c in body.get("clusters") or [] if isinstance(c, dict) and c.get("id")]
-        return [instance_from_cluster(c, await self._cluster_cost(str(c["id"]))) for c in clusters]
+        listing = Listing(RUNPOD)
+        for row in rows_in(RUNPOD, body, "clusters", "listing clusters"):
+            listing = listing.plus(await self._cluster_row(row))
+        return listing
+
+    async def _cluster_row(self, row: Any) -> Listing:
+        """One row of the cluster list, priced (or left out, named in a note, when it cannot be read)."""
+        try:
+            price = await self._cluster_cost(str(row["id"])) if isinstance(row, dict) and row.get("id") else 0.0
+        except ProviderError as exc:
+            return Listing(RUNPOD, unread=[unread_row(RUNPOD, "cluster", row, f"its pods' cost: {exc.message}")])
+        return read_rows(RUNPOD, "cluster", [row], lambda cluster: instance_from_cluster(cluster, price))
 
     async def _cluster_cost(self, cluster_id: str) -> float:
         """What a cluster's pods cost per hour together (``cost`` of each, as RunPod bills them now)."""
         path = f"/clusters/{quote(cluster_id, safe='')}/pods"
-        pods = checked(await self._api.request("GET", path), "reading the cluster's pods").get("pods") or []
+        body = checked(await self._api.request("GET", path), "reading the cluster's pods")
+        pods = rows_in(RUNPOD, body, "pods", "reading the cluster's pods")
         costs = [pod.get("cost") for pod in pods if isinstance(pod, dict)]
         return round(sum(float(c) for c in costs if isinstance(c, int | float) and c > 0), 4)
 
     async def named(self, label: str) -> list[Instance]:
-        """The pods named ``label`` that are not gone (v2 has no name filter: every pod is listed, then filtered)."""
-        return named_in(await self.instances(), label)
+        """The pods and clusters named ``label`` that are not gone (v2 has no name filter: both lists are read).
+
+        Found in either list, the machine is found even when the other list failed.
+
+        Raises:
+            ProviderError: None was found while a list (or a row) that may hold it could not be read.
+        """
+        return (await self.listing()).named(label)
 
     async def aclose(self) -> None:
         """Closes the HTTP clients."""

@@ -41,11 +41,11 @@ from desktop.services.providers.base import (
     ProviderName,
     RentRequest,
     SshAddress,
-    named_in,
     no_clusters_words,
     offer_matches,
 )
 from desktop.services.providers.http import ApiClient, RetryPolicy
+from desktop.services.providers.listing import Listing, logged, read_rows, rows_in
 
 VAST = ProviderName.VAST
 
@@ -195,23 +195,33 @@ class VastProvider:
         _checked(response, f"could not destroy instance {instance_id}", f"destroy it at {CONSOLE}")
 
     async def instances(self) -> list[Instance]:
+        """Every instance of the account that could be read (:meth:`listing`, its notes logged)."""
+        return logged(await self.listing())
+
+    async def listing(self) -> Listing:
         """Every instance of the account: every page of ``/api/v1/instances/``.
+
+        An instance that cannot be read (a ``HostPort`` that is no number) is left out alone, named in a note.
 
         Raises:
             ProviderError: A page could not be read, or the pages never end.
         """
-        rows: list[dict[str, Any]] = []
+        rows: list[Any] = []
         token: str | None = None
         for _ in range(MAX_PAGES):
             page, token = await self._page(token)
             rows += page
             if token is None:
-                return [instance_from(row) for row in rows]
+                return read_rows(VAST, "instance", rows, instance_from, name_key="label")
         raise ProviderError(self.name, f"the instance list did not end after {MAX_PAGES} pages; try again later")
 
     async def named(self, label: str) -> list[Instance]:
-        """The instances labelled ``label`` that are not destroyed (after a create whose outcome is unknown)."""
-        return named_in(await self.instances(), label)
+        """The instances labelled ``label`` that are not destroyed (after a create whose outcome is unknown).
+
+        Raises:
+            ProviderError: The list could not be read, or none was found while an instance that may be it could not.
+        """
+        return (await self.listing()).named(label)
 
     async def aclose(self) -> None:
         """Closes the HTTP clients."""
@@ -220,14 +230,14 @@ class VastProvider:
 
     # -- listing -------------------------------------------------------------------------------------------------
 
-    async def _page(self, token: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    async def _page(self, token: str | None) -> tuple[list[Any], str | None]:
         """One page of the v1 list and the token of the next (None on the last page)."""
         params: dict[str, Any] = {"limit": PAGE_SIZE}
         if token is not None:
             params["after_token"] = token
         response = await self._api.request("GET", f"{self._v1}/instances/", params=params)
         body = _checked(response, "could not list instances")
-        rows = [row for row in body.get("instances") or [] if isinstance(row, dict)]
+        rows = rows_in(VAST, body, "instances", "could not list instances")
         following = body.get("next_token")
         return rows, (str(following) if following and rows and following != token else None)
 

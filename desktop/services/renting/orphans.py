@@ -10,7 +10,7 @@ shown as that computer's, with what it bills, and is never an orphan: stopping i
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from desktop.core.runs.labels import parse_label
 from desktop.core.runs.states import TERMINAL, RunState
@@ -52,15 +52,17 @@ class MachinesReport:
 
     Attributes:
         machines: One per machine, by provider and name.
-        notes: One line per provider left out, and why.
+        notes: One line per provider left out, and why, then one per row or part of a list left out (``unread``).
         unkeyed: The providers left out for want of an API key.
-        answered: The providers that answered (the list is complete only for them).
+        answered: The providers that answered (the list is complete only for them, but for ``unread``).
+        unread: One line per machine (or part of a provider's list) that could not be read: it may bill unseen.
     """
 
     machines: list[Machine]
     notes: list[str]
     unkeyed: list[ProviderName]
     answered: list[ProviderName]
+    unread: list[str] = field(default_factory=list)
 
     @property
     def orphans(self) -> list[Machine]:
@@ -131,7 +133,7 @@ async def list_machines(
     live = live_runs(store)
     machines = [_machine(instance, live, mine) for instance in found.instances]
     machines.sort(key=lambda m: (m.instance.provider.value, m.instance.name, m.instance.instance_id))
-    return MachinesReport(machines, found.notes, found.unkeyed, found.answered)
+    return MachinesReport(machines, found.notes, found.unkeyed, found.answered, found.unread)
 
 
 async def _installation(given: str | None) -> str:
@@ -247,13 +249,16 @@ async def find_orphans(
 async def orphan_warning(
     store: RunStore, secrets: SecretStore | None = None, *, time_limit: float = 15.0, open: OpenProvider = open_provider
 ) -> str | None:
-    """One line warning of machines no live run owns, with what they burn (None when there are none)."""
+    """One line warning of machines no live run owns, with what they burn, or of machines that could not be read.
+
+    None when there are neither.
+    """
     report = await find_orphans(store, secrets, time_limit=time_limit, open=open)
     if report is None:
         return None
+    if not report.orphans:
+        return unread_warning(report)
     orphans = report.orphans
-    if not orphans:
-        return None
     listed = ", ".join(f"{m.instance.provider.label} {m.instance.instance_id} ({m.instance.name})" for m in orphans)
     one = len(orphans) == 1
     if report.notes:
@@ -261,6 +266,16 @@ async def orphan_warning(
     count = "1 orphaned machine (no live run owns it) bills" if one else f"{len(orphans)} orphaned machines bill"
     return f"warning: {count} ${burn_rate(report):.2f}/h: {listed}; rentune machines --stop-orphans terminates " + (
         "it" if one else "them"
+    )
+
+
+def unread_warning(report: MachinesReport) -> str | None:
+    """A warning that machines were left out of a provider's list, which may bill unseen (None when none were)."""
+    if not report.unread:
+        return None
+    return (
+        f"warning: machines left out of the search for orphans ({'; '.join(report.unread)}); they may bill unseen: "
+        "check them at the provider's console, or run rentune machines again later"
     )
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the orphan search loads the providers and SSH: only once th
     from desktop.services.renting.orphans import MachinesReport
 
 DETAILS = "Rentune found them at your providers. Terminate them unless you started them yourself outside Rentune."
+UNREAD_DETAILS = "They may bill unseen: check them in the provider's console."
 
 
 def orphans_text(report: MachinesReport) -> str:
@@ -30,6 +31,13 @@ def orphans_text(report: MachinesReport) -> str:
     else:
         count = f"{len(orphans)} rented machines that no run uses still bill"
     return f"{count} ${burn_rate(report):.2f}/h: {names}."
+
+
+def unread_text(report: MachinesReport) -> str:
+    """What the search for orphans could not read, one line each ("" when it read everything)."""
+    if not report.unread:
+        return ""
+    return "Left out of the search for orphans: " + "; ".join(report.unread) + "."
 
 
 class OrphansBanner(Banner):
@@ -52,13 +60,16 @@ class OrphansBanner(Banner):
         self.hide()
 
     def show_report(self, report: MachinesReport) -> None:
-        """Shows the banner when the report has orphans (hides it otherwise)."""
+        """Shows the banner when the report has orphans, or machines it could not read (hides it otherwise)."""
         self.report = report
         if not report.orphans:
-            self.hide()
+            self.stop_button.hide()
+            self.show_message("warning", unread_text(report), UNREAD_DETAILS)
             return
-        self.show_message("warning", orphans_text(report), DETAILS)
+        details = " ".join(words for words in (DETAILS, unread_text(report)) if words)
+        self.show_message("warning", orphans_text(report), details)
         self.setAccessibleName("Orphaned machines")
+        self.stop_button.show()
         self.stop_button.setEnabled(True)
 
     def on_stop_clicked(self) -> None:
