@@ -4,7 +4,9 @@ The calibration times the job's own first optimizer steps (its real micro-batch,
 the GPU's peak memory: one ``calibration`` event. An out-of-memory error before that is not a failure: the job is
 tried again with half the micro-batch and twice the accumulation (the same effective batch; the sequence length and
 the data are never changed), down to a micro-batch of 1, with activation checkpointing switched on if it was off.
-Only an out-of-memory at micro-batch 1 with checkpointing on fails the job.
+Only an out-of-memory at micro-batch 1 with checkpointing on fails the job. The failed attempt (its trainer, model,
+optimizer and the error's frames) is let go and the GPU cache emptied before the smaller attempt loads, and the peak
+starts again there: the retry has the whole card, and the calibration reports the peak of the attempt that fits.
 
 ``RENTUNE_TEST_MEMORY_LIMIT_BYTES`` (tests only) makes a step raise the framework's out-of-memory error when its
 estimated activations pass that many bytes, so the fit can be proven on a CPU.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,8 +96,40 @@ def smaller_setup(spec: JobSpec) -> JobSpec | None:
     return None
 
 
+def forget_failure(exc: BaseException) -> None:
+    """Lets go of what a failed attempt's exception keeps alive through its traceback.
+
+    A traceback holds every frame the error passed through, with their locals: the trainer, the model, the optimizer
+    and the step's activations (the test limit raises with the model and optimizer among its arguments, as a real
+    step does). Clearing those frames, and the frames of the exceptions it was raised from or during, lets all of it
+    be collected even while the exception object itself is still referenced somewhere.
+    """
+    for failure in _exception_chain(exc):
+        traceback.clear_frames(failure.__traceback__)  # skips a frame still running (the loop that caught it)
+        failure.__traceback__ = None
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception it was raised from or while handling, each once."""
+    chain: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or any(current is seen for seen in chain):
+            continue
+        chain.append(current)
+        pending += [current.__cause__, current.__context__]
+    return chain
+
+
 def release_memory() -> None:
-    """Gives the failed attempt's GPU memory back before the next one (and forgets its peak)."""
+    """Gives the failed attempt's memory back before the next attempt loads, and forgets its peak.
+
+    Call it once nothing references the failed attempt any more (outside the ``except`` block that caught its error,
+    after :func:`forget_failure`): the collection frees its cycles (a trainer and its callbacks, a model and its
+    wrapped ``forward``), the CUDA cache returns its blocks to the card, and the peak starts again from what is left,
+    so the calibration reads the peak of the attempt that fits, its own load included, as for a job that fit at once.
+    """
     import gc
 
     import torch

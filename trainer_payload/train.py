@@ -23,6 +23,7 @@ from trainer_payload.engines import choose_engine, load_unsloth
 from trainer_payload.failures import classify, config_error, hint
 from trainer_payload.fit import (
     Calibration,
+    forget_failure,
     is_out_of_memory,
     memory_limit_for_tests,
     peak_memory,
@@ -348,8 +349,12 @@ class PayloadRun:
             except Exception as exc:
                 if not is_out_of_memory(exc) or self.calibration.done:
                     raise  # an out-of-memory after the first steps is a failure, said as one
-                del trainer
-                model = self._fit_smaller(exc, attempt, engine, bf16)
+                self._fit_smaller(exc, attempt)
+                forget_failure(exc)
+            # Past the except block the error is gone: nothing of the failed attempt may stay while the next one loads.
+            trainer = model = None
+            release_memory()
+            model = self._load_again(engine, bf16)
         if self.stop.terminated:
             return self._terminated(step=trainer.state.global_step)
         return self._finish(trainer, result.metrics, time.monotonic() - train_started)
@@ -374,11 +379,8 @@ class PayloadRun:
             callbacks=[*callbacks, *([limit] if limit is not None else [])],
         )
 
-    def _fit_smaller(self, exc: Exception, attempt: int, engine: str, bf16: bool) -> Any:
+    def _fit_smaller(self, exc: Exception, attempt: int) -> None:
         """Makes the job take less memory per step after ``exc`` (an out-of-memory in the first steps).
-
-        Returns:
-            A fresh copy of the model for the next attempt (the failed one holds the adapter's layers).
 
         Raises:
             RuntimeError: Nothing smaller is left (micro-batch 1, checkpointing on): the measured peak is said.
@@ -401,7 +403,9 @@ class PayloadRun:
             peak_allocated_gb=peak,
             attempt=attempt + 1,
         )
-        release_memory()
+
+    def _load_again(self, engine: str, bf16: bool) -> Any:
+        """A fresh copy of the model for the next attempt (the failed one holds the adapter's layers)."""
         if engine == "unsloth":
             model, _tokenizer = load_unsloth(self.spec)
             return model

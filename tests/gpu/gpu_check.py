@@ -5,8 +5,10 @@ tokenizer, trains each with ``python -m trainer_payload run job.json`` for a few
 full where the plan says it fits), reads peak memory and tokens/s from the payload's events, and its first measured
 steps (the ``calibration`` event), and prints them beside the sizing core's prediction. Two jobs too big for the card
 check the fit on the machine: one the payload must fit by itself (smaller micro-batches, the same effective batch,
-then done), one that does not fit even at micro-batch 1 (an ``error`` of kind ``oom`` naming it, with a hint). It also
-shows that the image's torch, transformers and peft are the ones in use after the carried wheels were installed.
+then done), one that does not fit even at micro-batch 1 (an ``error`` of kind ``oom`` naming it, with a hint). On a GPU
+the fitted setup is then started afresh: the peak the fit's calibration reports must be that run's (nothing of a failed
+attempt still held). It also shows that the image's torch, transformers and peft are the ones in use after the carried
+wheels were installed.
 
 ``--smoke`` runs the same logic on a tiny model for a few steps, so it can be tested on a CPU (the fit checks then run
 under the payload's test memory limit); QLoRA is then reported as skipped. The report is Markdown, on stdout and in
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +144,7 @@ class Report:
     after: dict[str, Any] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     fit: Row | None = None
+    fit_afresh: Row | None = None
     no_fit: Row | None = None
     oom_note: str = ""
     problems: list[str] = field(default_factory=list)
@@ -323,8 +326,13 @@ def write_dataset(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:
 # --- running the payload ---------------------------------------------------------------------------------------------
 
 
-def write_job(folder: Path, model_dir: Path, method: str, shape: Shape, rows: int) -> Path:
-    """A job.json for the payload, with a dataset of ``rows`` examples beside it (the trainer cycles through it)."""
+def write_job(
+    folder: Path, model_dir: Path, method: str, shape: Shape, rows: int, setup: dict[str, Any] | None = None
+) -> Path:
+    """A job.json for the payload, with a dataset of ``rows`` examples beside it (the trainer cycles through it).
+
+    ``setup`` overrides job keys (a fitted job's ``grad_accum`` and ``gradient_checkpointing``).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     write_dataset(folder / "train.jsonl", shape, rows)
     job = {
@@ -342,6 +350,7 @@ def write_job(folder: Path, model_dir: Path, method: str, shape: Shape, rows: in
         "checkpoint_steps": 0,
         "checkpoint_minutes": 0,
         "calibration_steps": max(1, shape.steps // 2),  # measured within the run, however short
+        **(setup or {}),
     }
     (folder / "job.json").write_text(json.dumps(job, indent=1), encoding="utf-8")
     return folder / "job.json"
@@ -423,6 +432,26 @@ def judge_fit(outcome: Outcome) -> str:
     return outcome.status
 
 
+def judge_fit_peak(fitted: Outcome, afresh: Outcome, weights_gb: float) -> str:
+    """The peak the fitted run's calibration reports beside the fitted setup started afresh.
+
+    Both runs allocate the same tensors, so their peaks agree; a failed attempt's model still held while the smaller
+    one loads or trains adds at least its weights. The fitted peak must be within half the weights of the fresh one.
+    """
+    if not afresh.status.startswith("ok"):
+        return afresh.status
+    if afresh.fits:
+        return "failed: the fitted setup ran out of memory when started afresh"
+    fitted_peak = (fitted.calibration or {}).get("peak_allocated_gb")
+    afresh_peak = (afresh.calibration or {}).get("peak_allocated_gb")
+    if fitted_peak is None or afresh_peak is None:
+        return "failed: no calibration peak to compare"
+    said = f"{fitted_peak:,.2f} GB after the fit, {afresh_peak:,.2f} GB afresh"
+    if abs(fitted_peak - afresh_peak) > weights_gb / 2:
+        return f"failed: {said}, apart by more than half the model's {weights_gb:,.2f} GB of weights"
+    return f"ok: {said}"
+
+
 def judge_no_fit(outcome: Outcome) -> str:
     """The job too big even at micro-batch 1: an ``error`` of kind ``oom`` saying so, with a hint."""
     if outcome.error_kind == "oom" and "micro-batch 1" in (outcome.message or ""):
@@ -434,10 +463,27 @@ def judge_no_fit(outcome: Outcome) -> str:
     return outcome.status
 
 
-def train(model_dir: Path, method: str, shape: Shape, folder: Path, env: dict[str, str], timeout: float) -> Outcome:
-    """Writes the job, runs the payload and reads its events; drops the trained output (disk), keeps the events."""
-    rows = shape.micro_batch * min(shape.steps, 4) if shape.micro_batch < 64 else shape.micro_batch
-    job = write_job(folder, model_dir, method, shape, rows)
+def job_rows(shape: Shape) -> int:
+    """How many examples a job of ``shape`` trains on (the trainer cycles through them)."""
+    return shape.micro_batch * min(shape.steps, 4) if shape.micro_batch < 64 else shape.micro_batch
+
+
+def train(
+    model_dir: Path,
+    method: str,
+    shape: Shape,
+    folder: Path,
+    env: dict[str, str],
+    timeout: float,
+    setup: dict[str, Any] | None = None,
+    rows: int | None = None,
+) -> Outcome:
+    """Writes the job, runs the payload and reads its events; drops the trained output (disk), keeps the events.
+
+    ``setup`` overrides job keys and ``rows`` the dataset's size (default :func:`job_rows`), as for the fitted job
+    started afresh.
+    """
+    job = write_job(folder, model_dir, method, shape, job_rows(shape) if rows is None else rows, setup)
     code, seconds, log = run_payload(job, env, timeout)
     events = read_event_file(folder / "out" / EVENTS_FILE_NAME).events
     for heavy in ("model", "adapter", "checkpoints"):
@@ -507,6 +553,9 @@ class Check:
         fit, no_fit = (SMOKE_FIT_SHAPE, SMOKE_FIT_SHAPE) if self.smoke else (FIT_SHAPE, NO_FIT_SHAPE)
         self.report.fit = self._too_big(model_dir, arch, "fit", fit, judge_fit)
         self.save()
+        if self.cuda and not self.smoke and self.report.fit.outcome.status.startswith("ok"):
+            self.report.fit_afresh = self._fitted_afresh(model_dir, arch, self.report.fit)
+            self.save()
         self.report.no_fit = self._too_big(model_dir, arch, "no fit", no_fit, judge_no_fit)
 
     def _too_big(self, model_dir: Path, arch: Architecture, name: str, shape: Shape, judge: Any) -> Row:
@@ -518,6 +567,21 @@ class Check:
         outcome.status = judge(outcome)
         self.keep_log(folder / "payload.log", f"{arch.name}-{name}", outcome)
         return Row(arch.name, "full", shape, predict(arch, "full", shape, self.gpu), outcome)
+
+    def _fitted_afresh(self, model_dir: Path, arch: Architecture, fitted: Row) -> Row:
+        """The setup the payload fitted to, started afresh on the same data: its peak is what the fit must report.
+
+        Only on a GPU: a CPU has no peak to compare, and the tiny model's weights are below the peaks' rounding.
+        """
+        measured = fitted.outcome.calibration or {}
+        shape = replace(fitted.shape, micro_batch=int(measured.get("micro_batch", fitted.shape.micro_batch)))
+        setup = {key: measured[key] for key in ("grad_accum", "gradient_checkpointing") if key in measured}
+        folder = self.workdir / f"{arch.name}-fit-afresh"
+        rows = job_rows(fitted.shape)  # the fitted run's data, so each step is the same
+        outcome = train(model_dir, "full", shape, folder, python_env(self.site), self.run_timeout_s, setup, rows)
+        outcome.status = judge_fit_peak(fitted.outcome, outcome, weights_gb=arch.total_params * 2 / 1e9)  # bf16
+        self.keep_log(folder / "payload.log", f"{arch.name}-fit-afresh", outcome)
+        return Row(arch.name, "full", shape, None, outcome)
 
     def save(self) -> None:
         """Writes the report so far (a check cut short still leaves what it measured)."""
@@ -560,7 +624,7 @@ def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], sha
 
 def exit_code(report: Report) -> int:
     """1 when a run failed, the OOM check failed, a model could not be built or torch was replaced; else 0."""
-    rows = [*report.rows, *(row for row in (report.fit, report.no_fit) if row)]
+    rows = [*report.rows, *(row for row in (report.fit, report.fit_afresh, report.no_fit) if row)]
     failed = any(row.outcome.status.startswith("failed") for row in rows)
     return 1 if failed or report.problems or replaced(report) else 0
 
@@ -669,12 +733,14 @@ def render_fits(report: Report) -> list[str]:
         return [*lines, report.oom_note or "not run", ""]
     limit = " (on this CPU, under the payload's test memory limit)" if "smoke" in report.mode else ""
     lines += [
-        f"A full fine-tune that must be made to fit by halving its micro-batch, and one that cannot fit{limit}.",
+        f"A full fine-tune that must be made to fit by halving its micro-batch, and one that cannot fit{limit}. On a "
+        "GPU the fitted setup is also started afresh: the peak the fit's calibration reports must match that run's "
+        "within half the model's weights (a failed attempt's model still held adds all of them).",
         "",
         "| job | shape | plan | outcome | tried | error kind | peak allocated GB | message |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, row in (("fit", report.fit), ("no fit", report.no_fit)):
+    for name, row in (("fit", report.fit), ("fitted setup afresh", report.fit_afresh), ("no fit", report.no_fit)):
         if row is None:
             continue
         o, p = row.outcome, row.prediction
@@ -695,7 +761,7 @@ def render_calibration(report: Report) -> list[str]:
         "| model | method | measured as | steps | seconds/step | tokens/s | plan tokens/s | peak reserved GB |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for row in [*report.rows, *(r for r in (report.fit,) if r)]:
+    for row in [*report.rows, *(r for r in (report.fit, report.fit_afresh) if r)]:
         c = row.outcome.calibration
         if c is None:
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tests.gpu.gpu_check import (
@@ -15,6 +16,7 @@ from tests.gpu.gpu_check import (
     Row,
     exit_code,
     judge_fit,
+    judge_fit_peak,
     judge_no_fit,
     outcome_of,
     plan_gpu,
@@ -71,6 +73,26 @@ def test_a_job_too_big_counts_as_fitted_only_when_the_payload_made_it_smaller_an
     assert judge_fit(Outcome(status="failed: oom", error_kind="oom")) == "failed: oom"
 
 
+def calibrated(peak_gb: float | None, status: str = "ok") -> Outcome:
+    calibration = {"event": "calibration", "seq_len": 8192, "micro_batch": 1, "grad_accum": 128}
+    calibration["peak_allocated_gb"] = peak_gb
+    return Outcome(status=status, calibration=calibration)
+
+
+def test_the_peak_after_a_fit_must_be_the_fitted_setups_own_within_half_the_models_weights() -> None:
+    weights_gb = 0.99  # Qwen2.5 0.5B in bf16: a failed attempt's model still held adds at least this much
+    fitted = judge_fit_peak(calibrated(31.20), calibrated(31.00), weights_gb)
+    assert fitted == "ok: 31.20 GB after the fit, 31.00 GB afresh"
+    held = judge_fit_peak(calibrated(32.10), calibrated(31.00), weights_gb)
+    assert held.startswith("failed: 32.10 GB after the fit, 31.00 GB afresh, apart by more than half the model's 0.99")
+    assert judge_fit_peak(calibrated(30.40), calibrated(31.00), weights_gb).startswith("failed: 30.40 GB")
+    assert judge_fit_peak(calibrated(None), calibrated(31.0), weights_gb) == "failed: no calibration peak to compare"
+    assert judge_fit_peak(calibrated(31.0), calibrated(None, "failed: oom"), weights_gb) == "failed: oom"
+    refitted = calibrated(31.0)
+    refitted.fits = ["micro-batch 1 x grad-accum 128, checkpointing on"]
+    assert judge_fit_peak(calibrated(31.0), refitted, weights_gb).startswith("failed: the fitted setup ran out")
+
+
 def test_a_payload_that_dies_without_events_is_a_failure_with_its_log(tmp_path: Path) -> None:
     log = tmp_path / "payload.log"
     log.write_text("Traceback (most recent call last):\nImportError: libcudart.so.12: cannot open shared object\n")
@@ -101,6 +123,18 @@ def test_the_gpu_report_sets_measurements_beside_the_plan() -> None:
     assert "| fit: qwen2.5-0.5b full | seq 8192 x batch 128, 2 steps | does not fit (450 GB) | ok: fitted to" in text
     assert "| ok: ended as error kind oom at micro-batch 1, with a hint | nothing | oom |" in text
     assert exit_code(gpu_report()) == 0
+
+
+def test_the_fitted_setup_started_afresh_is_a_row_of_the_fit_table_and_its_failure_fails_the_check() -> None:
+    report = gpu_report()
+    afresh = calibrated(31.0, "ok: 31.20 GB after the fit, 31.00 GB afresh")
+    report.fit_afresh = Row("qwen2.5-0.5b", "full", replace(FIT_SHAPE, micro_batch=1), None, afresh)
+    text = render(report)
+    assert "| fitted setup afresh: qwen2.5-0.5b full | seq 8192 x batch 1, 2 steps | n/a | ok: 31.20 GB" in text
+    assert "| qwen2.5-0.5b | full | seq 8192 x micro-batch 1 x grad-accum 128 |" in text
+    assert exit_code(report) == 0
+    afresh.status = "failed: 32.10 GB after the fit, 31.00 GB afresh, apart by more than half the model's weights"
+    assert exit_code(report) == 1
 
 
 def test_a_replaced_torch_or_a_failed_run_fails_the_check() -> None:

@@ -10,13 +10,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.payload.conftest import JobFactory, events_of, payload_env
-from trainer_payload.fit import TEST_LIMIT_ENV, Calibration, smaller_setup
-from trainer_payload.protocol import EventKind, JobSpec
+from trainer_payload import train
+from trainer_payload.fit import TEST_LIMIT_ENV, Calibration, forget_failure, smaller_setup
+from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, EventWriter, JobSpec
 
 # micro-batch 4 without checkpointing needs 262,144 bytes, 2 needs 131,072, 1 needs 65,536, 1 with it 32,768
 FITS_AT_ONE_WITH_CHECKPOINTING = 40_000
@@ -64,6 +68,69 @@ def test_an_out_of_memory_at_micro_batch_one_with_checkpointing_fails_saying_so(
     assert "out of memory at micro-batch 1 with activation checkpointing on" in error["message"]
     assert "sequence length 128" in error["message"]
     assert events[-1]["event"] is EventKind.STATE and events[-1]["state"] == "failed"
+
+
+@pytest.mark.slow
+def test_each_smaller_attempt_loads_only_once_the_failed_attempts_model_is_gone(
+    make_job: JobFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real fit loop in this process, every model it loads watched through a weak reference.
+
+    The test limit raises torch's OutOfMemoryError from a step callback whose arguments hold the model and the
+    optimizer, as the frames of a real out-of-memory do: the failed trainer, model, optimizer and the error's frames
+    must all be gone before the smaller attempt loads, so at each load no model is alive and after it exactly one.
+    """
+    job = make_job(max_steps=2, micro_batch=4, grad_accum=1, gradient_checkpointing=False, checkpoint_steps=0)
+    monkeypatch.setenv(TEST_LIMIT_ENV, str(FITS_AT_ONE_WITH_CHECKPOINTING))
+    monkeypatch.setitem(sys.modules, "bitsandbytes", sys.modules.get("bitsandbytes"))  # the run may leave it out
+    loaded: weakref.WeakSet[Any] = weakref.WeakSet()
+    alive_at_each_load: list[tuple[int, int]] = []
+    load = train._load_model
+
+    def load_watched(spec: JobSpec, bf16: bool) -> Any:
+        before = len(loaded)
+        model = load(spec, bf16)
+        loaded.add(model)
+        alive_at_each_load.append((before, len(loaded)))
+        return model
+
+    monkeypatch.setattr(train, "_load_model", load_watched)
+    spec = JobSpec.load(job)
+    events = EventWriter(Path(spec.output_dir) / EVENTS_FILE_NAME)
+    assert train.PayloadRun(spec, events, train.Stop()).execute() == train.EXIT_DONE
+    assert [e["micro_batch"] for e in events_of(job) if e["event"] is EventKind.FIT] == [2, 1, 1]
+    assert alive_at_each_load == [(0, 1)] * 4, "(models alive before, after) each load: a failed one was kept"
+
+
+def test_a_forgotten_failure_keeps_nothing_of_its_frames_even_while_the_error_is_kept() -> None:
+    class Model:
+        """Stands for the failed attempt's model."""
+
+    loaded: weakref.WeakSet[Model] = weakref.WeakSet()
+
+    def step(model: Model, optimizer: list[Model]) -> None:
+        raise RuntimeError("CUDA out of memory (in the step)")
+
+    def attempt() -> None:
+        model = Model()
+        loaded.add(model)
+        try:
+            step(model, [model])
+        except RuntimeError as exc:
+            raise ValueError("the trainer wrapped it") from exc
+
+    try:
+        attempt()
+    except ValueError:
+        kept = sys.exc_info()  # a log record keeps an error and its traceback alive in the same way
+    error = kept[1]
+    cause = error.__cause__ if error else None
+    assert error is not None and cause is not None
+    assert len(loaded) == 1, "the error's frames hold the model"
+    forget_failure(error)
+    assert len(loaded) == 0, "the frames of the error and of the one it was raised from are cleared"
+    assert error.__traceback__ is None and cause.__traceback__ is None
+    assert str(cause) == "CUDA out of memory (in the step)", "the error itself stays whole"
 
 
 def test_the_fit_keeps_the_effective_batch_and_ends_at_one_with_checkpointing() -> None:
