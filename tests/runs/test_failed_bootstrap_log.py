@@ -1,4 +1,4 @@
-"""A failed bootstrap's log comes home before its machine goes, and the advice names the copy on this computer.
+"""A failed bootstrap's (or trainer's) log comes home before its machine goes, and the advice names the copy here.
 
 A new user's first launch failed in its bootstrap; the rented machine was terminated at once, and the advice sent
 the user to a log on it. Driven through in-memory clouds and machines (no sshd): whatever the driver terminates
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,14 +17,14 @@ from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
 from desktop.services.runs import machine_logs
 from desktop.services.runs.events import mirrored_events
-from desktop.services.runs.launch import BOOTSTRAP_LOG
+from desktop.services.runs.launch import BOOTSTRAP_LOG, TRAINER_LOG
 from desktop.services.runs.machine_logs import LOG_LIMIT, bring_log_home
 from desktop.services.runs.snapshot import read_snapshot
 from desktop.ui.pages.monitor_text import notice
-from tests.fixtures.fake_machine import FakeHost, FakeMachine
+from tests.fixtures.fake_machine import FakeHost, FakeMachine, Script, machine_ready
 from tests.runs.rental_world import World, ssh_always_greets  # noqa: F401 - autouse: machines greet at once
 from trainer_payload.failures import hint
-from trainer_payload.protocol import ErrorKind, EventKind
+from trainer_payload.protocol import ErrorKind, EventKind, JobState
 
 HF_TOKEN = "hf_" + "TokenThatMustStayOffDisk1234567"
 #: The bootstrap's output on a bare image before the fix, a token among it (a log is not trusted to be clean).
@@ -61,22 +60,24 @@ def machines_lose_their_disk_when_terminated(world: World, hosts: list[FakeHost]
     world.runpod.terminate = terminate_and_wipe  # type: ignore[method-assign]
 
 
-def rented_run_whose_bootstrap(world: World, script: Any) -> tuple[str, list[FakeHost]]:
-    """A RunPod run whose machine's bootstrap does ``script``; (run id, the machines made for it)."""
+def rented_run(world: World, bootstrap: Script, trainer: Script | None = None) -> str:
+    """A RunPod run whose machine's bootstrap (and trainer) do as told; a terminated machine loses its files."""
     hosts: list[FakeHost] = []
 
     def made(host: FakeHost) -> None:
         hosts.append(host)
-        host.on_bootstrap = script
+        host.on_bootstrap = bootstrap
+        if trainer is not None:
+            host.on_launch = trainer
 
     world.runpod.on_create = made
     machines_lose_their_disk_when_terminated(world, hosts)
-    return world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True)), hosts
+    return world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
 
 
 async def test_a_failed_bootstrap_brings_its_log_home_before_the_machine_is_terminated(tmp_path: Path) -> None:
     world = World(tmp_path)
-    run_id, _hosts = rented_run_whose_bootstrap(world, fails_like_a_bare_image)
+    run_id = rented_run(world, fails_like_a_bare_image)
 
     final = await asyncio.wait_for(world.driver.drive(run_id), 30)
 
@@ -95,7 +96,7 @@ async def test_a_failed_bootstrap_brings_its_log_home_before_the_machine_is_term
 
 async def test_a_bootstrap_that_dies_silently_says_its_last_lines_from_the_copy_at_home(tmp_path: Path) -> None:
     world = World(tmp_path)
-    run_id, _hosts = rented_run_whose_bootstrap(world, dies_without_a_word)
+    run_id = rented_run(world, dies_without_a_word)
 
     final = await asyncio.wait_for(world.driver.drive(run_id), 30)
 
@@ -104,6 +105,28 @@ async def test_a_bootstrap_that_dies_silently_says_its_last_lines_from_the_copy_
     assert final.error is not None and "(sh: 1: /opt/conda/bin/python3: not found)" in final.error
     assert final.error.endswith(f". The machine's log is on this computer: {local}")
     assert local.read_text() == "sh: 1: /opt/conda/bin/python3: not found\n"
+
+
+def trainer_fails(host: FakeHost, folder: str) -> None:
+    """The trainer writes its traceback to its log, says what failed, and exits."""
+    host.files[f"{folder}/{TRAINER_LOG}"] = b"Traceback (most recent call last):\nRuntimeError: CUDA error\n"
+    host.emit(
+        EventKind.ERROR, kind=ErrorKind.INTERNAL, message="RuntimeError: CUDA error", hint=hint(ErrorKind.INTERNAL)
+    )
+    host.emit(EventKind.STATE, state=JobState.FAILED, reason="RuntimeError: CUDA error")
+    host.trainer_pid = None
+
+
+async def test_a_failed_trainers_log_comes_home_too_before_the_machine_is_terminated(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    run_id = rented_run(world, machine_ready, trainer_fails)
+
+    final = await asyncio.wait_for(world.driver.drive(run_id), 30)
+
+    local = world.engine.folder(run_id) / "payload.log"
+    assert final.state is RunState.FAILED and world.runpod.terminated == ["runpod-1"]
+    assert local.read_text().endswith("RuntimeError: CUDA error\n")
+    assert final.error is not None and final.error.endswith(f". The machine's log is on this computer: {local}")
 
 
 # -- what comes home from an untrusted machine ---------------------------------------------------------------------
