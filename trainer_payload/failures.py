@@ -26,7 +26,7 @@ _HINTS = {
         "the machine could not install the trainer's packages (pip's last lines above): check its network, disk "
         "and Python version; the image's torch was left as it was"
     ),
-    ErrorKind.INTERNAL: "a bug or an environment problem: see the payload log; the run can be resumed",
+    ErrorKind.INTERNAL: "a bug or an environment problem: the machine's log has the details; the run can be resumed",
 }
 
 

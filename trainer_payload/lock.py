@@ -8,6 +8,7 @@ before anything of it is unpacked. Markers are evaluated with ``packaging`` (pip
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import re
 from collections.abc import Callable
@@ -17,6 +18,9 @@ from typing import Any
 
 LOCK = Path(__file__).with_name("requirements-lock.txt")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==(\S+)")
+#: The submodules of ``packaging`` used here: markers (:func:`applies`), requirements and the specifiers they hold
+#: (:func:`torch_conflicts`).
+PACKAGING_PARTS = ("markers", "requirements", "specifiers")
 
 
 @dataclass(frozen=True)
@@ -55,15 +59,25 @@ def read_lock(path: Path = LOCK) -> list[Locked]:
 
 
 def _packaging() -> Any:
+    """``packaging`` with the submodules this module uses imported: the installed one, else pip's own copy.
+
+    A bare image's Python has pip but not ``packaging``; pip always carries a copy (``pip._vendor.packaging``).
+    """
     try:
-        import packaging.markers
-        import packaging.requirements
+        return _with_parts("packaging")
+    except ImportError:
+        return _with_parts("pip._vendor.packaging")
 
-        return packaging
-    except ImportError:  # a bare image: pip always carries it
-        from pip._vendor import packaging as vendored
 
-        return vendored
+def _with_parts(package: str) -> Any:
+    """The package after importing each of :data:`PACKAGING_PARTS` (a submodule is no attribute until imported).
+
+    Raises:
+        ImportError: The package or one of its parts is missing.
+    """
+    for part in PACKAGING_PARTS:
+        importlib.import_module(f"{package}.{part}")
+    return importlib.import_module(package)
 
 
 def applies(entry: Locked) -> bool:

@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pip
 import pytest
 
 from tests.payload.conftest import written_events
@@ -111,14 +112,17 @@ def small_pin(sha256: str = SMALL_PIN_SHA256) -> str:
     return f"{name}=={version} --hash=sha256:{sha256}"
 
 
-def run_bootstrap(job: Path, requirements: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m trainer_payload bootstrap`` with this interpreter as the machine's Python (cwd: the run folder).
+def run_bootstrap(
+    job: Path, requirements: Path, python: Path | str = sys.executable, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m trainer_payload bootstrap`` with ``python`` (this interpreter unless told) as the machine's Python
+    (cwd: the run folder).
 
     pip sees no local configuration, as on a fresh machine: packages come from PyPI.
     """
     fresh_pip = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     return subprocess.run(
-        [sys.executable, "-m", "trainer_payload", "bootstrap", job.name, "--lock", str(requirements)],
+        [str(python), "-m", "trainer_payload", "bootstrap", job.name, "--lock", str(requirements)],
         cwd=job.parent,
         env=fresh_pip | {"PYTHONPATH": str(PACKAGE_ROOT)} | env,
         capture_output=True,
@@ -238,3 +242,73 @@ def test_a_job_with_a_wrong_type_is_a_config_error_before_anything_is_installed(
     error = written_events(job.parent / "out" / "events.jsonl")[0]
     assert (error["event"], error["kind"]) == ("error", "config") and "lora_r" in error["message"]
     assert not (job.parent / VENV_DIR).exists()
+
+
+# -- a bare image: the machine's Python has pip and nothing else -----------------------------------------------------
+
+
+def bare_python(venv: Path) -> Path:
+    """A virtual environment holding pip and nothing else, as a bare image's Python has; its Python.
+
+    The pip is this environment's own, linked in: ensurepip would take longer than the rest of the test.
+
+    Raises:
+        AssertionError: ``packaging`` is importable there after all (the test would prove nothing).
+    """
+    command = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    site_packages(venv).joinpath("pip").symlink_to(Path(pip.__file__).parent, target_is_directory=True)
+    python = venv / "bin" / "python"
+    probe = subprocess.run([str(python), "-c", "import pip, packaging"], capture_output=True, text=True, check=False)
+    assert "No module named 'packaging'" in probe.stderr, "pip, and no packaging"
+    return python
+
+
+def site_packages(venv: Path) -> Path:
+    """Where a virtual environment of this Python keeps its packages."""
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def installed_metadata(folder: Path, name: str, version: str) -> None:
+    """An installed distribution as ``importlib.metadata`` and pip see it (its metadata alone)."""
+    dist_info = folder / f"{name}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def hashed_entry(wheels: Path, name: str, version: str, marker: str) -> str:
+    """The lock entry of a wheel written by :func:`write_wheel`, with its marker and its file's sha256."""
+    digest = hashlib.sha256((wheels / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").read_bytes()).hexdigest()
+    return f"{name}=={version} ; {marker} --hash=sha256:{digest}"
+
+
+@pytest.mark.slow
+def test_a_python_with_only_pip_reads_the_lock_installs_and_checks_torch(tmp_path: Path) -> None:
+    """The first launch on a provider's default Python failed at the lock's first marker: pip's own ``packaging``
+    was used without importing its submodules.
+
+    The bare environment stands where the bootstrap makes the run's environment, so the bootstrap runs in it
+    directly what it runs there (the lock's markers, pip, the torch check); its first phase would base the
+    environment on this test's own Python, whose packages include ``packaging``. pip installs from a local folder:
+    nothing comes from the network.
+    """
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "rentune-bare-probe", "1.0", ['torch>=2.0 ; python_version >= "3"'])
+    job, lock = make_job_folder(
+        tmp_path / "run",
+        [
+            hashed_entry(wheels, "rentune-bare-probe", "1.0", 'python_version >= "3.8"'),
+            f"rentune-windows-only==1.0 ; sys_platform == 'win32' --hash=sha256:{'0' * 64}",  # in no folder
+        ],
+    )
+    python = bare_python(job.parent / VENV_DIR)
+    installed_metadata(site_packages(job.parent / VENV_DIR), "torch", "2.5.0")  # the image's torch
+    result = run_bootstrap(job, lock, python, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
+    events = written_events(job.parent / "out" / "events.jsonl")
+    assert [e["message"] for e in events if e["event"] is EventKind.ERROR] == [], result.stderr[-2000:]
+    assert result.returncode == 0 and events[-1]["ready"] is True
+    check = next(e for e in events if e.get("step") == "check")
+    assert (check["missing"], check["torch"]) == (["rentune-bare-probe==1.0"], "2.5.0"), "win32's entry left out"
+    installed = in_run_venv(job, "import importlib.metadata as m; print(m.version('rentune-bare-probe'))")
+    assert installed.strip() == "1.0"

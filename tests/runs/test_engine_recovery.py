@@ -48,3 +48,6 @@ async def test_a_failing_pip_fails_the_run_once_with_pips_words_and_the_hint(
     assert "No matching distribution found for rentune-no-such-package==1.0" in final.error
     assert hint(ErrorKind.INSTALL) in final.error
     assert len(starts.read_text().splitlines()) == 1 and final.pid is None, "no retry, no trainer"
+    log = runner.folder(record.id) / "bootstrap.log"  # over SFTP: the machine may be gone next
+    assert "No matching distribution found for rentune-no-such-package==1.0" in log.read_text()
+    assert final.error.endswith(f"The machine's log is on this computer: {log}")

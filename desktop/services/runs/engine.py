@@ -53,6 +53,7 @@ from desktop.services.runs.context import (
 from desktop.services.runs.errors import RunBusyError, RunError
 from desktop.services.runs.events import final_event, newest_checkpoint_only
 from desktop.services.runs.fit_advice import oom_advice
+from desktop.services.runs.machine_logs import bring_log_home, with_log
 from desktop.services.runs.nodes import Nodes
 from desktop.services.runs.overrun_check import judge_calibration
 from desktop.services.runs.store import RunRecord, RunStore
@@ -546,7 +547,8 @@ class RunEngine:
         if lost is not None:  # the head failed because another machine went: a pause, resumed on a fresh set
             return await self._node_lost(run_id, machine, lost)
         record = self.store.get(run_id)
-        return self.ctx.fail(run_id, record.error or reason)
+        log = await bring_log_home(self.ctx, run_id, machine, launch.TRAINER_LOG)  # before the machine may go
+        return self.ctx.fail(run_id, with_log(record.error or reason, log))
 
     async def _finish(self, run_id: str, machine: Machine, event: DoneEvent) -> RunRecord:
         """Ends a trained run: the newest checkpoint and the adapter come home, the uploaded data is deleted."""
@@ -596,7 +598,11 @@ class RunEngine:
             # the trainer could catch it: never train on.
             return monitor.cancel_stopped(self.ctx, run_id, "")
         if record.relaunches >= self.options.max_relaunches:
-            return self.ctx.fail(run_id, f"the trainer died {record.relaunches + 1} times; see out/payload.log")
+            log = await bring_log_home(self.ctx, run_id, machine, launch.TRAINER_LOG)
+            died = f"the trainer died {record.relaunches + 1} times"
+            return self.ctx.fail(
+                run_id, with_log(died, log) if log else f"{died}; see {launch.TRAINER_LOG} on the machine"
+            )
         self.report("the trainer died without a final event; relaunching (it resumes from its checkpoint)")
         others = self._nodes[run_id]
         if others:  # every machine starts again together, from the same checkpoint: the ranks meet afresh at the head

@@ -16,6 +16,7 @@ from desktop.services.machines.ssh import CommandFailedError
 from desktop.services.platform.secrets import SecretName, SecretStoreError
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.machine_logs import bring_log_home, with_log
 from desktop.services.runs.monitor import read_events
 from desktop.services.runs.store import RunRecord
 from desktop.services.runs.transfer import model_from_hub
@@ -25,6 +26,8 @@ from trainer_payload.protocol import JOB_FILE_NAME, VENV_PYTHON, Event, EventKin
 #: began) and its output.
 BOOTSTRAP_MARKER = "out/bootstrap.pid"
 BOOTSTRAP_LOG = "out/bootstrap.log"
+#: The trainer's output on the machine (relative to the run's folder).
+TRAINER_LOG = "out/payload.log"
 #: Where the trainer's pid lives on the machine (relative to the run's folder): one trainer per folder.
 TRAINER_PID_FILE = "out/trainer.pid"
 _PID_MARKER = "RENTUNE_PID="
@@ -67,6 +70,8 @@ async def _start_bootstrap(ctx: RunContext, run_id: str, machine: Machine) -> Bo
     record = ctx.store.get(run_id)
     # The old marker goes before the state says bootstrapping, so a reconnect never follows a finished one.
     await machine.run(f"rm -f {shlex.quote(f'{record.remote_dir}/{BOOTSTRAP_MARKER}')}")
+    if record.spec.get("machine_log"):
+        ctx.set_spec(run_id, machine_log=None)  # an earlier failure's log: not this attempt's
     record = ctx.store.transition(run_id, RunState.BOOTSTRAPPING)
     launch = (
         f"bootstrap {JOB_FILE_NAME} > {BOOTSTRAP_LOG} 2>&1 < /dev/null & "
@@ -119,19 +124,24 @@ async def _follow_bootstrap(ctx: RunContext, run_id: str, machine: Machine, star
             return await _bootstrap_silent_end(ctx, run_id, machine)
         await asyncio.sleep(ctx.options.poll_seconds)
     if end["event"] == EventKind.ERROR:
-        return f"preparing the machine failed ({end.get('kind')}): {end.get('message')} — {end.get('hint')}"
+        log = await bring_log_home(ctx, run_id, machine, BOOTSTRAP_LOG)
+        return with_log(
+            f"preparing the machine failed ({end.get('kind')}): {end.get('message')} — {end.get('hint')}", log
+        )
     return None
 
 
 async def _bootstrap_silent_end(ctx: RunContext, run_id: str, machine: Machine) -> str:
     """Why a bootstrap that ended without a final event failed: the last lines of its log."""
-    log = shlex.quote(f"{ctx.store.get(run_id).remote_dir}/{BOOTSTRAP_LOG}")
-    output = await machine.run(f"tail -n 5 {log} 2>/dev/null; true")
-    tail = " | ".join(line.strip() for line in output.splitlines() if line.strip())[-800:] or "no output"
-    return (
+    log = await bring_log_home(ctx, run_id, machine, BOOTSTRAP_LOG)
+    output = await asyncio.to_thread(log.read_text, encoding="utf-8") if log is not None else ""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    tail = " | ".join(lines[-5:])[-800:] or "no output"
+    words = (
         f"preparing the machine failed: the bootstrap ended without a result ({tail}); "
         "check [target] python and the machine's disk and network"
     )
+    return with_log(words, log)
 
 
 async def launch(ctx: RunContext, run_id: str, machine: Machine) -> None:
@@ -144,7 +154,7 @@ async def launch(ctx: RunContext, run_id: str, machine: Machine) -> None:
     record = ctx.store.get(run_id)
     if record.state is not RunState.TRAINING:
         record = ctx.store.transition(run_id, RunState.TRAINING)
-    start = f'run {JOB_FILE_NAME} > out/payload.log 2>&1 < /dev/null & pid=$!; echo "$pid" > {TRAINER_PID_FILE}'
+    start = f'run {JOB_FILE_NAME} > {TRAINER_LOG} 2>&1 < /dev/null & pid=$!; echo "$pid" > {TRAINER_PID_FILE}'
     command = (
         f"cd {shlex.quote(str(record.remote_dir))} || exit 1; mkdir -p out || exit 1; {_LIVE_TRAINER} "
         f'if live; then echo "{_PID_MARKER}$pid"; exit 0; fi; {_CLAIM_PID_FILE} '

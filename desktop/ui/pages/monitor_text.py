@@ -92,7 +92,7 @@ ERROR_WORDS: dict[str, tuple[str, str]] = {
     ),
     ErrorKind.INTERNAL: (
         "Something unexpected went wrong",
-        "Resume the run to try again from its newest checkpoint; the trainer's log on the machine has details.",
+        "Resume the run to try again from its newest checkpoint; the machine's log has the details.",
     ),
 }
 
@@ -436,7 +436,9 @@ def notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice | None:
     if record.state is RunState.CANCELLED:
         return stopped_notice(progress, snapshot)
     if record.state is RunState.FAILED or progress.errors:
-        return failure_notice(progress, record.error, record.spec.get("oom_advice"))
+        return failure_notice(
+            progress, record.error, record.spec.get("oom_advice"), machine_log=record.spec.get("machine_log")
+        )
     return None
 
 
@@ -490,17 +492,21 @@ def stopped_notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice:
     return Notice("info", headline, f"Resume {where} {resume_start(snapshot, written)}.")
 
 
-def failure_notice(progress: RunProgress, run_error: str | None, oom_advice: object = None) -> Notice:
+def failure_notice(
+    progress: RunProgress, run_error: str | None, oom_advice: object = None, *, machine_log: object = None
+) -> Notice:
     """The trainer's last error in words with what to do, or the run's own error.
 
-    An out-of-memory error says what would fit with the memory the run measured, when that was worked out.
+    An out-of-memory error says what would fit with the memory the run measured, when that was worked out. A
+    machine's log brought home (``machine_log``) is named with the trainer's error: the machine may be gone.
     """
     if progress.errors:
         error = progress.errors[-1]
         headline, fix = ERROR_WORDS.get(error.kind, ("The trainer failed", error.hint))
         if error.kind == ErrorKind.OOM and isinstance(oom_advice, str) and oom_advice:
             fix = oom_advice
-        return Notice("danger", headline, f"{error.message}\nWhat to do: {fix}")
+        where = f"\nThe machine's log is on this computer: {machine_log}" if isinstance(machine_log, str) else ""
+        return Notice("danger", headline, f"{error.message}\nWhat to do: {fix}{where}")
     return Notice("danger", "The run failed", app_sentence(run_error or "The trainer stopped without saying why."))
 
 
