@@ -33,6 +33,7 @@ from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
 from desktop.services.providers.base import ProviderError, ProviderName
 from desktop.services.renting.driver import RentalDriver
+from desktop.services.renting.ending import end_rentals_first
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
@@ -331,6 +332,8 @@ class RunsCommands:
         if record.state in TERMINAL:
             print(f"run {record.id} is already {record.state.value}; nothing to stop")
             return 0
+        if self._rented(record.id):  # its machine is marked terminating before the run is cancelled
+            end_rentals_first(self.engine.ctx, Ledger())
         final = self._on_machine(self.engine.stop(record.id), record, "stop")
         if final.state in LIVE:  # another process follows the run: it pulls the checkpoint and ends it
             final = self._wait_for_end(final)

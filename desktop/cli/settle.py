@@ -1,5 +1,6 @@
-"""Settling rentals left unfinished (creates without an answer, terminates not yet confirmed) before a command runs.
+"""Settling rentals left unfinished before a command runs.
 
+Creates without an answer, terminates not yet confirmed, and machines still running after their run ended:
 ``rentune run``, ``resume``, ``runs``, ``machines`` and ``costs`` call :func:`settle_at_start` first, so a rental a
 killed process left behind is found and ended before anything is listed, summed or rented.
 """
@@ -16,19 +17,20 @@ SETTLE_TIME_LIMIT_S = 30.0
 
 
 def settle_at_start() -> None:
-    """Settles the ledger's ``creating`` and ``terminating`` rentals, saying what it did on stderr."""
+    """Settles the rentals left to settle (``creating``, ``terminating``, live after their run ended), on stderr."""
     from desktop.services.billing.ledger import Ledger, LedgerError
+    from desktop.services.renting.ending import to_settle
+    from desktop.services.runs.store import RunStore, RunStoreError
 
     try:
-        ledger = Ledger()
-        if not ledger.unsettled():
+        ledger, store = Ledger(), RunStore()
+        if not to_settle(ledger, store):
             return
-    except (LedgerError, OSError):
-        return  # the command itself reports an unusable ledger, with its fix
+    except (LedgerError, RunStoreError, OSError):
+        return  # the command itself reports an unusable ledger or run database, with its fix
     from desktop.services.platform.secrets import SecretStore
     from desktop.services.renting.reconcile import settle_rentals
-    from desktop.services.runs.store import RunStore
 
-    settled = asyncio.run(settle_rentals(RunStore(), SecretStore(), ledger=ledger, time_limit=SETTLE_TIME_LIMIT_S))
+    settled = asyncio.run(settle_rentals(store, SecretStore(), ledger=ledger, time_limit=SETTLE_TIME_LIMIT_S))
     for line in settled.lines:
         print(f"rentune: {line}", file=sys.stderr)

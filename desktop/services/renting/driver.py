@@ -45,6 +45,7 @@ from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.providers.runpod_clusters import ClusterMember
 from desktop.services.renting.budget import PULL_STATES, budget_breach, budget_of
 from desktop.services.renting.creating import CreateTiming, Creator
+from desktop.services.renting.ending import end_rentals_first
 from desktop.services.renting.reconcile import Reconciler, renting_lock
 from desktop.services.renting.terminator import Terminator
 from desktop.services.runs.context import ENDED, quietly_close
@@ -135,6 +136,7 @@ class RentalDriver:
         self._lost_at: dict[str, float | None] = {}
         self._refusals: dict[str, float] = {}
         self.ctx.spend = self.spent_with_stop
+        end_rentals_first(self.ctx, self.ledger)  # every end of a run marks its machines terminating first
 
     # -- money -----------------------------------------------------------------------------------------------------
 

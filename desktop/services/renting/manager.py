@@ -14,6 +14,7 @@ from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import LIVE, TERMINAL
+from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.machines.machine import Connect
 from desktop.services.platform.logs import get_logger, redact_known
@@ -21,6 +22,7 @@ from desktop.services.platform.secrets import SecretStore
 from desktop.services.platform.tasks import cancel_and_wait
 from desktop.services.providers.base import ProviderError
 from desktop.services.renting.driver import RentalDriver
+from desktop.services.renting.ending import end_rentals_first
 from desktop.services.runs import connection
 from desktop.services.runs.engine import EngineOptions, RunBusyError, RunEngine, RunError
 from desktop.services.runs.remote_export import check_before_renting
@@ -174,9 +176,15 @@ class RunManager:
         if self.is_driving(run_id) and self.store.get(run_id).pid is None:
             await self._cancel(run_id)
         if not self.is_driving(run_id):
+            self._end_rentals_first(run_id)
             return await self._release_if_ended(run_id, await self.engine(run_id).stop(run_id))
         await self.engine(run_id).request_stop(run_id)
         return await self._release_if_ended(run_id, await self.wait(run_id))
+
+    def _end_rentals_first(self, run_id: str) -> None:
+        """A rented run stopped here has its machine marked terminating before it is cancelled, as a driver does."""
+        if compute_of(self.store.get(run_id)) is not None:
+            end_rentals_first(self.engine(run_id).ctx, Ledger())
 
     async def _cancel(self, run_id: str) -> None:
         """Ends the task driving ``run_id`` (a trainer that started meanwhile is stopped by the caller, by its pid)."""

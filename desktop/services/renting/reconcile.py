@@ -1,10 +1,12 @@
-"""Settling rentals a process left unfinished: creates whose answer never came, terminates not yet confirmed.
+"""Settling rentals a process left unfinished, and machines left running after their run ended.
 
 Run at every start of the app and of ``rentune run|resume|runs|machines|costs`` (and in the app's background):
 
 * a rental still ``creating`` (the process died or lost the answer mid-create) is looked up at its provider by its
   label: a machine found is recorded and terminated (the run rents anew when resumed), none found means none was made;
-* a rental still ``terminating`` is terminated again until its provider says it is gone.
+* a rental still ``terminating`` is terminated again until its provider says it is gone;
+* a rental still ``live`` whose run has ended (finished, failed or cancelled: the process ended the run and was killed
+  before terminating its machine) is marked ``terminating`` and terminated the same way.
 
 A run another process drives now (its renting lock is held) is left to that process. A provider that does not
 answer leaves its rows as they are, for the next start.
@@ -21,13 +23,15 @@ from pathlib import Path
 
 import filelock
 
+from desktop.core.runs.progress import ENDED
 from desktop.services.billing.ledger import UNSETTLED_STATES, Ledger, Rental, RentalState
 from desktop.services.platform.secrets import SecretStore, SecretStoreError
 from desktop.services.providers.base import Instance, Provider, ProviderError, ProviderName
 from desktop.services.providers.market import OpenProvider
 from desktop.services.providers.registry import open_provider
+from desktop.services.renting.ending import to_settle
 from desktop.services.renting.terminator import Terminator
-from desktop.services.runs.store import RunStore
+from desktop.services.runs.store import RunStore, UnknownRunError
 
 #: Held by a renting driver for as long as it drives a run (apart from the engine's own lock).
 RENTING_LOCK_NAME = ".renting.lock"
@@ -44,6 +48,7 @@ class Settlement:
         not_created: Intents with no machine at their provider.
         terminated: Machines confirmed gone.
         still_terminating: Rentals whose provider has not yet said their machine is gone.
+        run_ended: Machines found still running after their run had ended (terminated).
         busy: Rentals left alone because another process drives their run.
         notes: One line per provider that could not be asked, and why.
     """
@@ -52,6 +57,7 @@ class Settlement:
     not_created: list[Rental] = field(default_factory=list)
     terminated: list[Rental] = field(default_factory=list)
     still_terminating: list[Rental] = field(default_factory=list)
+    run_ended: list[Rental] = field(default_factory=list)
     busy: list[Rental] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -60,6 +66,11 @@ class Settlement:
         """One line per thing the user should know."""
         lines = [f"found {_words(r)} made by a create whose answer was lost: terminated it" for r in self.adopted]
         lines += [f"terminated {_words(r)}, left billing by an earlier attempt" for r in self.terminated]
+        lines += [
+            f"terminated {_words(r)}: the run had ended but its machine was still running and billing "
+            "(Rentune was closed before it could terminate it)"
+            for r in self.run_ended
+        ]
         lines += [
             f"{_words(r)} is still being terminated: Rentune retries until its provider says it is gone"
             for r in self.still_terminating
@@ -102,7 +113,7 @@ def renting_lock(folder: Path) -> Iterator[bool]:
 
 
 class Reconciler:
-    """Settles the ledger's ``creating`` and ``terminating`` rentals with their providers.
+    """Settles with their providers the ledger's ``creating`` and ``terminating`` rentals, and ended runs' live ones.
 
     Args:
         store: The runs (for their folders' locks).
@@ -144,10 +155,10 @@ class Reconciler:
         return done
 
     async def settle(self) -> Settlement:
-        """Settles every unsettled rental, one provider at a time per provider, providers at once."""
+        """Settles every rental left to settle (:func:`to_settle`), one at a time per provider, providers at once."""
         done = Settlement()
         by_provider: dict[str, list[Rental]] = {}
-        for rental in await asyncio.to_thread(self.ledger.unsettled):
+        for rental in await asyncio.to_thread(to_settle, self.ledger, self.store):
             by_provider.setdefault(rental.provider, []).append(rental)
         await asyncio.gather(*(self._with_client(name, rows, done) for name, rows in by_provider.items()))
         return done
@@ -173,13 +184,29 @@ class Reconciler:
             if not free:
                 done.busy.append(row)
                 return
+            if not locked and row.state is RentalState.LIVE and not self._run_ended(row.run_id):
+                return  # taken up again (resumed) since it was listed: its driver owns the machine
             try:
-                if row.state is RentalState.CREATING:
-                    await self._settle_create(client, row, done)
-                else:
-                    await self._finish(client, row, done, done.terminated)
+                await self._settle_held(client, row, done)
             except ProviderError as exc:
                 done.notes.append(f"cannot settle {_words(row)} now: {exc.message}")
+
+    async def _settle_held(self, client: Provider, row: Rental, done: Settlement) -> None:
+        """Settles one rental of a run no other process drives: a create is looked up, anything else terminated."""
+        if row.state is RentalState.CREATING:
+            await self._settle_create(client, row, done)
+            return
+        # A live row is marked terminating first (as every terminate does), then terminated until gone.
+        ended = row.state is RentalState.LIVE and self._run_ended(row.run_id)
+        await self._finish(client, row, done, done.run_ended if ended else done.terminated)
+
+    def _run_ended(self, run_id: str) -> bool:
+        """Whether the run has ended now (a run deleted meanwhile had ended: only ended runs can be deleted)."""
+        try:
+            record = self.store.get(run_id)
+        except UnknownRunError:
+            return True
+        return record.id != run_id or record.state in ENDED
 
     async def _settle_create(self, client: Provider, row: Rental, done: Settlement) -> None:
         found = await client.named(row.label) if row.label else []
@@ -216,7 +243,10 @@ async def settle_rentals(
     terminator: Terminator | None = None,
     patience: float = 20.0,
 ) -> Settlement:
-    """Settles the ledger's unfinished rentals within ``time_limit`` seconds (what is left waits for the next start).
+    """Settles the rentals left to settle within ``time_limit`` seconds (what is left waits for the next start).
+
+    Creates without an answer, terminates not yet confirmed, and live machines of runs that have ended
+    (:func:`to_settle`).
 
     Args:
         store: The runs.
@@ -229,7 +259,7 @@ async def settle_rentals(
     """
     book = ledger if ledger is not None else await asyncio.to_thread(Ledger)
     reconciler = Reconciler(store, book, secrets, open=open, terminator=terminator, patience=patience)
-    if not await asyncio.to_thread(reconciler.ledger.unsettled):
+    if not await asyncio.to_thread(to_settle, book, store):
         return Settlement()
     started = time.monotonic()
     try:

@@ -16,7 +16,7 @@ from typing import Any
 import filelock
 
 from desktop.core.runs.overrun import ASK_LIMIT_SECONDS
-from desktop.core.runs.states import TERMINAL, RunState
+from desktop.core.runs.states import TERMINAL, RunState, check_transition
 from desktop.core.settings import Settings
 from desktop.services.billing.activity import mark_activity
 from desktop.services.machines.failures import MACHINE_ERRORS, Backoff
@@ -74,6 +74,8 @@ class RunContext:
         heartbeats: When each run's machine was last told somebody follows it (for its self-stop).
         ask_overrun: Asks the user whether a run whose measured estimate overruns goes on (the run id and the
             words); True to go on. None: an ``ask`` policy stops.
+        before_end: Called with the run's id just before the run is marked ended (:meth:`end`); a rented run's
+            driver marks its machines ``terminating`` there.
     """
 
     store: RunStore
@@ -86,6 +88,7 @@ class RunContext:
     spend: Callable[[str], float] | None = None
     heartbeats: dict[str, float] = field(default_factory=dict)
     ask_overrun: Callable[[str, str], Awaitable[bool]] | None = None
+    before_end: Callable[[str], None] | None = None
 
     def folder(self, run_id: str) -> Path:
         """The run's local folder."""
@@ -105,7 +108,24 @@ class RunContext:
         """Fails the run, saying why."""
         self.report(f"failed: {why}")
         self.store.update(run_id, error=why)
-        return self.store.transition(run_id, RunState.FAILED, why)
+        return self.end(run_id, RunState.FAILED, why)
+
+    def end(self, run_id: str, state: RunState, note: str = "") -> RunRecord:
+        """Marks the run ended (finished, failed or cancelled), calling :attr:`before_end` first.
+
+        The order matters for money: a rented run's machines go ``terminating`` before the run is ended, so a process
+        killed between the two writes leaves rows every start terminates until gone.
+
+        Raises:
+            ValueError: ``state`` does not end a run.
+            TransitionError: The run has already ended otherwise (finished or cancelled).
+        """
+        if state not in ENDED:
+            raise ValueError(f"{state.value} does not end a run")
+        check_transition(self.store.get(run_id).state, state)
+        if self.before_end is not None:
+            self.before_end(run_id)
+        return self.store.transition(run_id, state, note)
 
     def made_progress(self, run_id: str) -> None:
         """The machine works: a later failure starts a fresh grace period."""

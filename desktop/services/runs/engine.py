@@ -189,7 +189,7 @@ class RunEngine:
         record = self.store.create(spec_to_record(spec), None)
         public = create_run_key(record.id)
         if public is None:  # nothing was rented: the record goes again
-            self.store.transition(record.id, RunState.CANCELLED, "no keyring for the run's SSH key")
+            self.ctx.end(record.id, RunState.CANCELLED, "no keyring for the run's SSH key")
             self.store.delete(record.id)
             raise RunError(
                 "renting needs a keyring that keeps the run's own SSH key (its private half is kept nowhere else): "
@@ -563,7 +563,7 @@ class RunEngine:
         if record.spec.get("export_on_machine"):
             async with self._heartbeat_while_pulling(run_id, machine):  # the self-stop waits for the export too
                 await remote_export.export_on_machine(self.ctx, run_id, machine)
-        return self.store.transition(run_id, RunState.FINISHED, f"adapter at {local}")
+        return self.ctx.end(run_id, RunState.FINISHED, f"adapter at {local}")
 
     @contextlib.asynccontextmanager
     async def _heartbeat_while_pulling(self, run_id: str, machine: Machine) -> AsyncIterator[None]:
@@ -680,7 +680,7 @@ class RunEngine:
         if record.state in TERMINAL:
             return record
         if record.pid is None:
-            record = self.store.transition(run_id, RunState.CANCELLED, "stopped before the trainer started")
+            record = self.ctx.end(run_id, RunState.CANCELLED, "stopped before the trainer started")
             await connection.release_key_now(self.ctx, run_id)
             return await self._settle_nodes(record)
         try:
@@ -692,7 +692,7 @@ class RunEngine:
                 f"stopped while the machine was unreachable ({type(exc).__name__}); if it still exists, stop it at "
                 "your provider. The newest checkpoint on this computer is kept."
             )
-            return self.store.transition(run_id, RunState.CANCELLED, why)
+            return self.ctx.end(run_id, RunState.CANCELLED, why)
         try:
             return await self.drive(run_id)
         except RunBusyError:

@@ -96,10 +96,10 @@ def cancel_stopped(ctx: RunContext, run_id: str, reason: str) -> RunRecord:
     spec = ctx.store.get(run_id).spec
     budget = spec.get("budget_stop") or spec.get("overrun_stop")  # stopped by the app for money, not the user
     if not budget:
-        return ctx.store.transition(run_id, RunState.CANCELLED, reason)
+        return ctx.end(run_id, RunState.CANCELLED, reason)
     newest = newest_local_checkpoint(ctx.folder(run_id) / "checkpoints")
     where = f"the newest checkpoint is at {newest}" if newest else "no checkpoint had been written"
     why = f"{budget}; training was stopped and {where}"
     ctx.report(f"cancelled: {why}")
     ctx.store.update(run_id, error=why)
-    return ctx.store.transition(run_id, RunState.CANCELLED, why)
+    return ctx.end(run_id, RunState.CANCELLED, why)
