@@ -5,15 +5,19 @@ OPTIONS -m tests.payload.fsdp_load_probe OUT JOB...``). For each job it prepares
 (tokenizer, data, process group, model) while every opening of a weights file in the model's folder is counted:
 safetensors' ``safe_open`` wherever a module imported it, and Python's own ``open`` (an audit hook). It writes
 ``OUT/<job stem>-rank<N>.json``: the weights files opened, each parameter's device, dtype and shape, each buffer's
-sum, and on rank 0 whether every parameter equals the file's tensor.
+sum, and whether every parameter equals the file's tensor. On GPUs it then builds the payload's trainer and lets
+accelerate shard the model as training does, and gathers it whole again: every rank must hold rank 0's weights.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
 
 WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -52,7 +56,7 @@ def describe(model: Any, folder: Path) -> dict[str, Any]:
     params = {
         name: {
             "kind": type(p).__name__,
-            "device": p.device.type,
+            "device": str(p.device),
             "dtype": str(p.dtype).removeprefix("torch."),
             "shape": list(p.shape),
         }
@@ -70,23 +74,25 @@ def equal_to_file(model: Any, folder: Path) -> bool:
     import torch
     from safetensors.torch import load_file
 
-    stored = load_file(str(folder / "model.safetensors"))
+    stored = {name: t for file in sorted(folder.glob("*.safetensors")) for name, t in load_file(str(file)).items()}
     return all(
         name not in stored or torch.equal(stored[name].to(p.dtype), p.detach()) for name, p in model.named_parameters()
     )
 
 
 def probe(job: Path, out: Path, opened: list[str]) -> None:
-    """Prepares ``job`` as the payload does and writes what this rank read."""
+    """Prepares ``job`` as the payload does and writes what this rank read (on GPUs: and what FSDP made of it)."""
+    import torch
     import torch.distributed as dist
 
+    from trainer_payload.hardware import use_bf16
     from trainer_payload.protocol import EventWriter, JobSpec
     from trainer_payload.train import PayloadRun, Stop
 
     spec = JobSpec.load(job)
     before = len(opened)
     run = PayloadRun(spec, EventWriter(out / f"{job.stem}-events.jsonl"), Stop())
-    model, _tokenizer, _data = run._prepare("trl", bf16=False)
+    model, tokenizer, data = run._prepare("trl", bf16=use_bf16())
     rank = dist.get_rank()
     report = {
         "rank": rank,
@@ -94,7 +100,80 @@ def probe(job: Path, out: Path, opened: list[str]) -> None:
         "opened": opened[before:],
         **describe(model, Path(spec.base_model)),
     }
+    if torch.cuda.is_available():  # accelerate wraps a model in FSDP only where there are GPUs
+        report["sharded"] = shard(run, model, tokenizer, data)
     (out / f"{job.stem}-rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")
+
+
+def byte_sums(parameters: Any) -> dict[str, int]:
+    """Each parameter's bytes summed (exact, and blind to NaN bit patterns in packed 4-bit weights)."""
+    import torch
+
+    return {
+        name: int(p.detach().contiguous().view(torch.uint8).sum(dtype=torch.int64))
+        for name, p in parameters
+        if p.device.type != "meta"
+    }
+
+
+def shard(run: Any, model: Any, tokenizer: Any, data: tuple[Any, Any, int]) -> dict[str, Any]:
+    """Builds the payload's trainer and lets accelerate shard its model as training would; then gathers it whole.
+
+    Returns each parameter's byte sum before sharding (rank 0: the weights it read; the other ranks: nothing, they
+    start empty) and after gathering the shards (every rank: the whole model, which must be rank 0's).
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from transformers.integrations.fsdp import update_fsdp_plugin_peft
+    from trl import SFTTrainer
+
+    from trainer_payload.hardware import use_bf16
+
+    trainer = run._trainer(SFTTrainer, "trl", model, tokenizer, (data[0], data[1]), use_bf16())
+    before = byte_sums(trainer.model.named_parameters())
+    update_fsdp_plugin_peft(trainer.model, trainer.accelerator)  # as Trainer.train does for an adapter under FSDP
+    wrapped = trainer.accelerator.prepare(trainer.model)
+    with FullyShardedDataParallel.summon_full_params(wrapped, writeback=False):
+        after = byte_sums(wrapped.named_parameters())
+    prefix = "_fsdp_wrapped_module."
+    return {"before": before, "after": {name.replace(prefix, ""): value for name, value in after.items()}}
+
+
+def write_fsdp_job(folder: Path, name: str, model: Path, num_gpus: int = 2, **keys: Any) -> Path:
+    """``folder/name.json``: an FSDP job for ``model`` on ``num_gpus`` GPUs, reading ``folder/train.jsonl``."""
+    job = {
+        "base_model": str(model),
+        "train_file": "train.jsonl",
+        "output_dir": f"out-{name}",
+        "num_gpus": num_gpus,
+        "strategy": "fsdp",
+        "seq_len": 64,
+        **keys,
+    }
+    (folder / f"{name}.json").write_text(json.dumps(job), encoding="utf-8")
+    return folder / f"{name}.json"
+
+
+def launch(jobs: list[Path], out: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Runs this probe on the ranks ``accelerate launch`` starts with the payload's launch options for ``jobs[0]``."""
+    from trainer_payload.protocol import JobSpec
+    from trainer_payload.train import launch_options
+
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launch_options(JobSpec.load(jobs[0])),
+        "-m",
+        "tests.payload.fsdp_load_probe",
+        str(out),
+        *map(str, jobs),
+    ]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def rank_reports(out: Path, job: Path, world_size: int = 2) -> list[dict[str, Any]]:
+    """What each rank said about ``job``, rank 0 first."""
+    return [json.loads((out / f"{job.stem}-rank{rank}.json").read_text(encoding="utf-8")) for rank in range(world_size)]
 
 
 def main(argv: list[str]) -> int:

@@ -9,59 +9,17 @@ in ``make gpu-check`` (tests/gpu/fsdp_check.py) on a machine with two GPUs or mo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.tiny_models import TinyModel
 from tests.payload.conftest import payload_env
+from tests.payload.fsdp_load_probe import REPO, launch, rank_reports, write_fsdp_job
 from trainer_payload.protocol import JobSpec
 
-REPO = Path(__file__).resolve().parents[2]
 JOB = {"base_model": "m", "train_file": "t.jsonl", "output_dir": "out"}
-
-
-def write_job(folder: Path, name: str, model: Path, **keys: Any) -> Path:
-    """A two-GPU FSDP job for the tiny model, beside a small dataset."""
-    job = {
-        "base_model": str(model),
-        "train_file": "train.jsonl",
-        "output_dir": f"out-{name}",
-        "num_gpus": 2,
-        "strategy": "fsdp",
-        "seq_len": 64,
-        **keys,
-    }
-    (folder / f"{name}.json").write_text(json.dumps(job), encoding="utf-8")
-    return folder / f"{name}.json"
-
-
-def launch_probe(jobs: list[Path], out: Path) -> subprocess.CompletedProcess[str]:
-    """Runs the load probe on the ranks ``accelerate launch`` starts for the first job's launch options."""
-    from trainer_payload.train import launch_options
-
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        *launch_options(JobSpec.load(jobs[0])),
-        "-m",
-        "tests.payload.fsdp_load_probe",
-        str(out),
-        *map(str, jobs),
-    ]
-    env = payload_env() | {"PYTHONPATH": str(REPO)}
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False)
-
-
-def rank_reports(out: Path, job: Path) -> list[dict[str, Any]]:
-    """What each rank said about ``job``, rank 0 first."""
-    return [json.loads((out / f"{job.stem}-rank{rank}.json").read_text(encoding="utf-8")) for rank in (0, 1)]
 
 
 @pytest.mark.slow
@@ -69,9 +27,9 @@ def test_under_fsdp_only_rank_zero_reads_the_weights_and_the_other_rank_starts_e
     tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     write_chat_dataset(tmp_path / "train.jsonl", count=16)
-    lora = write_job(tmp_path, "lora", tiny_model.path, method="lora")
-    qlora = write_job(tmp_path, "qlora", tiny_model.path, method="qlora")
-    result = launch_probe([lora, qlora], tmp_path)
+    lora = write_fsdp_job(tmp_path, "lora", tiny_model.path, method="lora")
+    qlora = write_fsdp_job(tmp_path, "qlora", tiny_model.path, method="qlora")
+    result = launch([lora, qlora], tmp_path, payload_env() | {"PYTHONPATH": str(REPO)}, timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     head, other = rank_reports(tmp_path, lora)
