@@ -32,6 +32,7 @@ from trainer_payload.fit import (
 )
 from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
 from trainer_payload.labels import label_rows
+from trainer_payload.loading import empty_model, join_process_group, load_options, sharded_with_fsdp, starts_empty
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     EVENTS_FILE_NAME,
@@ -191,21 +192,15 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
 
 
 def _load_model(spec: JobSpec, bf16: bool) -> Any:
+    """The base model: read from its folder, or built empty on a rank FSDP fills from rank 0 (:mod:`.loading`)."""
     import torch
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     dtype = torch.bfloat16 if bf16 else torch.float32
-    kwargs: dict[str, Any] = {"dtype": dtype}
-    if spec.method == "qlora":
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=dtype,
-        )
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        kwargs["device_map"] = {"": local if cuda_available() else "cpu"}
-    return AutoModelForCausalLM.from_pretrained(spec.base_model, **kwargs)
+    if starts_empty(spec):
+        return empty_model(spec.base_model, dtype)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(spec.base_model, **load_options(spec, dtype))
 
 
 def _peft_config(spec: JobSpec) -> Any:
@@ -420,6 +415,7 @@ class PayloadRun:
 
         tokenizer = AutoTokenizer.from_pretrained(self.spec.base_model)
         data = _datasets(self.spec, tokenizer)
+        join_process_group(_sft_config(self.spec, bf16, has_eval=data[1] is not None))  # ranks told apart first
         return _load_model(self.spec, bf16), tokenizer, data
 
     def _terminated(self, step: int | None) -> int:
@@ -465,7 +461,7 @@ def gather_whole_weights(trainer: Any, spec: JobSpec) -> None:
     A full fine-tune's checkpoints stay sharded (fast, and each rank resumes from its own shard), but with a sharded
     state dict ``Trainer.save_model`` writes nothing at all: the model that comes home must be whole.
     """
-    if spec.strategy == "fsdp" and spec.num_gpus * spec.num_nodes > 1:
+    if sharded_with_fsdp(spec):
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
 
 
@@ -513,8 +509,9 @@ def _leave_process_group() -> None:
 def launch_options(spec: JobSpec) -> list[str]:
     """``accelerate launch`` options for the job: processes, machines and DDP or FSDP.
 
-    FSDP loads the weights on rank 0 alone and broadcasts them (``cpu_ram_efficient_loading`` needs
-    ``sync_module_states``), so a machine needs one copy of the model in host memory, not one per rank. An adapter's
+    Under FSDP rank 0 alone reads the weights and FSDP copies them to the other ranks, which start empty
+    (``cpu_ram_efficient_loading`` needs ``sync_module_states``; :mod:`trainer_payload.loading`): one copy of the
+    model in host memory, not one per rank. An adapter's
     checkpoints are whole (:func:`checkpoint_state_dict`); a full fine-tune's are sharded on one machine.
     """
     options = ["--num_processes", str(spec.num_gpus * spec.num_nodes), "--num_machines", str(spec.num_nodes)]

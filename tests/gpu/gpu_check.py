@@ -8,7 +8,9 @@ check the fit on the machine: one the payload must fit by itself (smaller micro-
 then done), one that does not fit even at micro-batch 1 (an ``error`` of kind ``oom`` naming it, with a hint). On a GPU
 the fitted setup is then started afresh: the peak the fit's calibration reports must be that run's (nothing of a failed
 attempt still held). It also shows that the image's torch, transformers and peft are the ones in use after the carried
-wheels were installed.
+wheels were installed. On a machine with two GPUs or more, the FSDP pass (tests/gpu/fsdp_check.py) shows rank 0 alone
+reading the weights, the other ranks starting empty and filled by FSDP, QLoRA's ranks each on their own GPU, and a
+LoRA run under FSDP; with fewer GPUs the report says it was skipped and why.
 
 ``--smoke`` runs the same logic on a tiny model for a few steps, so it can be tested on a CPU (the fit checks then run
 under the payload's test memory limit); QLoRA is then reported as skipped. The report is Markdown, on stdout and in
@@ -38,6 +40,7 @@ from desktop.core.sizing.gpus import GpuSpec, find_gpu, gpus_from_json
 from desktop.core.sizing.plan import Workload, evaluate
 from desktop.core.sizing.setup import Method, TrainingSetup
 from tests.fixtures.chat_data import corpus_texts
+from tests.gpu.fsdp_check import FSDP_GPUS, FsdpRow, cuda_count, probe_rows, render_fsdp, skip_reason
 from tests.gpu.wheels import SITE_DIR
 from trainer_payload.protocol import EVENTS_FILE_NAME, read_event_file
 
@@ -147,6 +150,8 @@ class Report:
     fit_afresh: Row | None = None
     no_fit: Row | None = None
     oom_note: str = ""
+    fsdp: list[FsdpRow] = field(default_factory=list)
+    fsdp_note: str = ""
     problems: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -326,12 +331,10 @@ def write_dataset(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:
 # --- running the payload ---------------------------------------------------------------------------------------------
 
 
-def write_job(
-    folder: Path, model_dir: Path, method: str, shape: Shape, rows: int, setup: dict[str, Any] | None = None
-) -> Path:
+def write_job(folder: Path, model_dir: Path, method: str, shape: Shape, rows: int, **keys: Any) -> Path:
     """A job.json for the payload, with a dataset of ``rows`` examples beside it (the trainer cycles through it).
 
-    ``setup`` overrides job keys (a fitted job's ``grad_accum`` and ``gradient_checkpointing``).
+    ``keys`` are further job keys (``num_gpus``, ``strategy``).
     """
     folder.mkdir(parents=True, exist_ok=True)
     write_dataset(folder / "train.jsonl", shape, rows)
@@ -350,7 +353,7 @@ def write_job(
         "checkpoint_steps": 0,
         "checkpoint_minutes": 0,
         "calibration_steps": max(1, shape.steps // 2),  # measured within the run, however short
-        **(setup or {}),
+        **keys,
     }
     (folder / "job.json").write_text(json.dumps(job, indent=1), encoding="utf-8")
     return folder / "job.json"
@@ -475,15 +478,15 @@ def train(
     folder: Path,
     env: dict[str, str],
     timeout: float,
-    setup: dict[str, Any] | None = None,
     rows: int | None = None,
+    **keys: Any,
 ) -> Outcome:
     """Writes the job, runs the payload and reads its events; drops the trained output (disk), keeps the events.
 
-    ``setup`` overrides job keys and ``rows`` the dataset's size (default :func:`job_rows`), as for the fitted job
-    started afresh.
+    ``rows`` is the dataset's size (default :func:`job_rows`, another for the fitted job started afresh) and ``keys``
+    are further job keys (a fitted job's ``grad_accum``, ``num_gpus``, ``strategy``).
     """
-    job = write_job(folder, model_dir, method, shape, job_rows(shape) if rows is None else rows, setup)
+    job = write_job(folder, model_dir, method, shape, job_rows(shape) if rows is None else rows, **keys)
     code, seconds, log = run_payload(job, env, timeout)
     events = read_event_file(folder / "out" / EVENTS_FILE_NAME).events
     for heavy in ("model", "adapter", "checkpoints"):
@@ -578,10 +581,26 @@ class Check:
         setup = {key: measured[key] for key in ("grad_accum", "gradient_checkpointing") if key in measured}
         folder = self.workdir / f"{arch.name}-fit-afresh"
         rows = job_rows(fitted.shape)  # the fitted run's data, so each step is the same
-        outcome = train(model_dir, "full", shape, folder, python_env(self.site), self.run_timeout_s, setup, rows)
+        outcome = train(model_dir, "full", shape, folder, python_env(self.site), self.run_timeout_s, rows, **setup)
         outcome.status = judge_fit_peak(fitted.outcome, outcome, weights_gb=arch.total_params * 2 / 1e9)  # bf16
         self.keep_log(folder / "payload.log", f"{arch.name}-fit-afresh", outcome)
         return Row(arch.name, "full", shape, None, outcome)
+
+    def run_fsdp(self, model_dir: Path, arch: Architecture, shape: Shape) -> None:
+        """The FSDP pass (tests/gpu/fsdp_check.py) on two GPUs: rank-0 loading and sharding, then a LoRA run."""
+        reason = skip_reason(cuda_count())
+        if reason is None and self.elapsed() > self.budget_s:
+            reason = f"skipped: time budget of {self.budget_s:.0f} s spent"
+        if reason is not None:
+            self.report.fsdp_note = reason
+            return
+        env = python_env(self.site)
+        self.report.fsdp = probe_rows(self.workdir / f"{arch.name}-fsdp-probe", model_dir, env, self.run_timeout_s)
+        self.save()
+        folder, name = self.workdir / f"{arch.name}-lora-fsdp", f"lora (fsdp, {FSDP_GPUS} GPUs)"
+        outcome = train(model_dir, "lora", shape, folder, env, self.run_timeout_s, num_gpus=FSDP_GPUS, strategy="fsdp")
+        self.keep_log(folder / "payload.log", f"{arch.name}-lora-fsdp", outcome)
+        self.report.rows.append(Row(arch.name, name, shape, None, outcome))
 
     def save(self) -> None:
         """Writes the report so far (a check cut short still leaves what it measured)."""
@@ -592,8 +611,8 @@ class Check:
             self.out.with_suffix(".json").write_text(json.dumps(asdict(self.report), indent=1, default=str))
 
 
-def run_model(check: Check, model: str, methods: tuple[str, ...], shape: Shape, oom: bool) -> None:
-    """Builds one model, runs its methods (and the OOM check when asked), then deletes it."""
+def run_model(check: Check, model: str, methods: tuple[str, ...], shape: Shape, oom: bool, fsdp: bool) -> None:
+    """Builds one model, runs its methods (and the OOM check and the FSDP pass when asked), then deletes it."""
     folder = check.workdir / "models" / model
     try:
         arch = build_smoke_model(folder) if check.smoke else build_real_shape_model(model, folder)
@@ -606,11 +625,15 @@ def run_model(check: Check, model: str, methods: tuple[str, ...], shape: Shape, 
     if oom:
         check.run_fits(folder, arch)
         check.save()
+    if fsdp:
+        check.run_fsdp(folder, arch, shape)
+        check.save()
     shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], shape: Shape) -> None:
-    """Every model and method in order; the fit checks ride on the first model (on a CPU: under the test limit)."""
+    """Every model and method in order; the fit checks (on a CPU: under the test limit) and the FSDP pass (two GPUs
+    or more) ride on the first model."""
     oom_wanted = check.cuda or check.smoke
     if not oom_wanted:
         check.report.oom_note = NO_CUDA
@@ -619,13 +642,14 @@ def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], sha
             skipped = Outcome(status=f"skipped: time budget of {check.budget_s:.0f} s spent")
             check.report.rows += [Row(model, method, shape, None, skipped) for method in methods]
             continue
-        run_model(check, model, methods, shape, oom=oom_wanted and index == 0)
+        run_model(check, model, methods, shape, oom=oom_wanted and index == 0, fsdp=index == 0)
 
 
 def exit_code(report: Report) -> int:
-    """1 when a run failed, the OOM check failed, a model could not be built or torch was replaced; else 0."""
+    """1 when a run failed, the OOM or FSDP check failed, a model could not be built or torch was replaced; else 0."""
     rows = [*report.rows, *(row for row in (report.fit, report.fit_afresh, report.no_fit) if row)]
     failed = any(row.outcome.status.startswith("failed") for row in rows)
+    failed = failed or any(row.status.startswith("failed") for row in report.fsdp)
     return 1 if failed or report.problems or replaced(report) else 0
 
 
@@ -794,6 +818,7 @@ def render(report: Report) -> str:
     lines += [f"**Problem:** {problem}" for problem in report.problems]
     lines += [""] if report.problems else []
     sections = [*render_packages(report), *render_training(report), *render_calibration(report), *render_fits(report)]
+    sections += render_fsdp(report.fsdp, report.fsdp_note)
     return "\n".join([*lines, *sections])
 
 

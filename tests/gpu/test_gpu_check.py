@@ -90,3 +90,10 @@ def test_smoke_mode_shows_torch_unchanged_and_writes_the_same_report_to_stdout(s
     assert "torch unchanged: " in report
     assert report.strip() in result.stdout
     assert path.with_suffix(".json").is_file()
+
+
+def test_smoke_mode_says_the_fsdp_pass_needs_two_gpus(smoke_report) -> None:
+    result, path = smoke_report
+    section = path.read_text().split("## FSDP on 2 GPUs", 1)[1]
+    assert "skipped: FSDP needs 2 CUDA GPUs or more, this machine has 0" in section
+    assert result.returncode == 0
