@@ -30,6 +30,10 @@ STOP_MARKER_NAME = "STOP_MACHINE"
 TRAINER_EXIT_FILE_NAME = "trainer.exit"
 #: In the output folder: touched by the desktop while it follows the run (the self-stop's "somebody is here").
 HEARTBEAT_NAME = "HEARTBEAT"
+#: In the output folder of the head (rank 0's machine): written by the desktop to hold every rank of the run, on every
+#: machine, at its next step boundary while the user decides on an overrun (a :class:`PauseRequest` as JSON). Rank 0
+#: reads it and the ranks agree in a collective, so one file holds them all; deleted, every rank goes on together.
+PAUSE_FILE_NAME = "PAUSE"
 ADAPTER_DIR_NAME = "adapter"
 #: After training, the export on the machine (``python -m trainer_payload export``): its job file and its outputs'
 #: folder, both under ``out/``; the GGUF types llama.cpp's converter writes by itself, and the K-quants its quantise
@@ -66,6 +70,63 @@ class StopCause(StrEnum):
     SIGNAL = "signal"  # SIGTERM: asked to stop (a user's stop, a budget): a checkpoint was saved
 
 
+class HoldOutcome(StrEnum):
+    """How a hold at a step boundary ended (the ``outcome`` of a ``hold`` event)."""
+
+    CONTINUE = "continue"  # the pause file was deleted: every rank went on
+    STOP = "stop"  # the desktop answered stop (or SIGTERM came): every rank saved the same step and stopped
+    NO_ANSWER = "no_answer"  # nobody answered within the hold's limit: saved and stopped, as a stop would
+
+
+#: The longest hold a pause file may ask for (a damaged or hostile number is cut to it): an hour of paid idle time.
+MAX_HOLD_SECONDS = 3600.0
+#: The hold of a pause file that does not say (or cannot be read): the desktop's ten minutes and two to spare.
+DEFAULT_HOLD_SECONDS = 720.0
+
+
+@dataclass(frozen=True)
+class PauseRequest:
+    """What the desktop asks of a held run, in the pause file (:data:`PAUSE_FILE_NAME`).
+
+    Attributes:
+        hold_seconds: The longest the ranks hold, counted from when they begin to: past it they save a checkpoint
+            and stop, as if told to (the desktop that asked may be gone; no answer in time is a stop).
+        stop: The desktop's answer: every rank saves the step it holds at and stops (the desktop sends SIGTERM too).
+    """
+
+    hold_seconds: float = DEFAULT_HOLD_SECONDS
+    stop: bool = False
+
+    def to_text(self) -> str:
+        """The file's content: one JSON object."""
+        return json.dumps({"hold_seconds": self.hold_seconds, "stop": self.stop})
+
+    @classmethod
+    def parse(cls, text: str) -> PauseRequest:
+        """The request a pause file holds; what cannot be read holds with the default limit (never raises).
+
+        The file exists, so a hold was asked: a torn or damaged one still holds, and the limit still ends it.
+        """
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()
+        if not isinstance(data, dict):
+            return cls()
+        seconds = data.get("hold_seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+            seconds = DEFAULT_HOLD_SECONDS
+        return cls(max(0.0, min(MAX_HOLD_SECONDS, float(seconds))), data.get("stop") is True)
+
+
+def read_pause_request(path: Path) -> PauseRequest | None:
+    """The pause file's request, or None when there is none (every rank trains on); blocking."""
+    try:
+        return PauseRequest.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except FileNotFoundError:
+        return None
+
+
 class EventKind(StrEnum):
     """The kinds of lines in ``events.jsonl``."""
 
@@ -79,6 +140,7 @@ class EventKind(StrEnum):
     FIT = "fit"
     EXPORT = "export"
     EXPORTED = "exported"
+    HOLD = "hold"
 
 
 class ErrorKind(StrEnum):
@@ -269,6 +331,22 @@ class ExportedEvent(_ExportedFields, total=False):
     error: str | None
 
 
+class _HoldFields(_Stamped):
+    event: Literal[EventKind.HOLD]
+    step: int
+    held: bool
+
+
+class HoldEvent(_HoldFields, total=False):
+    """Every rank holds at the end of ``step`` while the user decides (``held`` true), or the hold ended (false).
+
+    The end says how (``outcome``, a :class:`HoldOutcome`) and after how many ``seconds``.
+    """
+
+    outcome: str | None
+    seconds: float | None
+
+
 Event = (
     StateEvent
     | StepEvent
@@ -280,6 +358,7 @@ Event = (
     | FitEvent
     | ExportEvent
     | ExportedEvent
+    | HoldEvent
 )
 #: The shape of each kind of event: the one source of the fields :func:`validate_event` checks.
 EVENT_TYPES: dict[EventKind, type[Any]] = {
@@ -293,6 +372,7 @@ EVENT_TYPES: dict[EventKind, type[Any]] = {
     EventKind.FIT: FitEvent,
     EventKind.EXPORT: ExportEvent,
     EventKind.EXPORTED: ExportedEvent,
+    EventKind.HOLD: HoldEvent,
 }
 _STAMP_FIELDS = frozenset({"ts", "seq", "event"})
 

@@ -33,14 +33,17 @@ from trainer_payload.fit import (
 from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_gb, use_bf16
 from trainer_payload.labels import label_rows
 from trainer_payload.loading import empty_model, join_process_group, load_options, sharded_with_fsdp, starts_empty
+from trainer_payload.pause import PauseWatch, hold, say
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     EVENTS_FILE_NAME,
+    PAUSE_FILE_NAME,
     STOP_MARKER_NAME,
     TRAINER_EXIT_FILE_NAME,
     ErrorKind,
     EventKind,
     EventWriter,
+    HoldOutcome,
     JobSpec,
     JobSpecError,
     JobState,
@@ -61,6 +64,8 @@ class Stop:
     def __init__(self) -> None:
         self.terminated = False
         self.last_activity = time.monotonic()
+        #: Why the job stops when it is not SIGTERM (the ranks held for an answer that never came).
+        self.why: str | None = None
 
     def on_sigterm(self, _signum: int, _frame: object) -> None:
         """Asks the training loop to save and stop at the end of the current step."""
@@ -118,9 +123,10 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
     from transformers import TrainerCallback
 
     output_dir = Path(spec.output_dir)
+    pause = PauseWatch(output_dir / PAUSE_FILE_NAME if _is_main_process() else None)
 
     class EventsCallback(TrainerCallback):  # type: ignore[misc]
-        """Reports steps, evals and sealed checkpoints; saves on a timer and on SIGTERM."""
+        """Reports steps, evals and sealed checkpoints; saves on a timer and on SIGTERM; holds when asked."""
 
         def __init__(self) -> None:
             self.last_save = time.monotonic()
@@ -164,11 +170,32 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
             stop.last_activity = time.monotonic()
             minutes = spec.checkpoint_minutes
             due = bool(minutes) and time.monotonic() - self.last_save >= minutes * 60
-            stop_now, save_now = _agreed((stop.terminated, due), args.device)
+            stop_now, save_now, hold_now = _agreed((stop.terminated, due, pause.asked()), args.device)
+            if hold_now and not stop_now:
+                stop_now = self._held_then_stopping(args.device, state.global_step)
             if save_now or stop_now:
                 control.should_save = True
             if stop_now:
                 control.should_training_stop = True
+
+        def _held_then_stopping(self, device: Any, step: int) -> bool:
+            """Holds every rank at the end of ``step`` while the user decides; True when they all save and stop."""
+            rank = os.environ.get("RANK", "0")
+            events.emit(EventKind.HOLD, step=step, held=True)
+            say(rank, f"holding at step {step} while the user decides")
+            ended = hold(pause, lambda flags: _agreed(flags, device), stop)
+            say(rank, f"hold ended at step {step} after {ended.seconds:.1f} s: {ended.outcome.value}")
+            seconds = round(ended.seconds, 1)
+            events.emit(EventKind.HOLD, step=step, held=False, outcome=ended.outcome.value, seconds=seconds)
+            self.last_log = None  # the hold is no training: the next rate is measured afresh
+            if ended.outcome is HoldOutcome.CONTINUE:
+                return False
+            stop.terminated = True
+            if ended.outcome is HoldOutcome.NO_ANSWER:
+                stop.why = f"stopped: nobody answered in {seconds:.0f} s held for the user's decision"
+                if _is_main_process():  # the desktop may be gone: the machine's self-stop may end it
+                    _touch_stop_marker(output_dir)
+            return True
 
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             self.last_save = time.monotonic()
@@ -422,7 +449,7 @@ class PayloadRun:
         where = f"checkpoint saved at step {step}" if step else "before training started"
         self.state(
             JobState.FAILED,
-            reason=f"stopped by SIGTERM ({where}); start the job again to resume",
+            reason=f"{self.stop.why or 'stopped by SIGTERM'} ({where}); start the job again to resume",
             stopped_by=StopCause.SIGNAL.value,
             checkpoint_step=step or None,
         )
@@ -561,6 +588,7 @@ def run_job(job_path: Path) -> int:
         finally:
             _leave_process_group()
     (output_dir / TRAINER_EXIT_FILE_NAME).unlink(missing_ok=True)
+    (output_dir / PAUSE_FILE_NAME).unlink(missing_ok=True)  # a hold asked of an earlier trainer is no longer asked
     if spec.num_gpus * spec.num_nodes > 1:
         if spec.strategy == "fsdp" and not cuda_available():
             code = config_error(job_path, "strategy 'fsdp' needs NVIDIA GPUs and this machine has none")

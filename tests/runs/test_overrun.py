@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from tests.runs.rental_world import (
     ssh_always_greets,  # noqa: F401 - autouse: machines greet at once
 )
 from tests.runs.test_engine_logic import trains_to_the_end, until_trained_by_a_trainer
-from trainer_payload.protocol import EventKind
+from trainer_payload.protocol import PAUSE_FILE_NAME, EventKind, PauseRequest
 
 FAST = EngineOptions(poll_seconds=0.02, grace_seconds=0.5)
 
@@ -54,6 +55,18 @@ def measured_slow(host: FakeHost) -> None:
     host.emit(EventKind.CALIBRATION, step=5, micro_batch=2, grad_accum=4, seq_len=2048, seconds_per_step=36.0, steps=5)
 
 
+def pause_file_commands(host: FakeHost) -> list[PauseRequest | None]:
+    """What the desktop did to the machine's pause file, in order: each request it wrote, None for a deletion."""
+    done: list[PauseRequest | None] = []
+    for command in host.commands:
+        words = shlex.split(command)
+        if words[:2] == ["rm", "-f"] and words[2].endswith(f"/out/{PAUSE_FILE_NAME}"):
+            done.append(None)
+        elif words[0] == "printf" and words[-1].endswith(f"/out/{PAUSE_FILE_NAME}"):
+            done.append(PauseRequest.parse(words[2]))
+    return done
+
+
 async def test_an_overrun_with_stop_saves_a_checkpoint_and_ends_the_run_saying_why(tmp_path: Path) -> None:
     engine, host, record, _lines = start(tmp_path, "stop")
     driving = asyncio.ensure_future(engine.drive(record.id))
@@ -69,13 +82,15 @@ async def test_an_overrun_with_stop_saves_a_checkpoint_and_ends_the_run_saying_w
     assert measured["step"] == 5 and measured["usd"] == pytest.approx(0.95, abs=0.02)
 
 
-async def test_an_overrun_with_ask_pauses_the_trainer_and_goes_on_when_told(tmp_path: Path) -> None:
+async def test_an_overrun_with_ask_holds_the_trainer_and_goes_on_when_told(tmp_path: Path) -> None:
+    """Every rank holds at a step boundary (the pause file, read by rank 0 and agreed by all) while the user decides,
+    for at most the ask limit and a grace; deleting the file lets them all go on. No process is signalled."""
     engine, host, record, _lines = start(tmp_path, "ask")
     asked: list[str] = []
 
     async def yes(run_id: str, words: str) -> bool:
         asked.append(words)
-        assert any(command.startswith("kill -STOP") for command in host.commands), "paused while asking"
+        assert pause_file_commands(host) == [PauseRequest(hold_seconds=600 + 120)], "held while asking"
         return True
 
     engine.ctx.ask_overrun = yes
@@ -88,8 +103,10 @@ async def test_an_overrun_with_ask_pauses_the_trainer_and_goes_on_when_told(tmp_
     final = await asyncio.wait_for(driving, 30)
     assert final.state is RunState.FINISHED
     assert asked[0].startswith("measured in the first steps: about ")
-    assert any(command.startswith("kill -CONT") for command in host.commands), "running again after the answer"
-    assert not any(command.startswith(f"kill -TERM {final.pid}") for command in host.commands)
+    assert pause_file_commands(host) == [PauseRequest(hold_seconds=720), None], "going on after the answer"
+    remote_dir = engine.store.get(record.id).remote_dir
+    assert any(f"{remote_dir}/out/{PAUSE_FILE_NAME}" in command for command in host.commands), "the run's own folder"
+    assert not any(command.startswith("kill -") for command in host.commands), "no process is signalled"
 
 
 async def test_an_unanswered_question_stops_the_run_within_its_limit(tmp_path: Path) -> None:
@@ -106,7 +123,10 @@ async def test_an_unanswered_question_stops_the_run_within_its_limit(tmp_path: P
     final = await asyncio.wait_for(driving, 30)
     assert final.state is RunState.CANCELLED
     assert any("no answer in" in line for line in lines)
-    assert [c.split()[1] for c in host.commands if c.startswith("kill -")][:3] == ["-STOP", "-CONT", "-TERM"]
+    assert pause_file_commands(host) == [PauseRequest(hold_seconds=120.3), PauseRequest(hold_seconds=120.3, stop=True)]
+    kills = [n for n, c in enumerate(host.commands) if c.startswith("kill -")]
+    written = [n for n, c in enumerate(host.commands) if c.startswith("printf") and PAUSE_FILE_NAME in c]
+    assert [host.commands[n].split()[1] for n in kills] == ["-TERM"] and kills[0] > written[-1], "told, then SIGTERM"
 
 
 async def test_continue_says_it_and_trains_on(tmp_path: Path) -> None:
@@ -222,3 +242,46 @@ async def test_an_out_of_memory_at_micro_batch_one_says_what_would_fit_with_the_
     )
     assert needed >= 23.2 > said, "at least the measured peak (or all the card holds), beside the plan's number"
     assert "GB). With that measured, it fits on " in error and "fits on RTX 4090" not in error
+
+
+async def test_a_run_across_two_machines_is_held_through_the_heads_pause_file_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head's rank 0 reads the pause file and every rank of every machine agrees on it after each step: the file
+    goes to the head, and no machine's process is signalled (a signal held only the one process it was sent to)."""
+    from desktop.services.runs import nodes
+    from tests.runs.test_checkpoint_parts import TwoMachines
+
+    monkeypatch.setattr(nodes, "PART_WAIT_SECONDS", 0.3)  # the node's part of a checkpoint is not what this is about
+
+    two = TwoMachines(tmp_path, {"method": "lora", "max_steps": 100})
+    two.engine.ctx.set_spec(two.record.id, on_overrun="ask", predicted={"hours": 0.1, "usd": 0.1})
+    asked: list[str] = []
+
+    async def yes(_run_id: str, words: str) -> bool:
+        asked.append(words)
+        return True
+
+    two.engine.ctx.ask_overrun = yes
+    driving = asyncio.ensure_future(two.engine.drive(two.record.id))
+    await asyncio.wait_for(until_trained_by_a_trainer(two.engine, two.record.id), 10)
+    measured_slow(two.head)
+    while not asked:
+        await asyncio.sleep(0.02)
+    trains_to_the_end(two.head, two.engine.store.get(two.record.id).remote_dir or "")
+    final = await asyncio.wait_for(driving, 30)
+    assert final.state is RunState.FINISHED, final.error
+    assert pause_file_commands(two.head) == [PauseRequest(hold_seconds=720), None]
+    assert pause_file_commands(two.node) == [], "one file, one answer: no node keeps a stale copy"
+    assert not [c for c in two.head.commands if c.startswith("kill -")], "the head's trainer was never signalled"
+    held = [c for c in two.node.commands if c.startswith(("kill -STOP", "kill -CONT"))]
+    assert not held, "nor a node's (its trainer is stopped with SIGTERM only as the run ends)"
+
+
+def test_the_terminal_says_where_every_rank_held_and_how_the_hold_ended() -> None:
+    from desktop.services.runs.events import describe_event
+
+    held = {"ts": 1e9, "seq": 1, "event": EventKind.HOLD, "step": 40, "held": True}
+    assert describe_event(held) == "every rank holds at step 40 while you decide"
+    ended = held | {"held": False, "outcome": "continue", "seconds": 12.5}
+    assert describe_event(ended) == "the hold at step 40 ended after 12.5 s: continue"

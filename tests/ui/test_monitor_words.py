@@ -99,6 +99,22 @@ def event(event_kind: str, /, **fields: Any) -> dict[str, Any]:
             "Training done in 2 min 05 s: final loss 0.5000",
         ),
         (
+            event("hold", step=1200, held=True),
+            "Every GPU holds at step 1,200 while you decide (the machine bills meanwhile)",
+        ),
+        (
+            event("hold", step=1200, held=False, outcome="continue", seconds=42.4),
+            "Held 42 s: training goes on from step 1,200 on every GPU",
+        ),
+        (
+            event("hold", step=30, held=False, outcome="stop", seconds=5.0),
+            "Held 5 s: every GPU saves step 30 and stops",
+        ),
+        (
+            event("hold", step=30, held=False, outcome="no_answer", seconds=720.0),
+            "Held 720 s: no answer came in time: every GPU saves step 30 and stops",
+        ),
+        (
             event("error", kind="oom", message="CUDA out of memory", hint="reduce --seq-len"),
             "Out of GPU memory: CUDA out of memory. What to do: Lower the sequence length or the micro-batch size, "
             "use QLoRA, or choose a GPU with more memory.",

@@ -144,6 +144,12 @@ def _exported_words(event: Mapping[str, Any]) -> str:
     return f"exported on the machine: {', '.join(event.get('outputs') or {}) or 'nothing'}"
 
 
+def _hold_words(event: Mapping[str, Any]) -> str:
+    if event.get("held"):
+        return f"every rank holds at step {event['step']} while you decide"
+    return f"the hold at step {event['step']} ended after {event.get('seconds')} s: {event.get('outcome')}"
+
+
 #: How the terminal shows each kind of event (others as their JSON).
 _TERMINAL_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     EventKind.STEP: _step_words,
@@ -155,4 +161,5 @@ _TERMINAL_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     EventKind.DONE: lambda e: f"done in {e.get('train_seconds')} s of training",
     EventKind.CALIBRATION: _calibration_words,
     EventKind.FIT: _fit_words,
+    EventKind.HOLD: _hold_words,
 }

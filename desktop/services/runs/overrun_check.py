@@ -6,8 +6,10 @@ the budget, or the estimate shown at launch by more than 25 %, the run's ``on_ov
 
 - ``continue``: it is said, and training goes on;
 - ``stop``: the trainer saves a checkpoint and stops (it comes home; a rented machine is then terminated);
-- ``ask``: the trainer is paused (``SIGSTOP``: its state kept, the machine billing) while the user is asked, for at
-  most ``overrun_ask_seconds`` (10 minutes); no answer in time is a stop.
+- ``ask``: every rank of every machine holds at its next step boundary (:mod:`desktop.services.runs.hold`: its
+  state kept, the machine billing) while the user is asked, for at most ``overrun_ask_seconds`` (10 minutes); then
+  they all go on, or all save that step and stop. No answer in time is a stop; should the app be gone before it
+  answers, the ranks stop by themselves a little after that limit.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from typing import Any
 from desktop.core.runs.overrun import Reestimate, reestimate
 from desktop.core.runs.progress import cost_so_far, stored_estimate
 from desktop.services.machines.machine import Machine
+from desktop.services.runs import hold
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.estimates import measured_memory
+from trainer_payload.protocol import PauseRequest
 
 
 class OnOverrun(StrEnum):
@@ -79,7 +83,7 @@ async def judge_calibration(
         ctx.report("over the estimate: training goes on, as asked (--on-overrun continue)")
         return
     asking = policy is OnOverrun.ASK and ctx.ask_overrun is not None and record.pid
-    if asking and record.pid and await _ask_paused(ctx, run_id, machine, record.pid, words):
+    if asking and await _ask_held(ctx, run_id, machine, words):
         ctx.report("you chose to go on: training continues")
         return
     ctx.report(f"{words}: asking the trainer to save a checkpoint and stop")
@@ -88,16 +92,25 @@ async def judge_calibration(
         await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
 
 
-async def _ask_paused(ctx: RunContext, run_id: str, machine: Machine, pid: int, words: str) -> bool:
-    """Pauses the trainer, asks whether to go on (at most the ask limit), and lets it run again; True to go on."""
+async def _ask_held(ctx: RunContext, run_id: str, machine: Machine, words: str) -> bool:
+    """Holds every rank, asks whether to go on (at most the ask limit) and gives the ranks the answer; True to go on.
+
+    Cut short (the app closes while asking), the pause file stays: the ranks stop by themselves, with a checkpoint,
+    once they have held past the limit and a grace, as no answer in time is a stop.
+    """
     assert ctx.ask_overrun is not None
-    await machine.run(f"kill -STOP {int(pid)} 2>/dev/null || true")
+    record = ctx.store.get(run_id)
     limit = ctx.options.overrun_ask_seconds
-    ctx.report(f"paused while you decide (at most {limit / 60:.0f} minutes; the machine bills meanwhile)")
+    request = PauseRequest(hold_seconds=limit + hold.HOLD_GRACE_SECONDS)
+    await hold.ask_to_hold(machine, record, request)
+    ctx.report(
+        f"paused while you decide (training holds at its next step, on every GPU; at most {limit / 60:.0f} minutes; "
+        "the machine bills meanwhile)"
+    )
     try:
-        return await asyncio.wait_for(ctx.ask_overrun(run_id, words), limit)
+        go_on = await asyncio.wait_for(ctx.ask_overrun(run_id, words), limit)
     except TimeoutError:
         ctx.report(f"no answer in {limit / 60:.0f} minutes: stopping, with a checkpoint")
-        return False
-    finally:
-        await machine.run(f"kill -CONT {int(pid)} 2>/dev/null || true")
+        go_on = False
+    await (hold.let_go(machine, record) if go_on else hold.answer_stop(machine, record, request))
+    return go_on

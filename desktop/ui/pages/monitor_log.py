@@ -17,7 +17,7 @@ from desktop.core.runs.timeline import MachineMark
 from desktop.ui.cost_words import money, rate
 from desktop.ui.pages.monitor_text import ERROR_WORDS
 from desktop.ui.run_words import provider_word
-from trainer_payload.protocol import EventKind, JobState
+from trainer_payload.protocol import EventKind, HoldOutcome, JobState
 
 #: How the run's own transitions read (the paused, failed and stopped ones add their reasons).
 _TRANSITION_WORDS = {
@@ -268,6 +268,23 @@ def exported_text(event: Mapping[str, Any]) -> str:
     return f"The machine made {' and '.join(names) or 'nothing'} ({files} file{plural}, each hashed for the download)"
 
 
+#: How a hold ended, in words (``{step}`` is the step every GPU held at).
+_HOLD_ENDS: dict[str, str] = {
+    HoldOutcome.CONTINUE: "training goes on from step {step} on every GPU",
+    HoldOutcome.STOP: "every GPU saves step {step} and stops",
+    HoldOutcome.NO_ANSWER: "no answer came in time: every GPU saves step {step} and stops",
+}
+
+
+def hold_text(event: Mapping[str, Any]) -> str:
+    """``Every GPU holds at step 120 while you decide``, then how (and after how long) the hold ended."""
+    step = f"{int(event['step']):,}"
+    if event.get("held"):
+        return f"Every GPU holds at step {step} while you decide (the machine bills meanwhile)"
+    ends = _HOLD_ENDS.get(str(event.get("outcome")), "the hold ended at step {step}")
+    return f"Held {float(event.get('seconds') or 0.0):.0f} s: {ends.format(step=step)}"
+
+
 _Words = Callable[[Mapping[str, Any]], str | None]
 #: The words of each kind of event.
 _EVENT_WORDS: dict[str, _Words] = {
@@ -283,6 +300,7 @@ _EVENT_WORDS: dict[str, _Words] = {
     EventKind.FIT: fit_text,
     EventKind.EXPORT: export_text,
     EventKind.EXPORTED: exported_text,
+    EventKind.HOLD: hold_text,
 }
 #: The words of each phase the trainer reports.
 _STATE_WORDS: dict[str, _Words] = {
