@@ -10,10 +10,11 @@ machine has booted, then ``RUNNING`` with ``ssh.direct`` and ``runtime.ports`` n
 stopped or outbid pod is ``EXITED`` (cost 0, no runtime); a deleted pod is gone (404, no longer listed).
 :attr:`FakeRunPod.statuses` forces a pod's status (``ERROR``, say).
 
-GraphQL (``POST /graphql``) serves only what Rentune still asks it: ``gpuTypes`` with spot prices and
-``podRentInterruptable``. Its queries are parsed and validated for real (graphql-core against an SDL), so a misspelt
-field fails as it would at RunPod, with HTTP 200 and ``errors``. :attr:`FakeRunPod.graphql_status` makes it answer
-every request with one status instead (410 once RunPod has retired it).
+GraphQL (``POST /graphql``, exactly: ``/graphql/`` is a 404) serves only what Rentune still asks it: ``gpuTypes``
+with spot prices and ``podRentInterruptable``. Its queries are parsed and validated for real (graphql-core against an
+SDL), so a misspelt field fails as it would at RunPod, with HTTP 200 and ``errors``.
+:attr:`FakeRunPod.graphql_status` makes it answer every request with one status instead
+(410 once RunPod has retired it).
 
 A pod's own key (``RUNPOD_API_KEY`` inside it, ``pod-scoped-<id>``) may only delete or stop that pod. The 401 body,
 the bid-too-low message and the 404 after a delete (rather than ``TERMINATED``) are not confirmed against RunPod.
@@ -193,8 +194,12 @@ class FakeRunPod(FakeClusters, FakeCloud):
         ]
 
     def handle(self, request: FakeRequest) -> FakeResponse:
-        """Routes to GraphQL (``/graphql``) or to REST v2, after checking the key."""
-        if request.path.rstrip("/").endswith("/graphql"):
+        """Routes to GraphQL (``/graphql`` exactly) or to REST v2, after checking the key.
+
+        GraphQL is served at ``/graphql`` only, the route RunPod's own clients post to: ``/graphql/`` falls through
+        to REST, which has no such route (a 404), so a client that adds a slash loses its spot offers here too.
+        """
+        if request.path == "/graphql":
             return self._graphql(request)
         path = request.path.removeprefix("/v2") if request.path.startswith("/v2/") else request.path
         refusal = self._refusal(request, path)

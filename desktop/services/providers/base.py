@@ -243,6 +243,13 @@ class NoClustersError(ProviderError):
     """The provider rents no clusters (several machines networked as one) through its API."""
 
 
+class SpotUnavailableError(ProviderError):
+    """The provider's spot market could not be read now (RunPod's GraphQL failed, refused or is retired).
+
+    Only the spot offers are missing: whoever lists on-demand offers too keeps them and says why spot is absent.
+    """
+
+
 class MissingKeyError(ProviderError):
     """No API key for the provider in the keyring or the environment."""
 
