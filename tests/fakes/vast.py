@@ -14,6 +14,7 @@
 - ``GET /api/v1/instances/?limit=&after_token=`` lists ``page_size`` (at most 25) instances a page, with a
   ``next_token`` while more follow; the deprecated ``GET /api/v0/instances/`` still answers them all at once.
 - ``gpu_ram`` is in MiB (an 80 GB H100 reads 81559); 429s are ``{"detail": ...}`` without ``Retry-After``.
+- ``DELETE /instances/{id}/`` of an instance it does not have (never, or no longer) is 404 ``not_found``.
 - :meth:`FakeVast.billed_seconds` is what Vast would bill an instance for: from its create to its destroy.
 """
 
@@ -273,8 +274,8 @@ class FakeVast(FakeCloud):
 
     def _destroy(self, request: FakeRequest, instance_id: str) -> FakeResponse:
         instance = self.instances.get(instance_id)
-        if instance is None or not instance.live:
-            return _error(404, "no_such_instance", f"Instance {instance_id} not found.")
+        if instance is None or not instance.live:  # Vast's answer now (older ones said no_such_instance)
+            return _error(404, "not_found", f"Instance {instance_id} not found.")
         self.terminate_instance(instance)
         return FakeResponse(200, {"success": True})
 

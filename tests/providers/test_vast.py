@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncssh
+import httpx
 import pytest
 
+from desktop.services.billing.ledger import Ledger, RentalState
 from desktop.services.providers.base import (
     LOST,
     AuthError,
     BidTooLowError,
+    Instance,
     InstanceState,
     NoCapacityError,
     Offer,
@@ -34,6 +38,7 @@ from desktop.services.providers.vast import (
     nominal_vram_gb,
     v1_url,
 )
+from desktop.services.renting.terminator import Terminator
 from tests.fakes.http import CallFault, FaultKind
 from tests.fakes.vast import FakeVast
 
@@ -398,6 +403,43 @@ async def test_terminate_is_idempotent_and_the_machine_is_gone(
     assert not fake_vast.pool.alive(instance.instance_id)
     assert (await vast.get(instance.instance_id)).state is InstanceState.TERMINATED
     assert (await vast.get("999999")).state is InstanceState.TERMINATED
+
+
+async def test_a_delete_of_a_missing_instance_is_vasts_404_not_found_and_reads_as_gone(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
+    async with httpx.AsyncClient(transport=fake_vast.transport(), base_url="http://vast.test/api/v0") as raw:
+        answer = await raw.delete("/instances/999999/", headers={"Authorization": "Bearer test-key"})
+    assert (answer.status_code, answer.json()["error"]) == (404, "not_found"), "what Vast answers"
+    await vast.terminate("999999")  # never existed: gone, not an error
+
+
+async def test_an_instance_destroyed_meanwhile_is_confirmed_gone_by_one_terminate(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str], tmp_path: Path
+) -> None:
+    """The user destroys the machine in Vast's console between Rentune's look and its DELETE: the DELETE's 404
+    not_found ends it, in one attempt, with no error left (the terminator's "terminated until gone")."""
+    instance = await vast.create(request_for(await cheapest(vast), key_pair[1]))
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.open("run-1", "vast", instance.instance_id, "RTX 4090", 0.4, label="rentune-run1")
+    real_get = vast.get
+    looks: list[InstanceState] = []
+
+    async def look_then_destroyed_in_the_console(instance_id: str) -> Instance:
+        found = await real_get(instance_id)
+        looks.append(found.state)
+        if len(looks) == 1:
+            fake_vast.terminate_instance(fake_vast.instances[instance_id])
+        return found
+
+    vast.get = look_then_destroyed_in_the_console  # type: ignore[method-assign]
+    terminator = Terminator(ledger)
+    assert await terminator.attempt(vast, instance.instance_id)
+    assert terminator.why_not("vast", instance.instance_id) == ""
+    # Rentune's look, the look confirming the DELETE's not_found, the terminator's look after its DELETE.
+    assert looks == [InstanceState.STARTING, InstanceState.TERMINATED, InstanceState.TERMINATED]
+    [row] = ledger.rentals("run-1")
+    assert row.state is RentalState.ENDED
 
 
 async def test_instances_follow_every_page_of_the_v1_list(

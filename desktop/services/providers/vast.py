@@ -18,6 +18,9 @@ Vast rents containers on other people's machines. A few of its habits shape this
   with a tolerance, and offers show the card's nominal size (:func:`nominal_vram_gb`).
 - An outbid instance is stopped, not destroyed (``cur_state``, ``intended_status`` and ``next_state`` all
   ``"stopped"``); ``exited``, ``unknown`` and ``offline`` never reach running (FAILED: stop waiting, destroy).
+- A DELETE of an instance Vast no longer has answers 404 ``not_found`` (older answers: ``no_such_instance``): gone,
+  which is what a destroy wants. ``not_found`` is also what any unknown path may answer, so it is believed once
+  Vast's view of the instance agrees (a wrong base URL never passes for a destroyed machine).
 - Errors come as ``{"success": false, "error": "<code>", "msg": "..."}`` (429s as ``{"detail": ...}`` or plain
   text); Vast's words are kept in every message.
 """
@@ -188,11 +191,24 @@ class VastProvider:
         _checked(response, f"could not stop instance {instance_id}")
 
     async def terminate(self, instance_id: str) -> None:
-        """Destroys the instance; one already gone is fine."""
+        """Destroys the instance; one already gone is fine.
+
+        Gone is ``no_such_instance``, or a 404 ``not_found`` that a look at the instance confirms.
+        """
         response = await self._api.request("DELETE", f"/instances/{instance_id}/")
-        if _json(response).get("error") == "no_such_instance":  # a bare 404 (a wrong URL) is not proof it is gone
+        code = _json(response).get("error")
+        if code == "no_such_instance":  # a bare 404 (a wrong URL) is not proof it is gone
+            return
+        if response.status_code == 404 and code == "not_found" and await self._confirmed_gone(instance_id):
             return
         _checked(response, f"could not destroy instance {instance_id}", f"destroy it at {CONSOLE}")
+
+    async def _confirmed_gone(self, instance_id: str) -> bool:
+        """Whether Vast's view of the instance says it is gone (False when it cannot be read: a wrong URL)."""
+        try:
+            return (await self.get(instance_id)).state is InstanceState.TERMINATED
+        except ProviderError:
+            return False
 
     async def instances(self) -> list[Instance]:
         """Every instance of the account: every page of ``/api/v1/instances/``.
