@@ -29,6 +29,7 @@ from desktop.services.providers.base import (
     UncertainOutcomeError,
 )
 from desktop.services.providers.http import RetryPolicy
+from desktop.services.providers.market import size_offers
 from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.providers.vast import (
     ACTUAL_STATES,
@@ -97,12 +98,39 @@ async def test_on_demand_offers_are_mapped_and_filtered_by_vast(vast: VastProvid
     assert body["direct_port_count"] == {"gte": 1} and body["cuda_max_good"] == {"gte": 12.1}
 
 
-async def test_spot_offers_are_priced_at_the_minimum_bid(vast: VastProvider, fake_vast: FakeVast) -> None:
+async def test_spot_offers_are_priced_at_the_minimum_bid_plus_their_disk(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
     offers = await vast.offers(OfferQuery(spot=True, max_price_per_hour=0.3))
 
-    assert [(o.offer_id, o.price_per_hour, o.spot) for o in offers] == [("5001", 0.18, True), ("5002", 0.25, True)]
+    # min_bid 0.18 and 0.25, plus 50 GB at $0.144 per GB per month: $0.01 an hour
+    assert [(o.offer_id, o.price_per_hour, o.spot) for o in offers] == [("5001", 0.19, True), ("5002", 0.26, True)]
     body = bodies(fake_vast, "POST", "/bundles/")[0]
-    assert body["type"] == "bid" and "dph_total" not in body  # a bid cap is judged on min_bid, here
+    assert body["type"] == "bid" and "dph_total" not in body  # a bid cap is judged on the spot price, here
+
+
+async def test_spot_and_on_demand_are_priced_on_one_basis_disk_included(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
+    """An offer with known fields: both prices are what the machine bills per hour with the disk asked for."""
+    offer = next(o for o in fake_vast.offers if o["id"] == 5001)
+    offer.update(dph_base=0.30, storage_cost=0.36, min_bid=0.12)  # 200 GB: 0.36 * 200 / 720 = $0.10 an hour
+    [on_demand] = await vast.offers(OfferQuery(gpu="RTX 4090", disk_gb=200))
+    [spot] = await vast.offers(OfferQuery(gpu="RTX 4090", disk_gb=200, spot=True))
+    assert (on_demand.price_per_hour, on_demand.storage_per_hour) == (pytest.approx(0.40), pytest.approx(0.10))
+    assert (spot.price_per_hour, spot.storage_per_hour) == (pytest.approx(0.22), pytest.approx(0.10))
+    assert bodies(fake_vast, "POST", "/bundles/")[0]["allocated_storage"] == 200, "Vast priced the same disk"
+
+
+async def test_the_cheapest_spot_offer_is_the_one_that_bills_least_not_the_lowest_bid(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
+    """5001 has the lower bid but a dear disk: with 100 GB it bills more than 5002, which ranks first."""
+    next(o for o in fake_vast.offers if o["id"] == 5001).update(min_bid=0.10, storage_cost=1.44)  # + $0.20 an hour
+    next(o for o in fake_vast.offers if o["id"] == 5002).update(min_bid=0.15, storage_cost=0.072)  # + $0.01 an hour
+    offers = await vast.offers(OfferQuery(spot=True, disk_gb=100))
+    ranked = size_offers(offers, None, [])
+    assert [(s.offer.offer_id, round(s.offer.price_per_hour, 4)) for s in ranked][:2] == [("5002", 0.16), ("5001", 0.3)]
 
 
 async def test_offer_filters_reach_vast_and_the_gpu_name_is_matched_here(
@@ -129,7 +157,7 @@ async def test_on_demand_create_sends_no_price_and_attaches_the_key(
     assert (instance.name, instance.gpu, instance.price_per_hour, instance.spot) == (
         "rentune-run1",
         "RTX 4090",
-        0.4,
+        0.398,  # dph_base 0.39 and 40 GB of disk at $0.144 per GB per month
         False,
     )
     booked = fake_vast.instances[instance.instance_id]
@@ -145,7 +173,7 @@ async def test_spot_create_sends_the_bid(
 ) -> None:
     instance = await vast.create(request_for(await cheapest(vast, spot=True), key_pair[1], bid=0.2))
 
-    assert instance.spot and instance.price_per_hour == 0.2
+    assert instance.spot and instance.price_per_hour == 0.208, "the bid, and 40 GB of disk on top"
     assert fake_vast.instances[instance.instance_id].extra["price"] == 0.2
     assert bodies(fake_vast, "PUT", "/asks/")[0]["price"] == 0.2
 
@@ -350,7 +378,7 @@ def test_memory_of_no_known_size_is_given_in_gib() -> None:
 async def test_an_h100_of_81559_mib_passes_an_80_gb_filter(vast: VastProvider, fake_vast: FakeVast) -> None:
     h100 = next(o for o in fake_vast.offers if o["gpu_name"] == "H100 SXM")
     h100["cuda_max_good"] = 12.8
-    fake_vast.offers.append({**h100, "id": 5006, "gpu_name": "L40S", "gpu_ram": 46068, "dph_total": 0.9})
+    fake_vast.offers.append({**h100, "id": 5006, "gpu_name": "L40S", "gpu_ram": 46068, "dph_base": 0.89})
 
     assert [(o.offer_id, o.vram_gb) for o in await vast.offers(OfferQuery(min_vram_gb=80))] == [
         ("5003", 80.0),

@@ -440,11 +440,7 @@ class RentalDriver:
     async def _create(self, run_id: str, compute: ComputeSpec, offer: Offer) -> Instance:
         """Creates the machine with its rental recorded first (:mod:`.creating`) and points the run at it."""
         record = self.ctx.store.get(run_id)
-        bid = None
-        if offer.spot:
-            bid = offer.price_per_hour * self.options.bid_markup
-            if compute.max_price_per_hour:
-                bid = min(bid, compute.max_price_per_hour)
+        bid = bid_for(offer, self.options.bid_markup, compute.max_price_per_hour) if offer.spot else None
         if offer.nodes > 1:
             self.report(
                 f"renting a cluster of {offer.nodes} machines with {offer.count}x {offer.gpu} each at "
@@ -465,7 +461,8 @@ class RentalDriver:
             bid_per_hour=bid,
         )
         client = self._client(offer.provider)
-        row, instance = await self.creator.create(client, run_id, request, bid or offer.price_per_hour)
+        price = offer.price_per_hour if bid is None else bid + offer.storage_per_hour  # what it bills
+        row, instance = await self.creator.create(client, run_id, request, price)
         assert row.instance_id is not None
         rental = Rental(  # a cluster's row is all its machines together (each has its own in the ledger)
             offer.provider, row.instance_id, row.gpu, row.price_per_hour, offer.spot, offer.offer_id, row.started
@@ -690,6 +687,18 @@ class RentalDriver:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+
+
+def bid_for(offer: Offer, markup: float, max_price_per_hour: float | None) -> float:
+    """The bid for a spot offer: the machine's part of its price times ``markup``.
+
+    The disk (``storage_per_hour``) is left out of the bid, as the provider bills it on top; with a maximum price,
+    the bid is at most that maximum less the disk, so the machine bills no more than the maximum.
+    """
+    bid = (offer.price_per_hour - offer.storage_per_hour) * markup
+    if max_price_per_hour:
+        bid = min(bid, max_price_per_hour - offer.storage_per_hour)
+    return bid
 
 
 def self_stop_settings(compute: ComputeSpec, rental: Rental) -> dict[str, Any] | None:
