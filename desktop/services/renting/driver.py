@@ -66,6 +66,11 @@ class ClusterProvider(Protocol):
 
 #: Seconds SSH may refuse the run's key after its banner shows before the login counts as refused (not "starting").
 REFUSED_LOGIN_GRACE_S = 60.0
+#: Seconds a new machine may run without a public SSH address before it is let go for the next offer. RunPod maps a
+#: pod's port moments after RUNNING ("ports may take a while", SkyPilot's v2 client), but a community pod on a host
+#: with no public IP never gets ``ssh.direct`` and would bill until the ready timeout (10 min by default): 90 s leaves
+#: a slow mapping ample room and caps such a pod at a minute and a half.
+PUBLIC_PORT_GRACE_S = 90.0
 LOST_STATES = frozenset({InstanceState.STOPPED, InstanceState.FAILED, InstanceState.TERMINATED})
 
 
@@ -84,6 +89,8 @@ class RentalOptions:
         terminate_patience: Seconds a terminate is retried before the run moves on, leaving the rental
             ``terminating`` (retried in the background and at every start until the provider says it is gone).
         create: How long a create's unclear outcome is waited for.
+        public_port_grace_seconds: Seconds a new machine may run without a public SSH address before it is
+            terminated and the next offer tried (:data:`PUBLIC_PORT_GRACE_S`).
     """
 
     poll_seconds: float = 10.0
@@ -95,10 +102,18 @@ class RentalOptions:
     budget_poll_seconds: float = 5.0
     terminate_patience: float = 120.0
     create: CreateTiming = field(default_factory=CreateTiming)
+    public_port_grace_seconds: float = PUBLIC_PORT_GRACE_S
 
 
 class RentError(RunError):
     """No machine could be rented or brought up; nothing is left billing."""
+
+
+class UnusableMachineError(RentError):
+    """The new machine will never be usable: lost before it came up, or running with no public SSH address.
+
+    It is terminated like any machine that fails to come up, and the next offer is tried.
+    """
 
 
 class RentalDriver:
@@ -379,11 +394,18 @@ class RentalDriver:
             try:
                 instance = await self._create(run_id, compute, offer)
             except ProviderError as exc:
-                problems.append(exc.message)
-                self.report(f"could not rent {offer.gpu} at {offer.provider.label}: {exc.message}; trying the next")
+                problems.append(self._next_offer(offer, exc.message))
                 continue
-            return await self._bring_up(run_id, compute, offer, instance)
+            try:
+                return await self._bring_up(run_id, compute, offer, instance)
+            except UnusableMachineError as exc:  # terminated on the way out of _bring_up
+                problems.append(self._next_offer(offer, str(exc)))
         raise RentError(f"no machine could be rented: {'; '.join(problems)}")
+
+    def _next_offer(self, offer: Offer, why: str) -> str:
+        """Says that ``offer`` failed and the next is tried; returns ``why``."""
+        self.report(f"could not rent {offer.gpu} at {offer.provider.label}: {why}; trying the next")
+        return why
 
     async def _offers(self, compute: ComputeSpec, first: bool) -> list[Offer]:
         """Matching offers in stock, cheapest first (a pinned ``offer`` only for the first machine)."""
@@ -525,11 +547,16 @@ class RentalDriver:
         """Polls until the provider says running with an address, SSH shows a banner and runs a command.
 
         Raises:
-            RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
+            UnusableMachineError: The provider gave up on it, or it ran without a public SSH address for
+                :attr:`RentalOptions.public_port_grace_seconds`.
+            RentError: Not up within ``ready_timeout_minutes``.
         """
+        running_without_address: list[float] = []  # when the machine was first seen running without one
 
         async def answers(instance: Instance) -> tuple[SshTarget, str] | None:
             if instance.ssh is None:
+                running_without_address[:1] = running_without_address[:1] or [time.monotonic()]
+                self._check_public_port(rental, time.monotonic() - running_without_address[0])
                 return None
             user = compute.user or instance.ssh.user
             target = SshTarget(user, instance.ssh.host, instance.ssh.port, python=compute.python)
@@ -537,6 +564,18 @@ class RentalDriver:
             return None if host_key is None else (target, host_key)
 
         return await self._until_up(compute, rental, "machine", answers)
+
+    def _check_public_port(self, rental: Rental, waited: float) -> None:
+        """Gives up a machine that has run without a public SSH address for the grace.
+
+        Raises:
+            UnusableMachineError: ``waited`` reached :attr:`RentalOptions.public_port_grace_seconds`.
+        """
+        if waited >= self.options.public_port_grace_seconds:
+            raise UnusableMachineError(
+                f"the {rental.provider.label} machine {rental.instance_id} ran for {waited:.0f} s without a public "
+                "SSH port (its host has no public IP address); it was let go"
+            )
 
     async def _place_cluster(self, run_id: str, compute: ComputeSpec, rental: Rental) -> SshTarget:
         """Waits until every machine of a new cluster answers over SSH, then points the run's machines at them.
@@ -566,7 +605,7 @@ class RentalDriver:
             if instance is not None:
                 last = instance.status_text or instance.state.value
                 if instance.state in LOST_STATES:
-                    raise RentError(f"the new {what} was {self._lost_words(instance)} before it came up")
+                    raise UnusableMachineError(f"the new {what} was {self._lost_words(instance)} before it came up")
                 if instance.state is InstanceState.RUNNING:
                     found = await answers(instance)
                     if found is not None:
