@@ -11,15 +11,21 @@ Errors carry Lambda's codes: a missing instance or key is 404 ``global/object-do
 ``global/account-inactive``. The launch schema has no ``quantity``: more than 1 is refused, as Lambda does.
 :meth:`FakeLambda.billed_seconds` is what Lambda would bill a machine for: from its launch to its termination.
 
+Lambda's rate limits are enforced per key, as documented: a request less than 1 s after the last one served, or a
+launch less than 12 s after the last launch served, is answered 429 (no body Lambda documents, no ``Retry-After``),
+by the fake's own ``clock`` (a test passes the one its client's pacer uses, so nobody really sleeps).
+
 The real API has no field for an SSH port (VMs take SSH on 22); the fake's machines listen on random loopback ports,
 so a client under test is given :meth:`FakeLambda.ssh_for` as ``LambdaProvider(ssh_for=)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,28 @@ TYPES: dict[str, tuple[str, int, list[str]]] = {
     "gpu_8x_a100": ("8x A100 (40 GB SXM4)", 1032, []),
 }
 REGIONS = {"us-east-1": "Virginia, USA", "us-west-1": "California, USA"}
+#: Lambda's limits: seconds between two requests with one key, and between two launches.
+LIMITS = (1.0, 12.0)
+LAUNCH = "/instance-operations/launch"
+TOLERANCE = 1e-6  # float rounding of a clock moved by exactly the interval
+
+
+class ManualClock:
+    """A clock that moves only when someone sleeps on it: a client's pacer and the fake's limits share one."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.time = start
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        """The time now."""
+        return self.time
+
+    async def sleep(self, seconds: float) -> None:
+        """Moves the clock on by ``seconds`` at once (and lets other tasks run)."""
+        self.slept.append(seconds)
+        self.time += max(0.0, seconds)
+        await asyncio.sleep(0)
 
 
 def error(status: int, code: str, message: str, suggestion: str | None = None) -> FakeResponse:
@@ -63,10 +91,19 @@ class FakeLambda(FakeCloud):
         account_inactive: Every request is refused with 403 ``global/account-inactive`` (the key itself is fine).
     """
 
-    def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        boot_seconds: float = 1.0,
+        limits: tuple[float, float] | None = LIMITS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(root, boot_seconds=boot_seconds)
         self.ssh_keys: dict[str, dict[str, str]] = {}
         self.account_inactive = False
+        self.limits, self.clock = limits, clock
+        self.served: list[tuple[float, str, str]] = []  # (clock, method, path) of every request served, not refused
         self._routes = [
             ("GET", r"/instance-types", "_instance_types"),
             ("GET", r"/ssh-keys", "_list_keys"),
@@ -113,12 +150,27 @@ class FakeLambda(FakeCloud):
                 "Contact Support if problems continue.",
             )
         path = request.path.removeprefix(PREFIX) if request.path.startswith(PREFIX + "/") else None
+        if self._over_limit(request.method, path or ""):
+            return FakeResponse(429, b"Too Many Requests")
+        self.served.append((self.clock(), request.method, path or ""))
         for method, pattern, answer in self._routes:
             match = re.fullmatch(pattern, path or "")
             if match and method == request.method:
                 reply: FakeResponse = getattr(self, answer)(request, **match.groupdict())  # by name: tests patch one
                 return reply
         return error(404, "global/not-found", f"No route {request.method} {request.path}")
+
+    def _over_limit(self, method: str, path: str) -> bool:
+        """Whether Lambda's limits refuse this request now (measured from the last requests served)."""
+        if self.limits is None:
+            return False
+        every, launches = self.limits
+        now = self.clock()
+        last = self.served[-1][0] if self.served else None
+        last_launch = next((t for t, m, p in reversed(self.served) if (m, p) == ("POST", LAUNCH)), None)
+        too_soon = last is not None and now - last < every - TOLERANCE
+        launch = (method, path) == ("POST", LAUNCH)
+        return too_soon or (launch and last_launch is not None and now - last_launch < launches - TOLERANCE)
 
     # -- instance types ------------------------------------------------------------------------------------------
 

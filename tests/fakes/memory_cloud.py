@@ -78,6 +78,8 @@ class MemoryCloud:
         self.creates_held = 0  # creates that reached the provider and waited on hold_creates
         self.billed: dict[str, tuple[float, float | None]] = {}
         self.reports_start_times = True  # False: like Lambda, machines come without a created_at
+        self.no_public_port_for: set[str] = set()  # offer ids whose machines run without an SSH address (RunPod's
+        # community pods on a host with no public IP: ``ssh.direct`` stays null)
         self._ids = itertools.count(1)
 
     def fail(self, call: str, *faults: Fault) -> None:
@@ -130,7 +132,7 @@ class MemoryCloud:
             self.on_create(host)
         instance_id = f"{self.name.value}-{next(self._ids)}"
         price = request.bid_per_hour or request.offer.price_per_hour
-        ssh = SshAddress("fake", port, "root")
+        ssh = None if request.offer.offer_id in self.no_public_port_for else SshAddress("fake", port, "root")
         now = self.clock()
         self.billed[instance_id] = (now, None)
         self.instances[instance_id] = Instance(

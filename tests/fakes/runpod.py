@@ -10,10 +10,11 @@ machine has booted, then ``RUNNING`` with ``ssh.direct`` and ``runtime.ports`` n
 stopped or outbid pod is ``EXITED`` (cost 0, no runtime); a deleted pod is gone (404, no longer listed).
 :attr:`FakeRunPod.statuses` forces a pod's status (``ERROR``, say).
 
-GraphQL (``POST /graphql``) serves only what Rentune still asks it: ``gpuTypes`` with spot prices and
-``podRentInterruptable``. Its queries are parsed and validated for real (graphql-core against an SDL), so a misspelt
-field fails as it would at RunPod, with HTTP 200 and ``errors``. :attr:`FakeRunPod.graphql_status` makes it answer
-every request with one status instead (410 once RunPod has retired it).
+GraphQL (``POST /graphql``, exactly: ``/graphql/`` is a 404) serves only what Rentune still asks it: ``gpuTypes``
+with spot prices and ``podRentInterruptable``. Its queries are parsed and validated for real (graphql-core against an
+SDL), so a misspelt field fails as it would at RunPod, with HTTP 200 and ``errors``.
+:attr:`FakeRunPod.graphql_status` makes it answer every request with one status instead
+(410 once RunPod has retired it).
 
 A pod's own key (``RUNPOD_API_KEY`` inside it, ``pod-scoped-<id>``) may only delete or stop that pod. The 401 body,
 the bid-too-low message and the 404 after a delete (rather than ``TERMINATED``) are not confirmed against RunPod.
@@ -177,6 +178,8 @@ class FakeRunPod(FakeClusters, FakeCloud):
         graphql_status: When set, ``/graphql`` answers every request with this status (404, 410, 500).
         failing_lists: ``"pods"`` or ``"clusters"`` -> a status (500, 503) that list (``GET /pods``, ``GET
             /clusters``) answers with every time, as a problem body; the other routes answer as usual.
+        no_public_ip_clouds: Clouds whose pods land on hosts without a public IP: they run (and bill) with
+            ``ssh.direct`` null and no public port for ``22/tcp``, so they are never reachable.
     """
 
     def __init__(self, root: Path, *, boot_seconds: float = 1.0) -> None:
@@ -184,6 +187,7 @@ class FakeRunPod(FakeClusters, FakeCloud):
         self.statuses: dict[str, str] = {}
         self.graphql_status: int | None = None
         self.failing_lists: dict[str, int] = {}
+        self.no_public_ip_clouds: set[str] = set()
         self.clusters: dict[str, ClusterBook] = {}
         self._routes = [
             *self.CLUSTER_ROUTES,
@@ -196,8 +200,12 @@ class FakeRunPod(FakeClusters, FakeCloud):
         ]
 
     def handle(self, request: FakeRequest) -> FakeResponse:
-        """Routes to GraphQL (``/graphql``) or to REST v2, after checking the key."""
-        if request.path.rstrip("/").endswith("/graphql"):
+        """Routes to GraphQL (``/graphql`` exactly) or to REST v2, after checking the key.
+
+        GraphQL is served at ``/graphql`` only, the route RunPod's own clients post to: ``/graphql/`` falls through
+        to REST, which has no such route (a 404), so a client that adds a slash loses its spot offers here too.
+        """
+        if request.path == "/graphql":
             return self._graphql(request)
         path = request.path.removeprefix("/v2") if request.path.startswith("/v2/") else request.path
         refusal = self._refusal(request, path)
@@ -371,23 +379,28 @@ class FakeRunPod(FakeClusters, FakeCloud):
             "dataCenterId": DATA_CENTER[instance.extra["cloud"]],
             "cudaVersion": "12.8",
             "gpu": {"id": body["gpu"]["id"], "count": instance.extra["count"]},
-            "ssh": self.ssh_of(instance, status),
+            "ssh": self.ssh_of(instance, status, public=self._public(instance)),
             "template": None,
             "cost": instance.price_per_hour if status in ("PROVISIONING", "STARTING", "RUNNING") else 0.0,
             "locked": False,
-            "runtime": self.runtime_of(instance) if status == "RUNNING" else None,
+            "runtime": self.runtime_of(instance, public=self._public(instance)) if status == "RUNNING" else None,
             "createdAt": _iso(instance.created),
             "startedAt": _iso(instance.running_since),
             "globalNetworking": {"enabled": False},
         }
 
+    def _public(self, instance: FakeInstance) -> bool:
+        """Whether the pod's host has a public IP (its ``22/tcp`` gets a public port)."""
+        return instance.extra["cloud"] not in self.no_public_ip_clouds
+
     @staticmethod
-    def ssh_of(instance: FakeInstance, status: str) -> dict[str, Any]:
-        """``ssh``: the proxy once placed, ``direct`` only while running with ``22/tcp`` published."""
+    def ssh_of(instance: FakeInstance, status: str, *, public: bool = True) -> dict[str, Any]:
+        """``ssh``: the proxy once placed, ``direct`` only while running with ``22/tcp`` published publicly."""
         proxy = {"host": "ssh.runpod.io", "port": 22, "username": f"{instance.id}-64411eb2"}
         proxy["command"] = f"ssh {proxy['username']}@ssh.runpod.io"
         address = instance.address
-        if status != "RUNNING" or address is None or "22/tcp" not in instance.extra["body"].get("ports", []):
+        published = "22/tcp" in instance.extra["body"].get("ports", [])
+        if status != "RUNNING" or address is None or not published or not public:
             return {"proxy": proxy, "direct": None}
         command = f"ssh root@{address.host} -p {address.port}"
         return {
@@ -396,11 +409,14 @@ class FakeRunPod(FakeClusters, FakeCloud):
         }
 
     @staticmethod
-    def runtime_of(instance: FakeInstance) -> dict[str, Any] | None:
-        """The running container: its uptime and the sshd's port as public ``22/tcp``."""
+    def runtime_of(instance: FakeInstance, *, public: bool = True) -> dict[str, Any] | None:
+        """The running container: its uptime and the sshd's port as ``22/tcp`` (with no public port or IP on a
+        host without a public IP)."""
         if instance.address is None or instance.running_since is None:
             return None
-        port = {"private": 22, "public": instance.address.port, "type": "tcp", "ip": instance.address.host}
+        port: dict[str, Any] = {"private": 22, "public": None, "type": "tcp", "ip": None}
+        if public:
+            port.update(public=instance.address.port, ip=instance.address.host)
         return {"uptime": int(time.time() - instance.running_since), "gpus": [], "ports": [port]}
 
     # -- GraphQL, spot only --------------------------------------------------------------------------------------

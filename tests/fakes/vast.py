@@ -13,7 +13,11 @@
   ``exited``, ``unknown`` or ``offline`` while Vast still intends it to run.
 - ``GET /api/v1/instances/?limit=&after_token=`` lists ``page_size`` (at most 25) instances a page, with a
   ``next_token`` while more follow; the deprecated ``GET /api/v0/instances/`` still answers them all at once.
+- Prices as Vast bills: an offer's ``dph_total`` is ``dph_base`` plus its disk (``storage_cost`` dollars per GB per
+  month, 30-day months, for the search's ``allocated_storage``); ``min_bid`` leaves the disk out. An instance bills
+  ``dph_base``, or its bid, plus the disk it was created with (its row's ``dph_total``).
 - ``gpu_ram`` is in MiB (an 80 GB H100 reads 81559); 429s are ``{"detail": ...}`` without ``Retry-After``.
+- ``DELETE /instances/{id}/`` of an instance it does not have (never, or no longer) is 404 ``not_found``.
 - :meth:`FakeVast.billed_seconds` is what Vast would bill an instance for: from its create to its destroy.
 """
 
@@ -36,32 +40,37 @@ MAX_PAGE = 25
 OFFERS: list[dict[str, Any]] = [
     {
         "id": 5001, "machine_id": 301, "gpu_name": "RTX 4090", "num_gpus": 1, "gpu_ram": 24564,
-        "dph_total": 0.40, "min_bid": 0.18, "reliability2": 0.99, "reliability": 0.99, "geolocation": "Oslo, NO",
+        "dph_base": 0.39, "storage_cost": 0.144,
+        "min_bid": 0.18, "reliability2": 0.99, "reliability": 0.99, "geolocation": "Oslo, NO",
         "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 20,
         "cuda_max_good": 12.4, "is_bid": False, "public_ipaddr": "127.0.0.1",
     },
     {
         "id": 5002, "machine_id": 302, "gpu_name": "RTX 3090", "num_gpus": 2, "gpu_ram": 24576,
-        "dph_total": 0.52, "min_bid": 0.25, "reliability2": 0.97, "reliability": 0.97, "geolocation": "Texas, US",
+        "dph_base": 0.51, "storage_cost": 0.144,
+        "min_bid": 0.25, "reliability2": 0.97, "reliability": 0.97, "geolocation": "Texas, US",
         "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 8,
         "cuda_max_good": 12.2, "is_bid": False, "public_ipaddr": "127.0.0.1",
     },
     {
         "id": 5003, "machine_id": 303, "gpu_name": "A100 SXM4", "num_gpus": 1, "gpu_ram": 81920,
-        "dph_total": 1.10, "min_bid": 0.61, "reliability2": 0.81, "reliability": 0.81, "geolocation": None,
+        "dph_base": 1.09, "storage_cost": 0.144,
+        "min_bid": 0.61, "reliability2": 0.81, "reliability": 0.81, "geolocation": None,
         "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 4,
         "cuda_max_good": 12.8, "is_bid": False, "public_ipaddr": "127.0.0.1",
     },
     # Never listed by a search with the usual filters: unverified, and too old a CUDA.
     {
         "id": 5004, "machine_id": 304, "gpu_name": "RTX 4090", "num_gpus": 1, "gpu_ram": 24564,
-        "dph_total": 0.21, "min_bid": 0.10, "reliability2": 0.90, "reliability": 0.90, "geolocation": "Lagos, NG",
+        "dph_base": 0.2, "storage_cost": 0.144,
+        "min_bid": 0.10, "reliability2": 0.90, "reliability": 0.90, "geolocation": "Lagos, NG",
         "verified": False, "external": False, "rentable": True, "rented": False, "direct_port_count": 2,
         "cuda_max_good": 12.4, "is_bid": False, "public_ipaddr": "127.0.0.1",
     },
     {
         "id": 5005, "machine_id": 305, "gpu_name": "H100 SXM", "num_gpus": 1, "gpu_ram": 81559,
-        "dph_total": 1.90, "min_bid": 1.20, "reliability2": 0.995, "reliability": 0.995, "geolocation": "Paris, FR",
+        "dph_base": 1.89, "storage_cost": 0.144,
+        "min_bid": 1.20, "reliability2": 0.995, "reliability": 0.995, "geolocation": "Paris, FR",
         "verified": True, "external": False, "rentable": True, "rented": False, "direct_port_count": 10,
         "cuda_max_good": 11.8, "is_bid": False, "public_ipaddr": "127.0.0.1",
     },
@@ -78,6 +87,18 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "notin": lambda a, b: a not in b,
 }
 _SEARCH_KEYS = {"order", "type", "limit", "allocated_storage"}
+#: Vast's default ``allocated_storage`` for pricing a search, GB (vast-cli's ``--storage``).
+DEFAULT_STORAGE_GB = 5.0
+
+
+def storage_per_hour(offer: dict[str, Any], disk_gb: float) -> float:
+    """What ``disk_gb`` GB of the offer's disk bill per hour (``storage_cost``: dollars per GB per 30-day month)."""
+    return float(offer["storage_cost"]) * disk_gb / (30 * 24)
+
+
+def priced(offer: dict[str, Any], disk_gb: float) -> dict[str, Any]:
+    """The offer as a search answers it: ``dph_total`` is ``dph_base`` plus ``disk_gb`` of its disk."""
+    return {**offer, "dph_total": round(offer["dph_base"] + storage_per_hour(offer, disk_gb), 6)}
 
 
 def _error(status: int, code: str, msg: str, **more: Any) -> FakeResponse:
@@ -166,11 +187,12 @@ class FakeVast(FakeCloud):
         if body.get("type") not in ("on-demand", "bid"):
             return _error(400, "invalid_args", f"type must be on-demand or bid, not {body.get('type')!r}")
         filters = {key: value for key, value in body.items() if key not in _SEARCH_KEYS}
-        unknown = [key for key in filters if key not in self.offers[0]]
+        offers = [priced(offer, float(body.get("allocated_storage") or DEFAULT_STORAGE_GB)) for offer in self.offers]
+        unknown = [key for key in filters if key not in offers[0]]
         unknown += [op for cond in filters.values() if isinstance(cond, dict) for op in cond if op not in _OPS]
         if unknown:
             return _error(400, "invalid_args", f"unknown search fields or operators {unknown}")
-        found = [offer for offer in self.offers if _passes(offer, filters)]
+        found = [offer for offer in offers if _passes(offer, filters)]
         for field, direction in reversed(body.get("order") or []):
             found.sort(key=itemgetter(field), reverse=direction == "desc")
         return FakeResponse(200, {"offers": found[: int(body.get("limit") or 64)]})
@@ -203,7 +225,8 @@ class FakeVast(FakeCloud):
             id=instance_id,
             label=str(body.get("label") or ""),
             gpu=offer["gpu_name"],
-            price_per_hour=offer["dph_total"] if price is None else price,  # no price: on-demand, whatever was searched
+            # No price: on-demand, whatever was searched. The disk bills on top of the machine either way.
+            price_per_hour=round((offer["dph_base"] if price is None else price) + storage(offer, body), 6),
             spot=price is not None,
             public_key="",
             created=time.time(),
@@ -217,6 +240,10 @@ class FakeVast(FakeCloud):
             },
         )
         return self.add(instance)
+
+    def billed_usd(self, instance_id: str) -> float:
+        """Dollars Vast bills the instance: its rate (machine and disk) for its billed seconds."""
+        return self.billed_seconds(instance_id) * self.instances[instance_id].price_per_hour / 3600
 
     def _attach_key(self, request: FakeRequest, instance_id: str) -> FakeResponse:
         instance = self.instances.get(instance_id)
@@ -273,8 +300,8 @@ class FakeVast(FakeCloud):
 
     def _destroy(self, request: FakeRequest, instance_id: str) -> FakeResponse:
         instance = self.instances.get(instance_id)
-        if instance is None or not instance.live:
-            return _error(404, "no_such_instance", f"Instance {instance_id} not found.")
+        if instance is None or not instance.live:  # Vast's answer now (older ones said no_such_instance)
+            return _error(404, "not_found", f"Instance {instance_id} not found.")
         self.terminate_instance(instance)
         return FakeResponse(200, {"success": True})
 
@@ -336,6 +363,11 @@ def _states(actual: str | None, intended: str, message: str) -> dict[str, Any]:
         "next_state": current,
         "status_msg": message,
     }
+
+
+def storage(offer: dict[str, Any], body: dict[str, Any]) -> float:
+    """What the disk a create asks for bills per hour."""
+    return storage_per_hour(offer, float(body.get("disk") or 0))
 
 
 def _passes(offer: dict[str, Any], filters: dict[str, Any]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,24 +28,45 @@ from desktop.services.providers.base import (
     UncertainOutcomeError,
 )
 from desktop.services.providers.http import RetryPolicy
-from desktop.services.providers.lambda_cloud import STATES, LambdaProvider, instance_from, parse_description, vm_ssh
+from desktop.services.providers.lambda_cloud import (
+    LAMBDA_RETRY,
+    LAUNCH_INTERVAL_S,
+    REQUEST_INTERVAL_S,
+    STATES,
+    LambdaProvider,
+    Pacer,
+    instance_from,
+    parse_description,
+    vm_ssh,
+)
 from desktop.services.providers.registry import PROVIDERS
 from tests.fakes.http import CallFault, FakeRequest, FakeResponse, FaultKind
-from tests.fakes.lambda_cloud import FakeLambda
+from tests.fakes.lambda_cloud import FakeLambda, ManualClock
 
 QUICK = RetryPolicy(first_delay=0.01)
 
 
 @pytest.fixture
-def cloud(tmp_path: Path) -> Iterator[FakeLambda]:
-    fake = FakeLambda(tmp_path / "lambda", boot_seconds=600)  # booting until a test moves time on
+def clock() -> ManualClock:
+    """The time of Lambda's rate limits, for the fake and the client's pacer alike: nobody really sleeps."""
+    return ManualClock()
+
+
+def paced(clock: ManualClock) -> Pacer:
+    """A pacer at Lambda's limits on the test's clock."""
+    return Pacer(clock=clock.now, sleep=clock.sleep)
+
+
+@pytest.fixture
+def cloud(tmp_path: Path, clock: ManualClock) -> Iterator[FakeLambda]:
+    fake = FakeLambda(tmp_path / "lambda", boot_seconds=600, clock=clock.now)  # booting until a test moves time on
     yield fake
     fake.close()
 
 
 @pytest.fixture
-async def lam(cloud: FakeLambda) -> AsyncIterator[LambdaProvider]:
-    provider = LambdaProvider("test-key", transport=cloud.transport(), retry=QUICK)
+async def lam(cloud: FakeLambda, clock: ManualClock) -> AsyncIterator[LambdaProvider]:
+    provider = LambdaProvider("test-key", transport=cloud.transport(), retry=QUICK, pacer=paced(clock))
     yield provider
     await provider.aclose()
 
@@ -178,11 +200,13 @@ async def test_no_capacity_keeps_lambdas_message_and_removes_the_new_key(
         await lam.create(rent(public_key(), offer_id="gpu_8x_a100@"))
 
 
-async def test_a_refused_key_is_an_auth_error_with_lambdas_words(lam: LambdaProvider, cloud: FakeLambda) -> None:
+async def test_a_refused_key_is_an_auth_error_with_lambdas_words(
+    lam: LambdaProvider, cloud: FakeLambda, clock: ManualClock
+) -> None:
     cloud.faults.reject_key = True
     with pytest.raises(AuthError, match="API key was invalid, expired, or deleted"):
         await lam.check_key()
-    wrong = LambdaProvider("wrong-key", transport=cloud.transport(), retry=QUICK)
+    wrong = LambdaProvider("wrong-key", transport=cloud.transport(), retry=QUICK, pacer=paced(clock))
     try:
         cloud.faults.reject_key = False
         with pytest.raises(AuthError):
@@ -216,6 +240,62 @@ async def test_a_rate_limited_launch_is_sent_again(
 
     assert len(calls(cloud, "POST", "/instance-operations/launch")) == 2
     assert list(cloud.instances) == [instance.instance_id]
+
+
+def served(cloud: FakeLambda, path: str | None = None) -> list[float]:
+    """When the fake served each request (to ``path``, if given), on the test's clock."""
+    return [moment for moment, _method, where in cloud.served if path is None or where == path]
+
+
+async def test_a_burst_of_calls_is_paced_at_lambdas_one_request_a_second(
+    lam: LambdaProvider, cloud: FakeLambda, clock: ManualClock
+) -> None:
+    """Six calls at once go out one a second: the fake, which refuses faster ones with 429, serves every one."""
+    start = clock.now()
+    answers = await asyncio.gather(*(lam.get(f"no-such-{n}") for n in range(6)))
+    assert [a.state for a in answers] == [InstanceState.TERMINATED] * 6
+    times = served(cloud)
+    assert len(times) == len(cloud.requests) == 6, "no request was refused"
+    assert all(b - a >= REQUEST_INTERVAL_S - 1e-9 for a, b in itertools.pairwise(times))
+    assert clock.now() - start == pytest.approx(5 * REQUEST_INTERVAL_S), "no longer than the limit asks"
+
+
+async def test_a_launch_right_after_another_waits_out_lambdas_launch_window(
+    lam: LambdaProvider, cloud: FakeLambda, clock: ManualClock
+) -> None:
+    key = public_key()
+    first = await lam.create(rent(key, "rentune-r1"))
+    second = await lam.create(rent(key, "rentune-r2"))
+    launches = served(cloud, "/instance-operations/launch")
+    assert len(launches) == 2 and launches[1] - launches[0] >= LAUNCH_INTERVAL_S - 1e-9
+    assert len(cloud.requests) == len(cloud.served), "no request was refused"
+    assert set(cloud.instances) == {first.instance_id, second.instance_id}
+
+
+async def test_a_429_back_off_outlasts_a_launch_window(cloud: FakeLambda, clock: ManualClock) -> None:
+    """Another client with the same key launched just now: this one's launch is refused with 429 until 12 s have
+    passed, and its back-off (Lambda sends no Retry-After) waits longer than that instead of giving up.
+
+    This client's pacer is left out (it would space the retried launch 12 s from the refused one by itself), so
+    only the back-off waits.
+    """
+    other = LambdaProvider("test-key", transport=cloud.transport(), retry=QUICK, pacer=paced(clock))
+    unpaced = Pacer(0.0, 0.0, clock=clock.now, sleep=clock.sleep)
+    mine = LambdaProvider("test-key", transport=cloud.transport(), pacer=unpaced)  # the default back-off
+    assert mine.retry == LAMBDA_RETRY
+    key = public_key()
+    try:
+        await other.create(rent(key, "rentune-other"))
+        await mine._ensure_key("rentune-mine", key)  # registered already: found, not added
+        instance = await mine.create(rent(key, "rentune-mine"))
+    finally:
+        await other.aclose()
+        await mine.aclose()
+    launches = served(cloud, "/instance-operations/launch")
+    sent = calls(cloud, "POST", "/instance-operations/launch")
+    assert len(launches) == 2 and len(sent) > 2, "the launch was refused, then served"
+    assert launches[1] - launches[0] >= LAUNCH_INTERVAL_S - 1e-9
+    assert cloud.instances[instance.instance_id].label == "rentune-mine"
 
 
 async def test_a_launch_answered_503_is_never_sent_twice(
@@ -319,11 +399,15 @@ async def test_a_preempted_machine_is_lost_but_still_listed_until_terminated(
     assert await lam.named("rentune-r1") == []
 
 
-async def test_only_object_does_not_exist_means_gone(lam: LambdaProvider, cloud: FakeLambda) -> None:
+async def test_only_object_does_not_exist_means_gone(
+    lam: LambdaProvider, cloud: FakeLambda, clock: ManualClock
+) -> None:
     assert (await lam.get("no-such-instance")).state is InstanceState.TERMINATED
     await lam.terminate("no-such-instance")
 
-    lost = LambdaProvider("test-key", "https://cloud.lambda.ai/api/v2", transport=cloud.transport(), retry=QUICK)
+    lost = LambdaProvider(
+        "test-key", "https://cloud.lambda.ai/api/v2", transport=cloud.transport(), retry=QUICK, pacer=paced(clock)
+    )
     try:
         with pytest.raises(ProviderError, match=r"cannot read instance abc: .*global/not-found"):
             await lost.get("abc")
@@ -392,10 +476,11 @@ async def test_instances_lists_every_machine_with_its_state(lam: LambdaProvider,
     assert listed[second.instance_id].state is InstanceState.TERMINATED
 
 
-def test_the_fake_refuses_more_than_one_machine_per_launch(cloud: FakeLambda) -> None:
+def test_the_fake_refuses_more_than_one_machine_per_launch(cloud: FakeLambda, clock: ManualClock) -> None:
     with httpx.Client(transport=cloud.transport(), base_url="https://cloud.lambda.ai/api/v1") as client:
         headers = {"Authorization": "Bearer test-key"}
         client.post("/ssh-keys", json={"name": "k", "public_key": public_key()}, headers=headers)
+        clock.time += REQUEST_INTERVAL_S  # Lambda serves one request a second
         body = {"region_name": "us-east-1", "instance_type_name": "gpu_1x_a10", "ssh_key_names": ["k"], "quantity": 2}
         answer = client.post("/instance-operations/launch", json=body, headers=headers)
     assert answer.status_code == 400
@@ -407,9 +492,10 @@ def test_the_fake_refuses_more_than_one_machine_per_launch(cloud: FakeLambda) ->
 # -- one real machine over real HTTP --------------------------------------------------------------------------------
 
 
-async def test_a_rented_machine_takes_the_runs_key_over_ssh(tmp_path: Path) -> None:
-    cloud = FakeLambda(tmp_path / "lambda-http", boot_seconds=0.3)
-    provider = LambdaProvider("test-key", f"{cloud.serve()}/api/v1", retry=QUICK, ssh_for=cloud.ssh_for)
+async def test_a_rented_machine_takes_the_runs_key_over_ssh(tmp_path: Path, clock: ManualClock) -> None:
+    cloud = FakeLambda(tmp_path / "lambda-http", boot_seconds=0.3, clock=clock.now)
+    url = f"{cloud.serve()}/api/v1"
+    provider = LambdaProvider("test-key", url, retry=QUICK, ssh_for=cloud.ssh_for, pacer=paced(clock))
     try:
         key = asyncssh.generate_private_key("ssh-ed25519")
         created = await provider.create(rent(key.export_public_key().decode()))

@@ -24,6 +24,7 @@ from desktop.services.providers.base import (
     ProviderError,
     ProviderName,
     RentRequest,
+    SpotUnavailableError,
     UncertainOutcomeError,
 )
 from desktop.services.providers.http import RetryPolicy
@@ -144,21 +145,42 @@ async def test_spot_offers_price_the_minimum_bid_times_count(provider: RunPodPro
     assert len(calls(fake, "POST", "/graphql")) == 2
 
 
+async def test_graphql_is_posted_to_graphql_without_a_trailing_slash(fake: FakeRunPod) -> None:
+    """runpodctl and runpod-python post to ``https://api.runpod.io/graphql``; the fake serves nothing else there."""
+    client = RunPodProvider(fake.valid_key, transport=fake.transport(), retry=RETRY)
+    assert await client.offers(OfferQuery(gpu="RTX 4090", spot=True)), "spot offers are listed"
+    await client.aclose()
+    posted = {str(r.path) for r in fake.requests if r.method == "POST"}
+    assert posted == {"/graphql"}
+    assert PROVIDERS[ProviderName.RUNPOD].default_graphql_url == "https://api.runpod.io/graphql"
+
+
+async def test_the_fake_serves_graphql_at_graphql_only(fake: FakeRunPod) -> None:
+    """A client that adds a slash (as an httpx base URL with an empty path does) is answered 404, as RunPod may."""
+    slashed = RunPodGraphQL(fake.valid_key, "https://api.runpod.io/graphql", transport=fake.transport(), retry=RETRY)
+    slashed.url = "https://api.runpod.io/graphql/"
+    with pytest.raises(ProviderError, match="GraphQL answered 404"):
+        await slashed.spot_gpus("SECURE", 1)
+    await slashed.aclose()
+
+
 @pytest.mark.parametrize("status", [404, 410, 500, 401])
-async def test_spot_offers_are_absent_when_graphql_does_not_answer(
+async def test_spot_offers_missing_because_graphql_does_not_answer_say_so(
     provider: RunPodProvider, fake: FakeRunPod, status: int
 ) -> None:
     fake.graphql_status = status
-    assert await provider.offers(OfferQuery(spot=True)) == []
+    with pytest.raises(SpotUnavailableError, match=r"RunPod's spot offers could not be listed \(.+\); .*spot = false"):
+        await provider.offers(OfferQuery(spot=True))
     assert calls(fake, "POST", "/graphql"), "GraphQL was asked"
     assert [o for o in await provider.offers(OfferQuery()) if o.in_stock], "on-demand offers are unaffected"
 
 
-async def test_spot_offers_are_absent_when_graphql_drops_the_connection(
+async def test_spot_offers_missing_because_graphql_drops_the_connection_say_so(
     provider: RunPodProvider, fake: FakeRunPod
 ) -> None:
     fake.fail_next("POST", r"/graphql/?$", CallFault(FaultKind.DROP), times=20)
-    assert await provider.offers(OfferQuery(spot=True)) == []
+    with pytest.raises(SpotUnavailableError, match="dropped"):
+        await provider.offers(OfferQuery(spot=True))
 
 
 # -- create ----------------------------------------------------------------------------------------------------------

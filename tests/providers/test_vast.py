@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncssh
+import httpx
 import pytest
 
+from desktop.services.billing.ledger import Ledger, RentalState
 from desktop.services.providers.base import (
     LOST,
     AuthError,
     BidTooLowError,
+    Instance,
     InstanceState,
     NoCapacityError,
     Offer,
@@ -25,6 +29,7 @@ from desktop.services.providers.base import (
     UncertainOutcomeError,
 )
 from desktop.services.providers.http import RetryPolicy
+from desktop.services.providers.market import size_offers
 from desktop.services.providers.registry import PROVIDERS, open_provider
 from desktop.services.providers.vast import (
     ACTUAL_STATES,
@@ -34,6 +39,7 @@ from desktop.services.providers.vast import (
     nominal_vram_gb,
     v1_url,
 )
+from desktop.services.renting.terminator import Terminator
 from tests.fakes.http import CallFault, FaultKind
 from tests.fakes.vast import FakeVast
 
@@ -92,12 +98,39 @@ async def test_on_demand_offers_are_mapped_and_filtered_by_vast(vast: VastProvid
     assert body["direct_port_count"] == {"gte": 1} and body["cuda_max_good"] == {"gte": 12.1}
 
 
-async def test_spot_offers_are_priced_at_the_minimum_bid(vast: VastProvider, fake_vast: FakeVast) -> None:
+async def test_spot_offers_are_priced_at_the_minimum_bid_plus_their_disk(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
     offers = await vast.offers(OfferQuery(spot=True, max_price_per_hour=0.3))
 
-    assert [(o.offer_id, o.price_per_hour, o.spot) for o in offers] == [("5001", 0.18, True), ("5002", 0.25, True)]
+    # min_bid 0.18 and 0.25, plus 50 GB at $0.144 per GB per month: $0.01 an hour
+    assert [(o.offer_id, o.price_per_hour, o.spot) for o in offers] == [("5001", 0.19, True), ("5002", 0.26, True)]
     body = bodies(fake_vast, "POST", "/bundles/")[0]
-    assert body["type"] == "bid" and "dph_total" not in body  # a bid cap is judged on min_bid, here
+    assert body["type"] == "bid" and "dph_total" not in body  # a bid cap is judged on the spot price, here
+
+
+async def test_spot_and_on_demand_are_priced_on_one_basis_disk_included(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
+    """An offer with known fields: both prices are what the machine bills per hour with the disk asked for."""
+    offer = next(o for o in fake_vast.offers if o["id"] == 5001)
+    offer.update(dph_base=0.30, storage_cost=0.36, min_bid=0.12)  # 200 GB: 0.36 * 200 / 720 = $0.10 an hour
+    [on_demand] = await vast.offers(OfferQuery(gpu="RTX 4090", disk_gb=200))
+    [spot] = await vast.offers(OfferQuery(gpu="RTX 4090", disk_gb=200, spot=True))
+    assert (on_demand.price_per_hour, on_demand.storage_per_hour) == (pytest.approx(0.40), pytest.approx(0.10))
+    assert (spot.price_per_hour, spot.storage_per_hour) == (pytest.approx(0.22), pytest.approx(0.10))
+    assert bodies(fake_vast, "POST", "/bundles/")[0]["allocated_storage"] == 200, "Vast priced the same disk"
+
+
+async def test_the_cheapest_spot_offer_is_the_one_that_bills_least_not_the_lowest_bid(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
+    """5001 has the lower bid but a dear disk: with 100 GB it bills more than 5002, which ranks first."""
+    next(o for o in fake_vast.offers if o["id"] == 5001).update(min_bid=0.10, storage_cost=1.44)  # + $0.20 an hour
+    next(o for o in fake_vast.offers if o["id"] == 5002).update(min_bid=0.15, storage_cost=0.072)  # + $0.01 an hour
+    offers = await vast.offers(OfferQuery(spot=True, disk_gb=100))
+    ranked = size_offers(offers, None, [])
+    assert [(s.offer.offer_id, round(s.offer.price_per_hour, 4)) for s in ranked][:2] == [("5002", 0.16), ("5001", 0.3)]
 
 
 async def test_offer_filters_reach_vast_and_the_gpu_name_is_matched_here(
@@ -124,7 +157,7 @@ async def test_on_demand_create_sends_no_price_and_attaches_the_key(
     assert (instance.name, instance.gpu, instance.price_per_hour, instance.spot) == (
         "rentune-run1",
         "RTX 4090",
-        0.4,
+        0.398,  # dph_base 0.39 and 40 GB of disk at $0.144 per GB per month
         False,
     )
     booked = fake_vast.instances[instance.instance_id]
@@ -140,7 +173,7 @@ async def test_spot_create_sends_the_bid(
 ) -> None:
     instance = await vast.create(request_for(await cheapest(vast, spot=True), key_pair[1], bid=0.2))
 
-    assert instance.spot and instance.price_per_hour == 0.2
+    assert instance.spot and instance.price_per_hour == 0.208, "the bid, and 40 GB of disk on top"
     assert fake_vast.instances[instance.instance_id].extra["price"] == 0.2
     assert bodies(fake_vast, "PUT", "/asks/")[0]["price"] == 0.2
 
@@ -345,7 +378,7 @@ def test_memory_of_no_known_size_is_given_in_gib() -> None:
 async def test_an_h100_of_81559_mib_passes_an_80_gb_filter(vast: VastProvider, fake_vast: FakeVast) -> None:
     h100 = next(o for o in fake_vast.offers if o["gpu_name"] == "H100 SXM")
     h100["cuda_max_good"] = 12.8
-    fake_vast.offers.append({**h100, "id": 5006, "gpu_name": "L40S", "gpu_ram": 46068, "dph_total": 0.9})
+    fake_vast.offers.append({**h100, "id": 5006, "gpu_name": "L40S", "gpu_ram": 46068, "dph_base": 0.89})
 
     assert [(o.offer_id, o.vram_gb) for o in await vast.offers(OfferQuery(min_vram_gb=80))] == [
         ("5003", 80.0),
@@ -398,6 +431,43 @@ async def test_terminate_is_idempotent_and_the_machine_is_gone(
     assert not fake_vast.pool.alive(instance.instance_id)
     assert (await vast.get(instance.instance_id)).state is InstanceState.TERMINATED
     assert (await vast.get("999999")).state is InstanceState.TERMINATED
+
+
+async def test_a_delete_of_a_missing_instance_is_vasts_404_not_found_and_reads_as_gone(
+    vast: VastProvider, fake_vast: FakeVast
+) -> None:
+    async with httpx.AsyncClient(transport=fake_vast.transport(), base_url="http://vast.test/api/v0") as raw:
+        answer = await raw.delete("/instances/999999/", headers={"Authorization": "Bearer test-key"})
+    assert (answer.status_code, answer.json()["error"]) == (404, "not_found"), "what Vast answers"
+    await vast.terminate("999999")  # never existed: gone, not an error
+
+
+async def test_an_instance_destroyed_meanwhile_is_confirmed_gone_by_one_terminate(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str], tmp_path: Path
+) -> None:
+    """The user destroys the machine in Vast's console between Rentune's look and its DELETE: the DELETE's 404
+    not_found ends it, in one attempt, with no error left (the terminator's "terminated until gone")."""
+    instance = await vast.create(request_for(await cheapest(vast), key_pair[1]))
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.open("run-1", "vast", instance.instance_id, "RTX 4090", 0.4, label="rentune-run1")
+    real_get = vast.get
+    looks: list[InstanceState] = []
+
+    async def look_then_destroyed_in_the_console(instance_id: str) -> Instance:
+        found = await real_get(instance_id)
+        looks.append(found.state)
+        if len(looks) == 1:
+            fake_vast.terminate_instance(fake_vast.instances[instance_id])
+        return found
+
+    vast.get = look_then_destroyed_in_the_console  # type: ignore[method-assign]
+    terminator = Terminator(ledger)
+    assert await terminator.attempt(vast, instance.instance_id)
+    assert terminator.why_not("vast", instance.instance_id) == ""
+    # Rentune's look, the look confirming the DELETE's not_found, the terminator's look after its DELETE.
+    assert looks == [InstanceState.STARTING, InstanceState.TERMINATED, InstanceState.TERMINATED]
+    [row] = ledger.rentals("run-1")
+    assert row.state is RentalState.ENDED
 
 
 async def test_instances_follow_every_page_of_the_v1_list(

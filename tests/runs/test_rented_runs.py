@@ -271,14 +271,15 @@ def lambda_cloud(fake_lambda: FakeCloud, monkeypatch: pytest.MonkeyPatch) -> Clo
 def test_lambda_run_rents_trains_and_terminates(lambda_cloud: CloudUnderTest, rented_spec: SpecWriter) -> None:
     """Lambda's API has no SSH port (VMs take ubuntu@ip:22): the fake's machines listen elsewhere, so the client
     gets the fake's address seam; everything else goes through the registry's URL and key."""
-    from desktop.services.providers.lambda_cloud import LambdaProvider
+    from desktop.services.providers.lambda_cloud import LambdaProvider, Pacer
     from desktop.services.providers.registry import PROVIDERS
 
     fake: Any = lambda_cloud.fake
+    fake.limits = None  # Lambda's rate limits are tested on a manual clock (test_lambda); here they only add seconds
 
     def open_lambda(name: Any, secrets: Any) -> LambdaProvider:
         info = PROVIDERS[name]
-        return LambdaProvider(os.environ["LAMBDA_API_KEY"], info.url, ssh_for=fake.ssh_for)
+        return LambdaProvider(os.environ["LAMBDA_API_KEY"], info.url, ssh_for=fake.ssh_for, pacer=Pacer(0.0, 0.0))
 
     engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=5), report=print)
     driver = RentalDriver(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from pathlib import Path
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft
 from desktop.core.sizing.plan import Fit
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.providers.base import AuthError, Offer, ProviderError, ProviderName
+from desktop.services.providers.base import AuthError, MissingKeyError, Offer, Provider, ProviderError, ProviderName
+from desktop.services.providers.http import RetryPolicy
+from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.runs.offers_for_draft import (
     DraftOffer,
     OfferFilter,
@@ -22,6 +25,7 @@ from desktop.services.runs.offers_for_draft import (
     offer_of_pick,
     pick_of,
 )
+from tests.fakes.runpod import FakeRunPod
 from tests.providers.test_market import MemoryProvider, offer, opener
 
 RUNPOD, VAST, LAMBDA = ProviderName.RUNPOD, ProviderName.VAST, ProviderName.LAMBDA
@@ -139,3 +143,25 @@ def test_a_pick_goes_into_the_draft_and_is_judged_again_from_it() -> None:
     longer = judge_pick(draft)
     assert longer is not None and longer.total_usd is not None and longer.total_usd > (item.total_usd or 0)
     assert judge_pick(RunDraft()) is None
+
+
+def test_spot_offers_runpod_cannot_list_are_missing_in_words_and_its_on_demand_offers_stay(tmp_path: Path) -> None:
+    """RunPod's GraphQL (spot only) is retired: its on-demand offers are listed, and the answer says spot is missing."""
+    fake = FakeRunPod(tmp_path / "runpod")
+    fake.graphql_status = 410
+
+    def open_runpod(name: ProviderName, _secrets: SecretStore | None) -> Provider:
+        if name is not RUNPOD:
+            raise MissingKeyError(name, "no API key")
+        return RunPodProvider(fake.valid_key, transport=fake.transport(), retry=RetryPolicy(first_delay=0.01))
+
+    try:
+        market = asyncio.run(ask_market(SecretStore(), open=open_runpod))
+    finally:
+        fake.close()
+    answer = market.answer(RUNPOD)
+    assert answer is not None and answer.status is ProviderStatus.ANSWERED
+    assert market.offers and not any(o.spot for o in market.offers), "on-demand offers stay, no spot ones"
+    assert answer.count == len(market.offers)
+    assert "No spot offers: RunPod could not list them (GraphQL answered 410" in answer.words
+    assert answer.words.startswith(f"{answer.count} offers in stock.") and "rentune" not in answer.words

@@ -44,7 +44,7 @@ from desktop.services.platform.secrets import SecretStore
 from desktop.services.platform.settings import installation_id
 from desktop.services.providers.base import Provider, ProviderName
 from desktop.services.providers.http import RetryPolicy
-from desktop.services.providers.lambda_cloud import LambdaProvider
+from desktop.services.providers.lambda_cloud import LambdaProvider, Pacer
 from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.providers.vast import VastProvider
 from desktop.services.renting import driver as rental_driver
@@ -367,7 +367,7 @@ class Schedule:
         self.clouds: dict[ProviderName, FakeCloud] = {
             ProviderName.RUNPOD: FakeRunPod(root / "runpod", boot_seconds=0.2),
             ProviderName.VAST: FakeVast(root / "vast", boot_seconds=0.2),
-            ProviderName.LAMBDA: FakeLambda(root / "lambda", boot_seconds=0.2),
+            ProviderName.LAMBDA: FakeLambda(root / "lambda", boot_seconds=0.2, limits=None),  # see client()
         }
         for name, cloud in self.clouds.items():
             cloud.pool = CloudPool(self.room, cloud, name)  # type: ignore[assignment]
@@ -386,7 +386,8 @@ class Schedule:
             )
         if name is ProviderName.VAST:
             return VastProvider(key, URL[name], transport=transport, retry=retry)
-        return LambdaProvider(key, URL[name], transport=transport, retry=retry, ssh_for=cloud.ssh_for)  # type: ignore[attr-defined]
+        unpaced = Pacer(0.0, 0.0)  # Lambda's rate limits are tested on a manual clock (test_lambda); here only slow
+        return LambdaProvider(key, URL[name], transport=transport, retry=retry, ssh_for=cloud.ssh_for, pacer=unpaced)  # type: ignore[attr-defined]
 
     def _count(self, kind: str) -> None:
         self.outcome.faults[kind] = self.outcome.faults.get(kind, 0) + 1

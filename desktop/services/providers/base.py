@@ -62,13 +62,16 @@ class Offer:
         gpu_id: The provider's own GPU or type id ("NVIDIA GeForce RTX 4090", "gpu_1x_a10").
         count: GPUs in the machine.
         vram_gb: Memory per GPU, GB.
-        price_per_hour: Dollars per hour for the whole machine (for spot: the lowest bid that wins it now).
+        price_per_hour: Dollars per hour for the whole machine as it bills, its disk included where the provider
+            bills that by the hour (for spot: the lowest bid that wins it now, plus that disk).
         spot: Interruptible (may be taken away when outbid or preempted).
         reliability: The provider's reliability score from 0 to 1 (None where it publishes none).
         location: Region, data centre or "City, CC".
         in_stock: Whether it can be rented right now.
         nodes: Machines rented together as one cluster, each with ``count`` GPUs (``price_per_hour`` is all of
             them together).
+        storage_per_hour: The part of ``price_per_hour`` that is the disk: billed whether the machine runs or not,
+            and never part of a spot bid (Vast's; 0 where the price has no such part).
     """
 
     provider: ProviderName
@@ -83,6 +86,7 @@ class Offer:
     location: str
     in_stock: bool = True
     nodes: int = 1
+    storage_per_hour: float = 0.0
 
 
 def _squash(name: str) -> str:
@@ -176,7 +180,8 @@ class RentRequest:
         label: The machine's name (``rentune-<run id>``).
         image: The container image (ignored where the provider rents VMs).
         disk_gb: Disk for the container.
-        bid_per_hour: For spot offers, the bid for the whole machine (None: on-demand).
+        bid_per_hour: For spot offers, the bid for the whole machine, its disk left out (the provider bills the
+            offer's ``storage_per_hour`` on top; None: on-demand).
         on_send: Awaited right before the create request goes out (see :meth:`sending`).
     """
 
@@ -244,6 +249,13 @@ class BidTooLowError(ProviderError):
 
 class NoClustersError(ProviderError):
     """The provider rents no clusters (several machines networked as one) through its API."""
+
+
+class SpotUnavailableError(ProviderError):
+    """The provider's spot market could not be read now (RunPod's GraphQL failed, refused or is retired).
+
+    Only the spot offers are missing: whoever lists on-demand offers too keeps them and says why spot is absent.
+    """
 
 
 class MissingKeyError(ProviderError):

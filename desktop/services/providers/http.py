@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ from desktop.services.providers.base import (
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: What a request that must not be repeated (a create) retries: a 429 is answered before the provider acts.
 ONCE_RETRIED_STATUSES = frozenset({429})
+
+#: Waits a number of seconds (``asyncio.sleep``; tests pass one that moves a fake clock instead).
+Sleep = Callable[[float], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ApiClient:
         transport: httpx.AsyncBaseTransport | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         """Creates the client.
 
@@ -86,9 +91,11 @@ class ApiClient:
             transport: Replaces the network (tests).
             retry: Retry timing.
             timeout: Seconds per request.
+            sleep: Waits between retries (tests pass one that moves a fake clock).
         """
         self.provider = provider
         self.retry = retry or RetryPolicy()
+        self._sleep = sleep
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
@@ -122,7 +129,7 @@ class ApiClient:
             if response.status_code not in retried:
                 break
             if attempt + 1 < self.retry.attempts:
-                await asyncio.sleep(self.retry.delay(attempt, retry_after_seconds(response)))
+                await self._sleep(self.retry.delay(attempt, retry_after_seconds(response)))
         if response.status_code in (401, 403):
             reason = error_text(response)
             raise AuthError(

@@ -10,6 +10,10 @@ leave a second machine billing. Only 429 answers ("not done") are retried; an an
 (a 5xx, a timeout) raises :class:`~.base.UncertainOutcomeError`, and the caller looks for a machine with the
 request's name (:meth:`LambdaProvider.named`) instead of launching again.
 
+Lambda allows one request a second per key and one launch every 12 seconds (five a minute), and answers 429 beyond
+them with no ``Retry-After``: a client's requests are spaced to fit (:class:`Pacer`), and a 429 that still comes is
+retried for longer than one launch window (:data:`LAMBDA_RETRY`).
+
 Only the error code ``global/object-does-not-exist`` means a machine is gone: any other 404 (``global/not-found``, an
 unknown route: a wrong base URL) is an error. A 403 whose code is not about the key (``global/account-inactive``) is
 an account problem, raised with what to fix, not as a refused key.
@@ -17,9 +21,11 @@ an account problem, raised with what to fix, not as a refused key.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +46,7 @@ from desktop.services.providers.base import (
     no_clusters_words,
     offer_matches,
 )
-from desktop.services.providers.http import ApiClient, RetryPolicy
+from desktop.services.providers.http import ApiClient, RetryPolicy, Sleep
 from desktop.services.providers.listing import Listing, logged, read_rows, rows_in
 
 log = logging.getLogger(__name__)
@@ -53,6 +59,15 @@ ACCOUNT_INACTIVE = "global/account-inactive"
 KEY_NAME_MAX = 64
 CONSOLE = "https://cloud.lambda.ai/instances"
 BILLING = "https://cloud.lambda.ai/settings/billing"
+
+#: Lambda's documented limits (Cloud API docs): seconds between two requests with one key, and between two launches.
+REQUEST_INTERVAL_S = 1.0
+LAUNCH_INTERVAL_S = 12.0
+LAUNCH_PATH = "/instance-operations/launch"
+
+#: Retries of a refused request: waits of 1, 2, 4, 8 and 16 s, 31 s in all, outlast a whole 12 s launch window
+#: (Lambda says nothing of when to come back; the default policy's 7.5 s in all gave up inside one).
+LAMBDA_RETRY = RetryPolicy(attempts=6, first_delay=1.0, factor=2.0)
 
 #: "1x A10 (24 GB PCIe)", "8x Tesla V100 (16 GB)", "8x H100 (80 GB SXM5)": count, model, VRAM, form factor.
 DESCRIPTION = re.compile(r"^(\d+)x (?:Tesla )?(.+?) \((\d+) GB(?:\s+([^)]*))?\)")
@@ -199,10 +214,75 @@ def instance_from(data: dict[str, Any], ssh_for: SshFor) -> Instance:
     )
 
 
+class Pacer:
+    """Spaces one client's requests to Lambda's limits (retries included: each is a request).
+
+    Requests go :data:`REQUEST_INTERVAL_S` apart, launches :data:`LAUNCH_INTERVAL_S` apart. Only this client's
+    requests are counted: the app drives a run's machines through one client per provider.
+    """
+
+    def __init__(
+        self,
+        request_interval: float = REQUEST_INTERVAL_S,
+        launch_interval: float = LAUNCH_INTERVAL_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        """Creates a pacer.
+
+        Args:
+            request_interval: Seconds between two requests.
+            launch_interval: Seconds between two launches.
+            clock: The time now, in seconds (monotonic).
+            sleep: Waits (tests pass one that moves their clock).
+        """
+        self.request_interval, self.launch_interval = request_interval, launch_interval
+        self.clock, self.sleep = clock, sleep
+        self._last_request: float | None = None
+        self._last_launch: float | None = None
+        self._lock = asyncio.Lock()
+
+    def delay(self, launch: bool) -> float:
+        """Seconds until a request (a launch, if ``launch``) may go out."""
+        due = [] if self._last_request is None else [self._last_request + self.request_interval]
+        if launch and self._last_launch is not None:
+            due.append(self._last_launch + self.launch_interval)
+        now = self.clock()
+        return max([0.0, *(moment - now for moment in due)])
+
+    async def wait(self, launch: bool) -> None:
+        """Waits until a request (a launch, if ``launch``) may go out, then counts it as sent."""
+        async with self._lock:  # requests sent at once go out one by one, each in its turn
+            wait = self.delay(launch)
+            if wait > 0:
+                await self.sleep(wait)
+            self._last_request = self.clock()
+            if launch:
+                self._last_launch = self._last_request
+
+
 class LambdaApi(ApiClient):
-    """:class:`~.http.ApiClient` that tells a 403 about the account from a refused key (:func:`account_refusal`)."""
+    """:class:`~.http.ApiClient` paced to Lambda's limits (:class:`Pacer`).
+
+    It also tells a 403 about the account from a refused key (:func:`account_refusal`).
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str,
+        *,
+        pacer: Pacer,
+        transport: httpx.AsyncBaseTransport | None,
+        retry: RetryPolicy,
+    ) -> None:
+        """Creates the client (its retries wait with the pacer's ``sleep``)."""
+        super().__init__(LAMBDA, base_url, api_key, transport=transport, retry=retry, sleep=pacer.sleep)
+        self.pacer = pacer
 
     async def _send(self, method: str, path: str, json: Any, params: Any) -> httpx.Response:
+        await self.pacer.wait(launch=method == "POST" and path == LAUNCH_PATH)
         response = await super()._send(method, path, json, params)
         refusal = account_refusal(response)
         if refusal is not None:
@@ -241,6 +321,7 @@ class LambdaProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         retry: RetryPolicy | None = None,
         ssh_for: SshFor = vm_ssh,
+        pacer: Pacer | None = None,
     ) -> None:
         """Creates the client.
 
@@ -248,13 +329,15 @@ class LambdaProvider:
             api_key: The Lambda Cloud API key (sent as Bearer; never logged).
             base_url: The API's root.
             transport: Replaces the network (tests).
-            retry: Retry timing for refused requests.
+            retry: Retry timing for refused requests (:data:`LAMBDA_RETRY` by default).
             ssh_for: Test seam, not for the app: where to log in to a machine given its id and ip. Lambda's VMs
                 always take ``ubuntu@<ip>:22`` (:func:`vm_ssh`); the fake cloud's machines are sshd processes on
                 random loopback ports, which the Lambda API has no field for.
+            pacer: Spaces requests to Lambda's limits (a :class:`Pacer` on the real clock by default; tests pass
+                one on theirs).
         """
-        self.retry = retry or RetryPolicy()
-        self._api = LambdaApi(LAMBDA, base_url, api_key, transport=transport, retry=self.retry)
+        self.retry = retry or LAMBDA_RETRY
+        self._api = LambdaApi(api_key, base_url, pacer=pacer or Pacer(), transport=transport, retry=self.retry)
         self._ssh_for = ssh_for
         self._registered: set[str] = set()  # ids of keys this client added
         self._key_of: dict[str, str] = {}  # instance id -> id of the key this client added for it
@@ -418,6 +501,6 @@ class LambdaProvider:
             UncertainOutcomeError: A 5xx or no answer: the machine may have launched.
         """
         await request.sending()
-        response = await self._api.request("POST", "/instance-operations/launch", json=body, once=True)
+        response = await self._api.request("POST", LAUNCH_PATH, json=body, once=True)
         ids = data_of(response, f"launch {body['instance_type_name']} in {body['region_name']}")["instance_ids"]
         return str(ids[0])

@@ -3,7 +3,8 @@
 Pods are created, read, listed, stopped and deleted under ``/pods``; on-demand prices and stock come from
 ``GET /catalog/gpus?include=AVAILABILITY&product=POD`` (asked once per cloud, for the GPU count wanted). v2 has no
 spot: spot prices and spot rentals go through GraphQL in :mod:`.runpod_graphql`, and only while that API answers
-(RunPod retires it in early 2027); a spot query that fails yields no spot offers, never an error.
+(RunPod retires it in early 2027); a spot query that fails raises :class:`~.base.SpotUnavailableError` (no spot
+offers, and why), never an error for on-demand offers.
 
 A few habits of v2 shape this module:
 
@@ -43,6 +44,7 @@ from desktop.services.providers.base import (
     ProviderError,
     ProviderName,
     RentRequest,
+    SpotUnavailableError,
     SshAddress,
     UncertainOutcomeError,
     offer_matches,
@@ -294,6 +296,16 @@ def spot_bid(request: RentRequest) -> float | None:
     return request.bid_per_hour if request.bid_per_hour is not None else request.offer.price_per_hour
 
 
+def spot_unavailable(failed: Exception) -> SpotUnavailableError:
+    """Why RunPod's spot offers are missing (GraphQL failed, refused or is retired), and what to do."""
+    reason = failed.message if isinstance(failed, ProviderError) else f"{type(failed).__name__}: {failed}"
+    words = (
+        f"RunPod's spot offers could not be listed ({reason}); RunPod is withdrawing spot: rent on-demand "
+        "(spot = false) or try again later"
+    )
+    return SpotUnavailableError(RUNPOD, words, reason)
+
+
 # -- answers ---------------------------------------------------------------------------------------------------------
 
 
@@ -400,7 +412,10 @@ class RunPodProvider:
         """Offers in secure and community cloud priced for ``query`` (out-of-stock ones marked).
 
         RunPod prices and stocks a count it is asked for, so a query with no count gets 1-GPU offers. Spot offers
-        come from GraphQL and are absent (not an error) when it does not answer.
+        come from GraphQL.
+
+        Raises:
+            SpotUnavailableError: A spot query, and GraphQL did not answer it (on-demand queries never ask GraphQL).
         """
         count = query.count or 1
         if query.nodes > 1:
@@ -434,12 +449,19 @@ class RunPodProvider:
         return [gpu for gpu in body.get("gpus") or [] if isinstance(gpu, dict) and gpu.get("id")]
 
     async def _spot_offers(self, count: int) -> list[Offer]:
-        """Spot offers from GraphQL, or none when it fails in any way (retired, refused, unreadable)."""
+        """Spot offers from GraphQL.
+
+        Raises:
+            SpotUnavailableError: GraphQL failed in any way (retired, refused, unreachable, unreadable): no spot offers,
+                said in words rather than an empty list that reads as "none in stock".
+        """
         answers = await asyncio.gather(*(self._graphql.spot_gpus(c, count) for c in CLOUDS), return_exceptions=True)
         failed = next((answer for answer in answers if isinstance(answer, BaseException)), None)
         if failed is not None:
-            log.info("RunPod spot offers left out: GraphQL did not answer for them (%s)", failed)
-            return []
+            if not isinstance(failed, Exception):
+                raise failed  # a cancellation, not an answer
+            log.warning("RunPod spot offers left out: GraphQL did not answer for them (%s)", failed)
+            raise spot_unavailable(failed)
         offers = (
             spot_offer_from(gpu, cloud, count)
             for cloud, gpus in zip(CLOUDS, answers, strict=True)

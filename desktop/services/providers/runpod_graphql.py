@@ -5,7 +5,12 @@ its pod body refuses an ``interruptible`` field and its catalog has no bid price
 ``lowestPrice.minimumBidPrice``) and spot rentals (``podRentInterruptable``) still go through GraphQL, and every
 GraphQL text Rentune sends lives in this module. RunPod retires GraphQL in early 2027 (it then answers 410 Gone) and
 is already withdrawing spot, so the caller treats this API as possibly gone: a spot query that fails in any way
-yields no spot offers, never a failed run. When GraphQL is retired, this module goes with it.
+yields no spot offers (said in so many words, see :class:`~.base.SpotUnavailableError`), never a failed run. When
+GraphQL is retired, this module goes with it.
+
+Operations are posted to the endpoint exactly as given, ``https://api.runpod.io/graphql`` with no trailing slash, as
+runpodctl (``DefaultGraphQLURL``) and runpod-python (``f"{base}/graphql"``) post them: an httpx base URL with an
+empty path would add a slash, and ``/graphql/`` is not the route RunPod documents.
 
 Operations take GraphQL variables (typed inputs), never interpolated strings. RunPod answers most client errors with
 HTTP 200 and ``errors``; :func:`error_for` turns their messages into Rentune's errors.
@@ -178,7 +183,8 @@ class RunPodGraphQL:
             transport: Replaces the network (tests).
             retry: Retry timing for 429 and 5xx.
         """
-        self._api = ApiClient(ProviderName.RUNPOD, url, api_key, transport=transport, retry=retry)
+        self.url = url.rstrip("/")
+        self._api = ApiClient(ProviderName.RUNPOD, self.url, api_key, transport=transport, retry=retry)
 
     async def run(self, query: str, variables: dict[str, Any] | None = None, *, once: bool = False) -> dict[str, Any]:
         """Runs one GraphQL operation and returns its ``data``.
@@ -195,7 +201,8 @@ class RunPodGraphQL:
             UncertainOutcomeError: Sent, then no answer or a 5xx.
             ProviderError: Any other error (GraphQL gone: 404, 410), with RunPod's message.
         """
-        response = await self._api.request("POST", "", json={"query": query, "variables": variables or {}}, once=once)
+        payload = {"query": query, "variables": variables or {}}
+        response = await self._api.request("POST", self.url, json=payload, once=once)  # absolute: no slash added
         try:
             body = response.json()
         except ValueError:

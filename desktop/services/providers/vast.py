@@ -14,10 +14,16 @@ Vast rents containers on other people's machines. A few of its habits shape this
 - The provider never destroys a machine on its own: a create that fails after Vast booked an instance (a bid below
   the minimum books a stopped one, named in the error's ``new_contract``; a key Vast refuses to attach) raises with
   the machine's ``instance_id``, and the caller records it and destroys it until it is gone.
+- Offers are priced as they bill: ``dph_total`` (the search's ``allocated_storage`` included) on-demand, and the
+  bid plus the same storage for spot, since ``min_bid`` leaves the disk out (:func:`offer_from`); the bid sent to
+  Vast is the machine's part alone.
 - ``gpu_ram`` is in MiB, less what the driver and ECC reserve (an 80 GB H100 reads 81559): VRAM is compared in MiB
   with a tolerance, and offers show the card's nominal size (:func:`nominal_vram_gb`).
 - An outbid instance is stopped, not destroyed (``cur_state``, ``intended_status`` and ``next_state`` all
   ``"stopped"``); ``exited``, ``unknown`` and ``offline`` never reach running (FAILED: stop waiting, destroy).
+- A DELETE of an instance Vast no longer has answers 404 ``not_found`` (older answers: ``no_such_instance``): gone,
+  which is what a destroy wants. ``not_found`` is also what any unknown path may answer, so it is believed once
+  Vast's view of the instance agrees (a wrong base URL never passes for a destroyed machine).
 - Errors come as ``{"success": false, "error": "<code>", "msg": "..."}`` (429s as ``{"detail": ...}`` or plain
   text); Vast's words are kept in every message.
 """
@@ -76,6 +82,9 @@ MAX_PAGES = 400
 
 #: Share of a card's memory Vast may report missing (driver and ECC reservations: an L40S, 48 GB, reads 46068 MiB).
 VRAM_TOLERANCE = 0.08
+
+#: Hours in the month of ``storage_cost`` ($ per GB per month), as gpuhunt and dstack count it.
+HOURS_PER_MONTH = 30 * 24
 
 #: Marketed memory sizes of GPUs, GB: what an offer shows when its ``gpu_ram`` is one of them less the reservations.
 NOMINAL_VRAM_GB = (4, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 180, 192, 288)
@@ -144,7 +153,7 @@ class VastProvider:
             raise NoClustersError(VAST, no_clusters_words(VAST))
         response = await self._api.request("POST", "/bundles/", json=search_body(query))
         body = _checked(response, "could not search offers")
-        found = [offer_from(row, spot=query.spot) for row in body.get("offers") or []]
+        found = [offer_from(row, spot=query.spot, disk_gb=query.disk_gb) for row in body.get("offers") or []]
         return [offer for offer in found if offer_matches(offer, query)]
 
     async def create(self, request: RentRequest) -> Instance:
@@ -188,11 +197,24 @@ class VastProvider:
         _checked(response, f"could not stop instance {instance_id}")
 
     async def terminate(self, instance_id: str) -> None:
-        """Destroys the instance; one already gone is fine."""
+        """Destroys the instance; one already gone is fine.
+
+        Gone is ``no_such_instance``, or a 404 ``not_found`` that a look at the instance confirms.
+        """
         response = await self._api.request("DELETE", f"/instances/{instance_id}/")
-        if _json(response).get("error") == "no_such_instance":  # a bare 404 (a wrong URL) is not proof it is gone
+        code = _json(response).get("error")
+        if code == "no_such_instance":  # a bare 404 (a wrong URL) is not proof it is gone
+            return
+        if response.status_code == 404 and code == "not_found" and await self._confirmed_gone(instance_id):
             return
         _checked(response, f"could not destroy instance {instance_id}", f"destroy it at {CONSOLE}")
+
+    async def _confirmed_gone(self, instance_id: str) -> bool:
+        """Whether Vast's view of the instance says it is gone (False when it cannot be read: a wrong URL)."""
+        try:
+            return (await self.get(instance_id)).state is InstanceState.TERMINATED
+        except ProviderError:
+            return False
 
     async def instances(self) -> list[Instance]:
         """Every instance of the account that could be read (:meth:`listing`, its notes logged)."""
@@ -304,10 +326,27 @@ def search_body(query: OfferQuery) -> dict[str, Any]:
     return body
 
 
-def offer_from(row: dict[str, Any], *, spot: bool) -> Offer:
-    """One Vast offer as an :class:`Offer` (``spot``: priced at ``min_bid``, the lowest bid that wins it now)."""
+def storage_per_hour(row: dict[str, Any], disk_gb: float) -> float:
+    """What ``disk_gb`` GB of the offer's disk bill per hour (``storage_cost`` is dollars per GB per month)."""
+    return float(row.get("storage_cost") or 0.0) * disk_gb / HOURS_PER_MONTH
+
+
+def machine_price(row: dict[str, Any], *, spot: bool, storage: float) -> float:
+    """The offer's price as it bills, ``storage`` (per hour) included on either basis.
+
+    On-demand: ``dph_total``, Vast's own sum of ``dph_base`` and the searched disk (else the two added here).
+    Spot: ``min_bid``, the lowest bid that wins the machine now, which leaves the disk out, plus ``storage``.
+    """
+    if spot:
+        return float(row.get("min_bid") or 0.0) + storage
+    total = row.get("dph_total")
+    return float(total) if total is not None else float(row.get("dph_base") or 0.0) + storage
+
+
+def offer_from(row: dict[str, Any], *, spot: bool, disk_gb: float = 0.0) -> Offer:
+    """One Vast offer as an :class:`Offer`, priced as it bills with ``disk_gb`` of disk (:func:`machine_price`)."""
     reliability = row.get("reliability2", row.get("reliability"))
-    price = row.get("min_bid") if spot else row.get("dph_total")
+    storage = storage_per_hour(row, disk_gb)
     return Offer(
         provider=VAST,
         offer_id=str(row["id"]),
@@ -315,16 +354,20 @@ def offer_from(row: dict[str, Any], *, spot: bool) -> Offer:
         gpu_id=str(row.get("gpu_name") or ""),
         count=int(row.get("num_gpus") or 0),
         vram_gb=nominal_vram_gb(float(row.get("gpu_ram") or 0)),
-        price_per_hour=float(price or 0.0),
+        price_per_hour=round(machine_price(row, spot=spot, storage=storage), 6),
         spot=spot,
         reliability=None if reliability is None else float(reliability),
         location=str(row.get("geolocation") or ""),
         in_stock=bool(row.get("rentable", True)) and not row.get("rented", False),
+        storage_per_hour=round(storage, 6),
     )
 
 
 def create_body(request: RentRequest) -> dict[str, Any]:
-    """The ``PUT /asks/{id}/`` body; ``price`` only for a spot offer (its presence is what makes a bid)."""
+    """The ``PUT /asks/{id}/`` body; ``price`` only for a spot offer (its presence is what makes a bid).
+
+    The bid is the machine's part alone (``bid_per_hour``): Vast bills the disk on top of it.
+    """
     body: dict[str, Any] = {
         "client_id": "me",
         "image": request.image,

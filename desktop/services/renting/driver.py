@@ -67,6 +67,11 @@ class ClusterProvider(Protocol):
 
 #: Seconds SSH may refuse the run's key after its banner shows before the login counts as refused (not "starting").
 REFUSED_LOGIN_GRACE_S = 60.0
+#: Seconds a new machine may run without a public SSH address before it is let go for the next offer. RunPod maps a
+#: pod's port moments after RUNNING ("ports may take a while", SkyPilot's v2 client), but a community pod on a host
+#: with no public IP never gets ``ssh.direct`` and would bill until the ready timeout (10 min by default): 90 s leaves
+#: a slow mapping ample room and caps such a pod at a minute and a half.
+PUBLIC_PORT_GRACE_S = 90.0
 LOST_STATES = frozenset({InstanceState.STOPPED, InstanceState.FAILED, InstanceState.TERMINATED})
 
 
@@ -85,6 +90,8 @@ class RentalOptions:
         terminate_patience: Seconds a terminate is retried before the run moves on, leaving the rental
             ``terminating`` (retried in the background and at every start until the provider says it is gone).
         create: How long a create's unclear outcome is waited for.
+        public_port_grace_seconds: Seconds a new machine may run without a public SSH address before it is
+            terminated and the next offer tried (:data:`PUBLIC_PORT_GRACE_S`).
     """
 
     poll_seconds: float = 10.0
@@ -96,10 +103,18 @@ class RentalOptions:
     budget_poll_seconds: float = 5.0
     terminate_patience: float = 120.0
     create: CreateTiming = field(default_factory=CreateTiming)
+    public_port_grace_seconds: float = PUBLIC_PORT_GRACE_S
 
 
 class RentError(RunError):
     """No machine could be rented or brought up; nothing is left billing."""
+
+
+class UnusableMachineError(RentError):
+    """The new machine will never be usable: lost before it came up, or running with no public SSH address.
+
+    It is terminated like any machine that fails to come up, and the next offer is tried.
+    """
 
 
 class RentalDriver:
@@ -381,11 +396,18 @@ class RentalDriver:
             try:
                 instance = await self._create(run_id, compute, offer)
             except ProviderError as exc:
-                problems.append(exc.message)
-                self.report(f"could not rent {offer.gpu} at {offer.provider.label}: {exc.message}; trying the next")
+                problems.append(self._next_offer(offer, exc.message))
                 continue
-            return await self._bring_up(run_id, compute, offer, instance)
+            try:
+                return await self._bring_up(run_id, compute, offer, instance)
+            except UnusableMachineError as exc:  # terminated on the way out of _bring_up
+                problems.append(self._next_offer(offer, str(exc)))
         raise RentError(f"no machine could be rented: {'; '.join(problems)}")
+
+    def _next_offer(self, offer: Offer, why: str) -> str:
+        """Says that ``offer`` failed and the next is tried; returns ``why``."""
+        self.report(f"could not rent {offer.gpu} at {offer.provider.label}: {why}; trying the next")
+        return why
 
     async def _offers(self, compute: ComputeSpec, first: bool) -> list[Offer]:
         """Matching offers in stock, cheapest first (a pinned ``offer`` only for the first machine)."""
@@ -442,11 +464,7 @@ class RentalDriver:
     async def _create(self, run_id: str, compute: ComputeSpec, offer: Offer) -> Instance:
         """Creates the machine with its rental recorded first (:mod:`.creating`) and points the run at it."""
         record = self.ctx.store.get(run_id)
-        bid = None
-        if offer.spot:
-            bid = offer.price_per_hour * self.options.bid_markup
-            if compute.max_price_per_hour:
-                bid = min(bid, compute.max_price_per_hour)
+        bid = bid_for(offer, self.options.bid_markup, compute.max_price_per_hour) if offer.spot else None
         if offer.nodes > 1:
             self.report(
                 f"renting a cluster of {offer.nodes} machines with {offer.count}x {offer.gpu} each at "
@@ -467,7 +485,8 @@ class RentalDriver:
             bid_per_hour=bid,
         )
         client = self._client(offer.provider)
-        row, instance = await self.creator.create(client, run_id, request, bid or offer.price_per_hour)
+        price = offer.price_per_hour if bid is None else bid + offer.storage_per_hour  # what it bills
+        row, instance = await self.creator.create(client, run_id, request, price)
         assert row.instance_id is not None
         rental = Rental(  # a cluster's row is all its machines together (each has its own in the ledger)
             offer.provider, row.instance_id, row.gpu, row.price_per_hour, offer.spot, offer.offer_id, row.started
@@ -530,11 +549,16 @@ class RentalDriver:
         """Polls until the provider says running with an address, SSH shows a banner and runs a command.
 
         Raises:
-            RentError: Not up within ``ready_timeout_minutes``, or the provider gave up on it.
+            UnusableMachineError: The provider gave up on it, or it ran without a public SSH address for
+                :attr:`RentalOptions.public_port_grace_seconds`.
+            RentError: Not up within ``ready_timeout_minutes``.
         """
+        running_without_address: list[float] = []  # when the machine was first seen running without one
 
         async def answers(instance: Instance) -> tuple[SshTarget, str] | None:
             if instance.ssh is None:
+                running_without_address[:1] = running_without_address[:1] or [time.monotonic()]
+                self._check_public_port(rental, time.monotonic() - running_without_address[0])
                 return None
             user = compute.user or instance.ssh.user
             target = SshTarget(user, instance.ssh.host, instance.ssh.port, python=compute.python)
@@ -542,6 +566,18 @@ class RentalDriver:
             return None if host_key is None else (target, host_key)
 
         return await self._until_up(compute, rental, "machine", answers)
+
+    def _check_public_port(self, rental: Rental, waited: float) -> None:
+        """Gives up a machine that has run without a public SSH address for the grace.
+
+        Raises:
+            UnusableMachineError: ``waited`` reached :attr:`RentalOptions.public_port_grace_seconds`.
+        """
+        if waited >= self.options.public_port_grace_seconds:
+            raise UnusableMachineError(
+                f"the {rental.provider.label} machine {rental.instance_id} ran for {waited:.0f} s without a public "
+                "SSH port (its host has no public IP address); it was let go"
+            )
 
     async def _place_cluster(self, run_id: str, compute: ComputeSpec, rental: Rental) -> SshTarget:
         """Waits until every machine of a new cluster answers over SSH, then points the run's machines at them.
@@ -571,7 +607,7 @@ class RentalDriver:
             if instance is not None:
                 last = instance.status_text or instance.state.value
                 if instance.state in LOST_STATES:
-                    raise RentError(f"the new {what} was {self._lost_words(instance)} before it came up")
+                    raise UnusableMachineError(f"the new {what} was {self._lost_words(instance)} before it came up")
                 if instance.state is InstanceState.RUNNING:
                     found = await answers(instance)
                     if found is not None:
@@ -692,6 +728,18 @@ class RentalDriver:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+
+
+def bid_for(offer: Offer, markup: float, max_price_per_hour: float | None) -> float:
+    """The bid for a spot offer: the machine's part of its price times ``markup``.
+
+    The disk (``storage_per_hour``) is left out of the bid, as the provider bills it on top; with a maximum price,
+    the bid is at most that maximum less the disk, so the machine bills no more than the maximum.
+    """
+    bid = (offer.price_per_hour - offer.storage_per_hour) * markup
+    if max_price_per_hour:
+        bid = min(bid, max_price_per_hour - offer.storage_per_hour)
+    return bid
 
 
 def self_stop_settings(compute: ComputeSpec, rental: Rental) -> dict[str, Any] | None:

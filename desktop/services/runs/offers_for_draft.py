@@ -35,6 +35,7 @@ from desktop.services.providers.base import (
     Provider,
     ProviderError,
     ProviderName,
+    SpotUnavailableError,
 )
 from desktop.services.providers.key_entry import no_keyring_words
 from desktop.services.providers.market import PROVIDER_TIMEOUT_S, size_offers
@@ -232,12 +233,14 @@ async def _ask(
         return [], ProviderAnswer(name, ProviderStatus.NO_KEYRING, no_keyring_words(name))
     try:
         async with asyncio.timeout(limit_s):
-            found = await _offers(provider, counts) + await _cluster_offers(provider, counts[-1], nodes)
+            found, no_spot = await _offers(provider, counts)
+            found += await _cluster_offers(provider, counts[-1], nodes)
     except (TimeoutError, ProviderError, ValueError, KeyError, TypeError) as exc:
         return [], _failure(name, exc, limit_s)
     finally:
         await provider.aclose()
-    return found, ProviderAnswer(name, ProviderStatus.ANSWERED, _stock_words(name, len(found)), len(found))
+    words = _stock_words(name, len(found)) + (f" {_no_spot_words(no_spot)}" if no_spot else "")
+    return found, ProviderAnswer(name, ProviderStatus.ANSWERED, words, len(found))
 
 
 def _failure(name: ProviderName, exc: Exception, limit_s: float) -> ProviderAnswer:
@@ -255,11 +258,25 @@ def _failure(name: ProviderName, exc: Exception, limit_s: float) -> ProviderAnsw
     return ProviderAnswer(name, ProviderStatus.FAILED, words)
 
 
-async def _offers(provider: Provider, counts: Sequence[int | None]) -> list[Offer]:
+async def _offers(provider: Provider, counts: Sequence[int | None]) -> tuple[list[Offer], SpotUnavailableError | None]:
+    """In-stock on-demand and spot offers, and why spot offers are missing (None when they are not)."""
     queries = [OfferQuery(count=count, spot=spot) for count in counts for spot in (False, True)]
-    answers = await asyncio.gather(*(provider.offers(query) for query in queries))
-    unique = {offer_key(offer): offer for found in answers for offer in found if offer.in_stock}
-    return list(unique.values())
+    answers = await asyncio.gather(*(_listed(provider, query) for query in queries))
+    unique = {offer_key(offer): offer for found, _ in answers for offer in found if offer.in_stock}
+    return list(unique.values()), next((missing for _, missing in answers if missing), None)
+
+
+async def _listed(provider: Provider, query: OfferQuery) -> tuple[list[Offer], SpotUnavailableError | None]:
+    """The offers for one query; a spot market that cannot be read gives none and why (on-demand offers stay)."""
+    try:
+        return await provider.offers(query), None
+    except SpotUnavailableError as exc:
+        return [], exc
+
+
+def _no_spot_words(exc: SpotUnavailableError) -> str:
+    label = exc.provider.label
+    return f"No spot offers: {label} could not list them ({plain_reason(exc)}). Press Refresh to try again."
 
 
 async def _cluster_offers(provider: Provider, count: int | None, nodes: int) -> list[Offer]:
