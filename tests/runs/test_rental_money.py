@@ -204,6 +204,35 @@ async def test_a_preempted_machine_is_booked_to_the_providers_end_time(tmp_path:
     assert_books_balance(world, world.vast, run_id)
 
 
+async def test_a_preempted_machine_its_provider_forgets_once_terminated_is_booked_to_the_end_it_reported(
+    tmp_path: Path,
+) -> None:
+    """The provider gives the end time only while the machine is stopped; once terminated it no longer knows the
+    machine (as RunPod answers 404 for a deleted pod). The driver keeps the end it saw when it found the machine lost."""
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", checkpoint_then_keep_training)
+    finishes(world.vast)
+    terminate = world.runpod.terminate
+
+    async def terminate_and_forget(instance_id: str) -> None:
+        await terminate(instance_id)
+        world.runpod.instances.pop(instance_id, None)
+
+    world.runpod.terminate = terminate_and_forget  # type: ignore[method-assign]
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True, providers=("vast",)))
+    drive = asyncio.ensure_future(world.driver.drive(run_id))
+    while not list(world.engine.folder(run_id).glob("checkpoints/checkpoint-2")):
+        await asyncio.sleep(0.01)
+    world.runpod.take_away("runpod-1", InstanceState.STOPPED)
+    world.runpod._offers = []
+    preempted_at = world.runpod.billed["runpod-1"][1]
+    final = await asyncio.wait_for(drive, 30)
+    assert final.state is RunState.FINISHED, final.error
+    first = world.ledger.get("runpod", "runpod-1")
+    assert first is not None and first.stopped == preempted_at and not first.end_estimated
+    assert_books_balance(world, world.runpod, run_id)
+
+
 async def test_the_self_stop_heartbeat_is_kept_while_the_adapter_is_pulled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
