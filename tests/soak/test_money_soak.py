@@ -18,7 +18,10 @@ from tests.soak.money_soak import census, run_schedule, run_sweep, sweep_points
 SHORT_SEEDS = (1, 3, 4, 9)
 
 # A killed process's loop and sockets stay open on purpose (closing them would run its cleanup, which a kill skips).
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 
 @pytest.mark.timeout(300)
