@@ -119,7 +119,7 @@ def clouds(tmp_path: Path) -> Iterator[dict[ProviderName, FakeCloud]]:
     fakes = {name: fake(tmp_path / name.value, boot_seconds=0.0) for name, fake in FAKES.items()}
     for fake in fakes.values():
         fake.pool = PaperPool()  # type: ignore[assignment]
-    yield fakes  # type: ignore[misc]
+    yield fakes
     for fake in fakes.values():
         fake.close()
 
@@ -289,3 +289,29 @@ def test_every_settling_command_settles_an_ended_runs_live_machine(monkeypatch: 
     RunStore().transition(run_id, RunState.FINISHED)
     settle_at_start()
     assert [[r.instance_id for r in machines] for machines in asked] == [["pod-1"]]
+
+
+async def test_a_run_resumed_after_settling_listed_it_is_left_to_its_driver(
+    runpod: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the listing and the run's lock the user resumed the stopped run: its machine is the driver's again."""
+    import contextlib
+
+    from desktop.services.renting import reconcile
+
+    ledger = Ledger()
+    run_id = ended_run(RunState.PLANNED)
+    row = await rent(runpod, run_id, ledger)
+    RunStore().transition(run_id, RunState.CANCELLED)
+    real_lock = reconcile.renting_lock
+
+    @contextlib.contextmanager
+    def resumed_first(folder: Path) -> Iterator[bool]:
+        RunStore().transition(run_id, RunState.PAUSED, "resumed", reopen=True)
+        with real_lock(folder) as free:
+            yield free
+
+    monkeypatch.setattr(reconcile, "renting_lock", resumed_first)
+    settled = await settle(runpod, ledger)
+    assert not settled.run_ended and billing(runpod) == [row.instance_id]
+    assert [r.state for r in ledger.rentals(run_id)] == [RentalState.LIVE]
