@@ -32,14 +32,16 @@ TORCH_FIND_LINKS ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*),/opt/wheels,
 # instead of 23 MB). As a subproject llama.cpp already skips its server, tools, examples and tests.
 export CMAKE_ARGS ?= -DGGML_NATIVE=off -DLLAVA_BUILD=off -DLLAMA_OPENSSL=off
 
-.PHONY: run test lint typecheck imports pytest lock bench soak dist install-local gpu-wheels gpu-install gpu-check clean help
+.PHONY: run test lint typecheck imports pytest lock bench soak mutants dist install-local gpu-wheels gpu-install gpu-check clean help
 
 help:
 	@echo "make run            set up and start the desktop app"
 	@echo "make test           set up and run linters, type checks, import contracts and the tests"
 	@echo "make lock           regenerate the hashed lock files in installers/locks (UPGRADE=1 for newest versions)"
 	@echo "make bench          run the benchmarks in tests/benchmarks"
-	@echo "make soak           the money soak: 60 seeded fault schedules over the fake clouds (SOAK_SEEDS=N for more)"
+	@echo "make soak           the money soak: a kill sweep over a rental's life, then 60 seeded fault schedules over the"
+	@echo "                    fake clouds (SOAK_SEEDS=N for more)"
+	@echo "make mutants        break the money code on purpose, one change at a time, and show the tests catch each"
 	@echo "make dist           build the double-clickable app for this platform into dist/ (see installers/README.md)"
 	@echo "make install-local  add the optional libraries (transformers for exact token counts, pyarrow for Parquet, MLX)"
 	@echo "make gpu-wheels     download the wheels a network-less GPU machine lacks into .whl/1, .whl/2 (run here)"
@@ -150,10 +152,15 @@ bench: $(VENV)/.test-installed
 	@bash installers/system-deps.sh test
 	$(PY) -m tests.benchmarks
 
-# The money soak (tests/soak/): seeded random fault schedules over the three fake clouds, 200+ rentals in all.
+# The money soak (tests/soak/): a kill sweep over every provider call and state write of a rental's life, then seeded
+# random fault schedules over the three fake clouds.
 SOAK_SEEDS ?= 60
 soak: $(VENV)/.test-installed
 	$(PY) -m tests.soak --seeds $(SOAK_SEEDS)
+
+# The mutations (tests/mutants/): each applied to a copy of the tree, the tests that must catch it run there.
+mutants: $(VENV)/.test-installed
+	$(PY) -m tests.mutants
 
 # The GPU check (tests/gpu/): wheels are fetched here, carried to a GPU machine without network, installed there
 # next to the image's own torch, transformers and peft (never replaced), then the check runs with the image's Python.

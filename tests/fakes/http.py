@@ -133,12 +133,36 @@ class CallFault:
 
 @dataclass
 class QueuedFault:
-    """A fault waiting for the next call that matches ``method`` and the ``path`` pattern (``re.search``)."""
+    """A fault waiting for the next call that matches ``method`` and the ``path`` pattern (``re.search``), or, with
+    ``creates``, for the next call that creates a machine whatever its path (:meth:`FakeCloud.is_create`)."""
 
     method: str
     path: str
     fault: CallFault
     times: int = 1
+    creates: bool = False
+
+
+@dataclass(frozen=True)
+class FiredFault:
+    """A fault that took effect: on a call (its kind is a :class:`FaultKind`), or the provider's own doing to a
+    machine ("outbid", "preempted", "lost") or a refused terminate ("failing_terminate").
+
+    Attributes:
+        kind: What happened.
+        method: The call's method ("" for the provider's own doing).
+        path: The call's path.
+        create: The call creates a machine (:meth:`FakeCloud.is_create`).
+        after_acting: The provider did what the call asked before the fault hit the answer.
+        instance: The machine it happened to (the provider's own doing), else None.
+    """
+
+    kind: str
+    method: str = ""
+    path: str = ""
+    create: bool = False
+    after_acting: bool = False
+    instance: str | None = None
 
 
 class FaultyAnswerError(Exception):
@@ -163,6 +187,8 @@ class Faults:
         bid_too_low: Spot creates fail as bid too low.
         queued: Faults for the next matching calls (see :meth:`FakeCloud.fail_next`).
         failing_terminates: This many terminate calls are refused with a 500 before one succeeds (none acts).
+
+    Each fault that takes effect is recorded in :attr:`FakeCloud.fired` (a queued one may never meet its call).
     """
 
     out_of_stock: bool = False
@@ -190,6 +216,7 @@ class FakeCloud(ABC):
         self.instances: dict[str, FakeInstance] = {}
         self.malformed: dict[str, dict[str, Any]] = {}
         self.requests: list[FakeRequest] = []
+        self.fired: list[FiredFault] = []
         self.lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
         self._next_id = 1000
@@ -222,7 +249,21 @@ class FakeCloud(ABC):
         if instance.spot and started is not None and outbid is not None and now >= started + outbid:
             self.faults.outbid_after = None  # once
             self.stop_instance(instance, outbid=True)
+            self.fired.append(FiredFault("outbid", instance=instance.id))
         return instance
+
+    def preempt_instance(self, instance: FakeInstance) -> None:
+        """The provider takes the machine back (a spot machine preempted): stopped, its disk kept."""
+        with self.lock:
+            self.stop_instance(instance, outbid=True)
+            self.fired.append(FiredFault("preempted", instance=instance.id))
+
+    def lose_instance(self, instance: FakeInstance) -> None:
+        """The provider loses the machine (its host died): terminated by the provider, not by the client."""
+        with self.lock:
+            instance.extra["lost"] = True
+            self.terminate_instance(instance)
+            self.fired.append(FiredFault("lost", instance=instance.id))
 
     def stop_instance(self, instance: FakeInstance, *, outbid: bool = False) -> None:
         """Stops it: the machine goes away, the disk (the book entry) stays."""
@@ -288,21 +329,46 @@ class FakeCloud(ABC):
         with self.lock:
             self.faults.queued.append(QueuedFault(method.upper(), path, fault, times))
 
+    def fail_next_create(self, fault: CallFault, times: int = 1) -> None:
+        """Makes the next ``times`` calls that create a machine fail, whichever of the fake's create calls they are."""
+        with self.lock:
+            self.faults.queued.append(QueuedFault("", "", fault, times, creates=True))
+
     def is_terminate(self, request: FakeRequest) -> bool:
         """Whether the request terminates a machine (each fake knows its own call)."""
         return False
 
-    def _take_fault(self, request: FakeRequest) -> CallFault | None:
+    def is_create(self, request: FakeRequest) -> bool:
+        """Whether the request creates a machine (each fake knows its own calls)."""
+        return False
+
+    def _queued_for(self, request: FakeRequest) -> QueuedFault | None:
+        """The first queued fault waiting for ``request``."""
         for queued in self.faults.queued:
-            if queued.method == request.method and re.search(queued.path, request.path):
-                queued.times -= 1
-                if queued.times <= 0:
-                    self.faults.queued.remove(queued)
-                return queued.fault
+            if queued.creates:
+                if self.is_create(request):
+                    return queued
+            elif queued.method == request.method and re.search(queued.path, request.path):
+                return queued
+        return None
+
+    def _take_fault(self, request: FakeRequest) -> CallFault | None:
+        """The fault this call meets (taken from the queue and recorded as fired), or None."""
+        queued = self._queued_for(request)
+        if queued is not None:
+            queued.times -= 1
+            if queued.times <= 0:
+                self.faults.queued.remove(queued)
+            self._fire(request, queued.fault.kind.value, queued.fault.after_acting)
+            return queued.fault
         if self.faults.failing_terminates > 0 and self.is_terminate(request):
             self.faults.failing_terminates -= 1
+            self._fire(request, "failing_terminate")
             return CallFault(FaultKind.SERVER_ERROR, status=500)
         return None
+
+    def _fire(self, request: FakeRequest, kind: str, after_acting: bool = False) -> None:
+        self.fired.append(FiredFault(kind, request.method, request.path, self.is_create(request), after_acting))
 
     def dispatch(self, request: FakeRequest) -> FakeResponse:
         """Records the request, applies the faults (before or after acting), then :meth:`handle` under the lock.
@@ -314,9 +380,11 @@ class FakeCloud(ABC):
             self.requests.append(request)
             if self.faults.rate_limit_once:
                 self.faults.rate_limit_once = False
+                self._fire(request, FaultKind.RATE_LIMIT.value)
                 return FakeResponse(429, {"error": "rate limited"}, {"Retry-After": "0"})
             if self.faults.server_error_once:
                 self.faults.server_error_once = False
+                self._fire(request, FaultKind.SERVER_ERROR.value)
                 return FakeResponse(503, {"error": "unavailable"})
             fault = self._take_fault(request)
             if fault is not None and not fault.after_acting and fault.kind is not FaultKind.SLOW:
@@ -329,13 +397,13 @@ class FakeCloud(ABC):
             return reply
 
     def delay_for(self, request: FakeRequest) -> float:
-        """Seconds the next answer to ``request`` is held back (a slow provider), without taking the fault."""
+        """Seconds the next answer to ``request`` is held back (a slow provider), without taking the fault.
+
+        Only when the fault the call meets first is a slow answer: that is the one :meth:`dispatch` then takes.
+        """
         with self.lock:
-            for queued in self.faults.queued:
-                slow = queued.fault.kind is FaultKind.SLOW and queued.method == request.method
-                if slow and re.search(queued.path, request.path):
-                    return queued.fault.delay
-        return 0.0
+            queued = self._queued_for(request)
+            return queued.fault.delay if queued is not None and queued.fault.kind is FaultKind.SLOW else 0.0
 
     def transport(self) -> httpx.AsyncBaseTransport:
         """An in-process transport answering like the server would (a slow answer is awaited, not slept)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop.services.providers.base import SshAddress
-from tests.fakes.http import FakeCloud, FakeInstance, FakeRequest, FakeResponse
+from tests.fakes.http import FakeCloud, FakeInstance, FakeRequest, FakeResponse, FiredFault
 
 PREFIX = "/api/v1"
 
@@ -132,6 +132,20 @@ class FakeLambda(FakeCloud):
             self.pool.kill(instance.id)
             instance.address = None
             self.save()
+
+    def preempt_instance(self, instance: FakeInstance) -> None:
+        """As :meth:`preempt`, recorded as a fault that fired."""
+        self.preempt(instance.id)
+        with self.lock:
+            self.fired.append(FiredFault("preempted", instance=instance.id))
+
+    def is_create(self, request: FakeRequest) -> bool:
+        """``POST /instance-operations/launch`` launches an instance."""
+        return request.method == "POST" and request.path.rstrip("/").endswith("/instance-operations/launch")
+
+    def is_terminate(self, request: FakeRequest) -> bool:
+        """``POST /instance-operations/terminate`` terminates instances."""
+        return request.method == "POST" and request.path.rstrip("/").endswith("/instance-operations/terminate")
 
     def refresh(self, instance: FakeInstance) -> FakeInstance:
         """As the base class, but a preempted machine never boots again."""

@@ -225,6 +225,14 @@ class FakeRunPod(FakeClusters, FakeCloud):
         body = request.json() if request.method == "POST" and request.path.endswith("/action") else None
         return isinstance(body, dict) and body.get("action") == "terminate"
 
+    def is_create(self, request: FakeRequest) -> bool:
+        """``POST /pods`` and ``POST /clusters`` create; so does GraphQL's ``podRentInterruptable`` (a spot pod)."""
+        if request.method != "POST":
+            return False
+        if request.path.rstrip("/").endswith("/graphql"):
+            return b"podRentInterruptable" in request.body
+        return re.search(r"/(pods|clusters)/?$", request.path) is not None
+
     # -- keys ------------------------------------------------------------------------------------------------------
 
     def _refusal(self, request: FakeRequest, path: str) -> FakeResponse | None:

@@ -180,6 +180,20 @@ class FakeClusters:
         """Dollars RunPod bills for each pod of the cluster, in rank order."""
         return [pod.price_per_hour * self.billed_seconds(pod.id) / 3600 for pod in self.member_pods(cluster_id)]
 
+    def members_billed(self, cluster_id: str) -> list[tuple[float, float]]:
+        """What RunPod bills for each pod of the cluster, in rank order: its price per hour and its billed seconds."""
+        return [(pod.price_per_hour, self.billed_seconds(pod.id)) for pod in self.member_pods(cluster_id)]
+
+
+def booked_as_billed(booked_usd: float, billed: tuple[float, float]) -> str | None:
+    """None when booked dollars are what the provider bills (``billed``: price per hour, seconds) within 1 % of the
+    billed time or 1 s, whichever is more; else what differs. A tolerance in time: a row booked at $0 never passes."""
+    price, seconds = billed
+    booked_seconds = booked_usd * 3600 / price
+    if abs(booked_seconds - seconds) <= max(0.01 * seconds, 1.0):
+        return None
+    return f"booked ${booked_usd:.6f} ({booked_seconds:.2f} s at ${price}/h), billed {seconds:.2f} s"
+
 
 def cluster_problems(body: Any) -> list[str]:
     """What v2 would refuse in a ``CreateClusterRequest``."""

@@ -173,6 +173,14 @@ class FakeVast(FakeCloud):
                 return answer(request, *match.groups())
         return _error(404, "not_found", f"no route {request.method} {path}")
 
+    def is_terminate(self, request: FakeRequest) -> bool:
+        """``DELETE /instances/{id}/`` destroys an instance."""
+        return request.method == "DELETE" and re.search(r"/instances/\d+/?$", request.path) is not None
+
+    def is_create(self, request: FakeRequest) -> bool:
+        """``PUT /asks/{offer}/`` rents an offer."""
+        return request.method == "PUT" and re.search(r"/asks/\d+/?$", request.path) is not None
+
     def _instance_scope(self, request: FakeRequest) -> bool:
         """Whether an instance's own key (``CONTAINER_API_KEY`` inside it) stops or destroys that very instance."""
         bearer = request.bearer or ""

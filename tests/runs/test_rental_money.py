@@ -12,7 +12,7 @@ from desktop.core.runs.labels import parse_label
 from desktop.core.runs.spec import ComputeSpec
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, RentalState
-from desktop.services.providers.base import InstanceState, ProviderName, RentRequest
+from desktop.services.providers.base import InstanceState, ProviderError, ProviderName, RentRequest
 from desktop.services.renting import driver as rental
 from desktop.services.renting.reconcile import settle_rentals
 from desktop.services.runs.events import mirrored_events
@@ -152,6 +152,38 @@ async def test_a_create_left_unanswered_by_a_killed_process_is_settled_at_the_ne
     assert_books_balance(world, world.runpod, run_id)
 
 
+async def test_a_create_left_unanswered_never_adopts_an_earlier_machine_of_its_run(tmp_path: Path) -> None:
+    """Every machine of a run has the run's label: the lookup of a later create finds the earlier machine too (still
+    live, here). It is its own row's; the create that made nothing is not_created, and nothing crashes."""
+    world = World(tmp_path)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    label = "rentune-0123abcd-" + run_id
+    earlier = world.ledger.intend(run_id, "runpod", label, "RTX 4090", 0.30, "rp-1")
+    made = await world.runpod.create(RentRequest(world.runpod._offers[0], "ssh-ed25519 AAAA", label, "img"))
+    world.ledger.created(earlier.id, made.instance_id)
+    lost = world.ledger.intend(run_id, "runpod", label, "RTX 4090", 0.30, "rp-1")
+    settled = await settle_rentals(RunStore(), ledger=world.ledger, open=lambda n, _s: world.clouds[n])
+    assert settled.adopted == [] and [r.id for r in settled.not_created] == [lost.id]
+    assert world.ledger.row(lost.id).state is RentalState.NOT_CREATED
+    assert world.ledger.row(earlier.id).state is RentalState.LIVE and world.runpod.live() != []
+
+
+async def test_an_unclear_create_never_adopts_an_earlier_machine_of_its_run(tmp_path: Path) -> None:
+    from desktop.services.renting.creating import CreateTiming, Creator
+    from desktop.services.renting.terminator import Terminator
+
+    world = World(tmp_path)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    request = RentRequest(world.runpod._offers[0], "ssh-ed25519 AAAA", "rentune-0123abcd-" + run_id, "img")
+    creator = Creator(world.ledger, Terminator(world.ledger), CreateTiming(lookups=1, lookup_delay=0.0))
+    first, _machine = await creator.create(world.runpod, run_id, request, 0.30)
+    world.runpod.fail("create", Fault("uncertain"))  # refused before acting, but the answer is unclear
+    with pytest.raises(ProviderError, match="no machine named"):
+        await creator.create(world.runpod, run_id, request, 0.30)
+    assert [r.state for r in world.ledger.rentals(run_id)] == [RentalState.LIVE, RentalState.NOT_CREATED]
+    assert world.ledger.row(first.id).instance_id == "runpod-1"
+
+
 async def test_settling_skips_a_run_another_process_is_renting_for(tmp_path: Path) -> None:
     world = World(tmp_path)
     run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
@@ -202,6 +234,36 @@ async def test_a_preempted_machine_is_booked_to_the_providers_end_time(tmp_path:
     assert first is not None and first.stopped == preempted_at and not first.end_estimated
     assert_books_balance(world, world.runpod, run_id)
     assert_books_balance(world, world.vast, run_id)
+
+
+async def test_a_preempted_machine_its_provider_forgets_once_terminated_is_booked_to_the_end_it_reported(
+    tmp_path: Path,
+) -> None:
+    """The provider gives the end time only while the machine is stopped; once terminated it no longer knows the
+    machine (as RunPod answers 404 for a deleted pod): the driver keeps the end it saw when it found the machine
+    lost."""
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", checkpoint_then_keep_training)
+    finishes(world.vast)
+    terminate = world.runpod.terminate
+
+    async def terminate_and_forget(instance_id: str) -> None:
+        await terminate(instance_id)
+        world.runpod.instances.pop(instance_id, None)
+
+    world.runpod.terminate = terminate_and_forget  # type: ignore[method-assign]
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True, providers=("vast",)))
+    drive = asyncio.ensure_future(world.driver.drive(run_id))
+    while not list(world.engine.folder(run_id).glob("checkpoints/checkpoint-2")):
+        await asyncio.sleep(0.01)
+    world.runpod.take_away("runpod-1", InstanceState.STOPPED)
+    world.runpod._offers = []
+    preempted_at = world.runpod.billed["runpod-1"][1]
+    final = await asyncio.wait_for(drive, 30)
+    assert final.state is RunState.FINISHED, final.error
+    first = world.ledger.get("runpod", "runpod-1")
+    assert first is not None and first.stopped == preempted_at and not first.end_estimated
+    assert_books_balance(world, world.runpod, run_id)
 
 
 async def test_the_self_stop_heartbeat_is_kept_while_the_adapter_is_pulled(

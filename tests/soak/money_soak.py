@@ -1,19 +1,21 @@
-"""The money soak: seeded random fault schedules over the three fake clouds, and the invariants renting must keep.
+"""The money soak: schedules of Rentune processes renting and driving runs through the real provider clients against
+the fakes of RunPod, Vast.ai and Lambda served in-process, under faults and kills, and the invariants renting keeps.
 
-Each schedule (one seed) starts a Rentune "process" (its own thread and event loop, engine and driver) that rents and
-drives a few runs at once through the real provider clients, against the fakes of RunPod, Vast.ai and Lambda served
-in-process. The fakes' machines are in-memory hosts (no sshd) whose trainer finishes after a random time. Faults are
-injected at every kind of call: 5xx answers and timeouts after the provider acted, 429s, dropped connections, a slow
-provider, outbid and preempted spot machines, lost machines, terminates that keep failing, and the process killed at
-a random moment (or right after a create took effect) and restarted: a kill stops the process's event loop, so none
-of its cleanup runs, as with a real kill. After each schedule everything settles as a next start would (faults
-cleared) and three invariants are checked:
+The fakes' machines are in-memory hosts (no sshd) whose trainer finishes after a while. Two kinds of schedule:
 
-1. no machine runs at a fake without a ``live`` or ``terminating`` ledger row of this installation;
-2. each rental's dollars equal the fake's billed seconds times its price, within 1 %;
-3. no adapter that reached home is lost, and no machine is taken away by Rentune while a transfer to or from it moves.
+* a seeded random schedule (:func:`run_schedule`): one process drives a few runs at once; faults are injected at every
+  kind of call (5xx answers and timeouts after the provider acted, 429s, dropped connections, slow answers, terminates
+  that keep failing) and by the providers (spot machines outbid, machines preempted or lost); the process is killed
+  at a random moment or right after a create took effect, and restarted;
+* a kill sweep (:func:`run_sweep`): one run per process, fault-free, each process killed after its n-th provider call
+  or its n-th state write (ledger rows, run state and spec), for every n a rental's life has (:func:`census` counts
+  them in a run without kills), then restarted.
 
-``python -m tests.soak --seeds 60`` runs the long soak (``make soak``); the tests run a short seed set.
+A kill freezes the process where it stands (:mod:`tests.soak.processes`). While a schedule runs, the invariants of
+:mod:`tests.soak.invariants` are checked every :data:`CHECK_EVERY_S`; at its end everything settles as a next start
+would (faults cleared), and they are checked once more with the dollars and the adapters.
+
+``python -m tests.soak`` runs the long soak (``make soak``); the tests run a short set.
 """
 
 from __future__ import annotations
@@ -25,21 +27,17 @@ import os
 import random
 import re
 import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import keyring
 
-from desktop.core.runs.labels import parse_label
 from desktop.core.runs.spec import ComputeSpec, RunSpec
-from desktop.core.runs.states import RunState
-from desktop.services.billing.ledger import BILLING_STATES, Ledger
-from desktop.services.machines.ssh import Endpoint
+from desktop.services.billing.ledger import Ledger
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.platform.settings import installation_id
 from desktop.services.providers.base import Provider, ProviderName
@@ -48,21 +46,26 @@ from desktop.services.providers.lambda_cloud import LambdaProvider, Pacer
 from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.providers.vast import VastProvider
 from desktop.services.renting import driver as rental_driver
-from desktop.services.renting.creating import CreateTiming
-from desktop.services.renting.driver import RentalDriver, RentalOptions
 from desktop.services.renting.reconcile import RENTING_LOCK_NAME, settle_rentals
-from desktop.services.renting.terminator import Terminator
 from desktop.services.runs.context import DRIVER_LOCK_NAME, ENDED
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.store import RunStore
-from tests.fakes.http import CallFault, FakeCloud, FaultKind
+from tests.fakes.http import FakeCloud
 from tests.fakes.lambda_cloud import FakeLambda
-from tests.fakes.machines import MachineAddress
 from tests.fakes.runpod import FakeRunPod
 from tests.fakes.vast import FakeVast
-from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.memory_keyring import MemoryKeyring
-from trainer_payload.protocol import EventKind
+from tests.soak.faults import clear_faults, fired_kinds, queue_call_faults, take_a_machine_away
+from tests.soak.invariants import BillingWatch, check_dollars, lost_adapters
+from tests.soak.machines import CloudPool, MachineRoom
+from tests.soak.processes import (
+    SETTLE_EVERY_S,
+    TERMINATE_PATIENCE_S,
+    KillPoint,
+    KillSwitchTransport,
+    Process,
+    stuck_tasks,
+)
 
 #: The GPU each fake sells that runs ask for.
 GPU = {ProviderName.RUNPOD: "RTX 4090", ProviderName.VAST: "RTX 4090", ProviderName.LAMBDA: "A10"}
@@ -72,262 +75,20 @@ URL = {
     ProviderName.VAST: "https://vast.fake/api/v0",
     ProviderName.LAMBDA: "https://lambda.fake/api/v1",
 }
-#: Paths of the calls that create a machine, per provider.
-CREATE = {
-    ProviderName.RUNPOD: ("POST", r"/pods$"),
-    ProviderName.VAST: ("PUT", r"/asks/"),
-    ProviderName.LAMBDA: ("POST", r"/instance-operations/launch"),
-}
-#: Seconds the app's and the fake's clock readings around one call may differ (both read time.time()).
-CLOCK_SKEW_S = 0.05
-#: Seconds Rentune may take to notice a machine its provider took away without saying when (polls, slow answers).
-NOTICE_S = 6.0
-#: Seconds an end Rentune estimated (the provider reports none) may be off from the provider's: one terminate's
-#: round trip, the answer included, on an event loop shared by four runs on a loaded computer. A soak rental lasts
-#: seconds, so 1 % of it is less than that; over a real rental of ten minutes it is under 0.05 %.
-ROUND_TRIP_S = 0.25
 #: Seconds a schedule may take before it counts as stuck (itself a failure).
 SCHEDULE_LIMIT_S = 90.0
-
-
-# -- machines in memory ------------------------------------------------------------------------------------------
-
-
-class MachineRoom:
-    """Every in-memory machine of a schedule, found by port, with the transfers that move to and from each.
-
-    A machine's trainer finishes (a checkpoint, then the adapter) a random time after it is launched. A killed machine
-    refuses new connections. Rentune terminating a machine while a transfer to or from it moves (one of a process
-    still alive) is recorded as a violation; the provider taking one away (outbid, preempted, lost) is not.
-    """
-
-    def __init__(self, rng: random.Random, violations: list[str]) -> None:
-        self.rng, self.violations = rng, violations
-        self.hosts: dict[int, FakeHost] = {}
-        self.dead: set[int] = set()
-        self.transfers: dict[tuple[int, str], int] = {}
-        self.lock = threading.Lock()
-        self._ports = iter(range(41000, 60000))
-
-    def new_host(self) -> int:
-        """A new machine; returns its port."""
-        with self.lock:
-            port = next(self._ports)
-            host = FakeHost()
-            host.on_launch = self._trainer()
-            self.hosts[port] = host
-            return port
-
-    def _trainer(self) -> Callable[[FakeHost, str], None]:
-        seconds = self.rng.uniform(0.3, 2.0)
-
-        def launch(host: FakeHost, folder: str) -> None:
-            digests = host.write_folder(f"{folder}/out/checkpoints/checkpoint-2", {"adapter.safetensors": b"step 2"})
-            host.emit(EventKind.CHECKPOINT, step=2, path="checkpoints/checkpoint-2", bytes=6, sha256=digests)
-            timer = threading.Timer(seconds, self._finish, (host, folder))
-            timer.daemon = True
-            timer.start()
-
-        return launch
-
-    @staticmethod
-    def _finish(host: FakeHost, folder: str) -> None:
-        files = host.write_folder(f"{folder}/out/adapter", {"adapter_model.safetensors": b"final weights"})
-        host.emit(EventKind.DONE, adapter_path="adapter", files=files)
-
-    def kill(self, port: int, *, by_rentune: bool, name: str) -> None:
-        """The machine on ``port`` goes away."""
-        with self.lock:
-            self.dead.add(port)
-            moving = sum(count for (where, _process), count in self.transfers.items() if where == port)
-            if moving and by_rentune:
-                self.violations.append(f"{name} was terminated while a transfer to or from it moved")
-
-    def forget_process(self, process: str) -> None:
-        """A killed process's transfers no longer move."""
-        with self.lock:
-            for key in [k for k in self.transfers if k[1] == process]:
-                del self.transfers[key]
-
-    def connector(self, process: str) -> Callable[[Endpoint, str | None, float], Any]:
-        """The engine's ``connect`` for one process: connections whose transfers are counted."""
-
-        async def connect(endpoint: Endpoint, pinned: str | None, time_limit: float) -> Any:
-            if endpoint.port in self.dead or endpoint.port not in self.hosts:
-                raise ConnectionRefusedError(f"nothing listens on port {endpoint.port}")
-            machine = await self.hosts[endpoint.port].connect(endpoint, pinned, time_limit)
-            return CountedMachine(machine, self, (endpoint.port, process))
-
-        return connect
-
-
-class CloudPool:
-    """One fake cloud's machines in the room: the interface of :class:`tests.fakes.machines.MachinePool`."""
-
-    def __init__(self, room: MachineRoom, cloud: FakeCloud, name: ProviderName) -> None:
-        self.room, self.cloud, self.name = room, cloud, name
-        self.ports: dict[str, int] = {}
-
-    def start(self, machine_id: str, public_key: str, env: dict[str, str] | None = None) -> MachineAddress:
-        """The machine of ``machine_id`` (started on the first call)."""
-        if machine_id not in self.ports or self.ports[machine_id] in self.room.dead:  # a restart is a fresh host
-            self.ports[machine_id] = self.room.new_host()
-        port = self.ports[machine_id]
-        return MachineAddress("fake", port, "root", self.room.hosts[port].host_key, Path("/nonexistent"))
-
-    def kill(self, machine_id: str) -> None:
-        """The machine goes away: terminated through the API (Rentune's doing), or stopped by the provider."""
-        port = self.ports.get(machine_id)
-        if port is None:
-            return
-        instance = self.cloud.instances.get(machine_id)
-        by_rentune = bool(instance and instance.terminated is not None and not instance.extra.get("lost"))
-        self.room.kill(port, by_rentune=by_rentune, name=f"{self.name.value} {machine_id}")
-
-    def kill_all(self) -> None:
-        """Every machine of this cloud goes away."""
-        for machine_id in list(self.ports):
-            self.room.dead.add(self.ports[machine_id])
-
-    def alive(self, machine_id: str) -> bool:
-        """Whether the machine still runs."""
-        port = self.ports.get(machine_id)
-        return port is not None and port not in self.room.dead
-
-
-class CountedMachine:
-    """A connection to an in-memory machine whose uploads and downloads are counted while they move."""
-
-    def __init__(self, inner: Any, room: MachineRoom, key: tuple[int, str]) -> None:
-        self._inner, self._room, self._key = inner, room, key
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._inner, name)
-        if name not in {"upload", "download", "download_many"}:
-            return attribute
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            room, key = self._room, self._key
-            with room.lock:
-                room.transfers[key] = room.transfers.get(key, 0) + 1
-            try:
-                await asyncio.sleep(0.02)  # a transfer takes a moment: a terminate may land during it
-                return await attribute(*args, **kwargs)
-            finally:
-                with room.lock:
-                    if key in room.transfers:
-                        room.transfers[key] -= 1
-
-        return counted
-
-
-# -- processes ---------------------------------------------------------------------------------------------------
-
-
-class KillSwitchTransport(httpx.AsyncBaseTransport):
-    """A client transport that can kill its process right after a chosen call took effect at the provider."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, process: Process) -> None:
-        self.inner, self.process = inner, process
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Passes the call on; kills the process after it when it matches the kill point."""
-        if self.process.killed.is_set():
-            await asyncio.Event().wait()  # a killed process makes no more calls
-        response = await self.inner.handle_async_request(request)
-        point = self.process.kill_after
-        if point is not None and request.method == point[0] and re.search(point[1], request.url.path):
-            self.process.kill_after = None
-            self.process.kill()
-            await asyncio.Event().wait()
-        return response
-
-
-class Process:
-    """One Rentune process: a thread with its own event loop, engine and rental driver. :meth:`kill` stops it dead."""
-
-    graveyard: list[Any] = []  # noqa: RUF012 - killed loops and their tasks, kept so no cleanup ever runs
-
-    def __init__(self, soak: Schedule, name: str) -> None:
-        self.soak, self.name = soak, name
-        self.killed = threading.Event()
-        self.kill_after: tuple[str, str] | None = None
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.lines: list[str] = []
-        store = RunStore()
-        self.engine = RunEngine(
-            store,
-            SecretStore(),
-            EngineOptions(poll_seconds=0.02, grace_seconds=1.0),
-            report=self.lines.append,
-            connect=soak.room.connector(name),
-        )
-        ledger = Ledger()
-        self.driver = RentalDriver(
-            self.engine,
-            ledger=ledger,
-            options=RentalOptions(
-                poll_seconds=0.05,
-                ready_poll_seconds=0.02,
-                budget_poll_seconds=0.05,
-                terminate_patience=1.0,
-                create=CreateTiming(answer_wait=1.0, lookup_delay=0.02, terminate_patience=1.0),
-            ),
-            open_provider=lambda name, _secrets: soak.client(name, self),
-            terminator=Terminator(ledger, sleep=_short_sleep),
-        )
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coroutine: Any) -> concurrent.futures.Future[Any]:
-        """Runs a coroutine on the process's loop."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-
-    def kill(self) -> None:
-        """Stops the process dead: its loop stops, nothing it was doing finishes, no cleanup runs."""
-        self.killed.set()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    def bury(self) -> None:
-        """After a kill: keeps the dead loop and its tasks (so nothing is ever collected and cleaned up)."""
-        self.thread.join(5)
-        Process.graveyard.append((self.loop, list(asyncio.all_tasks(self.loop))))
-
-    def stop(self) -> None:
-        """Ends a process that finished its work."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        if not self.thread.is_alive():
-            for task in asyncio.all_tasks(self.loop):
-                task.cancel()
-            self.loop.run_until_complete(asyncio.sleep(0))  # the cancelled tasks end here, on a live process
-            self.loop.run_until_complete(self.loop.shutdown_default_executor())
-            self.loop.close()
-
-
-def stuck_tasks(process: Process) -> list[str]:
-    """Where each task of a stopped process waited (for a schedule that got stuck)."""
-    lines = []
-    for task in asyncio.all_tasks(process.loop):
-        chain, coroutine = [], task.get_coro()
-        while coroutine is not None and hasattr(coroutine, "cr_frame"):
-            frame = coroutine.cr_frame
-            if frame is not None:
-                chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
-            coroutine = coroutine.cr_await
-        lines.append(f"task {task.get_name()}: {' -> '.join(chain)} (waits on {coroutine!r:.80})")
-    return lines
-
-
-async def _short_sleep(_seconds: float) -> None:
-    await asyncio.sleep(0.02)
-
-
-# -- one schedule ------------------------------------------------------------------------------------------------
+#: Seconds between two checks of the billing invariant while a schedule runs.
+CHECK_EVERY_S = 0.1
+#: The chance, at each turn of a schedule's loop (about 50 a second), that a provider takes a running machine away.
+TAKE_AWAY_CHANCE = 0.01
+#: Seconds a sweep's trainer takes (short: the fewer polls a rental's life has, the fewer kill points to sweep).
+SWEEP_TRAINER_S = 0.3
+#: Processes a sweep schedule runs at once (each its own run and kill point): more load the loop latency past
+#: the estimated ends' tolerance (one terminate's round trip).
+SWEEP_LANES = 8
+#: Minutes a machine may do nothing before the idle guard lets it go: a soak machine's trainer takes seconds, and a
+#: process restarted after a kill sometimes reattaches to a trainer that already ended and waits this long.
+IDLE_MINUTES = 0.1
 
 
 @dataclass
@@ -335,35 +96,145 @@ class Outcome:
     """What one schedule did and found.
 
     Attributes:
-        seed: The schedule's seed.
-        rentals: Machines rented (ledger rows with a machine).
-        faults: Faults injected, by kind.
-        kills: Processes killed and restarted.
+        name: The schedule (its seed, or its kill points).
+        rentals: Machines the fakes made.
+        faults: Faults that fired, by kind.
+        kills: Processes killed and restarted, by kill point.
+        missed: Kill points a process never reached (its work ended first).
+        checks: Times the billing invariant was checked while the schedule ran.
         violations: Invariant breaks (empty: none).
-        log: What the last process said, when the schedule got stuck.
-        estimated_ends: Rentals whose machine the provider took away without an end time (checked for lateness).
-        gaps: Per rental, booked minus billed seconds, and how its end was known: "reported" by the provider,
-            "estimated" (when the terminate was accepted), or "noticed" (a machine taken away, seen gone).
+        log: What the processes said, when the schedule got stuck.
+        estimated_ends: Machines the provider took away without an end time (checked for lateness).
+        gaps: Per machine, booked minus billed seconds, and how its end was known.
+        lives: Per lane whose first process ran to its end without a kill point: its provider calls and state writes,
+            in order.
     """
 
-    seed: int
+    name: str
     rentals: int = 0
-    faults: dict[str, int] = field(default_factory=dict)
-    kills: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    kills: Counter[str] = field(default_factory=Counter)
+    missed: int = 0
+    checks: int = 0
     violations: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     estimated_ends: int = 0
     gaps: list[tuple[float, str]] = field(default_factory=list)
+    lives: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """How one process of a lane dies: at a kill point, after some seconds, or not at all."""
+
+    point: KillPoint | None = None
+    after_s: float | None = None
+
+
+class Lane:
+    """Runs driven by one process after another: when one is killed, the next starts (as the user would restart).
+
+    Args:
+        schedule: The schedule it belongs to.
+        name: Its processes' name.
+        run_ids: The runs it drives.
+        plans: How its first processes die (later ones live).
+    """
+
+    def __init__(self, schedule: Schedule, name: str, run_ids: list[str], plans: list[Plan]) -> None:
+        self.schedule, self.name, self.run_ids, self.plans = schedule, name, run_ids, plans
+        self.generation = 0
+        self.done = False
+        self.process: Process | None = None
+        self.work: concurrent.futures.Future[Any] | None = None
+        self.kill_at: float | None = None
+        self.kills: list[str] = []
+
+    def step(self) -> None:
+        """Starts a process, buries a killed one, or ends the lane when its work is done."""
+        if self.done:
+            return
+        if self.process is None:
+            self._start()
+        elif self.process.killed.is_set() or (self.kill_at is not None and time.monotonic() >= self.kill_at):
+            self._bury(self.process)
+        elif self.work is not None and self.work.done():
+            self._finish(self.process)
+
+    def _start(self) -> None:
+        plan = self.plans[self.generation] if self.generation < len(self.plans) else Plan()
+        self.generation += 1
+        name = f"{self.name}-{self.generation}"
+        process = Process(name, self.schedule.client, self.schedule.room.connector(name), plan.point)
+        self.process = process
+        self.work = process.submit(self.schedule.drive_all(process, self.run_ids))
+        self.kill_at = None if plan.after_s is None else time.monotonic() + plan.after_s
+
+    def _bury(self, process: Process) -> None:
+        process.kill()
+        process.bury()
+        self.schedule.room.forget_process(process.name)
+        for run_id in self.run_ids:  # the kernel let go of the dead process's locks
+            for lock in (DRIVER_LOCK_NAME, RENTING_LOCK_NAME):
+                with contextlib.suppress(FileNotFoundError):
+                    (process.engine.folder(run_id) / lock).unlink()
+        self.kills.append(_kill_words(process))
+        self.schedule.outcome.kills[self.kills[-1]] += 1
+        self.process = None
+
+    def _finish(self, process: Process) -> None:
+        if process.kill_point is not None:
+            self.schedule.outcome.missed += 1
+        else:
+            self.schedule.outcome.lives[self.name] = list(process.trail)
+        process.stop()
+        assert self.work is not None
+        with contextlib.suppress(Exception):
+            self.work.result()
+        self.done = True
+
+    def stop_stuck(self) -> None:
+        """Past the deadline: the process is killed and where its tasks waited is logged."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.thread.join(5)
+            self.schedule.outcome.log += stuck_tasks(self.process) + self.process.lines[-40:]
+        self.done = True
+
+
+def _with_kills(line: str, lanes: list[Lane]) -> str:
+    """A break, with how the processes of the run it names were killed."""
+    kills = [kill for lane in lanes if any(run_id in line for run_id in lane.run_ids) for kill in lane.kills]
+    return f"{line} [killed {', '.join(kills)}]" if kills else line
+
+
+def _kill_words(process: Process) -> str:
+    """The kill point a process died at, for the tally."""
+    point = process.kill_point
+    if not process.died_at:
+        return "at a random moment"
+    if point is None or point.kind == "create":
+        return "right after a create took effect"
+    what = re.sub(r"/[0-9a-f]{4,}\b", "/{id}", process.died_at)  # one name for a call to any machine
+    return f"after {'provider call' if point.kind == 'call' else 'state write'} {point.n} ({what})"
 
 
 class Schedule:
-    """One seeded schedule: the fakes, the runs, the faults and the kills, then the invariants."""
+    """One schedule: the fakes, the runs, the lanes of processes driving them, then the invariants.
 
-    def __init__(self, seed: int, root: Path, runs: int = 4) -> None:
-        self.seed, self.root, self.runs = seed, root, runs
-        self.rng = random.Random(seed)
-        self.outcome = Outcome(seed)
-        self.room = MachineRoom(self.rng, self.outcome.violations)
+    Args:
+        name: What the outcome is called.
+        root: A fresh folder for the fakes and the training data.
+        rng: The schedule's randomness.
+        trainer_seconds: How long a machine's trainer takes (drawn from this range).
+    """
+
+    def __init__(
+        self, name: str, root: Path, rng: random.Random, trainer_seconds: tuple[float, float] = (0.3, 2.0)
+    ) -> None:
+        self.rng = rng
+        self.outcome = Outcome(name)
+        self.room = MachineRoom(self.rng, self.outcome.violations, trainer_seconds)
         self.clouds: dict[ProviderName, FakeCloud] = {
             ProviderName.RUNPOD: FakeRunPod(root / "runpod", boot_seconds=0.2),
             ProviderName.VAST: FakeVast(root / "vast", boot_seconds=0.2),
@@ -373,11 +244,13 @@ class Schedule:
             cloud.pool = CloudPool(self.room, cloud, name)  # type: ignore[assignment]
         self.train = root / "train.jsonl"
         self.train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+        self.takes_machines_away = False
+        self.settles_in_background = False
 
     def client(self, name: ProviderName, process: Process) -> Provider:
         """A real client of ``name`` talking to its fake through the process's kill switch."""
         cloud = self.clouds[name]
-        transport = KillSwitchTransport(cloud.transport(), process)
+        transport = KillSwitchTransport(cloud.transport(), process, cloud)
         retry = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
         key = cloud.valid_key
         if name is ProviderName.RUNPOD:
@@ -389,233 +262,136 @@ class Schedule:
         unpaced = Pacer(0.0, 0.0)  # Lambda's rate limits are tested on a manual clock (test_lambda); here only slow
         return LambdaProvider(key, URL[name], transport=transport, retry=retry, ssh_for=cloud.ssh_for, pacer=unpaced)  # type: ignore[attr-defined]
 
-    def _count(self, kind: str) -> None:
-        self.outcome.faults[kind] = self.outcome.faults.get(kind, 0) + 1
-
-    # -- the faults ----------------------------------------------------------------------------------------------
-
-    def queue_call_faults(self) -> None:
-        """Random faults at the providers' calls: creates, looks, lists, terminates, the catalogs."""
-        for name, cloud in self.clouds.items():
-            method, create = CREATE[name]
-            for _ in range(self.rng.randint(0, 2)):
-                kind, after = self.rng.choice(
-                    [
-                        (FaultKind.SERVER_ERROR, True),
-                        (FaultKind.TIMEOUT, True),
-                        (FaultKind.DROP, False),
-                        (FaultKind.RATE_LIMIT, False),
-                        (FaultKind.SERVER_ERROR, False),
-                        (FaultKind.TIMEOUT, False),
-                    ]
-                )
-                cloud.fail_next(method, create, CallFault(kind, after_acting=after, status=self.rng.choice([502, 504])))
-                self._count(f"create {kind.value}{' after acting' if after else ''}")
-            if self.rng.random() < 0.5:
-                cloud.fail_next("GET", r".", CallFault(FaultKind.SLOW, delay=self.rng.uniform(0.2, 1.5)), times=3)
-                self._count("slow provider")
-            if self.rng.random() < 0.5:
-                cloud.fail_next(
-                    "GET",
-                    r".",
-                    CallFault(self.rng.choice([FaultKind.SERVER_ERROR, FaultKind.DROP])),
-                    times=self.rng.randint(1, 3),
-                )
-                self._count("failing look or list")
-            if self.rng.random() < 0.4:
-                cloud.faults.failing_terminates += self.rng.randint(1, 12)
-                self._count("failing terminate")
-            if name is not ProviderName.LAMBDA and self.rng.random() < 0.3:
-                cloud.faults.outbid_after = self.rng.uniform(0.1, 1.0)
-                self._count("outbid")
-
-    def take_a_machine_away(self) -> None:
-        """A machine preempted or lost at a random provider (the provider's doing, not Rentune's)."""
-        name = self.rng.choice(list(self.clouds))
-        cloud = self.clouds[name]
-        with cloud.lock:
-            live = [i for i in cloud.instances.values() if i.live and i.running_since is not None]
-            if not live:
-                return
-            instance = self.rng.choice(live)
-            if self.rng.random() < 0.5:
-                cloud.stop_instance(instance, outbid=True)
-                self._count("preempted")
-            else:
-                instance.extra["lost"] = True
-                cloud.terminate_instance(instance)
-                self._count("lost machine")
+    def create_run(self, name: ProviderName, *, spot: bool = False, budget: float = 0.0) -> str:
+        """A run renting at ``name`` (any other provider allowed for later machines)."""
+        others = tuple(p.value for p in ProviderName if p is not name)
+        compute = ComputeSpec(
+            name.value,
+            gpu=GPU[name],
+            spot=spot,
+            providers=others,
+            idle_minutes=IDLE_MINUTES,
+            ready_timeout_minutes=0.5,
+        )
+        spec = RunSpec("org/tiny-model", self.train, None, {"max_steps": 4}, None, budget, compute=compute)
+        return RunEngine(RunStore(), SecretStore(), EngineOptions()).create(spec).id
 
     # -- running -------------------------------------------------------------------------------------------------
 
-    def create_runs(self) -> list[str]:
-        """The schedule's runs, each on a random provider (spot where it is sold), some with a budget."""
-        engine = RunEngine(RunStore(), SecretStore(), EngineOptions())
-        ids = []
-        for _ in range(self.runs):
-            name = self.rng.choice(list(ProviderName))
-            spot = name is not ProviderName.LAMBDA and self.rng.random() < 0.5
-            others = tuple(p.value for p in ProviderName if p is not name)
-            compute = ComputeSpec(
-                name.value, gpu=GPU[name], spot=spot, providers=others, idle_minutes=1.0, ready_timeout_minutes=0.5
-            )
-            spec = RunSpec("org/tiny-model", self.train, None, {"max_steps": 4}, None, 0.0, compute=compute)
-            ids.append(engine.create(spec).id)
-        return ids
-
-    def run(self) -> Outcome:
-        """Runs the schedule and checks the invariants."""
-        run_ids = self.create_runs()
-        self.queue_call_faults()
-        deadline = time.monotonic() + SCHEDULE_LIMIT_S
-        generation = 0
-        while True:
-            generation += 1
-            process = Process(self, f"rentune-{self.seed}-{generation}")
-            if generation == 1 and self.rng.random() < 0.4:
-                name = self.rng.choice(list(ProviderName))
-                process.kill_after = CREATE[name]
-                self._count("killed right after a create took effect")
-            work = process.submit(self._drive_all(process, run_ids))
-            kill_at = time.monotonic() + self.rng.uniform(0.2, 3.0) if generation <= 2 else None
-            if kill_at is not None and process.kill_after is None:
-                self._count("killed at a random moment")
-            if self._wait(process, work, kill_at, deadline):
-                break
-            self.outcome.kills += 1
-            process.bury()
-            self.room.forget_process(process.name)
-            for run_id in run_ids:  # the kernel let go of the dead process's locks
-                for lock in (DRIVER_LOCK_NAME, RENTING_LOCK_NAME):
-                    with contextlib.suppress(FileNotFoundError):
-                        (process.engine.folder(run_id) / lock).unlink()
+    def run(self, lanes: list[Lane]) -> Outcome:
+        """Drives the lanes to their end while checking the billing invariant, settles, checks everything."""
+        run_ids = [run_id for lane in lanes for run_id in lane.run_ids]
+        watch = BillingWatch(self.clouds, installation_id(), run_ids)
+        deadline, next_check = time.monotonic() + SCHEDULE_LIMIT_S, 0.0
+        while not all(lane.done for lane in lanes):
+            for lane in lanes:
+                lane.step()
+            if self.takes_machines_away and self.rng.random() < TAKE_AWAY_CHANCE:
+                take_a_machine_away(self.rng, self.clouds)
+            if time.monotonic() >= next_check:
+                watch.check()
+                next_check = time.monotonic() + CHECK_EVERY_S
             if time.monotonic() > deadline:
-                self.outcome.violations.append(f"seed {self.seed}: the runs did not end in {SCHEDULE_LIMIT_S:g} s")
-                self.outcome.log += process.lines[-40:]
-                store = RunStore()
-                self.outcome.log += [f"run {r}: {store.get(r).state.value} {store.get(r).error or ''}" for r in run_ids]
-                break
+                self._stuck(lanes, run_ids)
+            time.sleep(0.02)
         self.settle_as_a_next_start()
-        self.check(run_ids)
+        watch.after_final_settle()
+        self.outcome.checks = watch.checks
+        self.outcome.violations += watch.breaks
+        self._check_books(run_ids)
+        self.outcome.violations = [_with_kills(line, lanes) for line in self.outcome.violations]
         return self.outcome
 
-    def _wait(
-        self, process: Process, work: concurrent.futures.Future[Any], kill_at: float | None, deadline: float
-    ) -> bool:
-        """Waits for the process's work; True when it ended on its own, False when it was killed."""
-        took_away = False
-        while not work.done():
-            now = time.monotonic()
-            if process.killed.is_set() or (kill_at is not None and now >= kill_at):
-                process.kill()
-                return False
-            if not took_away and self.rng.random() < 0.02:
-                self.take_a_machine_away()
-                took_away = True
-            if now > deadline:
-                process.kill()
-                process.thread.join(5)
-                self.outcome.log += stuck_tasks(process)
-                return False
-            time.sleep(0.05)
-        process.stop()
-        with contextlib.suppress(Exception):
-            work.result()
-        return not process.killed.is_set()
+    def _stuck(self, lanes: list[Lane], run_ids: list[str]) -> None:
+        self.outcome.violations.append(f"{self.outcome.name}: the runs did not end in {SCHEDULE_LIMIT_S:g} s")
+        for lane in lanes:
+            lane.stop_stuck()
+        store = RunStore()
+        self.outcome.log += [f"run {r}: {store.get(r).state.value} {store.get(r).error or ''}" for r in run_ids]
 
-    async def _drive_all(self, process: Process, run_ids: list[str]) -> None:
-        await settle_rentals(
-            process.engine.store,
-            None,
-            ledger=process.driver.ledger,
-            open=lambda name, _s: self.client(name, process),
-            terminator=process.driver.terminator,
-            patience=1.0,
-        )
+    async def drive_all(self, process: Process, run_ids: list[str]) -> None:
+        """A process's work: settle what earlier ones left, then drive its live runs (settling in the background)."""
+        await self._settle(process)
+        background = asyncio.ensure_future(self._settle_now_and_then(process)) if self.settles_in_background else None
         live = [r for r in run_ids if process.engine.store.get(r).state not in ENDED]
         results = await asyncio.gather(*(process.driver.drive(r) for r in live), return_exceptions=True)
+        if background is not None:
+            background.cancel()
         for run_id, result in zip(live, results, strict=True):
             if isinstance(result, BaseException):
                 process.lines.append(f"{run_id}: {result!r}")
 
+    async def _settle_now_and_then(self, process: Process) -> None:
+        """As the app does for its life: rentals left ``creating`` or ``terminating`` are settled again and again."""
+        while True:
+            await asyncio.sleep(SETTLE_EVERY_S)  # first: a start's drivers take their runs' locks at once
+            await self._settle(process)
+
+    async def _settle(self, process: Process) -> None:
+        await settle_rentals(
+            process.engine.store,
+            None,
+            ledger=process.driver.ledger,
+            open=process.open_client,
+            terminator=process.driver.terminator,
+            patience=TERMINATE_PATIENCE_S,
+        )
+
     def settle_as_a_next_start(self) -> None:
         """A last start with every fault cleared: it settles what the schedule left."""
-        for cloud in self.clouds.values():
-            with cloud.lock:
-                cloud.faults.queued.clear()
-                cloud.faults.failing_terminates = 0
-                cloud.faults.outbid_after = None
-        process = Process(self, f"rentune-{self.seed}-last")
-        work = process.submit(
-            settle_rentals(
-                process.engine.store,
-                None,
-                ledger=process.driver.ledger,
-                open=lambda name, _s: self.client(name, process),
-                terminator=process.driver.terminator,
-            )
-        )
-        work.result(60)
+        clear_faults(self.clouds)
+        process = Process(f"{self.outcome.name}-last", self.client, self.room.connector("last"))
+        try:
+            process.submit(self._settle(process)).result(60)
+        except Exception as exc:  # noqa: BLE001 - a settle that fails is a break of its own, not the soak's end
+            self.outcome.violations.append(f"the final settle failed: {exc!r}")
         process.stop()
 
-    # -- the invariants ------------------------------------------------------------------------------------------
-
-    def check(self, run_ids: list[str]) -> None:
-        """The three invariants, each break one line in the outcome."""
-        ledger, mine = Ledger(), installation_id()
-        rows = {(r.provider, r.instance_id): r for r in ledger.rentals() if r.instance_id is not None}
-        self.outcome.rentals = len(rows)
-        for name, cloud in self.clouds.items():
-            for instance in cloud.live_instances():
-                row = rows.get((name.value, instance.id))
-                label = parse_label(row.label) if row is not None and row.label else None
-                ours = label is not None and label.belongs_to(mine)
-                if row is None or row.state not in BILLING_STATES or not ours:
-                    state = "no row" if row is None else row.state.value
-                    self.outcome.violations.append(f"seed {self.seed}: {name.value} {instance.id} runs ({state})")
-            for (provider, _instance), row in rows.items():
-                if provider == name.value and row.stopped is not None:
-                    self._check_dollars(cloud, row)
-        self._check_adapters(run_ids)
-
-    def _check_dollars(self, cloud: FakeCloud, row: Any) -> None:
-        """Booked dollars against billed ones: within 1 %, except where the provider took the machine away and
-        reported no end time: then the ledger's estimated end (when Rentune saw it gone) may be later, never earlier,
-        by at most the time it takes to notice (a few polls, slow answers included)."""
-        billed = cloud.billed_seconds(row.instance_id) * row.price_per_hour / 3600
-        booked = row.usd(time.time())
-        skew = (ROUND_TRIP_S if row.end_estimated else CLOCK_SKEW_S) * row.price_per_hour / 3600
-        instance = cloud.instances.get(row.instance_id)
-        taken = instance is not None and (instance.stopped is not None or instance.extra.get("lost"))
-        kind = "noticed" if taken and row.end_estimated else "estimated" if row.end_estimated else "reported"
-        self.outcome.gaps.append(((booked - billed) * 3600 / row.price_per_hour, kind))
-        if taken and row.end_estimated:
-            self.outcome.estimated_ends += 1
-            late = booked - billed
-            if -skew <= late <= NOTICE_S * row.price_per_hour / 3600:
-                return
-        # 1 %, or the few milliseconds between the fake's clock reading and the app's around one in-process call
-        # (a rental killed right after its create lasts a fraction of a second here, hours in life), or for an end
-        # the provider did not report, one terminate's round trip.
-        elif abs(booked - billed) <= max(0.01 * billed, skew):
-            return
-        self.outcome.violations.append(
-            f"seed {self.seed}: {row.provider} {row.instance_id} booked ${booked:.6f}, billed ${billed:.6f}"
-            + (" (end estimated)" if row.end_estimated else "")
-        )
-
-    def _check_adapters(self, run_ids: list[str]) -> None:
-        store = RunStore()
-        for run_id in run_ids:
-            record = store.get(run_id)
-            adapter = Path(record.adapter or "") / "adapter_model.safetensors"
-            if record.state is RunState.FINISHED and not adapter.is_file():
-                self.outcome.violations.append(f"seed {self.seed}: run {run_id} finished but its adapter is gone")
+    def _check_books(self, run_ids: list[str]) -> None:
+        """The dollars and the adapters; the tallies of what fired."""
+        dollars = check_dollars(self.clouds, Ledger())
+        self.outcome.violations += dollars.breaks + lost_adapters(run_ids)
+        self.outcome.gaps, self.outcome.estimated_ends = dollars.gaps, dollars.estimated_ends
+        self.outcome.faults = fired_kinds(self.clouds)
+        self.outcome.rentals = sum(len(cloud.instances) for cloud in self.clouds.values())
+        self.outcome.violations = [f"{self.outcome.name}: {line}" for line in self.outcome.violations]
 
 
-def run_schedule(seed: int, runs: int = 4) -> Outcome:
-    """Runs one schedule in a fresh ``RENTUNE_HOME`` with an in-memory keyring."""
-    with tempfile.TemporaryDirectory(prefix=f"rentune-soak-{seed}-") as folder:
+# -- the two kinds of schedule -----------------------------------------------------------------------------------
+
+
+def random_schedule(schedule: Schedule, runs: int) -> list[Lane]:
+    """Runs on random providers (spot where sold), random faults queued, machines taken away; one lane, its first
+    process killed at a random moment or right after a create took effect, its second at a random moment."""
+    rng = schedule.rng
+    run_ids, renting = [], set()
+    for _ in range(runs):
+        name = rng.choice(list(ProviderName))
+        run_ids.append(schedule.create_run(name, spot=name is not ProviderName.LAMBDA and rng.random() < 0.5))
+        renting.add(name)
+    queue_call_faults(rng, schedule.clouds, renting)
+    schedule.takes_machines_away = schedule.settles_in_background = True
+    first = Plan(KillPoint("create")) if rng.random() < 0.4 else Plan(after_s=rng.uniform(0.2, 3.0))
+    return [Lane(schedule, schedule.outcome.name, run_ids, [first, Plan(after_s=rng.uniform(0.2, 3.0))])]
+
+
+def sweep_lanes(schedule: Schedule, points: list[tuple[ProviderName, KillPoint | None]]) -> list[Lane]:
+    """One run and one lane per point: its first process dies there (None: lives), the next finishes the run.
+
+    Fault-free, so no terminate is left for a background settle: each process's calls and writes are its own run's
+    alone (a background settle would also settle the rows of another lane's killed process).
+    """
+    lanes = []
+    for index, (name, point) in enumerate(points):
+        run_id = schedule.create_run(name)
+        lanes.append(Lane(schedule, f"{schedule.outcome.name}-{index}", [run_id], [Plan(point)]))
+    return lanes
+
+
+@contextlib.contextmanager
+def soak_home(prefix: str) -> Iterator[Path]:
+    """A fresh ``RENTUNE_HOME`` and in-memory keyring; SSH banners always greet (the machines are in memory)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         root = Path(folder)
         previous = os.environ.get("RENTUNE_HOME")
         os.environ["RENTUNE_HOME"] = str(root / "home")
@@ -624,13 +400,79 @@ def run_schedule(seed: int, runs: int = 4) -> Outcome:
         banner = rental_driver.ssh_banner
         rental_driver.ssh_banner = _always_greets  # type: ignore[assignment]
         try:
-            return Schedule(seed, root, runs).run()
+            yield root
         finally:
             rental_driver.ssh_banner = banner  # type: ignore[assignment]
             if previous is None:
                 os.environ.pop("RENTUNE_HOME", None)
             else:
                 os.environ["RENTUNE_HOME"] = previous
+
+
+def run_schedule(seed: int, runs: int = 4) -> Outcome:
+    """Runs the random schedule of ``seed``."""
+    with soak_home(f"rentune-soak-{seed}-") as root:
+        schedule = Schedule(f"seed {seed}", root, random.Random(seed))
+        return schedule.run(random_schedule(schedule, runs))
+
+
+def run_sweep_batch(name: str, points: list[tuple[ProviderName, KillPoint | None]]) -> Outcome:
+    """Runs one sweep schedule: one fault-free run per point, each on its own process killed there."""
+    with soak_home("rentune-sweep-") as root:
+        schedule = Schedule(name, root, random.Random(name), (SWEEP_TRAINER_S, SWEEP_TRAINER_S))
+        return schedule.run(sweep_lanes(schedule, points))
+
+
+def census(providers: tuple[ProviderName, ...] = tuple(ProviderName), lives: int = 2) -> dict[ProviderName, list[str]]:
+    """The longest fault-free rental life at each provider (of ``lives`` each): its provider calls and state writes."""
+    points: list[tuple[ProviderName, KillPoint | None]] = [(name, None) for name in providers for _ in range(lives)]
+    outcome = run_sweep_batch("census", points)
+    if outcome.violations or len(outcome.lives) != len(points):
+        raise AssertionError("the census run broke: " + "\n".join(outcome.violations + outcome.log))
+    longest: dict[ProviderName, list[str]] = {}
+    for index, (name, _none) in enumerate(points):
+        trail = outcome.lives[f"census-{index}"]
+        if len(trail) > len(longest.get(name, [])):
+            longest[name] = trail
+    return longest
+
+
+def sweep_points(
+    lives: dict[ProviderName, list[str]], *, money_only: bool = False
+) -> list[tuple[ProviderName, KillPoint | None]]:
+    """The kill points of each provider's rental life: after each of its calls and after each of its state writes.
+
+    ``money_only``: only those of its two windows where a kill can leave a machine billing: from its first step until
+    just after the machine is recorded (``ledger.created``), and from the final pull to its end.
+    """
+    points: list[tuple[ProviderName, KillPoint | None]] = []
+    for name, trail in lives.items():
+        kept = _money_steps(trail) if money_only else range(len(trail))
+        calls = writes = 0
+        for index, step in enumerate(trail):
+            call = is_call(step)
+            calls, writes = calls + call, writes + (not call)
+            if index in kept:
+                points.append((name, KillPoint("call", calls) if call else KillPoint("write", writes)))
+    return points
+
+
+def is_call(step: str) -> bool:
+    """Whether a step of a life is a provider call (``GET /v2/pods/1002``) rather than a state write."""
+    return step.split(" ", 1)[0].isupper()
+
+
+def _money_steps(trail: list[str]) -> set[int]:
+    """The steps of a life from its start to just after ``ledger.created``, and from the final pull to its end."""
+    created = trail.index("ledger.created") + 1 if "ledger.created" in trail else len(trail)
+    pulling = trail.index("run -> pulling") if "run -> pulling" in trail else len(trail)
+    return set(range(created + 1)) | set(range(pulling, len(trail)))
+
+
+def run_sweep(points: list[tuple[ProviderName, KillPoint | None]], lanes: int = SWEEP_LANES) -> Iterator[Outcome]:
+    """Runs the kill points, ``lanes`` processes at a time; yields each batch's outcome."""
+    for first in range(0, len(points), lanes):
+        yield run_sweep_batch(f"sweep {first // lanes + 1}", points[first : first + lanes])
 
 
 async def _always_greets(_host: str, _port: int, time_limit: float = 5.0) -> bool:

@@ -1,20 +1,52 @@
-"""The money soak's short seed set (``make soak`` runs the long one): no invariant breaks under injected faults."""
+"""The money soak's short set (``make soak`` runs the long one): no invariant breaks under injected faults and kills.
+
+Seeded random schedules that together fire every kind of fault, and a kill sweep over the money windows of a rental's
+life at each provider (a process killed after each of those provider calls and state writes).
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from tests.soak.money_soak import run_schedule
+from tests.soak.__main__ import coverage_table, kill_table
+from tests.soak.faults import FAULT_KINDS
+from tests.soak.money_soak import census, run_schedule, run_sweep, sweep_points
 
-#: Seeds CI runs: together they inject every kind of fault, kills included.
-SHORT_SEEDS = (1, 2, 3)
+#: Seeds CI runs: together they fire every kind of fault (the test checks it, from what fired at the fakes).
+SHORT_SEEDS = (1, 3, 4, 9)
+
+# A killed process's loop and sockets stay open on purpose (closing them would run its cleanup, which a kill skips).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 
 @pytest.mark.timeout(300)
-# A killed process's loop and sockets stay open on purpose (closing them would run its cleanup, which a kill skips).
-@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.parametrize("seed", SHORT_SEEDS)
-def test_a_fault_schedule_keeps_every_money_invariant(seed: int) -> None:
-    outcome = run_schedule(seed)
-    assert outcome.rentals > 0 and sum(outcome.faults.values()) > 0
-    assert outcome.violations == [], "\n".join(outcome.violations + outcome.log)
+def test_the_short_seeds_fire_every_fault_kind_and_keep_every_money_invariant() -> None:
+    fired: Counter[str] = Counter()
+    for seed in SHORT_SEEDS:
+        outcome = run_schedule(seed)
+        assert outcome.rentals > 0 and outcome.checks > 0
+        assert outcome.violations == [], "\n".join(outcome.violations + outcome.log)
+        fired.update(outcome.faults)
+    print("faults fired by kind:", *coverage_table(fired), sep="\n")
+    assert [kind for kind in FAULT_KINDS if not fired[kind]] == [], "every kind of fault fires at least once"
+
+
+@pytest.mark.timeout(300)
+def test_a_process_killed_after_any_money_step_of_a_rental_leaves_nothing_billing() -> None:
+    lives = census()
+    points = sweep_points(lives, money_only=True)
+    kills: Counter[str] = Counter()
+    missed = 0
+    for outcome in run_sweep(points):
+        assert outcome.violations == [], "\n".join(outcome.violations + outcome.log)
+        kills.update(outcome.kills)
+        missed += outcome.missed
+    print(f"{len(points)} kill points, {missed} not reached:", *kill_table(kills), sep="\n")
+    assert sum(kills.values()) + missed == len(points)
+    ends = [words for words in kills if "run -> finished" in words or "ledger.terminating" in words]
+    assert ends, "kills between the adapter home and the terminate"

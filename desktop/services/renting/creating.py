@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.ledger import Rental as LedgerRental
 from desktop.services.providers.base import Instance, Provider, ProviderError, RentRequest, UncertainOutcomeError
-from desktop.services.renting.reconcile import started_at
+from desktop.services.renting.reconcile import not_booked, started_at
 from desktop.services.renting.terminator import Terminator
 from desktop.services.runs.errors import RunError
 
@@ -155,7 +155,7 @@ class Creator:
             if attempt:
                 await asyncio.sleep(self.timing.lookup_delay)
             try:
-                found = await client.named(intent.label)
+                found = not_booked(self.ledger, intent.provider, await client.named(intent.label))
             except ProviderError as exc:
                 problem = exc.message
                 continue

@@ -97,6 +97,15 @@ def started_at(intent: Rental, instance: Instance) -> float | None:
     return max(created, intent.started)
 
 
+def not_booked(ledger: Ledger, provider: str, found: list[Instance]) -> list[Instance]:
+    """The machines of ``found`` that no ledger row records yet.
+
+    Every machine of a run carries the run's label, so looking a create's machine up by label also finds the run's
+    earlier machines (one still being terminated, say): those are their own rows' to settle, never this create's.
+    """
+    return [instance for instance in found if ledger.get(provider, instance.instance_id) is None]
+
+
 @contextlib.contextmanager
 def renting_lock(folder: Path) -> Iterator[bool]:
     """Holds a run's renting lock while inside; yields False (holding nothing) when another process holds it."""
@@ -209,7 +218,7 @@ class Reconciler:
         return record.id != run_id or record.state in ENDED
 
     async def _settle_create(self, client: Provider, row: Rental, done: Settlement) -> None:
-        found = await client.named(row.label) if row.label else []
+        found = not_booked(self.ledger, row.provider, await client.named(row.label)) if row.label else []
         if not found:
             done.not_created.append(await asyncio.to_thread(self.ledger.not_created, row.id))
             return
