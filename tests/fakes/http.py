@@ -394,7 +394,22 @@ class FakeCloud(ABC):
             reply = self.handle(request)
             if fault is not None and fault.kind is not FaultKind.SLOW:
                 return _fault_answer(request, fault)
+            self._mark_revealed(reply)
             return reply
+
+    def _mark_revealed(self, reply: FakeResponse) -> None:
+        """Marks each machine whose id an answer that reached the client names (``extra["revealed"]``).
+
+        A machine the provider took away before any answer named it (a create whose answer was lost, the machine
+        lost before a look-up) could not be known to the client: the soak tells such a machine from one it forgot.
+        A number that only looks like an id marks a machine too, which errs on the strict side.
+        """
+        if reply.status >= 300 or reply.body is None:
+            return
+        text = reply.encoded().decode("utf-8", "replace")
+        for instance in self.instances.values():
+            if "revealed" not in instance.extra and re.search(rf'"{instance.id}"|[:\[,] *{instance.id}\b', text):
+                instance.extra["revealed"] = True
 
     def delay_for(self, request: FakeRequest) -> float:
         """Seconds the next answer to ``request`` is held back (a slow provider), without taking the fault.

@@ -33,6 +33,7 @@ class Tally:
     faults: Counter[str] = field(default_factory=Counter)
     breaks: list[str] = field(default_factory=list)
     gaps: list[tuple[float, str]] = field(default_factory=list)
+    unknowable: list[str] = field(default_factory=list)
 
     def add(self, outcome: Outcome) -> None:
         """Adds one schedule's outcome, and says it in one line."""
@@ -44,6 +45,7 @@ class Tally:
         self.faults.update(outcome.faults)
         self.breaks += outcome.violations
         self.gaps += outcome.gaps
+        self.unknowable += [f"{outcome.name}: {machine}" for machine in outcome.unknowable]
         for line in outcome.log:
             print(f"    | {line}")
         print(
@@ -103,6 +105,12 @@ def main() -> int:
     print("kills by point:", *kill_table(tally.kills), sep="\n")
     print("faults fired by kind:", *coverage_table(tally.faults), sep="\n")
     print("|booked - billed|:", *gap_lines(tally.gaps), sep="\n")
+    print(
+        f"machines lost by their provider before any answer named them (no client can book them): "
+        f"{len(tally.unknowable)}",
+        *(f"  {machine}" for machine in tally.unknowable),
+        sep="\n",
+    )
     print(f"invariant breaks: {len(tally.breaks)}", *(f"  {line}" for line in tally.breaks), sep="\n")
     return 1 if tally.breaks else 0
 

@@ -114,11 +114,13 @@ class Dollars:
         gaps: Per machine, booked minus billed seconds, and how its end was known: "reported" by the provider,
             "estimated" (when the terminate was accepted), or "noticed" (a machine taken away, seen gone).
         estimated_ends: Machines the provider took away without an end time (checked for lateness).
+        unknowable: Machines never booked that no client could know of (see :func:`unknowable`).
     """
 
     breaks: list[str] = field(default_factory=list)
     gaps: list[tuple[float, str]] = field(default_factory=list)
     estimated_ends: int = 0
+    unknowable: list[str] = field(default_factory=list)
 
 
 def check_dollars(clouds: dict[ProviderName, FakeCloud], ledger: Ledger) -> Dollars:
@@ -129,12 +131,21 @@ def check_dollars(clouds: dict[ProviderName, FakeCloud], ledger: Ledger) -> Doll
             instances = list(cloud.instances.values())
         for instance in instances:
             row = ledger.get(name.value, instance.id)
-            if row is None:
+            if row is None and unknowable(instance):
+                found.unknowable.append(f"{name.value} {instance.id}")
+            elif row is None:
                 billed = cloud.billed_seconds(instance.id) * instance.price_per_hour / 3600
                 found.breaks.append(f"{name.value} {instance.id} billed ${billed:.6f} and was never booked")
             else:
                 _check_machine(cloud, instance, row, found)
     return found
+
+
+def unknowable(instance: FakeInstance) -> bool:
+    """A machine no client could know of: the provider destroyed it on its own (its host lost) before any answer
+    that reached a client named it, as after a create whose answer was lost (a provider forgets a destroyed machine:
+    RunPod answers 404). It billed seconds nobody can book; the soak counts them apart."""
+    return bool(instance.extra.get("lost")) and not instance.extra.get("revealed")
 
 
 def _check_machine(cloud: FakeCloud, instance: FakeInstance, row: Rental, found: Dollars) -> None:

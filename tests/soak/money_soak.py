@@ -106,6 +106,7 @@ class Outcome:
         log: What the processes said, when the schedule got stuck.
         estimated_ends: Machines the provider took away without an end time (checked for lateness).
         gaps: Per machine, booked minus billed seconds, and how its end was known.
+        unknowable: Machines never booked that no client could know of (lost before any answer named them).
         lives: Per lane whose first process ran to its end without a kill point: its provider calls and state writes,
             in order.
     """
@@ -120,6 +121,7 @@ class Outcome:
     log: list[str] = field(default_factory=list)
     estimated_ends: int = 0
     gaps: list[tuple[float, str]] = field(default_factory=list)
+    unknowable: list[str] = field(default_factory=list)
     lives: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -352,6 +354,7 @@ class Schedule:
         dollars = check_dollars(self.clouds, Ledger())
         self.outcome.violations += dollars.breaks + lost_adapters(run_ids)
         self.outcome.gaps, self.outcome.estimated_ends = dollars.gaps, dollars.estimated_ends
+        self.outcome.unknowable = dollars.unknowable
         self.outcome.faults = fired_kinds(self.clouds)
         self.outcome.rentals = sum(len(cloud.instances) for cloud in self.clouds.values())
         self.outcome.violations = [f"{self.outcome.name}: {line}" for line in self.outcome.violations]
