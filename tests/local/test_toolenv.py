@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from desktop.services.local import quantize_job
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.toolenv import (
     APP_PATH_FILE,
+    LEAN_CMAKE,
     MARKER,
     PYTHON_ENV,
     ToolsState,
@@ -25,6 +28,7 @@ from desktop.services.local.toolenv import (
     app_python_version,
     find_base_python,
     job_file,
+    llama_cmake_args,
     local_python,
     pip_step,
     remove_tools,
@@ -177,6 +181,7 @@ async def test_a_file_that_differs_from_the_lock_stops_the_install_in_one_line_a
     assert "does not match the sha256 in Rentune's lock" in message
     site = tools_env().site_packages()
     assert (site / "editables").is_dir(), "the build tools went in, checked"
+    assert (tools_env().folder / LEAN_CMAKE).is_file(), "the file CMAKE_ARGS names is in place before pip builds"
     assert not list(site.glob("annotated_types*")), "nothing of the refused package was installed"
     assert tools_status().state is ToolsState.PARTIAL
 
@@ -187,3 +192,45 @@ def test_pip_refusing_a_platform_the_lock_lacks_is_named() -> None:
     said = lock_refusal(["ERROR: No matching distribution found for torch==2.13.0+cpu"])
     assert said is not None and "holds no file of torch==2.13.0+cpu for this computer" in said
     assert lock_refusal(["ERROR: Could not build wheels for llama-cpp-python"]) is None
+
+
+#: llama-cpp-python's CMake structure in miniature: its top project forces LLAMA_BUILD_COMMON on, then adds llama.cpp,
+#: whose project reads the option and adds its `common` library (and that library's install rule) when it is on.
+_TOP = """cmake_minimum_required(VERSION 3.21)
+project(llama_cpp NONE)
+set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)
+add_subdirectory(vendor/llama.cpp)
+"""
+_LLAMA = """cmake_minimum_required(VERSION 3.14)
+project("llama.cpp" NONE)
+option(LLAMA_BUILD_COMMON "llama: build common utils library" OFF)
+message(STATUS "common library: ${LLAMA_BUILD_COMMON}")
+"""
+
+
+def _configure(tmp_path: Path, cmake_args: str) -> str:
+    import cmake
+
+    (tmp_path / "src" / "vendor" / "llama.cpp").mkdir(parents=True)
+    (tmp_path / "src" / "CMakeLists.txt").write_text(_TOP)
+    (tmp_path / "src" / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text(_LLAMA)
+    arguments = shlex.split(cmake_args)  # as scikit-build-core reads CMAKE_ARGS
+    program = Path(cmake.CMAKE_BIN_DIR) / "cmake"
+    command = [str(program), "-S", str(tmp_path / "src"), "-B", str(tmp_path / "build"), *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.mark.parametrize("folder", ["data", "Application Support"])
+def test_the_local_build_of_llama_cpp_leaves_out_the_common_library_it_never_loads(tmp_path: Path, folder: str) -> None:
+    lean = tmp_path / folder / LEAN_CMAKE
+    lean.parent.mkdir()
+    lean.write_bytes((Path(__file__).parents[2] / "resources" / "local-tools" / LEAN_CMAKE).read_bytes())
+    assert "common library: ON" in _configure(tmp_path / "forced", ""), "llama-cpp-python forces it on"
+    assert "common library: OFF" in _configure(tmp_path / "lean", llama_cmake_args(lean))
+
+
+def test_the_users_own_cmake_args_come_last_and_win() -> None:
+    said = shlex.split(llama_cmake_args(Path("/x y/lean.cmake"), " -DGGML_CUDA=on -DLLAVA_BUILD=on "))
+    include = "-DCMAKE_PROJECT_llama.cpp_INCLUDE=/x y/lean.cmake"
+    assert said == ["-DLLAVA_BUILD=off", include, "-DGGML_CUDA=on", "-DLLAVA_BUILD=on"]

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -46,6 +47,9 @@ PYTHON_ENV = "RENTUNE_TOOLS_PYTHON"
 #: Linux (its CPU build is not on PyPI); PyPI is the only index. The lock's hashes decide what is taken, wherever from.
 FIND_LINKS_ENV = "RENTUNE_TOOLS_FIND_LINKS"
 TORCH_CPU_PAGE = "https://download.pytorch.org/whl/cpu/torch/"
+#: CMake code run inside llama.cpp's own project when llama-cpp-python is built here: it turns off llama.cpp's
+#: ``common`` library, which llama-cpp-python forces on but never loads (the file says what that saves).
+LEAN_CMAKE = "llama-cpp-lean.cmake"
 #: About what the stack takes on disk once installed (torch's CPU build is most of it), for the free-space check.
 INSTALLED_BYTES = 1_600_000_000
 #: The distributions listed in the status, in the order a user cares about.
@@ -253,6 +257,17 @@ def build_tools_text() -> str:
     return resource_bytes("local-tools", "build-tools.txt").decode("utf-8")
 
 
+def llama_cmake_args(lean_file: Path, inherited: str = "") -> str:
+    """``CMAKE_ARGS`` for building llama-cpp-python here: only the libraries its Python package loads.
+
+    No multimodal library (llava/mtmd, which Rentune never opens) and no ``common`` library (``lean_file``), still
+    tuned for this computer's CPU. ``inherited`` (the user's own ``CMAKE_ARGS``, e.g. ``-DGGML_CUDA=on``) comes last,
+    so it wins where it sets the same option.
+    """
+    include = shlex.quote(f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={lean_file.as_posix()}")
+    return " ".join(part for part in ("-DLLAVA_BUILD=off", include, inherited.strip()) if part)
+
+
 def find_links() -> list[str]:
     """Where pip may find files besides PyPI: torch's CPU build page on Linux, nothing elsewhere."""
     configured = os.environ.get(FIND_LINKS_ENV)
@@ -321,6 +336,8 @@ async def install_tools(progress: Progress, *, links: Sequence[str] | None = Non
     build_tools, requirements = env.folder / "build-tools.txt", env.folder / "requirements.txt"
     build_tools.write_text(build_tools_text(), encoding="utf-8")
     requirements.write_text(requirements_text(), encoding="utf-8")
+    lean = env.folder / LEAN_CMAKE
+    lean.write_bytes(resource_bytes("local-tools", LEAN_CMAKE))
     pip = [str(env.python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
     locked = [*pip, "--require-hashes", "--no-deps"]
     progress("installing the build tools", None)
@@ -329,7 +346,8 @@ async def install_tools(progress: Progress, *, links: Sequence[str] | None = Non
         argument for link in (find_links() if links is None else links) for argument in ("--find-links", link)
     ]
     command = [*locked, "--no-build-isolation", *links_args, "-r", str(requirements)]
-    await _run(command, progress, what="installing the local tools")
+    cmake = {"CMAKE_ARGS": llama_cmake_args(lean, os.environ.get("CMAKE_ARGS", ""))}
+    await _run(command, progress, what="installing the local tools", extra_env=cmake)
     _write_app_path(env, app_python_version())
     _write_marker(env)
     progress("the local tools are installed", 1.0)
@@ -396,7 +414,9 @@ def lock_refusal(lines: Sequence[str]) -> str | None:
     return None
 
 
-async def _run(command: list[str], progress: Progress, *, what: str) -> None:
+async def _run(
+    command: list[str], progress: Progress, *, what: str, extra_env: Mapping[str, str] | None = None
+) -> None:
     lines: list[str] = []
 
     def on_line(line: str) -> None:
@@ -405,7 +425,7 @@ async def _run(command: list[str], progress: Progress, *, what: str) -> None:
         if step:
             progress(step, None)
 
-    env = os.environ | {"PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1"} | dict(extra_env or {})
     env.pop("PYTHONPATH", None)
     try:
         await run_program(command, env=env, on_line=on_line, what=what)
