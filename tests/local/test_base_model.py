@@ -65,3 +65,17 @@ def test_an_unknown_model_and_a_bad_name_are_named(hub: FakeHub) -> None:
 def test_a_folder_without_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LocalInputError, match=r"has no config\.json"):
         asyncio.run(local_base(str(tmp_path)))
+
+
+def test_a_connection_dropped_mid_download_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Hub client's HTTP library raises its own errors, not OSError, when a connection drops (it reached the
+    app's error reporter as a traceback)."""
+    import httpx2
+    import huggingface_hub
+
+    def dropped(*_args: object, **_kwargs: object) -> None:
+        raise httpx2.ReadError("[Errno 104] Connection reset by peer")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", dropped)
+    with pytest.raises(LocalToolError, match=r"could not download someone/tiny \(ReadError.*check the connection"):
+        asyncio.run(local_base("someone/tiny"))

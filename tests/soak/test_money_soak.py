@@ -7,6 +7,7 @@ life at each provider (a process killed after each of those provider calls and s
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,6 +17,10 @@ from tests.soak.money_soak import census, run_schedule, run_sweep, sweep_points
 
 #: Seeds CI runs: together they fire every kind of fault (the test checks it, from what fired at the fakes).
 SHORT_SEEDS = (1, 3, 4, 9)
+#: Whether a queued fault meets its call, and when a machine is taken away, depend on timing (a loaded computer
+#: settles a create's row before its run creates again): these seeds run, one at a time, only while a kind has not
+#: fired yet.
+SPARE_SEEDS = (2, 5, 6, 7, 8)
 
 # A killed process's loop and sockets stay open on purpose (closing them would run its cleanup, which a kill skips).
 pytestmark = [
@@ -24,16 +29,30 @@ pytestmark = [
 ]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_the_short_seeds_fire_every_fault_kind_and_keep_every_money_invariant() -> None:
     fired: Counter[str] = Counter()
-    for seed in SHORT_SEEDS:
+    for seed in seeds_until_every_kind_fired(fired):
         outcome = run_schedule(seed)
         assert outcome.rentals > 0 and outcome.checks > 0
         assert outcome.violations == [], "\n".join(outcome.violations + outcome.log)
         fired.update(outcome.faults)
     print("faults fired by kind:", *coverage_table(fired), sep="\n")
-    assert [kind for kind in FAULT_KINDS if not fired[kind]] == [], "every kind of fault fires at least once"
+    assert unfired(fired) == [], "every kind of fault fires at least once"
+
+
+def unfired(fired: Counter[str]) -> list[str]:
+    """The kinds of fault that have not fired yet."""
+    return [kind for kind in FAULT_KINDS if not fired[kind]]
+
+
+def seeds_until_every_kind_fired(fired: Counter[str]) -> Iterator[int]:
+    """The short seeds, then spare seeds one at a time while a kind has not fired (``fired`` is read as it grows)."""
+    yield from SHORT_SEEDS
+    for seed in SPARE_SEEDS:
+        if not unfired(fired):
+            return
+        yield seed
 
 
 @pytest.mark.timeout(300)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import importlib
 import json
 import os
 import re
@@ -221,6 +222,7 @@ def _download(
     from huggingface_hub import snapshot_download  # heavy import, only when the Hub is really needed
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
+    unreachable: tuple[type[Exception], ...] = (LocalEntryNotFoundError, HfHubHTTPError, OSError, *_network_errors())
     try:
         folder = snapshot_download(
             repo_id,
@@ -237,12 +239,21 @@ def _download(
         ) from exc
     except RepositoryNotFoundError as exc:
         raise LocalInputError(f"{repo_id} is not on the Hugging Face Hub (or is private: store a token)") from exc
-    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
+    except unreachable as exc:
         raise LocalToolError(
             f"could not download {repo_id} ({type(exc).__name__}: {str(exc)[:200]}); check the connection and run "
             "the command again: finished files are kept"
         ) from exc
     return Path(str(folder))
+
+
+def _network_errors() -> tuple[type[Exception], ...]:
+    """What the Hub client's HTTP library raises when a connection drops mid-download (not an OSError)."""
+    errors: list[type[Exception]] = []
+    for module in ("httpx2", "httpx"):  # huggingface_hub 1.x talks through httpx2; older ones through httpx
+        with contextlib.suppress(ImportError):
+            errors.append(importlib.import_module(module).HTTPError)
+    return tuple(errors)
 
 
 def _progress_bar(progress: Progress, stop: threading.Event) -> Any:
