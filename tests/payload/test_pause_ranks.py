@@ -49,8 +49,12 @@ def wait_for(job: Path, predicate: Callable[[Event], bool], timeout: float = 240
 
 
 def said(log: Path, pattern: str) -> dict[str, str]:
-    """What each rank said on the log, by rank, for lines matching ``pattern`` (the last line of each rank)."""
-    found = re.findall(rf"^rank (\d+): {pattern}$", log.read_text(errors="replace"), flags=re.MULTILINE)
+    """What each rank said on the log, by rank, for what matches ``pattern`` (the last of each rank).
+
+    Not anchored to a line: both ranks write to one log, and a busy computer interleaves one rank's words with the
+    other's progress output mid-line.
+    """
+    found = re.findall(rf"\brank (\d+): {pattern}", log.read_text(errors="replace"))
     return dict(found)
 
 
