@@ -235,9 +235,10 @@ class RunEngine:
         """
         records = [self.store.get(run_id), *self.store.nodes_of(run_id)]
         for record, (target, host_key) in zip(records, targets, strict=True):
-            self.retarget(record.id, target, rented=True, host_key=host_key)
+            # The cluster keys first: whoever sees the new target sees where its head now is.
             placed = {**cluster_of(record), "head_address": head_address}
             self.ctx.set_spec(record.id, **{CLUSTER_KEY: placed})
+            self.retarget(record.id, target, rented=True, host_key=host_key)
         return self.store.get(run_id)
 
     def retarget(
@@ -281,9 +282,9 @@ class RunEngine:
             )
         placed = {**cluster, "head_address": targets[0].host}
         for record, target in zip([self.store.get(run_id), *others], targets, strict=True):
-            self.retarget(record.id, target)
             rank = cluster_of(record).get("node_rank", 0)
             self.ctx.set_spec(record.id, **{CLUSTER_KEY: {**cluster_of(record), **placed, "node_rank": rank}})
+            self.retarget(record.id, target)  # last: whoever sees the new target sees its cluster keys
         return self.store.get(run_id)
 
     def delete(self, run_id: str) -> None:
