@@ -5,8 +5,9 @@ has it, a laptop may not. After training, the app asks for this export: the same
 (:mod:`trainer_payload.merge`: merged logits against base + adapter, nothing saved on a mismatch), then llama.cpp's
 own converter (uploaded by the app, the same one it runs at home) writes each GGUF type it writes by itself
 (:data:`CONVERTER_GGUF_TYPES`); K-quants (:data:`QUANTIZE_GGUF_TYPES`) are quantised from an F16 GGUF by
-``llama-quantize``, built on the machine from llama.cpp's source (CPU only, a minute or two on a GPU machine's cores),
-as the app's own export quantises with the same library. Every file is hashed; one ``exported`` event names them (or
+a small tool over llama.cpp's library (:mod:`trainer_payload.quantize_tool`), built on the machine from llama.cpp's
+source (CPU only, a minute or two on a GPU machine's cores), as the app's own export quantises with the same library
+function. Every file is hashed; one ``exported`` event names them (or
 says why it failed), so the app pulls them verified before the machine is terminated. ``export`` events say what is
 being done.
 """
@@ -34,22 +35,10 @@ from trainer_payload.protocol import (
     JobSpec,
     check_relative_path,
 )
+from trainer_payload.quantize_tool import TOOL_NAME, build_steps, write_project
 
 #: A float32 merge needs twice a 16-bit model's bytes; above this share of the machine's memory, merge in 16 bits.
 FLOAT32_MEMORY_SHARE = 0.5
-#: llama.cpp's CMake options for the quantise tool alone: CPU backend, no downloads, no tests, examples or server.
-BUILD_OPTIONS = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DGGML_CUDA=OFF",
-    "-DLLAMA_CURL=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_SERVER=OFF",
-    "-DLLAMA_BUILD_APP=OFF",
-    "-DLLAMA_BUILD_HTML=OFF",
-)
 
 
 class ExportJobError(ValueError):
@@ -72,7 +61,7 @@ def read_export_job(path: Path) -> dict[str, Any]:
     if types and not isinstance(job.get("converters"), str):
         raise ExportJobError("a GGUF export needs the folder of llama.cpp's converters")
     if set(types) & set(QUANTIZE_GGUF_TYPES) and not isinstance(job.get("build_sources"), str):
-        raise ExportJobError("a K-quant GGUF export needs the folder of llama.cpp's source to build llama-quantize")
+        raise ExportJobError("a K-quant GGUF export needs the folder of llama.cpp's source to build its quantise tool")
     return job
 
 
@@ -200,7 +189,7 @@ class MachineExport:
         return target.relative_to(self.out).as_posix()
 
     def _quantize(self, f16: Path, qtype: str) -> str:
-        """Writes ``model-QTYPE.gguf`` from the F16 GGUF with ``llama-quantize``; returns its path under ``out/``."""
+        """Writes ``model-QTYPE.gguf`` from the F16 GGUF with the quantise tool; returns its path under ``out/``."""
         tool = self._quantize_tool()
         self.say(0.85, f"quantising to GGUF {qtype}")
         target = self.folder / f"model-{qtype}.gguf"
@@ -208,19 +197,20 @@ class MachineExport:
         done = subprocess.run([str(tool), str(f16), str(partial), qtype], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])[-600:]
-            raise RuntimeError(f"llama-quantize failed for GGUF {qtype}: {tail or 'no output'}")
+            raise RuntimeError(f"quantising to GGUF {qtype} failed: {tail or 'no output'}")
         partial.replace(target)
         return target.relative_to(self.out).as_posix()
 
     def _quantize_tool(self) -> Path:
-        """``llama-quantize``, built once per run folder from the uploaded source (CPU backend only).
+        """The quantise tool (:mod:`trainer_payload.quantize_tool`), built once per run folder from the uploaded source.
 
         Raises:
-            RuntimeError: The machine has no cmake or C++ compiler, or the build failed (its last lines are said).
+            RuntimeError: The machine has no cmake or C compiler, or the build failed (its last lines are said).
         """
         sources = Path(self.job["build_sources"]).resolve()
+        project = sources.parent / f"{sources.name}-quantize"
         build = sources.parent / f"{sources.name}-build"
-        tool = build / "bin" / "llama-quantize"
+        tool = build / TOOL_NAME
         if tool.is_file():
             return tool
         if not (shutil.which("cmake") and (shutil.which("c++") or shutil.which("g++"))):
@@ -229,11 +219,8 @@ class MachineExport:
                 "gguf:Q8_0 on the machine (the converter writes it alone), or make Q4_K_M at home"
             )
         self.say(0.75, "building llama.cpp's quantise tool (CPU only)")
-        jobs = str(os.cpu_count() or 2)
-        for step in (
-            ["cmake", "-S", str(sources), "-B", str(build), *BUILD_OPTIONS],
-            ["cmake", "--build", str(build), "--target", "llama-quantize", "-j", jobs],
-        ):
+        write_project(sources, project)
+        for step in build_steps(project, build, os.cpu_count() or 2):
             done = subprocess.run(step, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])[-600:]

@@ -35,25 +35,23 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 _PACKAGE = "llama-cpp-python"
 _VENDOR = "vendor/llama.cpp"
 _KEPT = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
-#: What building llama.cpp's quantise tool needs from the same source: the CPU backend only (a rented machine builds
-#: it to write K-quants after training), never the GPU backends nor the server's web UI.
+#: What building llama.cpp's library needs from the same source: the CPU backend only (a rented machine builds it
+#: with a small quantise tool to write K-quants after training), never the GPU backends, `common` nor the tools.
 _BUILD_KEPT = (
     "CMakeLists.txt",
     "LICENSE",
     "cmake/",
-    "common/",
     "ggml/",
     "include/",
     "licenses/",
     "src/",
-    "tools/",
     "vendor/",
 )
 _GPU_BACKENDS = (
     "cann", "cuda", "et", "hexagon", "hip", "metal", "musa", "opencl", "openvino", "sycl", "virtgpu", "vulkan",
     "webgpu", "zdnn", "zendnn",
 )  # fmt: skip
-_BUILD_LEFT_OUT = (*(f"ggml/src/ggml-{backend}/" for backend in _GPU_BACKENDS), "tools/ui/", "tools/server/")
+_BUILD_LEFT_OUT = tuple(f"ggml/src/ggml-{backend}/" for backend in _GPU_BACKENDS)
 
 # Runs in a child process: extracts the kept files (not those left out) of the sdist's vendor/llama.cpp into a folder.
 _EXTRACT = """
@@ -156,20 +154,20 @@ async def llama_cpp_converters(progress: Progress) -> Converters:
 
 
 async def llama_cpp_build_sources(progress: Progress) -> Path:
-    """The sources llama.cpp's quantise tool is built from (CPU backend only), of the installed version, cached.
+    """The sources llama.cpp's library is built from (CPU backend only), of the installed version, cached.
 
-    A rented machine builds ``llama-quantize`` from them to write K-quants (Q4_K_M...) after training; the same
-    pinned, hash-checked archive as the converters.
+    A rented machine builds its quantise tool (``trainer_payload.quantize_tool``) over them to write K-quants
+    (Q4_K_M...) after training; the same pinned, hash-checked archive as the converters.
 
     Raises:
         LocalToolError: llama-cpp-python is not installed, or its source could not be downloaded.
     """
     version = installed_version()
-    root = tools_cache() / f"llama.cpp-{version}-build-sources"
+    root = tools_cache() / f"llama.cpp-{version}-library-sources"
     if not root.is_dir():
         await _cached(root, version, _BUILD_KEPT, _BUILD_LEFT_OUT, progress)
-    if not (root / "tools" / "quantize" / "CMakeLists.txt").is_file():
-        raise LocalToolError(f"llama-cpp-python {version}'s source has no tools/quantize to build")
+    if not (root / "src" / "CMakeLists.txt").is_file() or not (root / "include" / "llama.h").is_file():
+        raise LocalToolError(f"llama-cpp-python {version}'s source has no llama library (src/, include/llama.h)")
     return root
 
 
