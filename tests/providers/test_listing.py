@@ -114,7 +114,7 @@ async def test_one_unreadable_pod_leaves_out_that_pod_alone(runpod: RunPodProvid
     listing = await runpod.listing()
     assert [i.instance_id for i in listing.instances] == [good]
     (note,) = listing.notes
-    assert note.startswith(f"RunPod: pod {bad} (rentune-b) left out of the list: it could not be read (")
+    assert note.startswith(f"RunPod: pod {bad} (rentune-b) could not be read (")
     assert "'str' object has no attribute 'get'" in note
     with pytest.raises(ProviderError, match=f"pod {bad} \\(rentune-b\\)"):
         await runpod.named("rentune-b")  # it may be that machine: not "none"
@@ -130,7 +130,8 @@ async def test_one_unreadable_cluster_leaves_out_that_cluster_alone(
     listing = await runpod.listing()
     assert [i.instance_id for i in listing.instances] == [pod]
     (note,) = listing.notes
-    assert f"RunPod: cluster {cluster.removeprefix('cluster:')} (rentune-c) left out" in note and "'two'" in note
+    assert f"RunPod: cluster {cluster.removeprefix('cluster:')} (rentune-c) could not be read" in note
+    assert "'two'" in note
 
 
 # -- Vast.ai and Lambda: one row alone --------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ async def test_a_vast_instance_whose_host_port_is_no_number_hides_no_other(
     listing = await vast.listing()
     assert [i.instance_id for i in listing.instances] == [made[0], made[2]]
     assert listing.notes == [
-        f"Vast.ai: instance {made[1]} (rentune-b) left out of the list: it could not be read "
+        f"Vast.ai: instance {made[1]} (rentune-b) could not be read "
         "(invalid literal for int() with base 10: 'abc')"
     ]
     with pytest.raises(ProviderError, match="rentune-b"):
@@ -165,7 +166,7 @@ async def test_a_lambda_instance_of_the_wrong_shape_hides_no_other(
     assert [i.instance_id for i in listing.instances] == [second]
     (note,) = listing.notes
     assert note == (
-        f"Lambda: instance {first} (rentune-a) left out of the list: it could not be read "
+        f"Lambda: instance {first} (rentune-a) could not be read "
         "(could not convert string to float: 'n/a')"
     )
 
@@ -178,8 +179,8 @@ def test_rows_without_an_id_or_not_objects_are_named_too() -> None:
     listing = read_rows(RUNPOD, "pod", [good, {"name": "rentune-b"}, "junk"], instance_from)
     assert [i.instance_id for i in listing.instances] == ["p1"]
     assert listing.notes == [
-        "RunPod: a pod without an id (rentune-b) left out of the list: it could not be read (no id)",
-        "RunPod: a pod that is not an object ('junk') left out of the list: it could not be read (not a JSON object)",
+        "RunPod: a pod without an id (rentune-b) could not be read (no id)",
+        "RunPod: a pod that is not an object ('junk') could not be read (not a JSON object)",
     ]
     assert [u.name for u in listing.unread] == ["rentune-b", None]
 

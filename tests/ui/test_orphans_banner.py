@@ -72,7 +72,7 @@ def test_machines_left_out_of_the_search_are_shown_even_without_an_orphan(qtbot:
 
     banner = orphans_banner.OrphansBanner(RunStore(), SecretStore())
     qtbot.addWidget(banner)
-    unread = ["Vast.ai: instance 1003 (rentune-x) left out of the list: it could not be read (bad port)"]
+    unread = ["Vast.ai: instance 1003 (rentune-x) could not be read (bad port)"]
     banner.show_report(MachinesReport([], unread, [], [ProviderName.VAST], unread))
     assert not banner.isHidden() and banner.stop_button.isHidden()
     assert banner.text.text() == f"Left out of the search for orphans: {unread[0]}."

@@ -106,7 +106,7 @@ def _row_words(what: str, row: Any, name_key: str) -> tuple[str, str | None]:
 def unread_row(provider: ProviderName, what: str, row: Any, why: str, name_key: str = "name") -> Unread:
     """The note for one row that could not be read: provider, the row's id (and name), what was wrong."""
     words, name = _row_words(what, row, name_key)
-    return Unread(f"{provider.label}: {words} left out of the list: it could not be read ({why})", name)
+    return Unread(f"{provider.label}: {words} could not be read ({why})", name)
 
 
 def read_row(row: Any, parse: RowParser) -> Instance:

@@ -66,7 +66,8 @@ class OrphansBanner(Banner):
             self.stop_button.hide()
             self.show_message("warning", unread_text(report), UNREAD_DETAILS)
             return
-        details = " ".join(words for words in (DETAILS, unread_text(report)) if words)
+        unread = f"{unread_text(report)} {UNREAD_DETAILS}" if report.unread else ""
+        details = " ".join(words for words in (DETAILS, unread) if words)
         self.show_message("warning", orphans_text(report), details)
         self.setAccessibleName("Orphaned machines")
         self.stop_button.show()
