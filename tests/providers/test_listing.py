@@ -147,8 +147,7 @@ async def test_a_vast_instance_whose_host_port_is_no_number_hides_no_other(
     listing = await vast.listing()
     assert [i.instance_id for i in listing.instances] == [made[0], made[2]]
     assert listing.notes == [
-        f"Vast.ai: instance {made[1]} (rentune-b) could not be read "
-        "(invalid literal for int() with base 10: 'abc')"
+        f"Vast.ai: instance {made[1]} (rentune-b) could not be read (invalid literal for int() with base 10: 'abc')"
     ]
     with pytest.raises(ProviderError, match="rentune-b"):
         await vast.named("rentune-b")
@@ -166,8 +165,7 @@ async def test_a_lambda_instance_of_the_wrong_shape_hides_no_other(
     assert [i.instance_id for i in listing.instances] == [second]
     (note,) = listing.notes
     assert note == (
-        f"Lambda: instance {first} (rentune-a) could not be read "
-        "(could not convert string to float: 'n/a')"
+        f"Lambda: instance {first} (rentune-a) could not be read (could not convert string to float: 'n/a')"
     )
 
 
