@@ -52,7 +52,7 @@ async def test_unreachable_package_index_says_to_retry(tmp_path: Path, monkeypat
     message = str(error.value)
     assert "package index" in message
     assert "try again" in message
-    assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []
+    assert [p.name for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".lock")] == []
 
 
 @pytest.fixture
@@ -64,10 +64,12 @@ def index_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[d
     class Index(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.endswith("/llama-cpp-python/"):
-                listing = {"files": [{"filename": pin.filename, "url": f"../../files/{pin.filename}", "hashes": {}}]}
+                name = served.get("filename", pin.filename.encode()).decode()
+                listing = {"files": [{"filename": name, "url": f"../../files/{name}", "hashes": {}}]}
                 body, kind = json.dumps(listing).encode(), "application/vnd.pypi.simple.v1+json"
             else:
                 body, kind = served["archive"], "application/octet-stream"
+                served["fetched"] = served.get("fetched", b"") + b"."
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
@@ -95,7 +97,7 @@ async def test_a_source_archive_whose_sha256_differs_is_deleted_unopened(
     message = str(error.value)
     assert f"has sha256 {hashlib.sha256(index_serving['archive']).hexdigest()}, not the pinned" in message
     assert "llama_cpp_python-" in message and "deleted unopened" in message
-    leftovers = [p for p in (tmp_path / "tools").rglob("*") if not p.name.endswith(".lock")]
+    leftovers = [p for p in (tmp_path / "tools").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
     assert leftovers == [], "nothing of the archive was kept or unpacked"
 
 
@@ -103,3 +105,34 @@ async def test_a_version_without_a_pinned_source_says_to_reinstall(monkeypatch: 
     monkeypatch.setattr(llama_cpp_source.importlib.metadata, "version", lambda _name: "0.0.1")
     with pytest.raises(LocalToolError, match=r"llama-cpp-python 0\.0\.1 is installed, but Rentune knows the source"):
         await llama_cpp_converters(no_progress)
+
+
+async def test_the_converters_and_the_library_sources_share_one_download(
+    index_serving: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import tarfile
+
+    members = ("convert_hf_to_gguf.py", "gguf-py/gguf/__init__.py", "src/CMakeLists.txt", "include/llama.h")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name in members:
+            info = tarfile.TarInfo(f"llama_cpp_python-0.0.2/vendor/llama.cpp/{name}")
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"#"))
+    index_serving["archive"], index_serving["filename"] = buffer.getvalue(), b"llama_cpp_python-0.0.2.tar.gz"
+    pin = llama_cpp_source.SourcePin(
+        "0.0.2", "llama_cpp_python-0.0.2.tar.gz", hashlib.sha256(buffer.getvalue()).hexdigest()
+    )
+    monkeypatch.setattr(llama_cpp_source, "source_pin", lambda _version: pin)
+    monkeypatch.setattr(llama_cpp_source, "installed_version", lambda: "0.0.2")
+    converters = await llama_cpp_converters(no_progress)
+    sources = await llama_cpp_source.llama_cpp_build_sources(no_progress)
+    assert converters.convert_hf.is_file() and (sources / "include" / "llama.h").is_file()
+    assert index_serving["fetched"] == b".", "the archive is downloaded once"
+    (tmp_path / "tools" / "archives" / pin.filename).write_bytes(b"damaged")
+    assert (
+        await llama_cpp_source.llama_cpp_source_archive("0.0.2", no_progress)
+        == sources.parent / "archives" / pin.filename
+    )
+    assert index_serving["fetched"] == b"..", "a damaged copy is fetched anew"

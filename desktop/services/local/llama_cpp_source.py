@@ -198,15 +198,38 @@ async def _acquire(lock: FileLock) -> None:
 async def _build(version: str, root: Path, selection: tuple[str, ...], progress: Progress) -> None:
     work = partial_name(root)
     try:
-        with tempfile.TemporaryDirectory(prefix="rentune-llama-cpp-", dir=root.parent) as download:
-            progress(f"downloading llama.cpp's source (llama-cpp-python {version}, ~80 MB)", None)
-            archive = await _download(version, Path(download))
-            progress("unpacking llama.cpp's source", None)
-            args = ["-c", _EXTRACT, str(archive), str(work), _VENDOR, *selection]
-            await run_python(args, what="unpacking llama-cpp-python's source")
+        archive = await llama_cpp_source_archive(version, progress)
+        progress("unpacking llama.cpp's source", None)
+        args = ["-c", _EXTRACT, str(archive), str(work), _VENDOR, *selection]
+        await run_python(args, what="unpacking llama-cpp-python's source")
         work.rename(root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def llama_cpp_source_archive(version: str, progress: Progress) -> Path:
+    """llama-cpp-python ``version``'s pinned source archive, downloaded once into the tools cache, sha256-checked.
+
+    The converters and the library sources are unpacked from the same archive: the second needs no download.
+
+    Raises:
+        LocalToolError: Not pinned, not downloadable, or its sha256 differs from the pin.
+    """
+    pin = source_pin(version)
+    folder = tools_cache() / "archives"
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    archive, lock = folder / pin.filename, FileLock(str(folder / pin.filename) + ".lock")
+    await _acquire(lock)
+    try:
+        if await asyncio.to_thread(_intact, archive, pin):
+            return archive
+        with tempfile.TemporaryDirectory(prefix="rentune-llama-cpp-", dir=folder) as download:
+            progress(f"downloading llama.cpp's source (llama-cpp-python {version}, ~80 MB)", None)
+            fetched = await _download(version, Path(download))
+            fetched.replace(archive)
+        return archive
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -271,6 +294,16 @@ async def _fetch(client: httpx.AsyncClient, url: str, target: Path) -> Path:
             async for chunk in answer.aiter_bytes(1 << 20):
                 out.write(chunk)
     return target
+
+
+def _intact(archive: Path, pin: SourcePin) -> bool:
+    """Whether a cached archive is there with the pinned sha256 (a damaged one is deleted, to be fetched anew)."""
+    if not archive.is_file():
+        return False
+    if sha256_file(archive) == pin.sha256:
+        return True
+    archive.unlink()
+    return False
 
 
 def _checked(archive: Path, pin: SourcePin) -> Path:
