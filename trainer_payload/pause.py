@@ -104,4 +104,7 @@ def _beat_flags(request: PauseRequest | None, terminated: bool, held_for: float)
 
 def say(rank: str, words: str) -> None:
     """One line on the rank's log (``payload.log``): every rank says where it holds and how it left."""
-    print(f"rank {rank}: {words}", file=sys.stderr, flush=True)
+    # One write of the whole line: the payload runs unbuffered (PYTHONUNBUFFERED), where print() writes the words and
+    # the newline apart, and every rank appends to the same log (another rank's line could land between them).
+    sys.stderr.write(f"rank {rank}: {words}\n")
+    sys.stderr.flush()
