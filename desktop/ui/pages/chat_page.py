@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.services.local.chat_history import export_training_jsonl
+from desktop.services.local.chat_history import export_training_jsonl, load_history
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.needs import needs_now
 from desktop.services.local.tools import LocalStep
@@ -101,6 +101,7 @@ class ChatPage(BasePage):
         row = QHBoxLayout()
         for column in self.columns:
             row.addWidget(column, 1)
+            column.sig_changed.connect(self._set_buttons)
         self.columns[1].hide()
         self.body.addLayout(row, 1)
         self.body.addLayout(self._build_prompt())
@@ -245,20 +246,31 @@ class ChatPage(BasePage):
         """Chooses ``model`` (and ``lora``) for the first column and starts loading it."""
         self.pickers[0].set_path(Path(model))
         self.lora_pickers[0].set_path(Path(lora) if lora else None)
+        self._forget_stale_banner()
         self.on_model_picked(0)
 
     def on_user_picked(self, index: int) -> None:
         """The user chose a model or LoRA for column ``index``."""
         self._second_chosen = self._second_chosen or index == 1
+        self._forget_stale_banner()
         self.on_model_picked(index)
 
+    def _forget_stale_banner(self) -> None:
+        """Hides the banner: whatever it says is about the choice before (a missing model, a load, a saved chat)."""
+        self.banner.show_message("info", "")
+
     def on_model_picked(self, index: int) -> None:
-        """Describes the new choice and loads it in the background (not while rendering a screenshot)."""
+        """Shows the new choice and its conversation, and loads it in the background (not for a screenshot).
+
+        With no model chosen, the model loaded before is freed.
+        """
         self._describe()
         key = self.key(index)
+        column = self.columns[index]
+        if key is None and index not in self.answering:
+            CoroutineOperation(self, lambda _job: column.unload(), group=f"load-{index}").run()
         if key is None or self.context.read_only or index in self.answering or not self._check_tools():
             return
-        column = self.columns[index]
         CoroutineOperation(self, lambda _job: column.ensure_loaded(key), group=f"load-{index}").failure(
             lambda exc: self._show_error(column, exc), LocalToolError
         ).run()
@@ -268,6 +280,7 @@ class ChatPage(BasePage):
         for widget in self._second_row:
             widget.setVisible(on)
         self.columns[1].setVisible(on)
+        self._forget_stale_banner()
         if on and not self._second_chosen:
             self._pick_base_beside()
         if on:
@@ -303,12 +316,21 @@ class ChatPage(BasePage):
         tuned = {item.path for item in exports if not item.of_base}
         for index, column in enumerate(self.columns):
             key = self.key(index)
-            column.describe(key)
+            if column.choose(key):
+                self._read_saved_chat(column, key)
             fine_tuned = key is not None and (key[1] is not None or key[0] in tuned)
             base = key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index))
             title = "Fine-tuned" if fine_tuned else "Base" if base else column.name
             if column.title_label is not None:
                 column.title_label.setText(title)
+
+    def _read_saved_chat(self, column: ChatColumn, key: ModelKey | None) -> None:
+        """Brings back the conversation with ``key`` from an earlier session (read off the UI thread)."""
+        if key is None:
+            return
+        Operation(
+            self, lambda _job: load_history(*key), lambda saved: column.take_saved(key, saved), group=f"chat-of:{key}"
+        ).run()
 
     def _other_has_lora(self, index: int) -> bool:
         other = self.key(1 - index)
