@@ -37,7 +37,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Banner, Card, plain_button, primary_button
 from desktop.ui.widgets.chat_column import ChatColumn, ModelKey
 from desktop.ui.widgets.local_words import people_words
-from desktop.ui.widgets.model_picker import ModelPicker
+from desktop.ui.widgets.model_picker import ModelPicker, origin_words
 from desktop.ui.widgets.needs_panel import NeedsPanel
 from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.prompt_edit import PromptEdit
@@ -311,18 +311,26 @@ class ChatPage(BasePage):
         return next((base for base in bases if base.parent == model.parent), None)
 
     def _describe(self) -> None:
-        exports = [item for _, item in self.inventory.all_exports() if item.chat_engine is not None]
-        bases = {item.path for item in exports if item.of_base}
-        tuned = {item.path for item in exports if not item.of_base}
+        """Titles each column, and shows which model it uses (the adapter it came from) with its conversation."""
+        exports = self.inventory.all_exports()
+        origins = {item.path: origin_words(origin, item) for origin, item in exports}
         for index, column in enumerate(self.columns):
             key = self.key(index)
-            if column.choose(key):
-                self._read_saved_chat(column, key)
-            fine_tuned = key is not None and (key[1] is not None or key[0] in tuned)
-            base = key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index))
-            title = "Fine-tuned" if fine_tuned else "Base" if base else column.name
             if column.title_label is not None:
-                column.title_label.setText(title)
+                column.title_label.setText(self._title(index, key))
+            origin = origins.get(key[1] or key[0], "") if key is not None else ""  # a LoRA makes the fine-tune
+            if column.choose(key, origin):
+                self._read_saved_chat(column, key)
+
+    def _title(self, index: int, key: ModelKey | None) -> str:
+        """``Fine-tuned``, ``Base``, or the column's name when neither is known."""
+        exports = [item for _, item in self.inventory.all_exports() if item.chat_engine is not None]
+        if key is not None and (key[1] is not None or key[0] in {i.path for i in exports if not i.of_base}):
+            return "Fine-tuned"
+        bases = {item.path for item in exports if item.of_base}
+        if key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index)):
+            return "Base"
+        return self.columns[index].name
 
     def _read_saved_chat(self, column: ChatColumn, key: ModelKey | None) -> None:
         """Brings back the conversation with ``key`` from an earlier session (read off the UI thread)."""

@@ -151,7 +151,7 @@ class ChatColumn(Card):
         document.setDefaultFont(self._font)
         return Thread(Conversation(), document)
 
-    def thread(self, key: ModelKey | None) -> Thread:
+    def thread_of(self, key: ModelKey | None) -> Thread:
         """The conversation with ``key`` (an empty one, never shown elsewhere, when ``key`` is None)."""
         if key is None:
             return self._unchosen
@@ -162,7 +162,7 @@ class ChatColumn(Card):
     @property
     def shown(self) -> Thread:
         """The conversation of the model chosen now."""
-        return self.thread(self.chosen)
+        return self.thread_of(self.chosen)
 
     @property
     def conversation(self) -> Conversation:
@@ -179,8 +179,8 @@ class ChatColumn(Card):
         """How fast the answers of the model chosen now came (this session's)."""
         return self.shown.speeds
 
-    def choose(self, key: ModelKey | None, words: str = "") -> bool:
-        """Shows the model ``key`` is (``words`` say what it is) and its own conversation; nothing for None.
+    def choose(self, key: ModelKey | None, origin: str = "") -> bool:
+        """Shows which model ``key`` is (``origin``: the adapter it came from) and its conversation; none for None.
 
         Returns:
             True when ``key``'s saved conversation has not been looked for yet: the caller reads it
@@ -188,7 +188,7 @@ class ChatColumn(Card):
         """
         new = key is not None and key not in self._threads
         self.chosen = key
-        self._describe(key, words)
+        self._describe(key, origin)
         document = self.shown.document
         if self.transcript.document() is not document:
             self.transcript.setDocument(document)
@@ -200,21 +200,22 @@ class ChatColumn(Card):
 
     def take_saved(self, key: ModelKey, saved: Conversation | None) -> None:
         """Shows ``saved``, the conversation with ``key`` from an earlier session, unless one was started since."""
-        thread = self.thread(key)
+        thread = self.thread_of(key)
         if saved is None or thread.conversation.turns or not thread.document.isEmpty():
             return  # a question asked meanwhile starts a new conversation: its lines are never wiped
         self.show_saved(saved, key)
 
     # -- the model ----------------------------------------------------------------------------------------------
 
-    def _describe(self, key: ModelKey | None, words: str) -> None:
-        """Says which model the column uses and whether it is ready."""
+    def _describe(self, key: ModelKey | None, origin: str) -> None:
+        """Says which model the column uses (and the adapter it came from) and whether it is ready."""
         if key is None:
             self.model_label.setText("Choose a model above.")
         else:
             model, lora = key
-            words = words or f"{model.name} ({size_text(_size(model))})"
-            self.model_label.setText(f"{words} with the LoRA {lora.name}" if lora else words)
+            words = f"{model.name} ({size_text(_size(model))})"
+            words = f"{words} with the LoRA {lora.name}" if lora else words
+            self.model_label.setText(f"{words} · {origin}" if origin else words)
         self.model_label.setToolTip(self.model_label.text())
         self._show_state()
 
@@ -296,7 +297,7 @@ class ChatColumn(Card):
         Raises:
             LocalToolError: The model does not load, or generating failed (shown in the transcript too).
         """
-        thread = self.thread(key)
+        thread = self.thread_of(key)
         if not again:
             self._write_turn(thread, "You", question)
         try:
@@ -385,7 +386,7 @@ class ChatColumn(Card):
 
         The next question to that model continues it.
         """
-        thread = self.thread(self.chosen if key is None else key)
+        thread = self.thread_of(self.chosen if key is None else key)
         self._clear_thread(thread)
         thread.conversation = conversation
         title = self.title_label.text() if self.title_label else self.name
