@@ -1,6 +1,7 @@
-"""The Chat page's choices without a model loaded: how the exports are named.
+"""The Chat page's choices without a model loaded: how the exports are named, and numbers out of range.
 
-A run's final adapter and its checkpoints export files of the same names; the model list tells them apart.
+A run's final adapter and its checkpoints export files of the same names; the model list tells them apart. A number
+typed out of a field's range is said under that field.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
@@ -64,3 +65,35 @@ def test_a_checkpoints_export_and_the_final_adapters_export_are_told_apart(
     combo.setCurrentIndex(row)
     combo.activated.emit(row)
     assert page.columns[0].model_label.text() == f"model-Q4_K_M.gguf (105 MB) · step-20 checkpoint of run {run}"
+
+
+def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    box.selectAll()
+    qtbot.keyClicks(box, text)
+    qtbot.keyClick(box, Qt.Key.Key_Tab)
+
+
+def under(note: QWidget, field: QWidget) -> bool:
+    """Whether ``note`` lies right under ``field``: just below it, its words ending where the field ends."""
+    parent = note.parentWidget()
+    field_box = QRect(field.mapTo(parent, QPoint(0, 0)), field.size())
+    spot = note.geometry()
+    right_aligned = bool(note.alignment() & Qt.AlignmentFlag.AlignRight)
+    return right_aligned and 0 <= spot.top() - field_box.bottom() <= 60 and abs(spot.right() - field_box.right()) <= 4
+
+
+def test_a_temperature_above_the_highest_is_said_beside_its_field(page: ChatPage, qtbot: QtBot) -> None:
+    type_and_leave(qtbot, page.temperature_spin, "99")
+    assert page.temperature_spin.value() == 2.0
+    assert page.temperature_note.isVisible() and page.temperature_note.text() == (
+        "Temperature: “99” is above the highest it takes, so it is 2.00 now. Type a number from 0.00 to 2.00."
+    )
+    type_and_leave(qtbot, page.tokens_spin, "0")
+    assert page.tokens_note.isVisible() and page.tokens_note.text().startswith("Longest answer: “0” is below")
+    assert page.temperature_note.isVisible(), "each field keeps saying its own correction"
+    assert under(page.temperature_note, page.temperature_spin) and under(page.tokens_note, page.tokens_spin)
+    type_and_leave(qtbot, page.temperature_spin, "1.5")
+    assert page.temperature_spin.value() == 1.5 and not page.temperature_note.isVisible()
+    assert page.tokens_note.isVisible()

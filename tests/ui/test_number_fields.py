@@ -41,7 +41,7 @@ def own_server(_qloop: asyncio.AbstractEventLoop) -> tuple[QWidget, list[tuple[s
 
 def chat(qloop: asyncio.AbstractEventLoop) -> tuple[QWidget, list[tuple[str, str, str, CorrectionNote]]]:
     page = ChatPage(AppContext(Settings(), SecretStore()))
-    note = page.settings_note
+    note = page.tokens_note
     said = "Longest answer: “0” is below the lowest it takes, so it is 1 tokens now. Type a number from 1 to 8192."
     return page, [("tokens_spin", "0", said, note)]
 

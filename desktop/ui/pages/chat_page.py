@@ -63,6 +63,14 @@ def _label(text: str, buddy: QWidget) -> QLabel:
     return label
 
 
+def _note_under(box: QSpinBox | QDoubleSpinBox, name: str) -> CorrectionNote:
+    """A note saying why the number typed into ``box`` was changed, its words ending under the box."""
+    note = CorrectionNote()
+    note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+    note.watch(box, name)
+    return note
+
+
 class ChatPage(BasePage):
     """Two chat columns (the second one side by side on request) over one message field.
 
@@ -140,9 +148,8 @@ class ChatPage(BasePage):
             widget.hide()
         return card
 
-    def _build_settings(self) -> QVBoxLayout:
-        row = QHBoxLayout()
-        row.setSpacing(10)
+    def _build_settings(self) -> QGridLayout:
+        """Side by side, the temperature and the longest answer; each number's correction is said under it."""
         self.side_check = QCheckBox("&Side by side with a second model")
         self.side_check.setAccessibleName("Side by side with a second model")
         self.side_check.toggled.connect(self.on_side_toggled)
@@ -157,19 +164,20 @@ class ChatPage(BasePage):
         self.tokens_spin.setValue(DEFAULT_MAX_TOKENS)
         self.tokens_spin.setSuffix(" tokens")
         self.tokens_spin.setAccessibleName("Longest answer in tokens")
-        row.addWidget(self.side_check, 1)
-        row.addWidget(_label("&Temperature", self.temperature_spin))
-        row.addWidget(self.temperature_spin)
-        row.addSpacing(8)
-        row.addWidget(_label("Longest &answer", self.tokens_spin))
-        row.addWidget(self.tokens_spin)
-        self.settings_note = CorrectionNote()
-        self.settings_note.watch(self.temperature_spin, "Temperature")
-        self.settings_note.watch(self.tokens_spin, "Longest answer")
-        column = QVBoxLayout()
-        column.addLayout(row)
-        column.addWidget(self.settings_note)
-        return column
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(2)
+        grid.addWidget(self.side_check, 0, 0)
+        grid.setColumnStretch(0, 1)
+        grid.addWidget(_label("&Temperature", self.temperature_spin), 0, 1)
+        grid.addWidget(self.temperature_spin, 0, 2)
+        grid.addWidget(_label("Longest &answer", self.tokens_spin), 0, 3)
+        grid.addWidget(self.tokens_spin, 0, 4)
+        self.temperature_note = _note_under(self.temperature_spin, "Temperature")
+        self.tokens_note = _note_under(self.tokens_spin, "Longest answer")
+        grid.addWidget(self.temperature_note, 1, 0, 1, 3)  # ends under the temperature
+        grid.addWidget(self.tokens_note, 2, 0, 1, 5)  # ends under the longest answer
+        return grid
 
     def _build_prompt(self) -> QVBoxLayout:
         """The conversation's actions above the message field; Send and Stop beside it."""
