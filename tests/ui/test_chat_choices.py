@@ -1,7 +1,8 @@
-"""The Chat page's choices without a model loaded: how the exports are named, and numbers out of range.
+"""The Chat page's choices without a model loaded: how exports are named, the layout of a small window, numbers.
 
-A run's final adapter and its checkpoints export files of the same names; the model list tells them apart. A number
-typed out of a field's range is said under that field.
+A run's final adapter and its checkpoints export files of the same names; the model list tells them apart. At
+1024x700 with both columns, a banner and notes, each transcript keeps several lines and the message field stays in
+view (what does not fit above it scrolls). A number typed out of a field's range is said under that field.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
-from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
@@ -21,6 +22,7 @@ from desktop.services.local.inventory import exports_folder
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
+from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.chat_page import ChatPage
 from tests.fixtures.exported_models import record_returned_run, write_gguf
 from trainer_payload.checkpoints import seal_checkpoint
@@ -65,6 +67,52 @@ def test_a_checkpoints_export_and_the_final_adapters_export_are_told_apart(
     combo.setCurrentIndex(row)
     combo.activated.emit(row)
     assert page.columns[0].model_label.text() == f"model-Q4_K_M.gguf (105 MB) · step-20 checkpoint of run {run}"
+
+
+@pytest.fixture
+def small_window(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> MainWindow:
+    window = MainWindow(Settings(), SecretStore(), AppContext(Settings(), SecretStore(), read_only=True))
+    qtbot.addWidget(window)
+    window.resize(1024, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    qloop.run_until_complete(window.load_pages(follow_runs=False))
+    window.show_page("chat")
+    return window
+
+
+def test_at_1024_by_700_each_transcript_keeps_several_lines(small_window: MainWindow) -> None:
+    page = small_window.page("chat")
+    assert isinstance(page, ChatPage)
+    page.side_check.setChecked(True)
+    page.banner.show_message(
+        "success", "Added this chat to good-chats.jsonl.", "/home/someone/good-chats.jsonl\nUse it as training data."
+    )
+    page.temperature_note.show_words("Temperature: 99 is above the highest it takes, 2.00; it is that now.")
+    page.tokens_note.show_words("Longest answer: 0 is below the lowest it takes, 1; it is that now.")
+    QApplication.processEvents()
+
+    for column in page.columns:
+        viewport = column.transcript.viewport().height()
+        assert viewport >= 6 * column.transcript.fontMetrics().lineSpacing(), f"{column.name}: {viewport} px"
+    squashed = [
+        widget.accessibleName()
+        for widget in (*page.pickers, *page.lora_pickers, page.system_edit, page.prompt, page.send_button)
+        if widget.isVisible() and widget.height() < (widget.minimumHeight() or widget.minimumSizeHint().height())
+    ]
+    assert not squashed, squashed
+    bottom = page.prompt.mapTo(page, page.prompt.rect().bottomLeft()).y()
+    assert bottom <= page.height(), "the message field stays in view; what does not fit above it scrolls"
+
+
+def test_at_1024_by_700_one_model_and_the_message_field_fit_without_scrolling(small_window: MainWindow) -> None:
+    page = small_window.page("chat")
+    assert isinstance(page, ChatPage)
+    QApplication.processEvents()
+    transcript = page.columns[0].transcript
+    assert transcript.viewport().height() >= 8 * transcript.fontMetrics().lineSpacing()
+    bottom = page.prompt.mapTo(page, page.prompt.rect().bottomLeft()).y()
+    assert bottom <= page.height(), "the message field is in view"
 
 
 def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:

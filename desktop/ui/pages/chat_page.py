@@ -34,7 +34,7 @@ from desktop.services.runs.adapters import Inventory, read_inventory
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
-from desktop.ui.widgets.blocks import Banner, Card, plain_button, primary_button
+from desktop.ui.widgets.blocks import Banner, Card, ContentColumn, plain_button, primary_button
 from desktop.ui.widgets.chat_column import ChatColumn, ModelKey
 from desktop.ui.widgets.local_words import people_words
 from desktop.ui.widgets.model_picker import ModelPicker, origin_words
@@ -95,23 +95,27 @@ class ChatPage(BasePage):
         self.answering: dict[int, Running[Any]] = {}
         self._second_chosen = False  # the user picked the second model (else it follows the first)
         super().__init__(parent)
+        # the message field stays in view; above it, what a small window cannot hold scrolls (never squashed)
+        self.upper = ContentColumn()
+        self.upper.setAccessibleName("Models and conversations")
         self.banner = Banner()
-        self.body.addWidget(self.banner)
+        self.upper.body.addWidget(self.banner)
         self.needs_card = Card("Before you can chat")
         self.needs_panel = NeedsPanel()
         self.needs_panel.sig_recheck.connect(self._check_tools)
         self.needs_panel.sig_install_tools.connect(self.sig_install_tools)
         self.needs_card.body.addWidget(self.needs_panel)
         self.needs_card.hide()
-        self.body.addWidget(self.needs_card)
-        self.body.addWidget(self._build_setup())
+        self.upper.body.addWidget(self.needs_card)
+        self.upper.body.addWidget(self._build_setup())
         self.columns = [ChatColumn("Model"), ChatColumn("Second model")]
         row = QHBoxLayout()
         for column in self.columns:
             row.addWidget(column, 1)
             column.sig_changed.connect(self._set_buttons)
         self.columns[1].hide()
-        self.body.addLayout(row, 1)
+        self.upper.body.addLayout(row, 1)
+        self.body.addWidget(self.upper, 1)
         self.body.addLayout(self._build_prompt())
         self._set_buttons()
 
@@ -384,6 +388,7 @@ class ChatPage(BasePage):
         for index in self.active():
             self._ask(index, question)
         self._set_buttons()
+        self.upper.ensureWidgetVisible(self.columns[0].transcript, 0, 0)  # a small window: the answers in view
 
     def on_regenerate(self) -> None:
         """Answers the last message again in every column in use (the new answers replace the old in the history)."""

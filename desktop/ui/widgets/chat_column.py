@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import QUrl, Signal
+from PySide6.QtCore import QSize, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QTextBrowser, QWidget
+from PySide6.QtWidgets import QProgressBar, QTextBrowser, QWidget
 
 from desktop.services.local.chat import ChatModel, Conversation, open_chat
 from desktop.services.local.chat_history import forget_history, save_history
@@ -33,6 +33,8 @@ from desktop.ui.widgets.local_words import people_words, size_text
 #: A model's files and the LoRA over them, as loaded.
 ModelKey = tuple[Path, Path | None]
 _COPY = "copy:"
+#: The fewest lines of conversation a column shows, however small the window (the page scrolls instead).
+MIN_TRANSCRIPT_LINES = 6
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,18 @@ class AnswerSpeed:
         return f"{self.tokens} {noun}{rate} · first after {self.first_seconds:.2f} s"
 
 
+class Transcript(QTextBrowser):
+    """A conversation's transcript: as tall as the column allows, asking for no more than its fewest lines.
+
+    The page scrolls in a small window; asking for those lines only lets it shrink the transcripts to them before it
+    scrolls (a scroll area gives its content the height the content asks for).
+    """
+
+    def sizeHint(self) -> QSize:
+        """The usual width, and the least height."""
+        return QSize(super().sizeHint().width(), self.minimumHeight())
+
+
 @dataclass
 class Thread:
     """One model's conversation in a column: its history, the answers as shown, and its own transcript.
@@ -75,7 +89,7 @@ class Thread:
 
 
 class ChatColumn(Card):
-    """A transcript with the model's name and state above it and Copy below.
+    """A transcript with the model's name and state above it and Copy beside them.
 
     Each model (a file, with its LoRA if any) has a conversation of its own: choosing a model shows its conversation
     (:meth:`choose`) and the next question continues that one only.
@@ -100,8 +114,12 @@ class ChatColumn(Card):
         self._loading_key: ModelKey | None = None
         self._failed_key: ModelKey | None = None
         self._answering_key: ModelKey | None = None
+        self.copy_button = plain_button("Copy answer", "copy", f"{self.name}: copy the last answer")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(lambda _checked=False: self.copy_answer())
         self.badge = Badge("No model", "info")
         self.add_header_widget(self.badge)
+        self.add_header_widget(self.copy_button)  # at the far right: it stays put while the badge's words change
         self.model_label = caption("Choose a model above.")
         self.model_label.setAccessibleName(f"{title}: which model")
         self.body.addWidget(self.model_label)
@@ -111,11 +129,13 @@ class ChatColumn(Card):
         self.busy_bar.setAccessibleName(f"{title}: loading")
         self.busy_bar.hide()
         self.body.addWidget(self.busy_bar)
-        self.transcript = QTextBrowser()
+        self.transcript = Transcript()
         self.transcript.setAccessibleName(f"{title}: conversation")
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self.on_link)
         self.transcript.setTabChangesFocus(True)
+        lines = self.transcript.fontMetrics().lineSpacing()
+        self.transcript.setMinimumHeight(MIN_TRANSCRIPT_LINES * lines + 2 * self.transcript.frameWidth() + 8)
         self._font = self.transcript.document().defaultFont()
         self._threads: dict[ModelKey, Thread] = {}
         self._unchosen = self._new_thread()
@@ -125,16 +145,6 @@ class ChatColumn(Card):
         self.body.addWidget(self.hint_label)
         self.body.addWidget(self.transcript, 1)
         self.transcript.textChanged.connect(self._show_hint)
-        self.body.addLayout(self._footer())
-
-    def _footer(self) -> QHBoxLayout:
-        row = QHBoxLayout()
-        self.copy_button = plain_button("Copy answer", "copy", f"{self.name}: copy the last answer")
-        self.copy_button.setEnabled(False)
-        self.copy_button.clicked.connect(lambda _checked=False: self.copy_answer())
-        row.addStretch(1)
-        row.addWidget(self.copy_button)
-        return row
 
     def set_hint(self, text: str) -> None:
         """What the empty transcript should say (a line that wraps, unlike a placeholder); hidden once it has text."""
