@@ -356,6 +356,9 @@ def test_each_model_keeps_its_own_conversation_when_the_choice_changes_and_after
     assert column.conversation.turns == turns("Say hello.", hello) and column.answers == [hello]
     assert "Say hello." in column.text() and "Name a colour." not in column.text()
     assert page.save_button.isEnabled()
+    page.side_check.setChecked(True)  # the base beside the fine-tune: the same conversation of the base
+    assert page.key(1) == (base, None) and page.columns[1].conversation.turns == turns("Name a colour.", colour)
+    page.side_check.setChecked(False)
     wait_for(lambda: not column._saving, timeout=30)
     assert (load_history(tuned) or Conversation()).turns == turns("Say hello.", hello)
     assert (load_history(base) or Conversation()).turns == turns("Name a colour.", colour)

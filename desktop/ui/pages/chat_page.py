@@ -35,7 +35,7 @@ from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Banner, Card, ContentColumn, plain_button, primary_button
-from desktop.ui.widgets.chat_column import ChatColumn, ModelKey
+from desktop.ui.widgets.chat_column import ChatColumn, ModelKey, Thread
 from desktop.ui.widgets.local_words import people_words
 from desktop.ui.widgets.model_picker import ModelPicker, origin_words
 from desktop.ui.widgets.needs_panel import NeedsPanel
@@ -108,7 +108,8 @@ class ChatPage(BasePage):
         self.needs_card.hide()
         self.upper.body.addWidget(self.needs_card)
         self.upper.body.addWidget(self._build_setup())
-        self.columns = [ChatColumn("Model"), ChatColumn("Second model")]
+        threads: dict[ModelKey, Thread] = {}  # a model's conversation is the same in either column
+        self.columns = [ChatColumn("Model", threads), ChatColumn("Second model", threads)]
         row = QHBoxLayout()
         for column in self.columns:
             row.addWidget(column, 1)
@@ -380,6 +381,9 @@ class ChatPage(BasePage):
             return
         if 1 in self.active() and self.key(1) is None:
             self.banner.show_message("warning", "Choose the second model, or turn off Side by side.", NO_BASE_EXPORTED)
+            return
+        if 1 in self.active() and self.key(1) == self.key(0):
+            self.banner.show_message("warning", "Both sides have the same model.", "Choose another second model.")
             return
         if not self._check_tools():
             return

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import QSize, QUrl, Signal
+from PySide6.QtCore import QSize, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QProgressBar, QTextBrowser, QWidget
 
@@ -99,11 +99,15 @@ class ChatColumn(Card):
 
     Args:
         title: The column's name ("Model", "Second model").
+        threads: The conversations by model, shared by the columns of a page (a model's conversation is the same
+            whichever column shows it); the column's own when None.
     """
 
     sig_changed = Signal()
 
-    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, title: str, threads: dict[ModelKey, Thread] | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(title, parent=parent)
         self.name = title
         self.model: ChatModel | None = None
@@ -137,7 +141,7 @@ class ChatColumn(Card):
         lines = self.transcript.fontMetrics().lineSpacing()
         self.transcript.setMinimumHeight(MIN_TRANSCRIPT_LINES * lines + 2 * self.transcript.frameWidth() + 8)
         self._font = self.transcript.document().defaultFont()
-        self._threads: dict[ModelKey, Thread] = {}
+        self._threads: dict[ModelKey, Thread] = {} if threads is None else threads
         self._unchosen = self._new_thread()
         self.transcript.setDocument(self._unchosen.document)
         self.hint_label = caption("The answers appear here as the model writes them.")
@@ -202,11 +206,20 @@ class ChatColumn(Card):
         document = self.shown.document
         if self.transcript.document() is not document:
             self.transcript.setDocument(document)
-            self.transcript.moveCursor(QTextCursor.MoveOperation.End)
+            self._show_end()
             self._show_hint()
             self.copy_button.setEnabled(bool(self.answers))
             self.sig_changed.emit()
         return new
+
+    def _show_end(self) -> None:
+        """Scrolls to the conversation's end, now and once the column has its new size (a column just shown)."""
+        self.transcript.moveCursor(QTextCursor.MoveOperation.End)
+        QTimer.singleShot(0, self._end_in_view)
+
+    def _end_in_view(self) -> None:
+        if shiboken6.isValid(self):  # the window may have closed meanwhile
+            self.transcript.ensureCursorVisible()
 
     def take_saved(self, key: ModelKey, saved: Conversation | None) -> None:
         """Shows ``saved``, the conversation with ``key`` from an earlier session, unless one was started since."""
@@ -448,6 +461,7 @@ class ChatColumn(Card):
     def _after_change(self, thread: Thread) -> None:
         """Updates what depends on the conversation shown when ``thread`` is that one."""
         if thread is self.shown:
+            self._show_end()
             self.copy_button.setEnabled(bool(thread.answers))
             self._show_hint()
             self.sig_changed.emit()
