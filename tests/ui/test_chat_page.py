@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,10 @@ from pytestqt.qtbot import QtBot
 from desktop.core.settings import Settings
 from desktop.services.data.check import check_dataset
 from desktop.services.local.chat import Conversation
+from desktop.services.local.chat_history import load_history
 from desktop.services.local.common import no_progress
 from desktop.services.local.gguf import convert_lora_to_gguf, convert_to_gguf
+from desktop.services.local.inventory import exports_folder
 from desktop.services.platform.secrets import SecretStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.chat_page import ChatPage
@@ -279,3 +282,144 @@ def test_with_no_model_the_column_says_what_to_do_in_lines_that_wrap(page: ChatP
     assert hint.isVisible() and hint.text() == NO_MODEL_YET and hint.wordWrap()
     assert hint.height() > 1.5 * hint.fontMetrics().height(), "it wraps (a placeholder ran off the right edge)"
     assert hint.width() <= page.columns[0].width()
+
+
+def _link(source: Path, target: Path) -> Path:
+    """``target`` as another file of the same bytes (a hard link where the disk allows, else a copy)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.hardlink_to(source)
+    except OSError:
+        shutil.copyfile(source, target)
+    return target
+
+
+@pytest.fixture
+def tuned_and_base(smollm2: SmolLM2) -> tuple[Path, Path]:
+    """A run's exports as the chat lists them: the fine-tune's GGUF and the base's GGUF beside it (SmolLM2 both)."""
+    folder = exports_folder("20261206-064119-9f71")
+    return _link(smollm2.gguf, folder / "model-Q4_1.gguf"), _link(smollm2.gguf, folder / "base-Q4_1.gguf")
+
+
+def choose(page: ChatPage, index: int, path: Path | None) -> None:
+    """Picks ``path`` in the model list of column ``index`` as a user does (None: "Choose a model…")."""
+    combo = page.pickers[index].combo
+    row = 0 if path is None else combo.findData(str(path))
+    assert row >= 0, f"{path} is not listed"
+    combo.setCurrentIndex(row)
+    combo.activated.emit(row)
+
+
+def turns(*texts: str) -> list[dict[str, str]]:
+    return [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(texts)]
+
+
+def test_each_model_keeps_its_own_conversation_when_the_choice_changes_and_after_a_restart(
+    page: ChatPage,
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    tuned_and_base: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tuned, base = tuned_and_base
+    qloop.run_until_complete(page.load())
+    column = page.columns[0]
+    page.temperature_spin.setValue(0)
+    page.tokens_spin.setValue(12)
+    choose(page, 0, tuned)
+    wait_for(ready(page), timeout=120)
+    ask(page, qtbot, "Say hello.")
+    wait_for(idle(page), timeout=120)
+    hello = column.last_answer()
+    assert hello and column.conversation.turns == turns("Say hello.", hello)
+
+    choose(page, 0, base)  # the base starts with its own (empty) conversation, not the fine-tune's
+    assert column.conversation.turns == [] and "Say hello." not in column.text() and column.answers == []
+    assert not page.save_button.isEnabled() and not page.again_button.isEnabled()
+    wait_for(ready(page), timeout=120)
+    ask(page, qtbot, "Name a colour.")
+    wait_for(idle(page), timeout=120)
+    colour = column.last_answer()
+    assert column.conversation.turns == turns("Name a colour.", colour)
+    assert colour == direct_answer(base, turns("Name a colour."), 12)  # asked alone, without the fine-tune's chat
+    assert "Say hello." not in column.text()
+
+    target = tmp_path / "good-chats.jsonl"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *_args: (str(target), ""))
+    page.save_button.click()  # the chosen model's chat only
+    wait_for(lambda: "Added this chat" in page.banner.headline_label.text(), timeout=30)
+    assert json.loads(target.read_text(encoding="utf-8"))["messages"] == turns("Name a colour.", colour)
+
+    choose(page, 0, tuned)  # the fine-tune's own conversation comes back
+    assert column.conversation.turns == turns("Say hello.", hello) and column.answers == [hello]
+    assert "Say hello." in column.text() and "Name a colour." not in column.text()
+    assert page.save_button.isEnabled()
+    page.side_check.setChecked(True)  # the base beside the fine-tune: the same conversation of the base
+    assert page.key(1) == (base, None) and page.columns[1].conversation.turns == turns("Name a colour.", colour)
+    page.side_check.setChecked(False)
+    wait_for(lambda: not column._saving, timeout=30)
+    assert (load_history(tuned) or Conversation()).turns == turns("Say hello.", hello)
+    assert (load_history(base) or Conversation()).turns == turns("Name a colour.", colour)
+
+    again = ChatPage(page.context)  # the app opened again: each model's chat comes back when it is chosen
+    again.show()
+    qloop.run_until_complete(again.load())
+    choose(again, 0, base)
+    wait_for(lambda: again.columns[0].answers == [colour], timeout=60)
+    assert "Say hello." not in again.columns[0].text()
+    choose(again, 0, tuned)
+    wait_for(lambda: again.columns[0].answers == [hello], timeout=60)
+    assert again.columns[0].conversation.turns == turns("Say hello.", hello)
+    assert "Name a colour." not in again.columns[0].text()
+    qloop.run_until_complete(again.close_models())
+    again.close()
+    again.deleteLater()
+
+
+def test_banners_and_the_column_follow_the_current_choice(
+    page: ChatPage,
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    tuned_and_base: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    tuned, _base = tuned_and_base
+    qloop.run_until_complete(page.load())
+    column = page.columns[0]
+    ask(page, qtbot, "Hello")
+    assert page.banner.isVisible() and page.banner.headline_label.text() == "Choose a model first."
+    choose(page, 0, tuned)
+    assert not page.banner.isVisible(), "the advice was followed: it goes"
+    wait_for(ready(page), timeout=120)
+    page.tokens_spin.setValue(6)
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return)  # the message typed before is still there
+    wait_for(idle(page), timeout=120)
+    assert column.answers
+
+    choose(page, 0, None)  # "Choose a model…": nothing is ready and nothing is shown
+    assert column.badge.text() == "No model"
+    assert column.text() == "" and column.hint_label.isVisible()
+    assert column.model_label.text() == "Choose a model above."
+    assert not page.save_button.isEnabled() and not page.again_button.isEnabled()
+
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("hello")
+    page.pickers[0].set_path(bogus)  # browsed for a file that is not a model
+    page.pickers[0].sig_picked.emit()
+    wait_for(page.banner.isVisible, timeout=30)
+    assert page.banner.headline_label.text() == "Model: the model did not load."
+    choose(page, 0, tuned)  # the error was about the other file
+    assert not page.banner.isVisible()
+    assert column.badge.text() in ("Loading…", "Not loaded")
+    wait_for(ready(page), timeout=120)
+    assert column.answers and "Hello" in column.text()
+
+    page.side_check.setChecked(True)
+    choose(page, 1, None)
+    ask(page, qtbot, "Again")
+    assert page.banner.headline_label.text() == "Choose the second model, or turn off Side by side."
+    page.side_check.setChecked(False)
+    assert not page.banner.isVisible()

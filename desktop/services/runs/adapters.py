@@ -94,9 +94,13 @@ class Inventory:
         """Whether there is nothing to list."""
         return not self.adapters and not any(self.leftovers.values())
 
-    def all_exports(self) -> list[tuple[str, ExportedItem]]:
-        """Every export with the name of the adapter (run) it came from."""
-        found = [(adapter.run_id, item) for adapter in self.adapters for item in adapter.exports]
+    def all_exports(self) -> list[tuple[ReturnedAdapter | str, ExportedItem]]:
+        """Every export with the adapter it came from (a final adapter or a checkpoint), or its folder's name.
+
+        The name stands for an export folder whose adapter is not here any more.
+        """
+        found: list[tuple[ReturnedAdapter | str, ExportedItem]]
+        found = [(adapter, item) for adapter in self.adapters for item in adapter.exports]
         return found + [(name, item) for name, items in self.leftovers.items() for item in items]
 
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.services.local.chat_history import export_training_jsonl
+from desktop.services.local.chat_history import export_training_jsonl, load_history
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.needs import needs_now
 from desktop.services.local.tools import LocalStep
@@ -34,10 +34,10 @@ from desktop.services.runs.adapters import Inventory, read_inventory
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
-from desktop.ui.widgets.blocks import Banner, Card, plain_button, primary_button
-from desktop.ui.widgets.chat_column import ChatColumn, ModelKey
+from desktop.ui.widgets.blocks import Banner, Card, ContentColumn, plain_button, primary_button
+from desktop.ui.widgets.chat_column import ChatColumn, ModelKey, Thread
 from desktop.ui.widgets.local_words import people_words
-from desktop.ui.widgets.model_picker import ModelPicker
+from desktop.ui.widgets.model_picker import ModelPicker, origin_words
 from desktop.ui.widgets.needs_panel import NeedsPanel
 from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.prompt_edit import PromptEdit
@@ -61,6 +61,14 @@ def _label(text: str, buddy: QWidget) -> QLabel:
     label = QLabel(text)
     label.setBuddy(buddy)
     return label
+
+
+def _note_under(box: QSpinBox | QDoubleSpinBox, name: str) -> CorrectionNote:
+    """A note saying why the number typed into ``box`` was changed, its words ending under the box."""
+    note = CorrectionNote()
+    note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+    note.watch(box, name)
+    return note
 
 
 class ChatPage(BasePage):
@@ -87,22 +95,28 @@ class ChatPage(BasePage):
         self.answering: dict[int, Running[Any]] = {}
         self._second_chosen = False  # the user picked the second model (else it follows the first)
         super().__init__(parent)
+        # the message field stays in view; above it, what a small window cannot hold scrolls (never squashed)
+        self.upper = ContentColumn()
+        self.upper.setAccessibleName("Models and conversations")
         self.banner = Banner()
-        self.body.addWidget(self.banner)
+        self.upper.body.addWidget(self.banner)
         self.needs_card = Card("Before you can chat")
         self.needs_panel = NeedsPanel()
         self.needs_panel.sig_recheck.connect(self._check_tools)
         self.needs_panel.sig_install_tools.connect(self.sig_install_tools)
         self.needs_card.body.addWidget(self.needs_panel)
         self.needs_card.hide()
-        self.body.addWidget(self.needs_card)
-        self.body.addWidget(self._build_setup())
-        self.columns = [ChatColumn("Model"), ChatColumn("Second model")]
+        self.upper.body.addWidget(self.needs_card)
+        self.upper.body.addWidget(self._build_setup())
+        threads: dict[ModelKey, Thread] = {}  # a model's conversation is the same in either column
+        self.columns = [ChatColumn("Model", threads), ChatColumn("Second model", threads)]
         row = QHBoxLayout()
         for column in self.columns:
             row.addWidget(column, 1)
+            column.sig_changed.connect(self._set_buttons)
         self.columns[1].hide()
-        self.body.addLayout(row, 1)
+        self.upper.body.addLayout(row, 1)
+        self.body.addWidget(self.upper, 1)
         self.body.addLayout(self._build_prompt())
         self._set_buttons()
 
@@ -139,9 +153,8 @@ class ChatPage(BasePage):
             widget.hide()
         return card
 
-    def _build_settings(self) -> QVBoxLayout:
-        row = QHBoxLayout()
-        row.setSpacing(10)
+    def _build_settings(self) -> QGridLayout:
+        """Side by side, the temperature and the longest answer; each number's correction is said under it."""
         self.side_check = QCheckBox("&Side by side with a second model")
         self.side_check.setAccessibleName("Side by side with a second model")
         self.side_check.toggled.connect(self.on_side_toggled)
@@ -156,19 +169,20 @@ class ChatPage(BasePage):
         self.tokens_spin.setValue(DEFAULT_MAX_TOKENS)
         self.tokens_spin.setSuffix(" tokens")
         self.tokens_spin.setAccessibleName("Longest answer in tokens")
-        row.addWidget(self.side_check, 1)
-        row.addWidget(_label("&Temperature", self.temperature_spin))
-        row.addWidget(self.temperature_spin)
-        row.addSpacing(8)
-        row.addWidget(_label("Longest &answer", self.tokens_spin))
-        row.addWidget(self.tokens_spin)
-        self.settings_note = CorrectionNote()
-        self.settings_note.watch(self.temperature_spin, "Temperature")
-        self.settings_note.watch(self.tokens_spin, "Longest answer")
-        column = QVBoxLayout()
-        column.addLayout(row)
-        column.addWidget(self.settings_note)
-        return column
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(2)
+        grid.addWidget(self.side_check, 0, 0)
+        grid.setColumnStretch(0, 1)
+        grid.addWidget(_label("&Temperature", self.temperature_spin), 0, 1)
+        grid.addWidget(self.temperature_spin, 0, 2)
+        grid.addWidget(_label("Longest &answer", self.tokens_spin), 0, 3)
+        grid.addWidget(self.tokens_spin, 0, 4)
+        self.temperature_note = _note_under(self.temperature_spin, "Temperature")
+        self.tokens_note = _note_under(self.tokens_spin, "Longest answer")
+        grid.addWidget(self.temperature_note, 1, 0, 1, 3)  # ends under the temperature
+        grid.addWidget(self.tokens_note, 2, 0, 1, 5)  # ends under the longest answer
+        return grid
 
     def _build_prompt(self) -> QVBoxLayout:
         """The conversation's actions above the message field; Send and Stop beside it."""
@@ -245,20 +259,31 @@ class ChatPage(BasePage):
         """Chooses ``model`` (and ``lora``) for the first column and starts loading it."""
         self.pickers[0].set_path(Path(model))
         self.lora_pickers[0].set_path(Path(lora) if lora else None)
+        self._forget_stale_banner()
         self.on_model_picked(0)
 
     def on_user_picked(self, index: int) -> None:
         """The user chose a model or LoRA for column ``index``."""
         self._second_chosen = self._second_chosen or index == 1
+        self._forget_stale_banner()
         self.on_model_picked(index)
 
+    def _forget_stale_banner(self) -> None:
+        """Hides the banner: whatever it says is about the choice before (a missing model, a load, a saved chat)."""
+        self.banner.show_message("info", "")
+
     def on_model_picked(self, index: int) -> None:
-        """Describes the new choice and loads it in the background (not while rendering a screenshot)."""
+        """Shows the new choice and its conversation, and loads it in the background (not for a screenshot).
+
+        With no model chosen, the model loaded before is freed.
+        """
         self._describe()
         key = self.key(index)
+        column = self.columns[index]
+        if key is None and index not in self.answering:
+            CoroutineOperation(self, lambda _job: column.unload(), group=f"load-{index}").run()
         if key is None or self.context.read_only or index in self.answering or not self._check_tools():
             return
-        column = self.columns[index]
         CoroutineOperation(self, lambda _job: column.ensure_loaded(key), group=f"load-{index}").failure(
             lambda exc: self._show_error(column, exc), LocalToolError
         ).run()
@@ -268,6 +293,7 @@ class ChatPage(BasePage):
         for widget in self._second_row:
             widget.setVisible(on)
         self.columns[1].setVisible(on)
+        self._forget_stale_banner()
         if on and not self._second_chosen:
             self._pick_base_beside()
         if on:
@@ -298,17 +324,34 @@ class ChatPage(BasePage):
         return next((base for base in bases if base.parent == model.parent), None)
 
     def _describe(self) -> None:
-        exports = [item for _, item in self.inventory.all_exports() if item.chat_engine is not None]
-        bases = {item.path for item in exports if item.of_base}
-        tuned = {item.path for item in exports if not item.of_base}
+        """Titles each column, and shows which model it uses (the adapter it came from) with its conversation."""
+        exports = self.inventory.all_exports()
+        origins = {item.path: origin_words(origin, item) for origin, item in exports}
         for index, column in enumerate(self.columns):
             key = self.key(index)
-            column.describe(key)
-            fine_tuned = key is not None and (key[1] is not None or key[0] in tuned)
-            base = key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index))
-            title = "Fine-tuned" if fine_tuned else "Base" if base else column.name
             if column.title_label is not None:
-                column.title_label.setText(title)
+                column.title_label.setText(self._title(index, key))
+            origin = origins.get(key[1] or key[0], "") if key is not None else ""  # a LoRA makes the fine-tune
+            if column.choose(key, origin):
+                self._read_saved_chat(column, key)
+
+    def _title(self, index: int, key: ModelKey | None) -> str:
+        """``Fine-tuned``, ``Base``, or the column's name when neither is known."""
+        exports = [item for _, item in self.inventory.all_exports() if item.chat_engine is not None]
+        if key is not None and (key[1] is not None or key[0] in {i.path for i in exports if not i.of_base}):
+            return "Fine-tuned"
+        bases = {item.path for item in exports if item.of_base}
+        if key is not None and key[1] is None and (key[0] in bases or self._other_has_lora(index)):
+            return "Base"
+        return self.columns[index].name
+
+    def _read_saved_chat(self, column: ChatColumn, key: ModelKey | None) -> None:
+        """Brings back the conversation with ``key`` from an earlier session (read off the UI thread)."""
+        if key is None:
+            return
+        Operation(
+            self, lambda _job: load_history(*key), lambda saved: column.take_saved(key, saved), group=f"chat-of:{key}"
+        ).run()
 
     def _other_has_lora(self, index: int) -> bool:
         other = self.key(1 - index)
@@ -339,6 +382,9 @@ class ChatPage(BasePage):
         if 1 in self.active() and self.key(1) is None:
             self.banner.show_message("warning", "Choose the second model, or turn off Side by side.", NO_BASE_EXPORTED)
             return
+        if 1 in self.active() and self.key(1) == self.key(0):
+            self.banner.show_message("warning", "Both sides have the same model.", "Choose another second model.")
+            return
         if not self._check_tools():
             return
         self.banner.show_message("info", "")
@@ -346,6 +392,7 @@ class ChatPage(BasePage):
         for index in self.active():
             self._ask(index, question)
         self._set_buttons()
+        self.upper.ensureWidgetVisible(self.columns[0].transcript, 0, 0)  # a small window: the answers in view
 
     def on_regenerate(self) -> None:
         """Answers the last message again in every column in use (the new answers replace the old in the history)."""

@@ -4,18 +4,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QSizePolicy, QWidget
 
 from desktop.services.local.inventory import ExportedItem, ExportKind
+from desktop.services.runs.adapters import ReturnedAdapter
 from desktop.ui.widgets.blocks import plain_button
 from desktop.ui.widgets.local_words import kind_text, size_text
 
 
-def item_label(origin: str, item: ExportedItem) -> str:
-    """A choice's words: the file name (an MLX folder says so), the run it came from and its size."""
+def origin_words(origin: ReturnedAdapter | str, item: ExportedItem) -> str:
+    """Which adapter an export came from: ``final adapter of run abc``, ``step-20 checkpoint of run abc``.
+
+    A run's final adapter and its checkpoints export files of the same names; these words tell them apart. A base
+    model's GGUF says it is the base; a folder whose run is gone says its folder name (``abc-step-20``).
+    """
+    if isinstance(origin, str):
+        return origin
+    if item.of_base:
+        step = "" if origin.step is None else f" (step {origin.step})"
+        return f"base model, exported with run {origin.run_id}{step}"
+    if origin.step is None:
+        return f"final adapter of run {origin.run_id}"
+    return f"step-{origin.step} checkpoint of run {origin.run_id}"
+
+
+def item_label(origin: ReturnedAdapter | str, item: ExportedItem) -> str:
+    """A choice's words: the file name (an MLX folder says so), the adapter it came from and its size."""
     name = f"{item.path.name} ({kind_text(item)})" if item.kind is ExportKind.MLX else item.path.name
-    return f"{name} — {origin}, {size_text(item.bytes)}"
+    return f"{name} — {origin_words(origin, item)}, {size_text(item.bytes)}"
 
 
 class ModelPicker(QWidget):
@@ -52,7 +69,7 @@ class ModelPicker(QWidget):
         row.addWidget(self.browse_button)
         self.set_items([])
 
-    def set_items(self, items: list[tuple[str, ExportedItem]]) -> None:
+    def set_items(self, items: list[tuple[ReturnedAdapter | str, ExportedItem]]) -> None:
         """Lists the exports that fit (models, or LoRAs), keeping the current choice."""
         current = self.path()
         self.combo.clear()
@@ -63,7 +80,9 @@ class ModelPicker(QWidget):
         else:
             self.combo.addItem("Choose a model…" if fitting else "No exported model yet", "")
         for origin, item in fitting:
-            self.combo.addItem(item_label(origin, item), str(item.path))
+            label = item_label(origin, item)
+            self.combo.addItem(label, str(item.path))
+            self.combo.setItemData(self.combo.count() - 1, label, Qt.ItemDataRole.ToolTipRole)
         if current is not None:
             self.set_path(current)
 
