@@ -66,6 +66,8 @@ def test_catalog_row_shows_size_context_and_licence_and_picking_it_sets_the_mode
     assert [table.item(row, c).text() for c in range(1, 5)] == ["Qwen 2.5", "7.6 B", "32,768", "apache-2.0"]
     moe = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "Qwen/Qwen3-30B-A3B")
     assert "active" in table.item(moe, 2).text()
+    gemma = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "google/gemma-3-1b-it")
+    assert table.item(gemma, 2).text() == "1.0 B", "999,812,736 parameters read 1000 M"
     assert "Choose a model" in (step.validate() or "")
     table.selectRow(row)
     assert step.model_edit.text() == "Qwen/Qwen2.5-7B-Instruct"

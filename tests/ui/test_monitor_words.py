@@ -377,7 +377,7 @@ def test_the_calibration_and_a_fit_are_said_in_the_log() -> None:
 
     assert calibration_text(CALIBRATION) == (
         "Measured over the first 20 steps (micro-batch 1 x 8 accumulated, 2,048 tokens long): 1.84 s a step, "
-        "5,120 tokens/s, peak 14.2 GB"
+        "5,120 tokens/s, peak 13.3 GiB"  # 14.23 decimal GB, said in GiB as every memory figure is
     )
     assert fit_text(FIT) == (
         "Out of memory in the first steps: trying again with micro-batch 1 x 8 accumulated, activation "

@@ -15,6 +15,7 @@ from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
 from desktop.core.sizing.gpus import find_gpu
+from desktop.core.units import memory_text
 from desktop.services.billing.ledger import as_machines
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.models.configs import load_gpus
@@ -181,8 +182,8 @@ def gpu_memory_text(progress: RunProgress) -> str:
     if progress.gpu_mem_allocated_gb is None:
         return "—"
     reserved = progress.gpu_mem_reserved_gb
-    return f"{progress.gpu_mem_allocated_gb:.1f} GB peak allocated" + (
-        f" · {reserved:.1f} GB reserved" if reserved is not None else ""
+    return f"{memory_text(progress.gpu_mem_allocated_gb)} peak allocated" + (
+        f" · {memory_text(reserved)} reserved" if reserved is not None else ""
     )
 
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
 from desktop.core.sizing.setup import SETTING_RANGES
+from desktop.core.units import count_text
 from desktop.services.models.configs import load_catalog
 from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
@@ -135,13 +136,9 @@ class ScientificSpinBox(QDoubleSpinBox):
 
 def parameters_text(entry: CatalogEntry) -> str:
     """Parameter count as "7.6 B" or "494 M" (with the active share for mixture-of-experts models)."""
-
-    def short(count: int) -> str:
-        return f"{count / 1e9:.1f} B" if count >= 1e9 else f"{count / 1e6:.0f} M"
-
     arch = entry.arch
-    total = short(arch.total_params)
-    return total if arch.num_experts <= 1 else f"{total} ({short(arch.active_params)} active)"
+    total = count_text(arch.total_params)
+    return total if arch.num_experts <= 1 else f"{total} ({count_text(arch.active_params)} active)"
 
 
 def entry_matches(entry: CatalogEntry, query: str) -> bool:
