@@ -77,6 +77,15 @@ def test_catalog_row_shows_size_context_and_licence_and_picking_it_sets_the_mode
     assert draft.base_model == "Qwen/Qwen2.5-7B-Instruct"
 
 
+def test_a_model_folder_too_long_for_the_field_is_whole_in_its_tooltip(step: ModelStep, qtbot: QtBot) -> None:
+    folder = "/home/alexandra/models/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f7"
+    step.model_edit.setFocus()
+    qtbot.keyClicks(step.model_edit, folder)
+    assert step.model_edit.toolTip() == folder
+    step.model_edit.setText("Qwen/Qwen2.5-7B-Instruct")
+    assert step.model_edit.toolTip() == ""
+
+
 def test_typed_models_are_checked(step: ModelStep, qtbot: QtBot, tmp_path: Path) -> None:
     model_folder = tmp_path / "my-model"
     model_folder.mkdir()

@@ -404,3 +404,13 @@ def test_the_first_measure_a_fit_and_the_export_on_the_machine_reach_the_runs_lo
     assert lines[3] == "On the machine: merging: loading the base model"
     assert lines[4] == "The machine made GGUF Q8_0 (1 file, each hashed for the download)"
     assert lines[5] == "The export on the machine failed: RuntimeError: out of disk"
+
+
+def test_the_title_names_a_model_folder_by_what_it_holds_and_keeps_its_path_for_the_tooltip() -> None:
+    from desktop.ui.pages.monitor_text import title_text, title_tip
+
+    folder = "/home/alexandra/models/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f7"
+    run = snapshot(record(base_model=folder, training={"method": "lora"}))
+    assert (title_text(run), title_tip(run)) == ("HuggingFaceTB/SmolLM2-135M-Instruct (local folder) · LoRA", folder)
+    hub = snapshot(record(base_model="Qwen/Qwen2.5-7B-Instruct", training={"method": "lora"}))
+    assert (title_text(hub), title_tip(hub)) == ("Qwen/Qwen2.5-7B-Instruct · LoRA", "")

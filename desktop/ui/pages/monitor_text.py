@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from desktop.core.model_names import model_name
 from desktop.core.runs.progress import Estimate, RunProgress, format_duration, run_duration, stored_estimate
 from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
@@ -120,9 +121,16 @@ class Notice:
 
 
 def title_text(snapshot: RunSnapshot) -> str:
-    """The run's title: its model and method."""
+    """The run's title: its model (a folder by what it holds, see :func:`title_tip`) and method."""
     spec = snapshot.record.spec
-    return f"{spec.get('base_model', '?')} · {method_word(str(spec.get('training', {}).get('method', 'qlora')))}"
+    model = model_name(str(spec.get("base_model", "?")))
+    return f"{model} · {method_word(str(spec.get('training', {}).get('method', 'qlora')))}"
+
+
+def title_tip(snapshot: RunSnapshot) -> str:
+    """The title's tooltip: a model folder's whole path ("" for a Hub id, which the title shows whole)."""
+    base = str(snapshot.record.spec.get("base_model", "?"))
+    return base if model_name(base) != base else ""
 
 
 def subtitle_text(snapshot: RunSnapshot, following: bool) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from desktop.core.data.findings import Code
 from desktop.core.data.formats import DataFormat
+from desktop.core.model_names import model_name
 from desktop.services.data.numbers import DataNumbers
 from desktop.services.data.reader import FileProblem
 from desktop.services.data.workspace import DatasetCheck
@@ -75,10 +76,8 @@ def counted(count: int, noun: str, plural: str = "") -> str:
 
 
 def model_words(model: str) -> str:
-    """A model as people read it: a Hub id as it is, a local folder by its name."""
-    if model.startswith(("/", "~", ".")) or "\\" in model or model.count("/") > 1:
-        return Path(model).name or model
-    return model
+    """A model as people read it: a Hub id as it is, a local folder by its name (a cache snapshot by its Hub id)."""
+    return model_name(model, mark_local=False)
 
 
 def counting_words(numbers: DataNumbers) -> str:

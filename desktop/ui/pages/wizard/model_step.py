@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.core.model_names import is_local_model
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
 from desktop.core.sizing.setup import SETTING_RANGES
@@ -206,6 +207,10 @@ class ModelStep(WizardStep):
         self.model_edit.setPlaceholderText("e.g. Qwen/Qwen2.5-7B-Instruct or /path/to/model-folder")
         self.model_edit.setAccessibleName("Hub id or local model folder")
         self.model_edit.textEdited.connect(self.on_model_edited)
+        # a folder's path is wider than the field at 1024 px: the whole of it on hover
+        self.model_edit.textChanged.connect(
+            lambda text: self.model_edit.setToolTip(text if is_local_model(text) else "")
+        )
         self.browse_button = plain_button("Bro&wse…", "folder-open", "Choose a local model folder")
         self.browse_button.clicked.connect(self.on_browse_clicked)
         box.body.addLayout(self._labelled("&Search the catalog", self.filter_edit))
