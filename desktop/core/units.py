@@ -54,13 +54,12 @@ def bytes_memory_text(count: float, digits: int = 0) -> str:
 def count_text(count: float, *, long: bool = False) -> str:
     """A parameter count: ``1.0 B``, ``494 M``, ``140 K`` (``long``: ``1.00 billion``, ``40.4 million``).
 
-    The unit is chosen after rounding, so 999,885,952 (Gemma 3 1B) reads ``1.0 B``, never ``1000 M``.
+    A count within 0.05 % of a unit takes that unit, so none reads as a thousand of the unit below: Gemma 3 1B's
+    999,812,736 parameters read ``1.0 B`` (``1.00 billion``), never ``1000 M``.
     """
     for size, unit, word in _COUNT_UNITS:
-        digits = _count_digits(size, long)
-        below = round(count / size * 1000, _count_digits(size / 1000, long))  # the count in the next unit down
-        if count >= size or below >= 1000:  # 999,812,736 is "1.0 B", never "1000 M"
-            return f"{count / size:,.{digits}f} {word if long else unit}"
+        if count >= size * 0.9995:  # 999,812,736 is "1.0 B" and "1.00 billion", never "1000 M" or "999.8 million"
+            return f"{count / size:,.{_count_digits(size, long)}f} {word if long else unit}"
     return f"{count:,.0f}"
 
 

@@ -35,7 +35,8 @@ def test_memory_slivers_and_large_sizes_read_plainly() -> None:
 @pytest.mark.parametrize(
     ("count", "short", "long"),
     [
-        (999_812_736, "1.0 B", "999.8 million"),  # Gemma 3 1B read "1000 M"
+        (999_812_736, "1.0 B", "1.00 billion"),  # Gemma 3 1B read "1000 M"
+        (999_400_000, "999 M", "999.4 million"),
         (494_005_120, "494 M", "494.0 million"),
         (134_515_008, "135 M", "134.5 million"),
         (7_615_616_512, "7.6 B", "7.62 billion"),
