@@ -14,6 +14,7 @@ from desktop.cli.sizing_flags import workload as sizing_workload
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.offers import SizingJob
 from desktop.core.sizing.plan import Fit
+from desktop.core.units import card_text
 from desktop.services.models.configs import ModelResolutionError, resolve_model
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.providers.base import OfferQuery, ProviderName
@@ -94,7 +95,7 @@ def _row(sized: SizedOffer) -> list[str]:
         f"{item['nodes']} machines x {item['gpu']} x{item['count']}"
         if item["nodes"] > 1
         else f"{item['gpu']} x{item['count']}",
-        f"{item['vram_gb']:g} GB",
+        card_text(item["vram_gb"]),
         f"${item['price_per_hour']:.2f}",
         "spot" if item["spot"] else "",
         _cell(item["reliability"], ".2f"),

@@ -24,6 +24,7 @@ from desktop.cli.errors import EXIT_FAILED, CliError
 from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
 from desktop.core.runs.states import LIVE, TERMINAL, RunState
 from desktop.core.settings import Settings, SettingsError
+from desktop.core.units import memory_text
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
@@ -491,7 +492,7 @@ def money_lines(money: dict[str, Any]) -> list[str]:
     if predicted:
         lines.append(
             f"predicted: {predicted['tokens_per_s']:,.0f} tokens/s, {predicted['hours']:.2f} h, "
-            f"${predicted['usd']:.2f}, peak {predicted['peak_gb']:.1f} GB per GPU"
+            f"${predicted['usd']:.2f}, peak {memory_text(predicted['peak_gb'])} per GPU"
         )
     if measured["tokens_per_s"] or measured["usd"] is not None:
         speed = f"{measured['tokens_per_s']:,.0f} tokens/s" if measured["tokens_per_s"] else "no steps yet"

@@ -126,8 +126,17 @@ def test_fallback_report_counts_weights_by_type() -> None:
         ("blk.0.ffn_down.weight", "Q6_K", 512, 2),
         ("blk.0.attn_norm.weight", "F32", 64, 1),
     ]
+    # said in plain words: what happened, why, what it means for the file, and that nothing is to be done
+    plain = (
+        "their rows do not split into Q4_K_M's blocks of 256 values (usual for small models). The file is a "
+        "little larger and no less exact; it works as it is, nothing to do"
+    )
     assert fallback_report("Q4_K_M", tensors) == [
-        "1 of 4 weight tensors fell back to Q5_0 (row width not divisible by 256)",
-        "1 of 4 weight tensors fell back to Q8_0 (row width not divisible by 256)",
+        f"1 of 4 weight tensors are stored as Q5_0 instead: {plain}",
+        f"1 of 4 weight tensors are stored as Q8_0 instead: {plain}",
+    ]
+    # another type on rows that would split: llama.cpp's own choice, said without a made-up reason
+    assert fallback_report("Q4_K_M", [("w", "Q8_0", 512, 2), ("v", "Q4_K", 512, 2)]) == [
+        "1 of 2 weight tensors are stored as Q8_0, as llama.cpp chose for them; the file works as it is, nothing to do"
     ]
     assert fallback_report("Q8_0", [("w", "Q8_0", 64, 2), ("n", "F32", 64, 1)]) == []

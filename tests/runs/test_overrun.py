@@ -238,10 +238,11 @@ async def test_an_out_of_memory_at_micro_batch_one_says_what_would_fit_with_the_
     # The plan said it fits a 24 GB card; the card's whole memory was not enough: every option is made again with
     # at least that, so the advice is a bigger card (or smaller settings), never the card that just failed.
     needed, said = (
-        float(n) for n in re.findall(r"needed more than ([\d.]+) GB per GPU \(the plan said ([\d.]+) GB", error)[0]
+        float(n) for n in re.findall(r"needed more than ([\d.]+) GiB per GPU \(the plan said ([\d.]+) GiB", error)[0]
     )
-    assert needed >= 23.2 > said, "at least the measured peak (or all the card holds), beside the plan's number"
-    assert "GB). With that measured, it fits on " in error and "fits on RTX 4090" not in error
+    # 23.2 decimal GB, said in GiB like every memory figure
+    assert needed >= 21.6 > said, "at least the measured peak (or all the card holds), beside the plan's number"
+    assert "GiB). With that measured, it fits on " in error and "fits on RTX 4090" not in error
 
 
 async def test_a_run_across_two_machines_is_held_through_the_heads_pause_file_alone(

@@ -79,8 +79,8 @@ def test_offers_of_every_keyed_provider_are_judged_and_the_cheapest_that_fits_is
     assert step.offers.selected() is step.pick
     assert step.pick.offer.gpu == "A100 SXM4" and step.pick.offer.provider is VAST
     table = step.offers.table
-    assert table.item(0, 1).text() == "A100 SXM4 · 80 GB" and table.item(0, 4).text() == f"${cheapest.total_usd:,.2f}"
-    assert "Vast.ai: 1 x A100 SXM4 (80 GB), on-demand" in step.pick_label.text()
+    assert table.item(0, 1).text() == "A100 SXM4 · 80 GiB" and table.item(0, 4).text() == f"${cheapest.total_usd:,.2f}"
+    assert "Vast.ai: 1 x A100 SXM4 (80 GiB), on-demand" in step.pick_label.text()
     assert step.validate() is None
 
 
@@ -243,7 +243,7 @@ def test_when_no_machine_fits_nothing_is_picked_and_the_step_says_why(
     assert "Nothing picked yet" in step.pick_label.text()
     assert step.problem_banner.headline_label.text() == "No machine offered fits this run"
     details = step.problem_banner.details_label.text()
-    assert "GB per GPU even on the closest" in details and "QLoRA" in details
+    assert "GiB per GPU even on the closest" in details and "QLoRA" in details
     assert step.shown_label.text().endswith("offers, by price: none fits.")
     table = step.offers.table
     times_and_totals = {(table.item(r, 3).text(), table.item(r, 4).text()) for r in range(table.rowCount())}
@@ -272,7 +272,7 @@ def test_a_pick_remembered_from_before_that_is_gone_or_repriced_is_said_not_swap
     draft.compute = picked.model_copy(update={"offer_id": "no-longer-there"})
     gone = open_step(qtbot, draft)
     offers_shown(gone, wait_for)
-    assert gone.pick_label.text().startswith("Your earlier pick, 1 x A100 SXM4 (80 GB) at $")
+    assert gone.pick_label.text().startswith("Your earlier pick, 1 x A100 SXM4 (80 GiB) at $")
     assert "is no longer offered." in gone.pick_label.text() and gone.pick is not None
 
 

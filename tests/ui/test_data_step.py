@@ -367,3 +367,30 @@ def test_a_guessed_column_mapping_is_shown_and_can_be_changed(
     assert answers == {f"Better answer {n}." for n in range(15)}
     assert step.check is not None and step.check.numbers is not None
     assert step.check.numbers.columns == {"user": "question", "assistant": "better"}
+
+
+def test_the_ready_badge_says_what_its_warnings_count(
+    step: DataStep, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path, chat_dataset: Path
+) -> None:
+    # "Ready · 44 warnings" counted rows under a word that counts problems; the badge names what each number counts.
+    rows = chat_dataset.read_text(encoding="utf-8").splitlines()
+    mail = {"messages": [{"role": "user", "content": "Mail me"}, {"role": "assistant", "content": "a@b.org"}]}
+    source = tmp_path / "warned.jsonl"
+    source.write_text("\n".join([*rows, *rows[:3], json.dumps(mail)]) + "\n", encoding="utf-8")
+    pick(step, qtbot, source)
+    checked(step, wait_for)
+    # the chat dataset repeats 40 of its rows; 3 more repeats and a row with an e-mail address are added
+    assert step.summary_badge.text() == "Ready · 43 repeated rows left out, 1 row with an e-mail address"
+    assert step.summary_badge.property("severity") == "success"
+    # a third kind of warning is counted as a kind, not run on: the badge stays short
+    long_row = {"messages": [{"role": "user", "content": "Tell me"}, {"role": "assistant", "content": "w " * 10000}]}
+    longer = tmp_path / "warned_more.jsonl"
+    longer.write_text("\n".join([*rows, *rows[:3], json.dumps(mail), json.dumps(long_row)]) + "\n", "utf-8")
+    pick(step, qtbot, longer)
+    wait_for(lambda: step.check is not None and step.check.source == str(longer))
+    checked(step, wait_for)
+    badge = step.summary_badge.text()
+    assert badge == "Ready · 43 repeated rows left out, 1 row with an e-mail address and 1 more kind", badge
+    assert step.summary_badge.toolTip() == (
+        "Warnings, listed under Findings: 43 repeated rows left out, 1 row with an e-mail address, 1 row too long."
+    )

@@ -66,6 +66,8 @@ def test_catalog_row_shows_size_context_and_licence_and_picking_it_sets_the_mode
     assert [table.item(row, c).text() for c in range(1, 5)] == ["Qwen 2.5", "7.6 B", "32,768", "apache-2.0"]
     moe = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "Qwen/Qwen3-30B-A3B")
     assert "active" in table.item(moe, 2).text()
+    gemma = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "google/gemma-3-1b-it")
+    assert table.item(gemma, 2).text() == "1.0 B", "999,812,736 parameters read 1000 M"
     assert "Choose a model" in (step.validate() or "")
     table.selectRow(row)
     assert step.model_edit.text() == "Qwen/Qwen2.5-7B-Instruct"
@@ -73,6 +75,15 @@ def test_catalog_row_shows_size_context_and_licence_and_picking_it_sets_the_mode
     draft = RunDraft()
     step.save_into(draft)
     assert draft.base_model == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_a_model_folder_too_long_for_the_field_is_whole_in_its_tooltip(step: ModelStep, qtbot: QtBot) -> None:
+    folder = "/home/alexandra/models/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f7"
+    step.model_edit.setFocus()
+    qtbot.keyClicks(step.model_edit, folder)
+    assert step.model_edit.toolTip() == folder
+    step.model_edit.setText("Qwen/Qwen2.5-7B-Instruct")
+    assert step.model_edit.toolTip() == ""
 
 
 def test_typed_models_are_checked(step: ModelStep, qtbot: QtBot, tmp_path: Path) -> None:

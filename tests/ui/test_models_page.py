@@ -135,7 +135,10 @@ def test_a_returned_adapter_is_listed_with_size_time_cost_and_exports(
     reload(page, qloop)
 
     rows = row_texts(page)
-    assert rows[0][0] == f"Run {run_id} · {pattern_adapter.base}"
+    # a base model folder is named by its folder (its whole path, cut at 1024 px, showed only its start); the
+    # tooltip keeps the whole path
+    assert rows[0][0] == f"Run {run_id} · {Path(pattern_adapter.base).name} (local folder)"
+    assert f"Base model: {pattern_adapter.base}" in page.tree.topLevelItem(0).toolTip(0)
     assert rows[0][1] == "LoRA adapter" and rows[0][2].endswith(("KB", "MB"))
     assert rows[0][3] == "1 h 12 min · $3.46"
     assert ["model-Q4_K_M.gguf", "GGUF Q4_K_M", "4.68 GB", ""] in rows

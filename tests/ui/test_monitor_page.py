@@ -163,7 +163,7 @@ def test_monitor_follows_events_appended_while_it_polls(
     assert page.stats["step"].text() == "80 of 100 · epoch 0.80"
     assert page.stats["loss"].text() == "2.2000 · eval 2.4000"
     assert page.stats["speed"].text() == "1,234 tokens/s"
-    assert page.stats["gpu_memory"].text() == "12.3 GB peak allocated · 14.0 GB reserved"
+    assert page.stats["gpu_memory"].text() == "11.5 GiB peak allocated · 13.0 GiB reserved"  # 12.3 and 14.0 decimal GB
     assert page.stats["gpu_util"].text() == "87 %"
     assert page.busy_bar.maximum() == 100 and page.busy_bar.value() == 80
     assert page.busy_bar.format() == "Training: step 80 of 100 (80 %)"

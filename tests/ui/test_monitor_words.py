@@ -377,7 +377,7 @@ def test_the_calibration_and_a_fit_are_said_in_the_log() -> None:
 
     assert calibration_text(CALIBRATION) == (
         "Measured over the first 20 steps (micro-batch 1 x 8 accumulated, 2,048 tokens long): 1.84 s a step, "
-        "5,120 tokens/s, peak 14.2 GB"
+        "5,120 tokens/s, peak 13.3 GiB"  # 14.23 decimal GB, said in GiB as every memory figure is
     )
     assert fit_text(FIT) == (
         "Out of memory in the first steps: trying again with micro-batch 1 x 8 accumulated, activation "
@@ -404,3 +404,13 @@ def test_the_first_measure_a_fit_and_the_export_on_the_machine_reach_the_runs_lo
     assert lines[3] == "On the machine: merging: loading the base model"
     assert lines[4] == "The machine made GGUF Q8_0 (1 file, each hashed for the download)"
     assert lines[5] == "The export on the machine failed: RuntimeError: out of disk"
+
+
+def test_the_title_names_a_model_folder_by_what_it_holds_and_keeps_its_path_for_the_tooltip() -> None:
+    from desktop.ui.pages.monitor_text import title_text, title_tip
+
+    folder = "/home/alexandra/models/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f7"
+    run = snapshot(record(base_model=folder, training={"method": "lora"}))
+    assert (title_text(run), title_tip(run)) == ("HuggingFaceTB/SmolLM2-135M-Instruct (local folder) · LoRA", folder)
+    hub = snapshot(record(base_model="Qwen/Qwen2.5-7B-Instruct", training={"method": "lora"}))
+    assert (title_text(hub), title_tip(hub)) == ("Qwen/Qwen2.5-7B-Instruct · LoRA", "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from desktop.core.runs.progress import stored_estimate
 from desktop.core.runs.spec import run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
+from desktop.core.sizing.report import format_hours
 from desktop.services.data.prepare import prepare_dataset
 from desktop.services.machines.probe import NO_GPU
 from desktop.services.machines.ssh import fingerprint
@@ -336,7 +338,7 @@ def test_a_rented_pick_the_job_does_not_fit_is_red(
     checked(step, wait_for)
     red = [row.check for row in step.check_rows if row.check.severity.value == "danger"]
     assert [check.headline for check in red] == ["The job does not fit the picked machine"]
-    assert "24 GB per GPU" in red[0].details and red[0].step == "compute"
+    assert "24 GiB per GPU" in red[0].details and red[0].step == "compute"
     assert not step.launch_button.isEnabled() and step.launch_anyway_button.isVisibleTo(step.footer())
 
 
@@ -362,7 +364,7 @@ def test_the_question_before_renting_names_provider_gpu_rate_total_and_budget(
     pick = step.facts.pick  # type: ignore[union-attr]
     assert pick is not None and pick.total_usd is not None
     assert title == "Rent a machine and start training?" and action == "Rent and launch"
-    assert "Rent 1 x RTX 4090 (24 GB) from RunPod (spot) at $0.29 per hour" in summary
+    assert "Rent 1 x RTX 4090 (24 GiB) from RunPod (spot) at $0.29 per hour" in summary
     assert f"${pick.total_usd:,.2f} in all" in summary
     assert "$25.00" in details and "terminated the moment the adapter is on this computer" in details
     assert step.context.store.all() == [], "answered no: nothing rented"
@@ -405,16 +407,21 @@ def test_a_merge_too_big_for_this_computer_is_proposed_on_the_machine_with_its_m
     from desktop.core.export.on_machine import ON_MACHINE_OUTPUTS, HomeRoom, on_machine_cost
     from desktop.services.runs import preflight
 
-    monkeypatch.setattr(preflight, "home_room", lambda: HomeRoom(32 * 10**9, 2 * 10**12))  # a 32 GB laptop
+    monkeypatch.setattr(preflight, "home_room", lambda: HomeRoom(32 * 2**30, 2 * 10**12))  # a 32 GiB laptop
     rented(draft, gpu="H100 SXM", vram_gb=80.0, price_per_hour=2.99)
     draft.base_model, draft.method = "qwen2.5-72b", "qlora"
     checked(step, wait_for)
     assert step.export_card.isVisibleTo(step) and step.export_box.isChecked(), "proposed: the box is ticked"
     words = step.export_words.text()
-    assert words.startswith("Proposed: Merging this 72.7 B model needs about 182 GB of memory, and this computer")
+    # memory in GiB (182 decimal GB is 169 GiB), as every memory figure is
+    assert words.startswith("Proposed: Merging this 72.7 B model needs about 169 GiB of memory, and this computer has")
+    assert "this computer has 32 GiB." in words
     cost = on_machine_cost(step.facts.sizing.plan.arch.total_params, ON_MACHINE_OUTPUTS, 2.99)  # type: ignore[union-attr]
     assert 30 < cost.minutes < 200 and cost.usd == round(cost.minutes / 60 * 2.99, 2)
-    assert f"On the machine: about {cost.minutes:.0f} more paid minutes, ${cost.usd:,.2f} (" in words
+    work, download = format_hours(cost.work_minutes / 60), format_hours(cost.download_minutes / 60)
+    assert f"On the machine: about {format_hours(cost.minutes / 60)} more of paid time, ${cost.usd:,.2f} (" in words
+    assert f"({work} of work there, {download} to download at " in words, "each part of the time says its unit"
+    assert re.search(r"\((\d+ h )?\d+ min of work there, (\d+ h )?\d+ min to download", words), words
     question = review_step.launch_question(draft, step.facts, [])
     assert "the machine makes the merged model and a Q8_0 GGUF" in question.details
     assert draft.export_on_machine is None, "a proposal, not yet the user's choice"

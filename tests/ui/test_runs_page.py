@@ -270,3 +270,19 @@ def test_a_stopped_run_is_resumed_from_the_list_and_opened_in_the_monitor(
     assert page.status_label.text().startswith(f"Resumed run {run_id}")
     assert context.manager.is_driving(run_id), "the run is followed again (the fixture stops following it)"
     assert context.store.get(run_id).state in {RunState.PAUSED, RunState.CONNECTING}
+
+
+def test_a_model_folder_is_named_by_what_it_holds_with_its_whole_path_in_the_tooltip(
+    page: RunsPage, context: AppContext, qloop: asyncio.AbstractEventLoop
+) -> None:
+    # At 1024 px the Model column showed "/home/alexandra/models/ huggingface/hub/models--…": cut before the name.
+    folder = (
+        "/home/alexandra/models/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/"
+        "12fd25f77366fa6b3b4b768ec3050bf629380bac"
+    )
+    make_run(context.store, FLOW, folder)
+    make_run(context.store, FLOW, "org/hub-model")
+    reload(page, qloop)
+    model = runs_page.COLUMNS.index("Model")
+    cells = {page.table.item(r, model).text(): page.table.item(r, model).toolTip() for r in range(2)}
+    assert cells == {"HuggingFaceTB/SmolLM2-135M-Instruct (local folder)": folder, "org/hub-model": ""}

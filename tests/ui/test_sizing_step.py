@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,12 +16,13 @@ from desktop.cli import main
 from desktop.core.runs.draft import RunDraft, TargetDraft
 from desktop.core.settings import Settings
 from desktop.core.sizing.report import format_hours
+from desktop.core.units import memory_text
 from desktop.services.data.prepare import prepare_dataset
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.review_step import write_launch_spec
-from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GB, HATCHED, SizingStep, option_label
+from desktop.ui.pages.wizard.sizing_step import CARD_SIZES_GIB, HATCHED, SizingStep, option_label
 from desktop.ui.theme import current_palette
 from desktop.ui.widgets.charts import BarSegment, Capacity, MemoryBarChart, card_gb
 from tests.fixtures.tiny_models import TinyModel
@@ -71,7 +73,7 @@ def test_a_catalog_model_is_sized_from_the_manifest_like_the_cli(
     items = {k: v for k, v in cli["memory_gb"].items() if k != "per_gpu_total" and v > 0}
     assert len(step.chart.segments) == len(items)
     assert step.chart.total() == pytest.approx(cli["memory_gb"]["per_gpu_total"], abs=0.05)
-    assert step.chart.card_sizes == CARD_SIZES_GB
+    assert step.chart.card_sizes == CARD_SIZES_GIB
     assert "Total:" in step.items_label.text()
 
     recommended = step.sizing.recommended
@@ -182,7 +184,9 @@ def test_the_chart_shows_the_selected_options_memory_per_gpu_with_its_capacity(
     assert step.chart.total() == pytest.approx(picked.memory.per_gpu_total, abs=0.01)
     assert step.chart.capacity is not None and step.chart.capacity.value == picked.gpu.usable_gb
     assert "on each of 8 GPUs" in step.memory_caption.text()
-    assert f"{picked.memory.per_gpu_total:,.2f} GB per GPU" in step.items_label.text()
+    assert f"{memory_text(picked.memory.per_gpu_total, 2)} per GPU" in step.items_label.text()
+    assert step.items_label.text().endswith(" GiB per GPU") and " GB" not in step.memory_caption.text()
+    assert f"has {memory_text(picked.gpu.usable_gb)} usable" in step.memory_caption.text()
     single = next(r for r, o in enumerate(options) if o.count == 1)
     table.selectRow(single)
     assert step.chart.total() == pytest.approx(options[single].memory.per_gpu_total, abs=0.01)
@@ -211,7 +215,7 @@ def test_each_memory_component_keeps_its_colour_whatever_else_is_shown(
 
 
 def test_card_size_labels_never_overlap_and_an_empty_chart_says_so(qtbot: QtBot) -> None:
-    chart = MemoryBarChart(CARD_SIZES_GB)
+    chart = MemoryBarChart(CARD_SIZES_GIB)
     qtbot.addWidget(chart)
     chart.resize(700, chart.sizeHint().height())
     chart.show()
@@ -223,17 +227,22 @@ def test_card_size_labels_never_overlap_and_an_empty_chart_says_so(qtbot: QtBot)
     # 3,200 GB per GPU: the card sizes crowd at the left edge; labels that would touch are left out.
     chart.show_segments([BarSegment("weights", "Base weights", 3200.0, palette.chart[0])], Capacity("H100", 79.0))
     chart.grab()
-    assert 0 < len(chart.labelled_cards) < len(CARD_SIZES_GB) and 141 in chart.labelled_cards
+    assert 0 < len(chart.labelled_cards) < len(CARD_SIZES_GIB) and 141 in chart.labelled_cards
     # 20 GB on a 44 GB card: room for every card in range.
     chart.show_segments([BarSegment("weights", "Base weights", 20.0, palette.chart[0])], Capacity("L40S", 44.2))
     chart.grab()
     assert chart.labelled_cards == [48, 24]
     (_, left_end), (right_start, _) = sorted(chart.card_label_spans)
     assert left_end < right_start, "the labels do not touch"
-    assert "L40S has 44.2 GB usable" in chart.accessibleDescription()
-    # a card is sold in GiB: its tick sits at its size in GB, right of what it leaves usable ("25.0 GB usable"
-    # stood beside a "24 GB" tick, as if a card gave more than it holds)
-    assert card_gb(24) == pytest.approx(25.77, abs=0.01) and card_gb(48) > 44.2
+    # One unit on the whole chart, the card's own: 44.2 decimal GB usable is 41.2 GiB, under the 48 GiB card
+    # ("25.0 GB usable" stood beside a "24 GB card", as if a card gave more than it holds).
+    assert "L40S has 41.2 GiB usable" in chart.accessibleDescription()
+    assert chart.accessibleDescription().startswith("18.6 GiB per GPU: Base weights 18.6 GiB")
+    assert chart.card_label_texts == ["48 GiB card", "24 GiB card"] and chart.capacity_text == "L40S: 41.2 GiB usable"
+    assert chart.axis_texts and all(text.endswith(" GiB") for text in chart.axis_texts)
+    ticks = [float(text.split()[0].replace(",", "")) for text in chart.axis_texts]
+    assert ticks[0] == 0 and len({round(b - a, 6) for a, b in itertools.pairwise(ticks)}) == 1, "round GiB ticks"
+    assert card_gb(24) == pytest.approx(25.77, abs=0.01) and card_gb(48) > 44.2  # where a card sits on the GB bar
 
 
 def test_a_speed_measured_on_an_earlier_run_is_used_and_named(

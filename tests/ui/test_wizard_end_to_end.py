@@ -257,7 +257,7 @@ def test_the_journey_rent_the_cheapest_fit_train_export_to_gguf_chat_and_see_the
     accept_the_question(asked)
     activate_by_keyboard(qtbot, window, review.launch_button)
     (question,) = asked
-    assert "Rent 1 x RTX 4090 (24 GB) from RunPod (on-demand) at $0.44 per hour" in question
+    assert "Rent 1 x RTX 4090 (24 GiB) from RunPod (on-demand) at $0.44 per hour" in question
     assert f"${cheapest.total_usd:,.2f} in all" in question and "No budget" in question
     wait_for(lambda: window.stack.currentWidget() is window.monitor, 30)
     run_id = window.monitor.run_id

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from desktop.core.units import bytes_memory_text, count_text
+
 #: What the review proposes to make on the machine: the merged model and a Q8_0 GGUF (the converter writes it alone).
 ON_MACHINE_OUTPUTS = ("merged", "gguf:Q8_0")
 #: Memory a 16-bit merge takes, per byte of 16-bit weights: the weights, the adapter, the probe's logits, Python.
@@ -64,13 +66,13 @@ def why_on_machine(params: int, room: HomeRoom, base_from_hub: bool) -> str | No
     memory = merge_memory_bytes(params)
     if room.memory_bytes is not None and memory > room.memory_bytes:
         return (
-            f"merging this {params / 1e9:.1f} B model needs about {memory / 1e9:.0f} GB of memory, and this computer "
-            f"has {room.memory_bytes / 1e9:.0f} GB"
+            f"merging this {count_text(params)} model needs about {bytes_memory_text(memory)} of memory, and this "
+            f"computer has {bytes_memory_text(room.memory_bytes)}"
         )
     disk = local_export_disk_bytes(params, base_from_hub)
     if room.free_disk_bytes is not None and disk > room.free_disk_bytes:
         return (
-            f"exporting this {params / 1e9:.1f} B model here needs about {disk / 1e9:.0f} GB of free disk, and this "
+            f"exporting this {count_text(params)} model here needs about {disk / 1e9:.0f} GB of free disk, and this "
             f"computer has {room.free_disk_bytes / 1e9:.0f} GB free"
         )
     return None

@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Any
 
 from desktop.core.sizing.plan import GpuOption, Plan, SettingChange, Suggestion
+from desktop.core.units import count_text, gib, memory_text
 
 _ITEM_LABELS = {
     "weights": "base weights",
@@ -115,25 +116,25 @@ def plan_text(plan: Plan, tokens_source: str, describe: Callable[[Suggestion], s
     """The plan as a report for the terminal; ``describe`` words a suggestion (the CLI names its flags)."""
     arch, setup = plan.arch, plan.setup
     lines = [
-        f"{arch.name}: {arch.total_params / 1e9:.2f} B parameters, {plan.trainable_params:,} trainable "
+        f"{arch.name}: {count_text(arch.total_params)} parameters, {plan.trainable_params:,} trainable "
         f"({setup.method.value}, r={setup.lora_r}, {setup.targets.value})"
         if setup.method.is_peft
-        else f"{arch.name}: {arch.total_params / 1e9:.2f} B parameters, all trainable ({setup.method.value})",
+        else f"{arch.name}: {count_text(arch.total_params)} parameters, all trainable ({setup.method.value})",
         f"seq {setup.seq_len} x micro-batch {setup.micro_batch} x grad-accum {setup.grad_accum}, "
         f"checkpointing {'on' if setup.grad_ckpt else 'off'}; precision: {_POLICY[setup.precision.value]}",
         f"{plan.workload.tokens:,} tokens x {plan.workload.epochs:g} epochs ({tokens_source})",
         "",
-        f"Peak memory per GPU ({setup.num_gpus} x {setup.strategy.value}), decimal GB:",
+        f"Peak memory per GPU ({setup.num_gpus} x {setup.strategy.value}), GiB:",
     ]
-    lines += [f"  {_ITEM_LABELS[k]:<32}{v:>9.2f}" for k, v in plan.memory.items.items() if v > 0]
-    lines += [f"  {'total':<32}{plan.memory.per_gpu_total:>9.2f}", "", _options_table(plan.options[:limit])]
+    lines += [f"  {_ITEM_LABELS[k]:<32}{gib(v):>9.2f}" for k, v in plan.memory.items.items() if v > 0]
+    lines += [f"  {'total':<32}{gib(plan.memory.per_gpu_total):>9.2f}", "", _options_table(plan.options[:limit])]
     lines += multi_node_reasons(plan.options[:limit], plan.options)
     if plan.suggestions:
         where = "on one machine " if any(o.fits for o in plan.options) else ""
         lines += ["", f"Nothing fits {where}as configured. Changes that make it fit {where}:".replace(" :", ":")]
         lines += [
-            f"  - {describe(s)}: {s.option.count} x {s.option.gpu.name}, {s.option.memory.per_gpu_total:.1f} GB per "
-            f"GPU, {format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
+            f"  - {describe(s)}: {s.option.count} x {s.option.gpu.name}, {memory_text(s.option.memory.per_gpu_total)} "
+            f"per GPU, {format_hours(s.option.hours)}, ${s.option.cost_usd:,.2f}"
             for s in plan.suggestions
         ]
     return "\n".join(lines)
@@ -151,16 +152,16 @@ def multi_node_reasons(shown: list[GpuOption], options: list[GpuOption]) -> list
     for option in (o for o in shown if o.nodes > 1):
         one = next((o for o in options if o.gpu.id == option.gpu.id and o.nodes == 1 and o.count == option.count), None)
         if one is not None and not one.fits:
-            why = f"one machine of {option_name(one)} needs {one.memory.per_gpu_total:.1f} GB per GPU of "
-            why += f"{option.gpu.usable_gb:.1f} usable"
+            why = f"one machine of {option_name(one)} needs {memory_text(one.memory.per_gpu_total)} per GPU of "
+            why += f"{memory_text(option.gpu.usable_gb)} usable"
         else:
             hours = format_hours(one.hours) if one else "more than a working day"
             why = f"one machine of {option.count} x {option.gpu.name} would take {hours}"
         lines.append(
             f"{option.nodes} machines of {option.gpu.name}: {why}; across {option.nodes} machines "
             f"({option.gpu.inter_node_gbps:g} Gb/s {option.gpu.inter_node} between them) FSDP shards over "
-            f"{option.total_gpus} GPUs: {option.memory.per_gpu_total:.1f} GB per GPU, {format_hours(option.hours)}, "
-            f"${option.cost_usd:,.2f}."
+            f"{option.total_gpus} GPUs: {memory_text(option.memory.per_gpu_total)} per GPU, "
+            f"{format_hours(option.hours)}, ${option.cost_usd:,.2f}."
         )
     return ["", *lines] if lines else []
 
@@ -172,17 +173,18 @@ def _options_table(options: list[GpuOption]) -> str:
     for o in options:
         name = option_name(o)
         if o.fit.value == "fits":
-            fit = f"fits, {o.headroom_gb:.1f} GB headroom"
+            fit = f"fits, {memory_text(o.headroom_gb)} headroom"
         elif o.fit.value == "tight":
-            fit = f"tight, {o.headroom_gb:.1f} GB left"
+            fit = f"tight, {memory_text(o.headroom_gb)} left"
         else:
-            fit = f"does not fit ({-o.headroom_gb:.1f} GB over)"
+            fit = f"does not fit ({memory_text(-o.headroom_gb)} over)"
         cost = "$" + format(o.cost_usd, ",.2f")
         rows.append(f"{name:<{width}}{fit:<28}{o.tokens_per_s:>9,.0f}{format_hours(o.hours):>14}{cost:>11}")
     measured = [o for o in options if o.memory_measured_by]
     if measured:
         rows.append(
             f"(memory of {', '.join(dict.fromkeys(o.gpu.name for o in measured))} as measured on run "
-            f"{max(measured[0].memory_measured_by)}: {measured[0].memory.items['measured']:+.1f} GB on the model)"
+            f"{max(measured[0].memory_measured_by)}: {'+' if measured[0].memory.items['measured'] >= 0 else ''}"
+            f"{memory_text(measured[0].memory.items['measured'])} on the model)"
         )
     return "\n".join(rows)

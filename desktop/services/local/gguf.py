@@ -51,8 +51,9 @@ class QuantizeResult:
         path: The GGUF file.
         qtype: The type asked for (``"Q4_K_M"``).
         tensor_types: Number of tensors of each GGML type (``{"Q4_K": 12, "F32": 9}``).
-        fallbacks: One line per type llama.cpp fell back on, e.g. "12 of 14 weight tensors fell back to Q5_0 (row
-            width not divisible by 256)"; empty when every weight got the type asked for.
+        fallbacks: One line per type llama.cpp fell back on, in plain words: "12 of 14 weight tensors are stored as
+            Q5_0 instead: their rows do not split into Q4_K_M's blocks of 256 values ..."; empty when every weight
+            got the type asked for.
     """
 
     path: Path
@@ -242,8 +243,15 @@ def fallback_report(qtype: str, tensors: list[tuple[str, str, int, int]]) -> lis
     lines = []
     for type_name, count in sorted(Counter(t[1] for t in other).items()):
         rows = [t[2] for t in other if t[1] == type_name]
-        why = f" (row width not divisible by {row_multiple})" if all(r % row_multiple for r in rows) else ""
-        lines.append(f"{count} of {len(weights)} weight tensors fell back to {type_name}{why}")
+        what = f"{count} of {len(weights)} weight tensors are stored as {type_name}"
+        if all(r % row_multiple for r in rows):
+            # llama.cpp's fallbacks for a K-quant (Q5_0, Q5_1, Q8_0) never hold fewer bits than the type asked for
+            lines.append(
+                f"{what} instead: their rows do not split into {qtype}'s blocks of {row_multiple} values (usual for "
+                "small models). The file is a little larger and no less exact; it works as it is, nothing to do"
+            )
+        else:
+            lines.append(f"{what}, as llama.cpp chose for them; the file works as it is, nothing to do")
     return lines
 
 

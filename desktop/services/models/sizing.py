@@ -17,6 +17,7 @@ from desktop.core.sizing.calibration import JobKind, Learned
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, NODE_COUNTS, GpuOption, Plan, Workload, make_plan
 from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.units import memory_text
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
 from desktop.services.platform.secrets import SecretStore
 
@@ -274,13 +275,13 @@ def server_fit_warning(gpu_summary: str, sizing: Sizing) -> str:
     usable = server_gpu_gb(gpu_summary)
     if usable is None:
         return (
-            f"Warning: your server reported {gpu_summary}. This job needs {need:.1f} GB on a GPU; on a CPU only "
+            f"Warning: your server reported {gpu_summary}. This job needs {memory_text(need)} on a GPU; on a CPU only "
             "tiny models train in reasonable time. You can go on, or use a server with a GPU."
         )
     if need <= usable:
         return ""
     return (
-        f"Warning: your server's GPU ({gpu_summary}) has about {usable:.1f} GB usable, and this job needs "
-        f"{need:.1f} GB per GPU, so training would run out of memory. You can go on; to make it fit, choose QLoRA, a "
-        "shorter sequence length or a smaller micro-batch on the Model step."
+        f"Warning: your server's GPU ({gpu_summary}) has about {memory_text(usable)} usable, and this job needs "
+        f"{memory_text(need)} per GPU, so training would run out of memory. You can go on; to make it fit, choose "
+        "QLoRA, a shorter sequence length or a smaller micro-batch on the Model step."
     )

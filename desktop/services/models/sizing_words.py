@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from desktop.core.sizing.plan import Fit, GpuOption, SettingChange
 from desktop.core.sizing.setup import Method, Strategy
+from desktop.core.units import memory_text
 from desktop.services.models.sizing import SETTING_LABELS
 
 
 def fit_text(option: GpuOption) -> str:
     """Whether an option fits, with the memory to spare or missing per GPU."""
     if option.fit is Fit.FITS:
-        return f"fits, {option.headroom_gb:,.1f} GB free"
+        return f"fits, {memory_text(option.headroom_gb)} free"
     if option.fit is Fit.TIGHT:
-        return f"tight, {option.headroom_gb:,.1f} GB left"
-    return f"does not fit, {-option.headroom_gb:,.1f} GB over"
+        return f"tight, {memory_text(option.headroom_gb)} left"
+    return f"does not fit, {memory_text(-option.headroom_gb)} over"
 
 
 def fit_severity(option: GpuOption) -> str:

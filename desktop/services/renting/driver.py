@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from desktop.core.runs.labels import machine_label
 from desktop.core.runs.spec import ComputeSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
+from desktop.core.units import memory_text
 from desktop.services.billing.ledger import Ledger, RentalState
 from desktop.services.billing.meter import last_progress
 from desktop.services.billing.rentals import Rental, compute_of, rental_of
@@ -542,7 +543,7 @@ class RentalDriver:
             self.ctx.set_spec(run_id, predicted=predicted)
             self.report(
                 f"estimate on this machine: {predicted['hours']:.2f} h, ${predicted['usd']:.2f}, "
-                f"{predicted['tokens_per_s']:,.0f} tokens/s, peak {predicted['peak_gb']:.1f} GB per GPU"
+                f"{predicted['tokens_per_s']:,.0f} tokens/s, peak {memory_text(predicted['peak_gb'])} per GPU"
             )
 
     async def _wait_ready(self, run_id: str, compute: ComputeSpec, rental: Rental) -> tuple[SshTarget, str]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from desktop.core.units import memory_text
 from trainer_payload.protocol import (
     EVENTS_FILE_NAME,
     Event,
@@ -126,9 +127,14 @@ def _state_words(event: Mapping[str, Any]) -> str:
 def _calibration_words(event: Mapping[str, Any]) -> str:
     return (
         f"calibrated over {event.get('steps')} steps: {event['seconds_per_step']} s/step, "
-        f"{event.get('tokens_per_s')} tok/s, peak {event.get('peak_allocated_gb')} GB "
+        f"{event.get('tokens_per_s')} tok/s, peak {_peak_words(event.get('peak_allocated_gb'))} "
         f"(micro-batch {event['micro_batch']} x {event['grad_accum']})"
     )
+
+
+def _peak_words(peak: object) -> str:
+    """A measured peak in GiB, like every memory figure the app shows; "unknown" when the machine had no GPU."""
+    return memory_text(float(peak)) if isinstance(peak, int | float) and not isinstance(peak, bool) else "unknown"
 
 
 def _fit_words(event: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ from desktop.core.sizing.gpus import find_gpu
 from desktop.core.sizing.memory import MemoryEstimate, estimate_memory
 from desktop.core.sizing.plan import Plan, make_plan
 from desktop.core.sizing.setup import DEFAULT_SETUP, TrainingSetup
+from desktop.core.units import memory_text
 from desktop.services.models.configs import ModelResolutionError, load_gpus, resolve_model
 from desktop.services.models.sizing import SizingError, draft_workload, training_setup
 from desktop.services.models.sizing_words import change_words, option_words
@@ -77,7 +78,7 @@ def oom_advice(spec: dict[str, Any], folder: Path, peak_gb: float | None, run_id
     correction = MemoryCorrection("*", round(max(1.0, need / modelled), 4), (run_id,))
     workload, _ = draft_workload(dict(spec.get("training") or {}), setup, None)
     plan = make_plan(arch, setup, list(load_gpus()), workload, measured={"*": correction})
-    lead = f"It needed more than {need:.1f} GB per GPU (the plan said {modelled:.1f} GB)"
+    lead = f"It needed more than {memory_text(need)} per GPU (the plan said {memory_text(modelled)})"
     return f"{lead}. {_what_fits(plan)}"
 
 
@@ -87,8 +88,8 @@ def _what_fits(plan: Plan) -> str:
     if fitting:
         option = fitting[0]
         return (
-            f"With that measured, it fits on {option_words(option)} ({option.memory.per_gpu_total:.1f} GB per GPU, "
-            f"about ${option.cost_usd:,.2f})."
+            f"With that measured, it fits on {option_words(option)} "
+            f"({memory_text(option.memory.per_gpu_total)} per GPU, about ${option.cost_usd:,.2f})."
         )
     if not plan.suggestions:
         return "With that measured, nothing in the catalog fits it: choose a smaller model or QLoRA."
@@ -96,5 +97,5 @@ def _what_fits(plan: Plan) -> str:
     changes = ", ".join(change_words(change) for change in best.changes)
     return (
         f"With that measured, it fits with {changes} on {option_words(best.option)} "
-        f"({best.option.memory.per_gpu_total:.1f} GB per GPU, about ${best.option.cost_usd:,.2f})."
+        f"({memory_text(best.option.memory.per_gpu_total)} per GPU, about ${best.option.cost_usd:,.2f})."
     )

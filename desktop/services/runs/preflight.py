@@ -20,6 +20,7 @@ from desktop.core.data.rules import check_messages
 from desktop.core.export.on_machine import HomeRoom
 from desktop.core.runs.draft import RunDraft
 from desktop.core.sizing.plan import Fit, GpuOption
+from desktop.core.units import card_text, memory_text
 from desktop.services.data.prepare import read_manifest
 from desktop.services.machines.probe import NO_GPU
 from desktop.services.models.configs import load_catalog
@@ -239,14 +240,15 @@ def _rented_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
             Check(
                 Severity.DANGER,
                 "The job does not fit the picked machine",
-                f"It needs about {pick.need_gb:,.1f} GB on each GPU; {machine} has {pick.offer.vram_gb:g} GB per GPU. "
-                "Pick a machine with more memory, or choose QLoRA, a shorter sequence length or a smaller "
+                f"It needs about {memory_text(pick.need_gb)} on each GPU; {machine} has "
+                f"{card_text(pick.offer.vram_gb)} per GPU. Pick a machine with more memory, or choose QLoRA, "
+                "a shorter sequence length or a smaller "
                 "micro-batch on the Model step.",
                 "compute",
             )
         )
     elif pick.fit is Fit.TIGHT and pick.need_gb is not None:
-        found.append(_tight(pick.need_gb, f"{pick.offer.vram_gb:g} GB per GPU on {machine}"))
+        found.append(_tight(pick.need_gb, f"{card_text(pick.offer.vram_gb)} per GPU on {machine}"))
     if pick.fit is not None and pick.total_usd is None:
         found.append(
             Check(
@@ -267,7 +269,7 @@ def _tight(need_gb: float, capacity: str) -> Check:
     return Check(
         Severity.WARNING,
         "Memory is tight",
-        f"The job needs about {need_gb:,.1f} GB of {capacity}: a long example may run out of memory. A shorter "
+        f"The job needs about {memory_text(need_gb)} of {capacity}: a long example may run out of memory. A shorter "
         "sequence length or a smaller micro-batch on the Model step leaves room.",
         "model",
     )
@@ -322,14 +324,14 @@ def _server_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
                 Check(
                     Severity.DANGER,
                     "The job does not fit your server's GPU",
-                    f"It needs about {need:,.1f} GB on each GPU; your server's {gpu} has about {usable:,.1f} GB "
-                    "usable. Choose QLoRA, a shorter sequence length or a smaller micro-batch on the Model step, "
-                    "or rent a larger machine.",
+                    f"It needs about {memory_text(need)} on each GPU; your server's {gpu} has about "
+                    f"{memory_text(usable)} usable. Choose QLoRA, a shorter sequence length or a smaller "
+                    "micro-batch on the Model step, or rent a larger machine.",
                     "model",
                 )
             )
         elif need > usable * 0.9:
-            found.append(_tight(need, f"about {usable:,.1f} GB usable on your server's GPU"))
+            found.append(_tight(need, f"about {memory_text(usable)} usable on your server's GPU"))
     if draft.hourly_rate_usd > 0 and option is not None:
         found += _budget_checks(draft, option.hours * draft.hourly_rate_usd)
     return found

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.core.model_names import model_name
 from desktop.core.runs.progress import format_duration
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.compare_report import compare_and_report, summary_lines
@@ -260,7 +261,7 @@ class ModelsPage(BasePage):
         self.on_selection_changed()
 
     def _adapter_cells(self, adapter: ReturnedAdapter) -> tuple[str, ...]:
-        base = adapter.source.base or "unknown base"
+        base = model_name(adapter.source.base) if adapter.source.base else "unknown base"
         training = f"{format_duration(adapter.trained_seconds)} · {spend_text(adapter)}"
         step = f" · step {adapter.step}" if adapter.step is not None else ""
         return (f"Run {adapter.run_id}{step} · {base}", adapter_kind(adapter), size_text(adapter.bytes), training)
@@ -272,7 +273,9 @@ class ModelsPage(BasePage):
         row = QTreeWidgetItem(list(cells))
         row.setData(0, Qt.ItemDataRole.UserRole, len(self.entries))
         path = entry.item.path if entry.item else entry.adapter.source.adapter if entry.adapter else None
-        row.setToolTip(0, f"{cells[0]}\n{path}" if path else cells[0])
+        base = entry.adapter.source.base if entry.adapter and entry.item is None else ""
+        lines = [cells[0], *([f"Base model: {base}"] if base and model_name(base) != base else []), str(path or "")]
+        row.setToolTip(0, "\n".join(line for line in lines if line))
         row.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.entries.append(entry)
         if parent is None:

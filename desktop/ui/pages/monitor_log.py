@@ -14,6 +14,7 @@ from typing import Any
 from desktop.core.runs.progress import format_duration
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
+from desktop.core.units import memory_text
 from desktop.ui.cost_words import money, rate
 from desktop.ui.pages.monitor_text import ERROR_WORDS
 from desktop.ui.run_words import provider_word
@@ -237,7 +238,7 @@ def calibration_text(event: Mapping[str, Any]) -> str:
         parts.append(f"{float(rate):,.0f} tokens/s")
     peak = event.get("peak_allocated_gb")
     if isinstance(peak, int | float):
-        parts.append(f"peak {float(peak):.1f} GB")
+        parts.append(f"peak {memory_text(float(peak))}")
     setup = f"micro-batch {event['micro_batch']} x {event['grad_accum']} accumulated, {event['seq_len']:,} tokens long"
     steps = event.get("steps") or event["step"]
     return f"Measured over the first {steps} steps ({setup}): " + ", ".join(parts)

@@ -300,6 +300,7 @@ class MonitorPage(BasePage):
         self.view.show_header(
             monitor_text.title_text(snapshot), monitor_text.subtitle_text(snapshot, following), *state_badge(record)
         )
+        self.view.title_label.setToolTip(monitor_text.title_tip(snapshot))
         self.view.show_notice(monitor_text.notice(progress, snapshot))
         marks = monitor_text.machine_marks(snapshot)
         self.timeline.show_items(run_timeline(snapshot.transitions, snapshot.now, marks), is_rented(record))

@@ -10,11 +10,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from desktop.core.model_names import model_name
 from desktop.core.runs.progress import Estimate, RunProgress, format_duration, run_duration, stored_estimate
 from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
 from desktop.core.sizing.gpus import find_gpu
+from desktop.core.units import memory_text
 from desktop.services.billing.ledger import as_machines
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.models.configs import load_gpus
@@ -119,9 +121,16 @@ class Notice:
 
 
 def title_text(snapshot: RunSnapshot) -> str:
-    """The run's title: its model and method."""
+    """The run's title: its model (a folder by what it holds, see :func:`title_tip`) and method."""
     spec = snapshot.record.spec
-    return f"{spec.get('base_model', '?')} · {method_word(str(spec.get('training', {}).get('method', 'qlora')))}"
+    model = model_name(str(spec.get("base_model", "?")))
+    return f"{model} · {method_word(str(spec.get('training', {}).get('method', 'qlora')))}"
+
+
+def title_tip(snapshot: RunSnapshot) -> str:
+    """The title's tooltip: a model folder's whole path ("" for a Hub id, which the title shows whole)."""
+    base = str(snapshot.record.spec.get("base_model", "?"))
+    return base if model_name(base) != base else ""
 
 
 def subtitle_text(snapshot: RunSnapshot, following: bool) -> str:
@@ -181,8 +190,8 @@ def gpu_memory_text(progress: RunProgress) -> str:
     if progress.gpu_mem_allocated_gb is None:
         return "—"
     reserved = progress.gpu_mem_reserved_gb
-    return f"{progress.gpu_mem_allocated_gb:.1f} GB peak allocated" + (
-        f" · {reserved:.1f} GB reserved" if reserved is not None else ""
+    return f"{memory_text(progress.gpu_mem_allocated_gb)} peak allocated" + (
+        f" · {memory_text(reserved)} reserved" if reserved is not None else ""
     )
 
 

@@ -6,13 +6,14 @@ From here a run is opened in the monitor, resumed, or its files deleted (after n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import QModelIndex, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QStackedWidget, QTableWidgetItem, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
+from desktop.core.model_names import model_name
 from desktop.core.runs.progress import format_duration, run_duration
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, LedgerError
@@ -33,15 +34,17 @@ from desktop.ui.widgets.tables import pick_one_table
 REFRESH_MS = 2000
 COLUMNS = ("Run", "State", "Model", "Method", "Started", "Duration", "Cost")
 STATE_COLUMN = COLUMNS.index("State")
+MODEL_COLUMN = COLUMNS.index("Model")
 
 
 @dataclass(frozen=True)
 class RunRow:
-    """One line of the table: the run as read, its cells and its state's badge colour."""
+    """One line of the table: the run as read, its cells, its state's badge colour and tooltips by column."""
 
     snapshot: RunSnapshot
     cells: tuple[str, ...]
     severity: str
+    tips: dict[int, str] = field(default_factory=dict)
 
     @property
     def record(self) -> RunRecord:
@@ -63,16 +66,18 @@ def run_row(snapshot: RunSnapshot) -> RunRow:
     """The table cells of a run: id, state, model, method, start time, duration and cost so far."""
     record = snapshot.record
     words, severity = state_badge(record)
+    base = str(record.spec.get("base_model", "?"))
     cells = (
         record.id,
         words,
-        str(record.spec.get("base_model", "?")),
+        model_name(base),
         method_word(str(record.spec.get("training", {}).get("method", "qlora"))),
         time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started)),
         format_duration(run_duration(snapshot.transitions, snapshot.now)),
         cost_cell(snapshot),
     )
-    return RunRow(snapshot, cells, severity)
+    tips = {MODEL_COLUMN: base} if model_name(base) != base else {}  # a folder: its whole path on hover
+    return RunRow(snapshot, cells, severity, tips)
 
 
 def read_rows(store: RunStore) -> list[RunRow]:
@@ -234,6 +239,7 @@ class RunsPage(BasePage):
                     table.setItem(index, column, item)
                 elif item.text() != text:
                     item.setText(text)
+                item.setToolTip(row.tips.get(column, ""))
             state = table.item(index, STATE_COLUMN)
             if state is not None and state.data(SEVERITY_ROLE) != row.severity:
                 state.setData(SEVERITY_ROLE, row.severity)

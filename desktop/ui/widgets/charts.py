@@ -18,7 +18,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPaintEvent, QPen, QPixmap, QWheelEvent
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
-from desktop.core.sizing.gpus import GIB_TO_GB
+from desktop.core.units import card_text, gb_of_gib, gib, memory_text
 from desktop.ui.design.palette import Palette
 from desktop.ui.theme import current_palette, theme_events
 
@@ -26,7 +26,7 @@ BAR_HEIGHT = 30
 SIDE_MARGIN = 8
 #: Room kept between two labels on the same row (pixels).
 LABEL_GAP = 8
-#: Maps GB to a pixel column.
+#: Maps decimal GB (the sizing's unit) to a pixel column; every text on the chart is in GiB.
 _XOf = Callable[[float], float]
 
 
@@ -62,7 +62,7 @@ class BarSegment:
     Attributes:
         key: What it is (a memory component such as ``weights``).
         label: Its name for people.
-        value: Its size (GB).
+        value: Its size in decimal GB, as the sizing computes it (the chart shows GiB).
         colour: Its fill colour (a palette colour).
         hatched: Drawn with diagonal lines over the colour (tells apart two parts that share a colour family).
     """
@@ -80,7 +80,7 @@ class Capacity:
 
     Attributes:
         label: The GPU's name.
-        value: Its usable memory (GB).
+        value: Its usable memory in decimal GB (shown in GiB).
     """
 
     label: str
@@ -97,8 +97,8 @@ def nice_step(limit: float, most: int) -> float:
 
 
 def card_gb(nominal: float) -> float:
-    """Where a card sold as ``nominal`` GB sits on the chart's axis of decimal GB (cards count in GiB)."""
-    return nominal * GIB_TO_GB
+    """Where a card of ``nominal`` GiB sits on the bar, which is measured in the sizing's decimal GB."""
+    return gb_of_gib(nominal)
 
 
 def chart_limit(total: float, capacity: float | None, card_sizes: Sequence[float]) -> float:
@@ -125,7 +125,10 @@ def _fill(painter: QPainter, rect: QRectF, segment: BarSegment, palette: Palette
 
 
 class MemoryBarChart(QWidget):
-    """One stacked horizontal bar of memory per GPU, with card sizes and the picked GPU's usable memory marked."""
+    """One stacked horizontal bar of memory per GPU, with card sizes and the picked GPU's usable memory marked.
+
+    The bar is measured in the sizing's decimal GB; card sizes are given in GiB, and every label reads in GiB.
+    """
 
     def __init__(self, card_sizes: Sequence[float] = (), parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -137,6 +140,10 @@ class MemoryBarChart(QWidget):
         self.labelled_cards: list[float] = []
         #: Where those labels were drawn: (left, right) in pixels.
         self.card_label_spans: list[tuple[float, float]] = []
+        #: The texts of the last paint: the card labels drawn, the capacity's, the axis ticks' (all in GiB).
+        self.card_label_texts: list[str] = []
+        self.capacity_text = ""
+        self.axis_texts: list[str] = []
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         theme_events().sig_changed.connect(self.on_theme_changed)
@@ -174,9 +181,9 @@ class MemoryBarChart(QWidget):
         if not self.segments:
             self.setAccessibleDescription(self.empty_text)
             return
-        parts = ", ".join(f"{s.label} {s.value:.1f} GB" for s in self.segments)
-        gpu = f"; {self.capacity.label} has {self.capacity.value:.1f} GB usable" if self.capacity else ""
-        self.setAccessibleDescription(f"{self.total():.1f} GB per GPU: {parts}{gpu}")
+        parts = ", ".join(f"{s.label} {memory_text(s.value)}" for s in self.segments)
+        gpu = f"; {self.capacity.label} has {memory_text(self.capacity.value)} usable" if self.capacity else ""
+        self.setAccessibleDescription(f"{memory_text(self.total())} per GPU: {parts}{gpu}")
 
     def _row_height(self) -> int:
         return QFontMetrics(self.font()).height() + 4
@@ -189,7 +196,8 @@ class MemoryBarChart(QWidget):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         palette = current_palette()
         if not self.segments:
-            self.labelled_cards, self.card_label_spans = [], []
+            self.labelled_cards, self.card_label_spans, self.card_label_texts = [], [], []
+            self.capacity_text, self.axis_texts = "", []
             painter.setPen(QColor(palette.text_muted))
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, self.empty_text)
             painter.end()
@@ -220,22 +228,24 @@ class MemoryBarChart(QWidget):
         metrics = QFontMetrics(self.font())
         painter.setPen(QPen(QColor(palette.text_muted), 1, Qt.PenStyle.DashLine))
         taken: list[tuple[float, float]] = []
-        self.labelled_cards, self.card_label_spans = [], taken
+        self.labelled_cards, self.card_label_spans, self.card_label_texts = [], taken, []
         for size in sorted(self.card_sizes, reverse=True):  # the largest cards keep their label first
             if card_gb(size) > limit:
                 continue
-            x = x_of(card_gb(size))  # a "24 GB" card holds 24 GiB: 25.8 GB on this axis, beside its usable 25.0 GB
+            x = x_of(card_gb(size))
             painter.drawLine(QPointF(x, bar.top() - 2), QPointF(x, bar.bottom() + 2))
-            text = f"{size:g} GB card"
+            text = f"{card_text(size)} card"
             half = metrics.horizontalAdvance(text) / 2
             left, right = max(0.0, x - half), min(float(self.width()), x + half)
             if any(left < end + LABEL_GAP and right > begin - LABEL_GAP for begin, end in taken):
                 continue
             taken.append((left, right))
             self.labelled_cards.append(size)
+            self.card_label_texts.append(text)
             painter.drawText(QRectF(left, 0, right - left, bar.top() - 2), Qt.AlignmentFlag.AlignCenter, text)
 
     def _paint_capacity(self, painter: QPainter, bar: QRectF, x_of: _XOf, palette: Palette) -> None:
+        self.capacity_text = ""
         if self.capacity is None:
             return
         fits = self.total() <= self.capacity.value
@@ -243,7 +253,7 @@ class MemoryBarChart(QWidget):
         x = x_of(self.capacity.value)
         painter.setPen(QPen(colour, 3))
         painter.drawLine(QPointF(x, bar.top() - 4), QPointF(x, bar.bottom() + 4))
-        text = f"{self.capacity.label}: {self.capacity.value:.1f} GB usable"
+        text = self.capacity_text = f"{self.capacity.label}: {memory_text(self.capacity.value)} usable"
         metrics = QFontMetrics(self.font())
         text_width = metrics.horizontalAdvance(text)
         left = min(max(0.0, x - text_width / 2), self.width() - text_width)
@@ -253,17 +263,21 @@ class MemoryBarChart(QWidget):
         )
 
     def _paint_axis(self, painter: QPainter, y: float, x_of: _XOf, palette: Palette, limit: float) -> None:
+        """The axis under the bar, ticked at round GiB (the bar's decimal GB converted), like every label."""
         metrics = QFontMetrics(self.font())
-        widest = metrics.horizontalAdvance(f"{limit:,.0f} GB") + 2 * LABEL_GAP
-        step = nice_step(limit, max(2, int((self.width() - 2 * SIDE_MARGIN) / widest)))
+        limit_gib = gib(limit)
+        widest = metrics.horizontalAdvance(f"{limit_gib:,.0f} GiB") + 2 * LABEL_GAP
+        step = nice_step(limit_gib, max(2, int((self.width() - 2 * SIDE_MARGIN) / widest)))
         painter.setPen(QPen(QColor(palette.border), 1))
         painter.drawLine(QPointF(x_of(0), y), QPointF(x_of(limit), y))
         painter.setPen(QColor(palette.text_muted))
+        self.axis_texts = []
         tick = 0.0
-        while tick <= limit:
-            x = x_of(tick)
+        while tick <= limit_gib:
+            x = x_of(gb_of_gib(tick))
             painter.drawLine(QPointF(x, y), QPointF(x, y + 3))
-            text = f"{tick:,.0f} GB" if step >= 1 else f"{tick:.1f} GB"
+            text = f"{tick:,.0f} GiB" if step >= 1 else f"{tick:.1f} GiB"
+            self.axis_texts.append(text)
             text_width = metrics.horizontalAdvance(text)
             left = min(max(0.0, x - text_width / 2), self.width() - text_width)
             painter.drawText(QRectF(left, y + 3, text_width, self._row_height()), Qt.AlignmentFlag.AlignLeft, text)

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QHBoxLayout, QTableWidgetItem, QWidget
 
 from desktop.core.sizing.plan import Fit
 from desktop.core.sizing.report import format_hours
+from desktop.core.units import card_text
 from desktop.services.runs.offers_for_draft import DraftOffer
 from desktop.ui.widgets.blocks import Badge
 from desktop.ui.widgets.tables import pick_one_table
@@ -28,7 +29,7 @@ _TIPS = {(6, "—"): "The provider publishes no reliability score"}
 def gpu_words(item: DraftOffer) -> str:
     """``RTX 4090 · 24 GB``, ``2 x A100 · 80 GB each``, or a cluster's ``2 machines x 8 x H100 · 80 GB each``."""
     offer = item.offer
-    memory = f"{offer.vram_gb:g} GB" + (" each" if offer.count * offer.nodes > 1 else "")
+    memory = card_text(offer.vram_gb) + (" each" if offer.count * offer.nodes > 1 else "")
     gpus = f"{offer.count} x {offer.gpu}" if offer.count > 1 or offer.nodes > 1 else offer.gpu
     machines = f"{offer.nodes} machines x " if offer.nodes > 1 else ""
     return f"{machines}{gpus} · {memory}"

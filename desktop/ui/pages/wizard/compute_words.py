@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from desktop.core.runs.draft import ComputeDraft
 from desktop.core.sizing.report import format_hours
+from desktop.core.units import card_text, memory_text
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.offers_for_draft import DraftOffer
 
@@ -13,7 +14,7 @@ def machine_words(count: int, gpu: str, vram_gb: float, nodes: int = 1) -> str:
 
     A cluster: ``a cluster of 2 machines with 8 x H100 SXM (80 GB each) each``.
     """
-    memory = f"{vram_gb:g} GB" + (" each" if count > 1 else "")
+    memory = card_text(vram_gb) + (" each" if count > 1 else "")
     if nodes > 1:
         return f"a cluster of {nodes} machines with {count} x {gpu} ({memory}) each"
     return f"{count} x {gpu} ({memory})"
@@ -80,7 +81,7 @@ def none_fits_words(offers: list[DraftOffer]) -> str:
     closest = min(sized, key=lambda item: (item.need_gb or 0.0) / max(item.offer.vram_gb, 1.0))
     offer = closest.offer
     machine = machine_words(offer.count, offer.gpu, offer.vram_gb, offer.nodes)
-    return f"The run needs {closest.need_gb:,.1f} GB per GPU even on the closest, {machine}. {advice}"
+    return f"The run needs {memory_text(closest.need_gb)} per GPU even on the closest, {machine}. {advice}"
 
 
 def remembered_pick_note(remembered: ComputeDraft, found: DraftOffer | None) -> str:

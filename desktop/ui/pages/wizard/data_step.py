@@ -507,6 +507,7 @@ class DataStep(WizardStep):
     def _show_failed(self, problem: StepProblem) -> None:
         self.progress_bar.hide()
         self.summary_badge.show_state("Cannot be used", "danger")
+        self.summary_badge.setToolTip("")
         self.summary_badge.show()
         self.summary_label.setText(problem.headline)
         self.details_label.clear()
@@ -539,6 +540,7 @@ class DataStep(WizardStep):
         self.progress_bar.hide()
         shown = summary(check)
         self.summary_badge.show_state(shown.badge, shown.severity)
+        self.summary_badge.setToolTip(shown.badge_tip)
         self.summary_badge.show()
         self.summary_label.setText(shown.headline)
         self.details_label.setText("\n".join(shown.details))

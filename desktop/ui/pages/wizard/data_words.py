@@ -12,6 +12,7 @@ from typing import Any
 
 from desktop.core.data.findings import Code
 from desktop.core.data.formats import DataFormat
+from desktop.core.model_names import model_name
 from desktop.services.data.numbers import DataNumbers
 from desktop.services.data.reader import FileProblem
 from desktop.services.data.workspace import DatasetCheck
@@ -38,6 +39,18 @@ FIX_WORDS = {
 }
 
 
+#: What a warning counts, per kind (singular, plural): each finding of a kind is one row.
+WARNING_NOUNS = {
+    Code.DUPLICATE.value: ("repeated row left out", "repeated rows left out"),
+    Code.NEAR_DUPLICATE.value: ("nearly repeated row left out", "nearly repeated rows left out"),
+    Code.TOO_LONG.value: ("row too long", "rows too long"),
+    Code.SECRET.value: ("row with a suspected secret", "rows with a suspected secret"),
+    Code.EMAIL.value: ("row with an e-mail address", "rows with an e-mail address"),
+}
+#: Kinds of warning the Ready badge names; the others are counted, and all are in its tooltip.
+BADGE_KINDS = 2
+
+
 @dataclass(frozen=True)
 class DataSummary:
     """The outcome of a check as the Data step shows it.
@@ -47,12 +60,14 @@ class DataSummary:
         badge: The badge's words.
         headline: One line on the outcome.
         details: The lines under it.
+        badge_tip: The badge's tooltip: every kind of warning it counts ("" when it says it all).
     """
 
     severity: str
     badge: str
     headline: str
     details: list[str]
+    badge_tip: str = ""
 
 
 def counted(count: int, noun: str, plural: str = "") -> str:
@@ -61,10 +76,8 @@ def counted(count: int, noun: str, plural: str = "") -> str:
 
 
 def model_words(model: str) -> str:
-    """A model as people read it: a Hub id as it is, a local folder by its name."""
-    if model.startswith(("/", "~", ".")) or "\\" in model or model.count("/") > 1:
-        return Path(model).name or model
-    return model
+    """A model as people read it: a Hub id as it is, a local folder by its name (a cache snapshot by its Hub id)."""
+    return model_name(model, mark_local=False)
 
 
 def counting_words(numbers: DataNumbers) -> str:
@@ -115,14 +128,30 @@ def truncation_words(numbers: DataNumbers) -> str:
     )
 
 
-def _badge(numbers: DataNumbers) -> tuple[str, str]:
+def warning_words(findings: list[dict[str, Any]]) -> list[str]:
+    """Each kind of warning by what it counts, most rows first: ``40 repeated rows left out``, ``1 row too long``."""
+    warnings = [f for f in findings if f.get("severity") == "warning" and int(f.get("count", 0))]
+    warnings.sort(key=lambda f: -int(f["count"]))
+    words = []
+    for finding in warnings:
+        one, many = WARNING_NOUNS.get(str(finding["code"]), ("row with a warning", "rows with a warning"))
+        words.append(counted(int(finding["count"]), one, many))
+    return words
+
+
+def _badge(numbers: DataNumbers, findings: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(severity, badge words, tooltip): a ready file names what its warnings count, two kinds at most."""
     if numbers.rows_with_errors:
-        return "warning", f"Usable · {counted(numbers.rows_with_errors, 'row')} left out"
+        return "warning", f"Usable · {counted(numbers.rows_with_errors, 'row')} left out", ""
     if numbers.secret_rows and not numbers.secrets_left_out:
-        return "warning", f"Usable · {counted(numbers.secret_rows, 'suspected secret')}"
-    if numbers.warning_problems:
-        return "success", f"Ready · {counted(numbers.warning_problems, 'warning')}"
-    return "success", "Ready"
+        return "warning", f"Usable · {counted(numbers.secret_rows, 'suspected secret')}", ""
+    kinds = warning_words(findings)
+    if not kinds:
+        return "success", "Ready", ""
+    shown = ", ".join(kinds[:BADGE_KINDS])
+    more = len(kinds) - BADGE_KINDS
+    badge = f"Ready · {shown}" + (f" and {counted(more, 'more kind')}" if more > 0 else "")
+    return "success", badge, f"Warnings, listed under Findings: {', '.join(kinds)}."
 
 
 def summary(check: DatasetCheck) -> DataSummary:
@@ -132,13 +161,13 @@ def summary(check: DatasetCheck) -> DataSummary:
     if check.fatal or numbers is None or not check.usable:
         headline, details = file_problem(check)
         return DataSummary("danger", "Cannot be used", headline, [details])
-    severity, badge = _badge(numbers)
+    severity, badge, tip = _badge(numbers, list(check.report.get("findings") or []))
     lines = [f"Layout: {FORMAT_LABELS.get(check.data_format, 'unknown')}."]
     lines += [line for line in (left_out_words(numbers), _problems_line(numbers)) if line]
     lines += [tokens_words(numbers), counting_words(numbers)]
     lines += [line for line in (truncation_words(numbers),) if line]
     headline = f"{name}: {numbers.kept:,} of {counted(numbers.rows, 'row')} will be used"
-    return DataSummary(severity, badge, headline, lines)
+    return DataSummary(severity, badge, headline, lines, tip)
 
 
 def _problems_line(numbers: DataNumbers) -> str:

@@ -26,9 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.core.model_names import is_local_model
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
 from desktop.core.sizing.setup import SETTING_RANGES
+from desktop.core.units import count_text
 from desktop.services.models.configs import load_catalog
 from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
@@ -135,13 +137,9 @@ class ScientificSpinBox(QDoubleSpinBox):
 
 def parameters_text(entry: CatalogEntry) -> str:
     """Parameter count as "7.6 B" or "494 M" (with the active share for mixture-of-experts models)."""
-
-    def short(count: int) -> str:
-        return f"{count / 1e9:.1f} B" if count >= 1e9 else f"{count / 1e6:.0f} M"
-
     arch = entry.arch
-    total = short(arch.total_params)
-    return total if arch.num_experts <= 1 else f"{total} ({short(arch.active_params)} active)"
+    total = count_text(arch.total_params)
+    return total if arch.num_experts <= 1 else f"{total} ({count_text(arch.active_params)} active)"
 
 
 def entry_matches(entry: CatalogEntry, query: str) -> bool:
@@ -209,6 +207,10 @@ class ModelStep(WizardStep):
         self.model_edit.setPlaceholderText("e.g. Qwen/Qwen2.5-7B-Instruct or /path/to/model-folder")
         self.model_edit.setAccessibleName("Hub id or local model folder")
         self.model_edit.textEdited.connect(self.on_model_edited)
+        # a folder's path is wider than the field at 1024 px: the whole of it on hover
+        self.model_edit.textChanged.connect(
+            lambda text: self.model_edit.setToolTip(text if is_local_model(text) else "")
+        )
         self.browse_button = plain_button("Bro&wse…", "folder-open", "Choose a local model folder")
         self.browse_button.clicked.connect(self.on_browse_clicked)
         box.body.addLayout(self._labelled("&Search the catalog", self.filter_edit))

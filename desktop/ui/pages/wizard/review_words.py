@@ -14,6 +14,7 @@ from desktop.core.export.on_machine import HOME_MB_PER_S, ON_MACHINE_OUTPUTS, ou
 from desktop.core.runs.draft import ComputeDraft, RunDraft, gpu_pick_training
 from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
+from desktop.core.units import card_text, memory_text
 from desktop.services.data.prepare import manifest_tokens
 from desktop.services.models.sizing import Sizing, option_label
 from desktop.services.models.sizing_words import fit_text
@@ -135,7 +136,7 @@ def sizing_rows(draft: RunDraft, facts: ReviewFacts | None) -> Rows:
     rows: Rows = [("Tokens", facts.sizing.tokens_source)]
     if option is None:
         return [*rows, ("GPU options", "none fits: change the method or the settings on the Model step")]
-    rows.append(("Peak memory per GPU", f"{option.memory.per_gpu_total:,.1f} GB"))
+    rows.append(("Peak memory per GPU", memory_text(option.memory.per_gpu_total)))
     rows.append((kind, f"{option_label(option)}: {fit_text(option)}"))
     rows.append(("Estimate at list price", f"about {format_hours(option.hours)}, ${option.cost_usd:,.2f}"))
     if draft.hourly_rate_usd > 0:
@@ -151,8 +152,10 @@ def _rented_sizing(draft: RunDraft, facts: ReviewFacts) -> Rows:
     pick = facts.pick
     if pick is None or pick.need_gb is None:
         per_gpu = facts.sizing.plan.memory.per_gpu_total
-        return [*rows, ("Peak memory per GPU", f"{per_gpu:,.1f} GB on one GPU (no machine picked yet)")]
-    rows.append(("Peak memory per GPU", f"{pick.need_gb:,.1f} GB of the {pick.offer.vram_gb:g} GB each GPU has"))
+        return [*rows, ("Peak memory per GPU", f"{memory_text(per_gpu)} on one GPU (no machine picked yet)")]
+    rows.append(
+        ("Peak memory per GPU", f"{memory_text(pick.need_gb)} of the {card_text(pick.offer.vram_gb)} each GPU has")
+    )
     keys = draft.compute.training_keys() | {"strategy": pick.strategy}
     rows.append(("Trains on", gpus_words(keys, draft.compute.nodes)))
     return rows
@@ -311,10 +314,12 @@ def export_box_text(draft: RunDraft) -> str:
 def export_choice_words(draft: RunDraft, choice: ExportChoice) -> str:
     """Why the model is made where it is, and what making it on the machine costs."""
     cost = choice.cost
-    paid = f"about {cost.minutes:.0f} more paid minutes" if draft.renting else f"about {cost.minutes:.0f} minutes"
+    minutes = format_hours(cost.minutes / 60)
+    paid = f"about {minutes} more of paid time" if draft.renting else f"about {minutes}"
     money = f", ${cost.usd:,.2f}" if cost.usd is not None else ""
+    work, download = format_hours(cost.work_minutes / 60), format_hours(cost.download_minutes / 60)
     how = (
-        f"{paid}{money} ({cost.work_minutes:.0f} of work there, {cost.download_minutes:.0f} to download at "
+        f"{paid}{money} ({work} of work there, {download} to download at "
         f"{HOME_MB_PER_S:.0f} MB/s); it comes home verified, then the Models page has it"
     )
     reason = f"{choice.reason[:1].upper()}{choice.reason[1:]}" if choice.reason else ""
@@ -331,7 +336,7 @@ def _export_detail(draft: RunDraft, facts: ReviewFacts | None) -> str | None:
     choice = export_choice(draft, facts.sizing, facts.room) if facts else None
     if choice is None or not choice.outputs:
         return None
-    cost = f" (about {choice.cost.minutes:.0f} more minutes" + (
+    cost = f" (about {format_hours(choice.cost.minutes / 60)} more" + (
         f", ${choice.cost.usd:,.2f})" if choice.cost.usd is not None else ")"
     )
     return f"After training, the machine makes {outputs_words(choice.outputs)}{cost}; they come home verified."

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from desktop.core.runs.draft import RunDraft
 from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
+from desktop.core.units import count_text, memory_text
 from desktop.services.data.numbers import DataNumbers
 from desktop.services.models.sizing import SETTING_LABELS, Sizing, option_label, server_fit_warning
 from desktop.services.models.sizing_words import (
@@ -45,8 +46,8 @@ from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button
 from desktop.ui.widgets.charts import BarSegment, Capacity, MemoryBarChart, swatch
 from desktop.ui.widgets.tables import pick_one_table
 
-#: Common card sizes drawn as lines across the memory bar (GB).
-CARD_SIZES_GB = (24, 48, 80, 141)
+#: Common card sizes drawn as lines across the memory bar (GiB, as cards are sold).
+CARD_SIZES_GIB = (24, 48, 80, 141)
 ITEM_LABELS = {
     "weights": "Base weights",
     "lora_adapter": "LoRA adapter, its gradients and AdamW",
@@ -133,26 +134,17 @@ def tokens_text(sizing: Sizing, numbers: DataNumbers | None) -> str:
     return f"Tokens: {numbers.train_tokens:,} per epoch for {epochs}, from {examples}. {counting_words(numbers)}"
 
 
-def count_words(count: float) -> str:
-    """A parameter count in words: ``7.62 billion``, ``40.4 million``, ``140 thousand``."""
-    for size, word, digits in ((1e9, "billion", 2), (1e6, "million", 1), (1e3, "thousand", 0)):
-        if count >= size:
-            return f"{count / size:,.{digits}f} {word}"
-    return f"{count:,.0f}"
-
-
-def gb_words(value: float) -> str:
-    """A memory size: ``5.55 GB``, and ``< 0.01 GB`` for a sliver."""
-    return f"{value:,.2f} GB" if value >= 0.005 else "< 0.01 GB"
-
-
 def plan_headline(sizing: Sizing) -> str:
     """The model and method sized, with its size."""
     plan = sizing.plan
-    trained = f"{count_words(plan.trainable_params)} of them trained" if plan.setup.method.is_peft else "all trained"
+    trained = (
+        f"{count_text(plan.trainable_params, long=True)} of them trained"
+        if plan.setup.method.is_peft
+        else "all trained"
+    )
     return (
         f"{model_words(plan.arch.name)} with {method_words(plan.setup.method)}: "
-        f"{count_words(plan.arch.total_params)} parameters, {trained}"
+        f"{count_text(plan.arch.total_params, long=True)} parameters, {trained}"
     )
 
 
@@ -178,7 +170,7 @@ class MemoryLegend(QWidget):
         for index, segment in enumerate(segments):
             mark = QLabel()
             mark.setPixmap(swatch(segment))
-            text = QLabel(f"{segment.label}\N{NO-BREAK SPACE}{gb_words(segment.value).replace(' ', chr(0xA0))}")
+            text = QLabel(f"{segment.label}\N{NO-BREAK SPACE}{memory_text(segment.value, 2).replace(' ', chr(0xA0))}")
             text.setWordWrap(True)
             row, column = divmod(index, LEGEND_COLUMNS)
             entry = QHBoxLayout()
@@ -243,7 +235,7 @@ class SizingStep(WizardStep):
         box = Card("Peak memory per GPU")
         self.memory_caption = caption()
         self.memory_caption.setAccessibleName("Which option the memory is shown for")
-        self.chart = MemoryBarChart(CARD_SIZES_GB)
+        self.chart = MemoryBarChart(CARD_SIZES_GIB)
         self.chart.setAccessibleName("Memory per GPU: one bar stacked by item, card sizes and the picked GPU marked")
         self.chart.show_empty("The memory the job needs appears here once it is sized.")
         self.legend = MemoryLegend()
@@ -473,14 +465,14 @@ class SizingStep(WizardStep):
         capacity = Capacity(option.gpu.name, option.gpu.usable_gb) if option is not None else None
         self.chart.show_segments(segments, capacity)
         self.legend.show_segments(segments)
-        self.items_label.setText(f"Total: {memory.per_gpu_total:,.2f} GB per GPU")
+        self.items_label.setText(f"Total: {memory_text(memory.per_gpu_total, 2)} per GPU")
         if option is None:
             self.memory_caption.setText("For the settings as chosen, on one GPU. Select an option to compare.")
         else:
             self.memory_caption.setText(
-                f"For {option_words(option)}: {memory.per_gpu_total:,.1f} GB {split_words(option)}; "
+                f"For {option_words(option)}: {memory_text(memory.per_gpu_total)} {split_words(option)}; "
                 f"{'each' if option.total_gpus > 1 else 'the'} {option.gpu.name} has "
-                f"{option.gpu.usable_gb:,.1f} GB usable."
+                f"{memory_text(option.gpu.usable_gb)} usable."
             )
 
     def _selected_label(self) -> str | None:
@@ -540,7 +532,7 @@ def _suggestions_text(sizing: Sizing) -> str:
         option = suggestion.option
         changes = ", ".join(change_words(change) for change in suggestion.changes)
         lines.append(
-            f"• {changes}: {option_words(option)}, {option.memory.per_gpu_total:,.1f} GB per GPU, "
+            f"• {changes}: {option_words(option)}, {memory_text(option.memory.per_gpu_total)} per GPU, "
             f"{format_hours(option.hours)}, ${option.cost_usd:,.2f}"
         )
     return "\n".join(lines)
