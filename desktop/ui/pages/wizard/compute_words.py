@@ -79,9 +79,9 @@ def none_fits_words(offers: list[DraftOffer]) -> str:
     if not sized:
         return advice
     closest = min(sized, key=lambda item: (item.need_gb or 0.0) / max(item.offer.vram_gb, 1.0))
-    offer = closest.offer
+    offer, need_gb = closest.offer, closest.need_gb or 0.0
     machine = machine_words(offer.count, offer.gpu, offer.vram_gb, offer.nodes)
-    return f"The run needs {memory_text(closest.need_gb)} per GPU even on the closest, {machine}. {advice}"
+    return f"The run needs {memory_text(need_gb)} per GPU even on the closest, {machine}. {advice}"
 
 
 def remembered_pick_note(remembered: ComputeDraft, found: DraftOffer | None) -> str:
