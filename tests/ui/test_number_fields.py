@@ -1,7 +1,7 @@
 """Every number field outside the model step also says why it changed a number typed out of its range.
 
-Qt refuses a keystroke that would pass a field's highest number, so what is typed out of range and then changed is
-a number below the lowest (0 where 1 is the least).
+Qt alone refuses a keystroke that would pass a field's highest number (999999 became 99 without a word): a watched
+field shows what was typed and, when it is taken, says what it became beside the field.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractSpinBox, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
@@ -34,21 +34,24 @@ def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:
 def own_server(_qloop: asyncio.AbstractEventLoop) -> tuple[QWidget, list[tuple[str, str, str, CorrectionNote]]]:
     form = OwnServerForm()
     note = form.correction_note
-    said = "Port: 0 is below the lowest it takes, 1; it is that now."
-    return form, [("port_spin", "0", said, note)]
+    below = "Port: “0” is below the lowest it takes, so it is 1 now. Type a number from 1 to 65535."
+    above = "Port: “70000” is above the highest it takes, so it is 65535 now. Type a number from 1 to 65535."
+    return form, [("port_spin", "0", below, note), ("port_spin", "70000", above, note)]
 
 
 def chat(qloop: asyncio.AbstractEventLoop) -> tuple[QWidget, list[tuple[str, str, str, CorrectionNote]]]:
     page = ChatPage(AppContext(Settings(), SecretStore()))
     note = page.settings_note
-    said = "Longest answer: 0 is below the lowest it takes, 1; it is that now."
+    said = "Longest answer: “0” is below the lowest it takes, so it is 1 tokens now. Type a number from 1 to 8192."
     return page, [("tokens_spin", "0", said, note)]
 
 
 def settings(_qloop: asyncio.AbstractEventLoop) -> tuple[QWidget, list[tuple[str, str, str, CorrectionNote]]]:
     page = SettingsPage(Settings(), SecretStore())
-    said = "Checkpoints kept per run: 0 is below the lowest it takes, 1; it is that now."
-    return page, [("keep_spin", "0", said, page.keep_note)]
+    name, fix = "Checkpoints kept per run", "Type a number from 1 to 100."
+    below = f"{name}: “0” is below the lowest it takes, so it is 1 now. {fix}"
+    above = f"{name}: “999999” is above the highest it takes, so it is 100 now. {fix}"  # was 99, silently
+    return page, [("keep_spin", "0", below, page.keep_note), ("keep_spin", "999999", above, page.keep_note)]
 
 
 @pytest.mark.parametrize("build", [own_server, chat, settings])
@@ -67,3 +70,64 @@ def test_a_number_out_of_range_is_said_beside_its_field(
         assert note.isVisible() and note.text() == said
         type_and_leave(qtbot, box, "2")
         assert not note.isVisible(), "a number in range clears the note"
+
+
+def price_and_count(qtbot: QtBot) -> tuple[QWidget, QDoubleSpinBox, CorrectionNote, QSpinBox, CorrectionNote]:
+    """A price with a prefix, a suffix and a word for 0 (as Compute's Max price) and a whole number, each noted."""
+    form = QWidget()
+    layout = QVBoxLayout(form)
+    price = QDoubleSpinBox()
+    price.setRange(0.0, 500.0)
+    price.setPrefix("$ ")
+    price.setSuffix(" per hour")
+    price.setSpecialValueText("Any price")
+    count = QSpinBox()
+    count.setRange(1, 1000)
+    count.setGroupSeparatorShown(True)
+    price_note, count_note = CorrectionNote(), CorrectionNote()
+    price_note.watch(price, "Max price")
+    count_note.watch(count, "Checkpoints kept")
+    for widget in (price, price_note, count, count_note):
+        layout.addWidget(widget)
+    qtbot.addWidget(form)
+    form.show()
+    qtbot.waitExposed(form)
+    return form, price, price_note, count, count_note
+
+
+def test_a_number_above_the_highest_or_below_the_lowest_is_said_with_exactly_what_was_typed(qtbot: QtBot) -> None:
+    # Qt refuses the keystroke that passes the highest number ("999999" stayed "999", "-5" stayed "-"): every
+    # keystroke is taken, and leaving the field says what became of it.
+    _form, price, price_note, count, count_note = price_and_count(qtbot)
+    type_and_leave(qtbot, count, "999999")
+    assert count.value() == 1000
+    assert count_note.isVisible() and count_note.text() == (
+        "Checkpoints kept: “999999” is above the highest it takes, so it is 1,000 now. Type a number from 1 to 1,000."
+    )
+    type_and_leave(qtbot, price, "-5")
+    assert price.value() == 0 and price.text() == "Any price"
+    assert price_note.isVisible() and price_note.text() == (
+        "Max price: “-5” is below the lowest it takes, so it is Any price now. "
+        "Type a number from 0.00 to 500.00 (0.00 means Any price)."
+    )
+    assert count_note.isVisible(), "each field keeps saying its own correction"
+    type_and_leave(qtbot, price, "2.5")
+    assert price.value() == 2.5 and not price_note.isVisible()
+    type_and_leave(qtbot, price, "-")
+    assert price.value() == 2.5, "what is not a number leaves the number as it was"
+    assert price_note.text() == (
+        "Max price: “-” is not a number, so it stays $ 2.50 per hour. "
+        "Type a number from 0.00 to 500.00 (0.00 means Any price)."
+    )
+
+
+def test_enter_in_a_number_field_says_the_correction_at_once(qtbot: QtBot) -> None:
+    _form, _price, _price_note, count, count_note = price_and_count(qtbot)
+    count.setFocus()
+    qtbot.waitUntil(count.hasFocus)
+    count.selectAll()
+    qtbot.keyClicks(count, "2000")
+    assert count.lineEdit().text() == "2000", "what is typed shows as typed until it is taken"
+    qtbot.keyClick(count, Qt.Key.Key_Return)
+    assert count.hasFocus() and count.value() == 1000
+    assert count_note.isVisible() and "“2000” is above the highest it takes" in count_note.text()

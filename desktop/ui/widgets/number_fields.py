@@ -1,43 +1,148 @@
-"""Number fields that say why they changed what was typed, instead of silently putting the old number back."""
+"""Number fields that say why they changed what was typed, instead of silently putting another number there.
+
+Qt's own spin boxes refuse a keystroke that passes the highest number (epochs typed as 2000 stayed 200, a price typed
+as -5 stayed "-") and put a number out of range back without a word. A watched field takes every keystroke that
+still reads as a number, and when the number is taken (Enter, or leaving the field) it becomes the nearest one the
+field allows, with a sentence quoting exactly what was typed, what the field holds now and what it takes.
+
+Use :class:`CorrectionNote` beside each field (``note.watch(box, "Name")``), so each correction is said by its own
+field; :func:`explain_corrections` is the same for a caller that shows the sentence itself.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QKeyEvent, QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QSpinBox, QWidget
 
 NumberBox = QSpinBox | QDoubleSpinBox
+_TAKE_KEYS = {Qt.Key.Key_Return, Qt.Key.Key_Enter}
 
 
 def explain_corrections(box: NumberBox, name: str, note: Callable[[str], None]) -> None:
     """Makes ``box`` take the nearest number it allows for one out of its range, and tell ``note`` why.
 
-    Qt's default puts the previous value back without a word (epochs typed as 0.05 became 3.00 again). ``note`` gets
-    a sentence naming the field, what was typed and what it is now, or "" once a number in range is typed.
+    ``note`` gets a sentence naming the field, quoting what was typed and saying what it is now, or "" once a number
+    in range is typed.
     """
     box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
-    last = {"typed": ""}
-    box.lineEdit().textEdited.connect(lambda text: last.update(typed=text))
-
-    def on_editing_finished() -> None:
-        typed, last["typed"] = last["typed"], ""
-        if typed:
-            note(correction_words(box, name, typed))
-
-    box.editingFinished.connect(on_editing_finished)
+    watcher = _CorrectionWatcher(box, name, note)
+    box.lineEdit().setValidator(_OutOfRangeValidator(box, watcher))
+    box.installEventFilter(watcher)
 
 
-def correction_words(box: NumberBox, name: str, text: str) -> str:
-    """Why ``text`` typed into ``box`` is not what it holds now ("" when it was taken as typed)."""
-    text = text.strip().removeprefix(box.prefix().strip()).removesuffix(box.suffix().strip()).strip()
-    number, ok = box.locale().toDouble(text)
+class _OutOfRangeValidator(QValidator):
+    """The box's own validator, except that a number out of range is shown as typed (intermediate, not refused)."""
+
+    def __init__(self, box: NumberBox, parent: QObject) -> None:
+        super().__init__(parent)
+        self._box = box
+
+    def validate(self, text: str, pos: int) -> tuple[QValidator.State, str, int]:
+        """Qt's verdict, with a number outside the range let through so the user sees what they typed."""
+        box = self._box
+        if box.specialValueText() and text == box.specialValueText():
+            return QValidator.State.Acceptable, text, pos
+        # as Qt's own validator of a spin box's line: the prefix and suffix are kept when the whole text is typed over
+        if box.prefix() and not text.startswith(box.prefix()):
+            text, pos = box.prefix() + text, pos + len(box.prefix())
+        if box.suffix() and not text.endswith(box.suffix()):
+            text += box.suffix()
+        state, text, pos = box.validate(text, pos)
+        if state is QValidator.State.Invalid and _out_of_range(self._box, typed_number(self._box, text)):
+            state = QValidator.State.Intermediate
+        return state, text, pos
+
+    def fixup(self, text: str) -> str:
+        """The box's own fixup."""
+        return self._box.fixup(text) or text
+
+
+class _CorrectionWatcher(QObject):
+    """Corrects and explains what was typed into one box when it is taken (Enter, or the focus leaving)."""
+
+    def __init__(self, box: NumberBox, name: str, note: Callable[[str], None]) -> None:
+        super().__init__(box)
+        self._box, self._name, self._note = box, name, note
+        self._edited = False
+        box.lineEdit().textEdited.connect(self._on_edited)
+
+    def _on_edited(self, _text: str) -> None:
+        self._edited = True
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Takes the typed text before the box reads it (the box alone would make an unreadable number its least)."""
+        taking = event.type() == QEvent.Type.FocusOut or (
+            event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent) and event.key() in _TAKE_KEYS
+        )
+        if taking and watched is self._box and self._edited:
+            self._edited = False
+            self._note(self._take(self._box.lineEdit().text()))
+        return False
+
+    def _take(self, shown: str) -> str:
+        """Puts the nearest allowed number (or the old one) in place of an unacceptable ``shown``; says why."""
+        box = self._box
+        if box.validate(shown, 0)[0] is QValidator.State.Acceptable:
+            return ""
+        typed = bare_text(box, shown)
+        number = typed_number(box, typed)
+        # nothing typed, or not a number: the number shown before comes back; else the nearest one allowed
+        _put(box, box.value() if number is None else min(max(number, box.minimum()), box.maximum()))
+        return correction_words(box, self._name, typed) if typed else ""
+
+
+def _put(box: NumberBox, value: float) -> None:
+    """Sets ``value`` (showing it again even when it is the value already held)."""
+    if isinstance(box, QSpinBox):
+        box.setValue(round(value))
+    else:
+        box.setValue(value)
+
+
+def bare_text(box: NumberBox, text: str) -> str:
+    """``text`` without the box's prefix, suffix and surrounding spaces."""
+    return text.strip().removeprefix(box.prefix().strip()).removesuffix(box.suffix().strip()).strip()
+
+
+def typed_number(box: NumberBox, text: str) -> float | None:
+    """The number ``text`` (as shown in ``box``, prefix and suffix included) reads as, or None."""
+    number, ok = box.locale().toDouble(bare_text(box, text))
     if not ok:
-        return f"{name}: “{text}” is not a number, so it stays {box.text()}."
-    if number < box.minimum():
-        return f"{name}: {text} is below the lowest it takes, {_shown(box, box.minimum())}; it is that now."
-    if number > box.maximum():
-        return f"{name}: {text} is above the highest it takes, {_shown(box, box.maximum())}; it is that now."
-    return ""
+        try:
+            number = float(bare_text(box, text))  # what the locale does not read: 2e-4 in a scientific box
+        except ValueError:
+            return None
+    return number
+
+
+def _out_of_range(box: NumberBox, number: float | None) -> bool:
+    return number is not None and not box.minimum() <= number <= box.maximum()
+
+
+def correction_words(box: NumberBox, name: str, typed: str) -> str:
+    """Why ``typed`` (prefix and suffix included or not) is not what ``box`` holds now ("" when it was taken)."""
+    typed = bare_text(box, typed)
+    number = typed_number(box, typed)
+    if number is None:
+        what = f"“{typed}” is not a number, so it stays {box.text()}."
+    elif number < box.minimum():
+        what = f"“{typed}” is below the lowest it takes, so it is {box.text()} now."
+    elif number > box.maximum():
+        what = f"“{typed}” is above the highest it takes, so it is {box.text()} now."
+    else:
+        return ""
+    return f"{name}: {what} {range_words(box)}"
+
+
+def range_words(box: NumberBox) -> str:
+    """``Type a number from 1 to 1,000.`` (with what the lowest number is called, when it has a word)."""
+    low, high = _shown(box, box.minimum()), _shown(box, box.maximum())
+    special = box.specialValueText()
+    named = f" ({low} means {special})" if special else ""
+    return f"Type a number from {low} to {high}{named}."
 
 
 def _shown(box: NumberBox, value: float) -> str:
@@ -46,9 +151,10 @@ def _shown(box: NumberBox, value: float) -> str:
 
 
 class CorrectionNote(QLabel):
-    """A small line beside number fields saying why the last number typed was changed (hidden while it was not).
+    """A small line beside a number field saying why the last number typed was changed (hidden while it was not).
 
-    Call :meth:`watch` for each field it speaks for.
+    Call :meth:`watch` for the field it speaks for: one note per field, so that each correction is said beside its
+    own field and none replaces another's.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
