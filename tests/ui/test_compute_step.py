@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
@@ -18,6 +19,9 @@ from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.compute_step import ComputeStep
+from desktop.ui.pages.wizard.model_step import ModelStep
+from desktop.ui.pages.wizard.review_step import ReviewStep
+from desktop.ui.pages.wizard.wizard_page import WizardPage
 from desktop.ui.widgets.offers_table import KIND_COLUMN
 from tests.fakes.http import FakeCloud
 from tests.fixtures.memory_keyring import MemoryKeyring
@@ -291,3 +295,55 @@ def test_at_1024_pixels_every_offers_location_shows_whole(
     assert table.horizontalScrollBar().maximum() == 0
     step.kind_combo.setCurrentIndex(step.kind_combo.findData(None))
     assert not table.isColumnHidden(KIND_COLUMN)
+
+
+def compute_wizard(qtbot: QtBot, draft: RunDraft) -> tuple[WizardPage, ComputeStep]:
+    """The Compute step in the wizard between the real Model and Review steps (Enter used to go on to Review)."""
+    draft.step = "compute"
+    context = AppContext(Settings(), SecretStore(), draft=draft)
+    step = ComputeStep(context)
+    wizard = WizardPage(context, [ModelStep(context), step, ReviewStep(context)])
+    qtbot.addWidget(wizard)
+    wizard.resize(1100, 700)
+    wizard.show()
+    wizard.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is wizard)
+    return wizard, step
+
+
+@pytest.mark.parametrize(
+    ("field", "note", "name", "now"),
+    [("price_spin", "price_note", "Max price", "Any price"), ("budget_spin", "budget_note", "Budget", "No limit")],
+)
+def test_enter_in_a_filter_or_the_budget_stays_on_the_step_and_quotes_what_was_typed(
+    clouds: dict[ProviderName, FakeCloud],
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    field: str,
+    note: str,
+    name: str,
+    now: str,
+) -> None:
+    # Enter in Max price went on to Review without a word, and the message quoted "-" for "-5".
+    wizard, step = compute_wizard(qtbot, RunDraft(base_model="qwen2.5-7b", method="lora"))
+    offers_shown(step, wait_for)
+    assert step.pick is not None, "the step is complete: Enter elsewhere would go on"
+    box = getattr(step, field)
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    box.selectAll()
+    qtbot.keyClicks(box, "-5")
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert wizard.current is step, "Enter in a number field takes the number; it never leaves the step"
+    assert box.value() == 0 and box.text() == now
+    said = getattr(step, note)
+    assert said.isVisible() and said.text().startswith(
+        f"{name}: “-5” is below the lowest it takes, so it is {now} now."
+    )
+    assert "Type a number from 0.00 to" in said.text()
+    assert box.hasFocus()
+    for combo in (step.provider_combo, step.kind_combo):
+        combo.setFocus()
+        qtbot.waitUntil(combo.hasFocus)
+        qtbot.keyClick(combo, Qt.Key.Key_Return)
+        assert wizard.current is step, "Enter in a filter never leaves the step"

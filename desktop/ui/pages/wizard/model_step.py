@@ -33,7 +33,7 @@ from desktop.services.models.configs import load_catalog
 from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep, enter_applies_here
 from desktop.ui.widgets.blocks import Card, caption, plain_button, set_role
 from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.tables import pick_one_table
@@ -199,6 +199,7 @@ class ModelStep(WizardStep):
         self.filter_edit.setAccessibleName("Filter the model catalog")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.on_filter_changed)
+        enter_applies_here(self.filter_edit)
         self.catalog_table = pick_one_table(_CATALOG_COLUMNS, "Model catalog", stretch_column=4)
         # Hub ids are shown whole; the licence column takes what is left.
         self.catalog_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
