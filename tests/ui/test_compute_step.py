@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
@@ -212,8 +212,8 @@ def test_a_model_that_cannot_be_sized_still_lists_offers_unjudged(
 ) -> None:
     step = open_step(qtbot, RunDraft())
     offers_shown(step, wait_for)
-    assert step.problem_banner.headline_label.text() == "The offers cannot be judged for this run"
-    assert step.problem_banner.isVisibleTo(step) and "Choose a base model" in step.problem_banner.details_label.text()
+    assert step.offers_banner.headline_label.text() == "The offers cannot be judged for this run"
+    assert step.offers_banner.isVisibleTo(step) and "Choose a base model" in step.offers_banner.details_label.text()
     assert step.offers.items and all(item.fit is None for item in step.offers.items)
     assert step.pick is None, "nothing is known to fit: the user picks"
     assert step.offers.table.cellWidget(0, 2).accessibleName() == "Unknown"
@@ -244,10 +244,10 @@ def test_when_no_machine_fits_nothing_is_picked_and_the_step_says_why(
     offers_shown(step, wait_for)
     assert step.judged is not None and step.judged.offers and not any(item.fits for item in step.judged.offers)
     assert step.pick is None and step.offers.selected() is None  # it picked a 1 x RTX 3090 and showed its total
-    assert "Nothing picked yet" in step.pick_label.text()
-    assert step.problem_banner.headline_label.text() == "No machine offered fits this run"
-    details = step.problem_banner.details_label.text()
-    assert "GB per GPU even on the closest" in details and "QLoRA" in details
+    assert step.pick_label.text().startswith("Nothing picked: no machine offered fits this run"), "no 'pick a row'"
+    assert step.offers_banner.headline_label.text() == "No machine offered fits this run"
+    details = step.offers_banner.details_label.text()
+    assert "GB per GPU even on the closest" in details and "QLoRA" in details and "on the Sizing step" in details
     assert step.shown_label.text().endswith("offers, by price: none fits.")
     table = step.offers.table
     times_and_totals = {(table.item(r, 3).text(), table.item(r, 4).text()) for r in range(table.rowCount())}
@@ -347,3 +347,29 @@ def test_enter_in_a_filter_or_the_budget_stays_on_the_step_and_quotes_what_was_t
         qtbot.waitUntil(combo.hasFocus)
         qtbot.keyClick(combo, Qt.Key.Key_Return)
         assert wizard.current is step, "Enter in a filter never leaves the step"
+
+
+def test_next_when_no_machine_fits_keeps_the_reason_in_view_and_says_what_to_change(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    # Next replaced the reason with "Pick an offer in the table (widen the filters…)", scrolled out of view.
+    wizard, step = compute_wizard(qtbot, RunDraft(base_model="llama-3.1-70b", method="full"))
+    offers_shown(step, wait_for)
+    assert step.pick is None
+    wizard.next_button.click()
+    assert wizard.current is step
+    shown = [label.text() for label in step.findChildren(QLabel) if label.isVisibleTo(step)]
+    assert not any("Pick an offer" in text for text in shown), shown
+    assert wizard.problem_label.text() == "No machine offered fits this run"
+    problem = step.shown_problem
+    assert problem is not None and "Make the run smaller on the Model step" in problem.details
+    assert "choose several GPUs on the Sizing step" in problem.details
+    assert problem.step == "model" and step.problem_action.isVisibleTo(step), "a button goes to the Model step"
+    assert step.problem_banner.visibleRegion().boundingRect().height() == step.problem_banner.height()
+    offers_reason = step.offers_banner
+    assert offers_reason.isVisibleTo(step) and offers_reason.headline_label.text() == "No machine offered fits this run"
+    assert "GB per GPU even on the closest" in offers_reason.details_label.text(), "the reason with its numbers stays"
+    assert not offers_reason.visibleRegion().isEmpty(), "the reason beside the offers is scrolled into view"
+    step.problem_action.click()
+    model = wizard.current
+    assert isinstance(model, ModelStep) and model.method_buttons[model.method].hasFocus()
