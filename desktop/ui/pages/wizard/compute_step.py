@@ -334,11 +334,16 @@ class ComputeStep(WizardStep):
         """When nothing fits, also scrolls the offers' own reason to the top (the table under it says how close)."""
         super().show_problem(problem, focus=focus)
         if problem is not None and problem.headline == NONE_FITS:
-            outer = self.layout()
-            if outer is not None:
-                outer.activate()  # the banner above just took room: scroll within the viewport as it is now
-            top = self.status_label.mapTo(self.scroll_area.widget(), QPoint(0, 0)).y()  # "Asked at…", then the reason
-            self.scroll_area.verticalScrollBar().setValue(top - METRICS.gap // 2)
+            self._scroll_to_the_offers()
+
+    def _scroll_to_the_offers(self) -> None:
+        """Scrolls "Asked at…", the offers' reason and the table under it to the top of the step."""
+        outer, content = self.layout(), self.scroll_area.widget()
+        if outer is None or content is None:
+            return
+        outer.activate()  # the banner above just took room: scroll within the viewport as it is now
+        top = self.status_label.mapTo(content, QPoint(0, 0)).y()
+        self.scroll_area.verticalScrollBar().setValue(top - METRICS.gap // 2)
 
     def save_into(self, draft: RunDraft) -> None:
         """Copies the choice, the server, the pick with its machine settings, and the budget into ``draft``."""
