@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
@@ -18,6 +19,9 @@ from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.ui.context import AppContext
 from desktop.ui.pages.wizard.compute_step import ComputeStep
+from desktop.ui.pages.wizard.model_step import ModelStep
+from desktop.ui.pages.wizard.review_step import ReviewStep
+from desktop.ui.pages.wizard.wizard_page import WizardPage
 from desktop.ui.widgets.offers_table import KIND_COLUMN
 from tests.fakes.http import FakeCloud
 from tests.fixtures.memory_keyring import MemoryKeyring
@@ -208,8 +212,8 @@ def test_a_model_that_cannot_be_sized_still_lists_offers_unjudged(
 ) -> None:
     step = open_step(qtbot, RunDraft())
     offers_shown(step, wait_for)
-    assert step.problem_banner.headline_label.text() == "The offers cannot be judged for this run"
-    assert step.problem_banner.isVisibleTo(step) and "Choose a base model" in step.problem_banner.details_label.text()
+    assert step.offers_banner.headline_label.text() == "The offers cannot be judged for this run"
+    assert step.offers_banner.isVisibleTo(step) and "Choose a base model" in step.offers_banner.details_label.text()
     assert step.offers.items and all(item.fit is None for item in step.offers.items)
     assert step.pick is None, "nothing is known to fit: the user picks"
     assert step.offers.table.cellWidget(0, 2).accessibleName() == "Unknown"
@@ -240,10 +244,10 @@ def test_when_no_machine_fits_nothing_is_picked_and_the_step_says_why(
     offers_shown(step, wait_for)
     assert step.judged is not None and step.judged.offers and not any(item.fits for item in step.judged.offers)
     assert step.pick is None and step.offers.selected() is None  # it picked a 1 x RTX 3090 and showed its total
-    assert "Nothing picked yet" in step.pick_label.text()
-    assert step.problem_banner.headline_label.text() == "No machine offered fits this run"
-    details = step.problem_banner.details_label.text()
-    assert "GiB per GPU even on the closest" in details and "QLoRA" in details
+    assert step.pick_label.text().startswith("Nothing picked: no machine offered fits this run"), "no 'pick a row'"
+    assert step.offers_banner.headline_label.text() == "No machine offered fits this run"
+    details = step.offers_banner.details_label.text()
+    assert "GiB per GPU even on the closest" in details and "QLoRA" in details and "on the Sizing step" in details
     assert step.shown_label.text().endswith("offers, by price: none fits.")
     table = step.offers.table
     times_and_totals = {(table.item(r, 3).text(), table.item(r, 4).text()) for r in range(table.rowCount())}
@@ -291,3 +295,81 @@ def test_at_1024_pixels_every_offers_location_shows_whole(
     assert table.horizontalScrollBar().maximum() == 0
     step.kind_combo.setCurrentIndex(step.kind_combo.findData(None))
     assert not table.isColumnHidden(KIND_COLUMN)
+
+
+def compute_wizard(qtbot: QtBot, draft: RunDraft) -> tuple[WizardPage, ComputeStep]:
+    """The Compute step in the wizard between the real Model and Review steps (Enter used to go on to Review)."""
+    draft.step = "compute"
+    context = AppContext(Settings(), SecretStore(), draft=draft)
+    step = ComputeStep(context)
+    wizard = WizardPage(context, [ModelStep(context), step, ReviewStep(context)])
+    qtbot.addWidget(wizard)
+    wizard.resize(1100, 700)
+    wizard.show()
+    wizard.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is wizard)
+    return wizard, step
+
+
+@pytest.mark.parametrize(
+    ("field", "note", "name", "now"),
+    [("price_spin", "price_note", "Max price", "Any price"), ("budget_spin", "budget_note", "Budget", "No limit")],
+)
+def test_enter_in_a_filter_or_the_budget_stays_on_the_step_and_quotes_what_was_typed(
+    clouds: dict[ProviderName, FakeCloud],
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    field: str,
+    note: str,
+    name: str,
+    now: str,
+) -> None:
+    # Enter in Max price went on to Review without a word, and the message quoted "-" for "-5".
+    wizard, step = compute_wizard(qtbot, RunDraft(base_model="qwen2.5-7b", method="lora"))
+    offers_shown(step, wait_for)
+    assert step.pick is not None, "the step is complete: Enter elsewhere would go on"
+    box = getattr(step, field)
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    box.selectAll()
+    qtbot.keyClicks(box, "-5")
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert wizard.current is step, "Enter in a number field takes the number; it never leaves the step"
+    assert box.value() == 0 and box.text() == now
+    said = getattr(step, note)
+    assert said.isVisible() and said.text().startswith(
+        f"{name}: “-5” is below the lowest it takes, so it is {now} now."
+    )
+    assert "Type a number from 0.00 to" in said.text()
+    assert box.hasFocus()
+    for combo in (step.provider_combo, step.kind_combo):
+        combo.setFocus()
+        qtbot.waitUntil(combo.hasFocus)
+        qtbot.keyClick(combo, Qt.Key.Key_Return)
+        assert wizard.current is step, "Enter in a filter never leaves the step"
+
+
+def test_next_when_no_machine_fits_keeps_the_reason_in_view_and_says_what_to_change(
+    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    # Next replaced the reason with "Pick an offer in the table (widen the filters…)", scrolled out of view.
+    wizard, step = compute_wizard(qtbot, RunDraft(base_model="llama-3.1-70b", method="full"))
+    offers_shown(step, wait_for)
+    assert step.pick is None
+    wizard.next_button.click()
+    assert wizard.current is step
+    shown = [label.text() for label in step.findChildren(QLabel) if label.isVisibleTo(step)]
+    assert not any("Pick an offer" in text for text in shown), shown
+    assert wizard.problem_label.text() == "No machine offered fits this run"
+    problem = step.shown_problem
+    assert problem is not None and "Make the run smaller on the Model step" in problem.details
+    assert "choose several GPUs on the Sizing step" in problem.details
+    assert problem.step == "model" and step.problem_action.isVisibleTo(step), "a button goes to the Model step"
+    assert step.problem_banner.visibleRegion().boundingRect().height() == step.problem_banner.height()
+    offers_reason = step.offers_banner
+    assert offers_reason.isVisibleTo(step) and offers_reason.headline_label.text() == "No machine offered fits this run"
+    assert "GB per GPU even on the closest" in offers_reason.details_label.text(), "the reason with its numbers stays"
+    assert not offers_reason.visibleRegion().isEmpty(), "the reason beside the offers is scrolled into view"
+    step.problem_action.click()
+    model = wizard.current
+    assert isinstance(model, ModelStep) and model.method_buttons[model.method].hasFocus()

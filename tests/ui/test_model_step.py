@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
@@ -267,24 +267,54 @@ def test_the_model_step_fits_the_window_with_advanced_settings_open(
     assert table.horizontalScrollBar().maximum() == 0
 
 
-def test_a_number_out_of_range_becomes_the_nearest_allowed_and_the_step_says_why(qtbot: QtBot, step: ModelStep) -> None:
+def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:
+    """Types over a number field and tabs away, as a user would (leaving the field is when the number is taken)."""
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    box.selectAll()
+    qtbot.keyClicks(box, text)
+    qtbot.keyClick(box, Qt.Key.Key_Tab)
+
+
+def test_a_number_out_of_range_becomes_the_nearest_allowed_and_its_field_says_why(
+    qtbot: QtBot, step: ModelStep
+) -> None:
     step.advanced_toggle.setChecked(True)
     epochs = step.spins["epochs"]
     epochs.setValue(3)
-    epochs.setFocus()
-    qtbot.waitUntil(epochs.hasFocus)
-    epochs.selectAll()
-    qtbot.keyClicks(epochs, "0.05")
-    qtbot.keyClick(epochs, Qt.Key.Key_Tab)  # leaving the field is when Qt corrects it
+    type_and_leave(qtbot, epochs, "0.05")
     assert epochs.value() == pytest.approx(0.1), "the nearest number it takes, not the old 3.00 back"
-    assert step.correction_note.isVisible()
-    assert step.correction_note.text() == (
-        "Epochs (passes over the data): 0.05 is below the lowest it takes, 0.10; it is that now."
+    assert step.notes["epochs"].isVisible()
+    assert step.notes["epochs"].text() == (
+        "Epochs (passes over the data): “0.05” is below the lowest it takes, so it is 0.10 now. "
+        "Type a number from 0.10 to 1000.00."
     )
     rank = step.spins["lora_r"]
-    rank.setFocus()
-    qtbot.waitUntil(rank.hasFocus)
-    rank.selectAll()
-    qtbot.keyClicks(rank, "16")
-    qtbot.keyClick(rank, Qt.Key.Key_Tab)
-    assert rank.value() == 16 and not step.correction_note.isVisible(), "a number in range clears the note"
+    type_and_leave(qtbot, rank, "0")
+    assert rank.value() == 1 and step.notes["lora_r"].isVisible()
+    assert step.notes["epochs"].isVisible(), "an earlier correction is not replaced by the latest"
+    type_and_leave(qtbot, rank, "16")
+    assert rank.value() == 16 and not step.notes["lora_r"].isVisible(), "a number in range clears its note"
+    assert step.notes["epochs"].isVisible()
+
+
+@pytest.mark.parametrize(
+    ("key", "typed", "kept"),
+    [("epochs", "2000", 1000.0), ("seq_len", "99999999", 1_048_576), ("keep_checkpoints", "999999", 1000)],
+)
+def test_a_number_above_the_highest_is_said_beside_its_field_not_cut_silently(
+    qtbot: QtBot, step: ModelStep, key: str, typed: str, kept: float
+) -> None:
+    # Qt refused the keystroke past the highest: 2000 epochs became 200, and 99999999 tokens 999,999, without a word.
+    step.advanced_toggle.setChecked(True)
+    box = step.spins[key]
+    type_and_leave(qtbot, box, typed)
+    assert box.value() == pytest.approx(kept)
+    note = step.notes[key]
+    assert note.isVisible() and f"“{typed}” is above the highest it takes, so it is {box.text()} now." in note.text()
+    assert note.text().startswith(next(field.label for field in TRAINING_FIELDS if field.key == key))
+    # beside its own field: right under it, in its column
+    spot, under = box.geometry(), note.geometry()
+    assert under.top() >= spot.bottom() and under.top() - spot.bottom() < spot.height()
+    assert under.left() <= spot.left() < under.right()
+    assert [other for other, line in step.notes.items() if line.isVisible()] == [key]

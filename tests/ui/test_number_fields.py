@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
@@ -131,3 +131,31 @@ def test_enter_in_a_number_field_says_the_correction_at_once(qtbot: QtBot) -> No
     qtbot.keyClick(count, Qt.Key.Key_Return)
     assert count.hasFocus() and count.value() == 1000
     assert count_note.isVisible() and "“2000” is above the highest it takes" in count_note.text()
+
+
+def test_a_correction_is_scrolled_into_view_under_its_field(qtbot: QtBot) -> None:
+    # Compute's Budget, reached by its shortcut, sits under the fold: its correction was said out of sight.
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    content = QWidget()
+    layout = QVBoxLayout(content)
+    layout.addSpacing(900)
+    budget = QDoubleSpinBox()
+    budget.setRange(0.0, 100.0)
+    note = CorrectionNote()
+    note.watch(budget, "Budget")
+    layout.addWidget(budget)
+    layout.addWidget(note)
+    area.setWidget(content)
+    area.resize(300, 400)
+    qtbot.addWidget(area)
+    area.show()
+    qtbot.waitExposed(area)
+    budget.setFocus()
+    qtbot.waitUntil(budget.hasFocus)
+    area.ensureWidgetVisible(budget, 0, 0)  # at the bottom edge, as a field reached by its shortcut may be
+    budget.selectAll()
+    qtbot.keyClicks(budget, "500")
+    qtbot.keyClick(budget, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: note.visibleRegion().boundingRect().height() == note.height())
+    assert budget.value() == 100 and note.text().startswith("Budget: “500” is above the highest it takes")

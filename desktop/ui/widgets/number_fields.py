@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QKeyEvent, QValidator
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QScrollArea, QSpinBox, QWidget
 
 NumberBox = QSpinBox | QDoubleSpinBox
 _TAKE_KEYS = {Qt.Key.Key_Return, Qt.Key.Key_Enter}
@@ -169,6 +169,15 @@ class CorrectionNote(QLabel):
         explain_corrections(box, name, self.show_words)
 
     def show_words(self, words: str) -> None:
-        """Shows ``words`` ("" hides the line)."""
+        """Shows ``words`` ("" hides the line), scrolled into view: a field reached by its shortcut may be out of it."""
         self.setText(words)
         self.setVisible(bool(words))
+        if words:
+            QTimer.singleShot(0, self, self._scroll_into_view)  # once the layout has made room for the line
+
+    def _scroll_into_view(self) -> None:
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parentWidget()
+        if area is not None and self.isVisible():
+            area.ensureWidgetVisible(self, 0, 8)

@@ -12,19 +12,17 @@ import json
 import time
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
-    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -48,20 +46,24 @@ from desktop.services.runs.offers_for_draft import (
 )
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
+from desktop.ui.design.palette import METRICS
 from desktop.ui.pages.wizard.compute_words import (
+    NONE_FITS_NEXT,
     budget_words,
     compute_pick_words,
     none_fits_words,
     pick_words,
     remembered_pick_note,
 )
-from desktop.ui.pages.wizard.step_base import WizardStep
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
 from desktop.ui.widgets.blocks import Banner, Card, caption, heading, plain_button, set_role
 from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.offers_table import KIND_COLUMN, MAX_ROWS, OffersTable
 from desktop.ui.widgets.own_server_form import OwnServerForm
 from desktop.ui.widgets.provider_keys import ProviderKeysPanel
 
+#: The headline when offers were judged and none fits the run.
+NONE_FITS = "No machine offered fits this run"
 #: Offers older than this are asked again when the step is entered.
 MARKET_MAX_AGE_S = 300.0
 _KINDS = (("On-demand", False), ("Spot", True), ("On-demand and spot", None))
@@ -109,12 +111,7 @@ class ComputeStep(WizardStep):
         layout.addWidget(self.own_form)
         layout.addWidget(self._build_budget())
         layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setWidget(content)
-        self.body.addWidget(scroll, 1)
+        self.body.addWidget(content, 1)  # in the step's own scroll area, which scrolls a problem's place into view
         self._show_mode(True)
 
     # -- building ----------------------------------------------------------------------------------------------------
@@ -170,8 +167,9 @@ class ComputeStep(WizardStep):
         status.addWidget(self.progress)
         status.addWidget(self.status_label, 1)
         card.body.addLayout(status)
-        self.problem_banner = Banner("warning")
-        card.body.addWidget(self.problem_banner)
+        self.offers_banner = Banner("warning")  # why the offers are as they are (the step's banner is for Next)
+        self.offers_banner.setObjectName("offers_problem")
+        card.body.addWidget(self.offers_banner)
         self.offers = OffersTable()
         self.offers.sig_picked.connect(self.on_offer_picked)
         card.body.addWidget(self.offers)
@@ -312,20 +310,40 @@ class ComputeStep(WizardStep):
         if draft.renting:
             self._ensure_offers()
 
-    def validate(self) -> str | None:
-        """Renting needs a picked offer; the own server a tested connection (and a rate for a budget)."""
+    def step_problem(self) -> StepProblem | None:
+        """Renting needs a picked offer; the own server a tested connection (and a rate for a budget).
+
+        When no offer fits the run, picking is no way out: the problem says why and sends the user to the Model step.
+        """
         if not self.renting:
             problem = self.own_form.validate()
             if problem is None and self.budget_spin.value() > 0 and self.own_form.hourly_rate() <= 0:
-                return "Enter your server's hourly rate, so the budget can be kept; or set the budget to No limit."
-            return problem
+                problem = "Enter your server's hourly rate, so the budget can be kept; or set the budget to No limit."
+            return StepProblem(problem) if problem else None
         if self.pick is not None:
             return None
         if self.fetching:
-            return "Wait a moment: the offers are still coming in. Then pick one."
+            return StepProblem("Wait a moment: the offers are still coming in. Then pick one.")
         if not any(state.present for state in self.keys.values()):
-            return "Add a provider's API key to see its offers, then pick one; or choose Your own server."
-        return "Pick an offer in the table (widen the filters if none is shown)."
+            return StepProblem("Add a provider's API key to see its offers, then pick one; or choose Your own server.")
+        if self.none_fits:
+            return StepProblem(NONE_FITS, NONE_FITS_NEXT, step="model", setting="method", action="Change the model")
+        return StepProblem("Pick an offer in the table (widen the filters if none is shown).")
+
+    def show_problem(self, problem: StepProblem | None, *, focus: bool = True) -> None:
+        """When nothing fits, also scrolls the offers' own reason to the top (the table under it says how close)."""
+        super().show_problem(problem, focus=focus)
+        if problem is not None and problem.headline == NONE_FITS:
+            self._scroll_to_the_offers()
+
+    def _scroll_to_the_offers(self) -> None:
+        """Scrolls "Asked at…", the offers' reason and the table under it to the top of the step."""
+        outer, content = self.layout(), self.scroll_area.widget()
+        if outer is None or content is None:
+            return
+        outer.activate()  # the banner above just took room: scroll within the viewport as it is now
+        top = self.status_label.mapTo(content, QPoint(0, 0)).y()
+        self.scroll_area.verticalScrollBar().setValue(top - METRICS.gap // 2)
 
     def save_into(self, draft: RunDraft) -> None:
         """Copies the choice, the server, the pick with its machine settings, and the budget into ``draft``."""
@@ -511,20 +529,27 @@ class ComputeStep(WizardStep):
         self.offers.table.setColumnHidden(KIND_COLUMN, one_kind)
         judged = self.judged.offers if self.judged else []
         problem = self.judged.problem if self.judged else None
-        none_fits = not problem and bool(judged) and not any(item.fits for item in judged)
+        none_fits = self.none_fits
         if problem:
             headline = "The offers cannot be judged for this run"
             details = f"{problem} Meanwhile the offers are listed by price, without fit or totals."
         elif none_fits:
-            headline, details = "No machine offered fits this run", none_fits_words(judged)
+            headline, details = NONE_FITS, none_fits_words(judged)
         else:
             headline, details = "", ""
-        self.problem_banner.show_message("warning", headline, details)
+        self.offers_banner.show_message("warning", headline, details)
         self._show_empty(items)
         shown = min(len(items), MAX_ROWS)
         order = "by price: none fits" if none_fits or problem else "best first"
         self.shown_label.setText(f"Showing {shown:,} of {len(judged):,} offers, {order}." if judged else "")
         self._select_pick(items)
+
+    @property
+    def none_fits(self) -> bool:
+        """Whether offers were judged for this run and not one of them fits it (whatever the filters show)."""
+        if self.judged is None or self.judged.problem:
+            return False
+        return bool(self.judged.offers) and not any(item.fits for item in self.judged.offers)
 
     def _select_pick(self, items: list[DraftOffer]) -> None:
         """Keeps the user's pick; a pick remembered from before is kept only while the job fits it.
@@ -587,6 +612,8 @@ class ComputeStep(WizardStep):
             self.pick_label.setText(" ".join(filter(None, [self.pick_note, pick_words(self.pick)])))
         elif self.judged is None and self.draft.compute.picked:
             self.pick_label.setText(f"Picked earlier: {compute_pick_words(self.draft.compute)}. Checking the offers…")
+        elif self.none_fits:
+            self.pick_label.setText("Nothing picked: no machine offered fits this run (why and what to change: above).")
         else:
             self.pick_label.setText("Nothing picked yet: pick a row in the table.")
         self._show_budget()

@@ -69,13 +69,19 @@ def budget_words(budget_usd: float, total_usd: float | None) -> tuple[str, str]:
     return f"{stop} The estimate (${total_usd:,.2f}) is within it.", "success"
 
 
+#: What to change when no offer fits: nothing on the Compute step can make one fit.
+NONE_FITS_ADVICE = (
+    "Make the run smaller on the Model step (QLoRA, a smaller model or a shorter sequence length), or choose "
+    "several GPUs on the Sizing step."
+)
+#: What Next says then (the offers' own banner, scrolled into view under it, says how close the nearest comes).
+NONE_FITS_NEXT = f"None of the offers can be picked. {NONE_FITS_ADVICE} The offers below say how close they come."
+
+
 def none_fits_words(offers: list[DraftOffer]) -> str:
     """Why no offer fits, with the closest one's numbers, and what to change (when every offer is too small)."""
     sized = [item for item in offers if item.need_gb is not None]
-    advice = (
-        "Choose QLoRA or a smaller model on the Model step, shorten the sequence length, or pick a machine with more "
-        "GPUs. Nothing is rented until you launch."
-    )
+    advice = f"{NONE_FITS_ADVICE} Nothing is rented until you launch."
     if not sized:
         return advice
     closest = min(sized, key=lambda item: (item.need_gb or 0.0) / max(item.offer.vram_gb, 1.0))

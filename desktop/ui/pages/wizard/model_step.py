@@ -35,9 +35,9 @@ from desktop.services.models.configs import load_catalog
 from desktop.services.platform.logs import get_logger
 from desktop.ui.background import off_ui_thread
 from desktop.ui.context import AppContext
-from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep, enter_applies_here
 from desktop.ui.widgets.blocks import Card, caption, plain_button, set_role
-from desktop.ui.widgets.number_fields import explain_corrections
+from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.tables import pick_one_table
 from trainer_payload.protocol import JOB_INT_RANGES
 
@@ -180,6 +180,8 @@ class ModelStep(WizardStep):
         super().__init__(context, parent)
         self.catalog: ModelCatalog | None = None
         self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
+        #: Each setting's own line saying why a number typed there was changed.
+        self.notes: dict[str, CorrectionNote] = {}
         self.body.addWidget(self._build_catalog())
         self.body.addWidget(self._build_methods())
         self.body.addWidget(self._build_advanced())
@@ -195,6 +197,7 @@ class ModelStep(WizardStep):
         self.filter_edit.setAccessibleName("Filter the model catalog")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.on_filter_changed)
+        enter_applies_here(self.filter_edit)
         self.catalog_table = pick_one_table(_CATALOG_COLUMNS, "Model catalog", stretch_column=4)
         # Hub ids are shown whole; the licence column takes what is left.
         self.catalog_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
@@ -274,31 +277,24 @@ class ModelStep(WizardStep):
             spin = _spin_box(field)
             spin.setMinimumWidth(120)
             spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
-            explain_corrections(spin, field.label, self.on_correction)
             self.spins[field.key] = spin
+            self.notes[field.key] = note = CorrectionNote()
+            note.watch(spin, field.label)
             label = QLabel(field.label)
             label.setBuddy(spin)
             label.setWordWrap(True)
             row, pair = divmod(index, ADVANCED_COLUMNS)
-            grid.addWidget(label, row, pair * 2)
-            grid.addWidget(spin, row, pair * 2 + 1)
+            grid.addWidget(label, row * 2, pair * 2)
+            grid.addWidget(spin, row * 2, pair * 2 + 1)
+            grid.addWidget(note, row * 2 + 1, pair * 2, 1, 2)  # under its own field: each correction said there
         for pair in range(ADVANCED_COLUMNS):
             grid.setColumnStretch(pair * 2, 1)
         self.advanced_box.body.addLayout(grid)
-        self.correction_note = caption()
-        set_role(self.correction_note, "field_note")
-        self.correction_note.setVisible(False)
-        self.advanced_box.body.addWidget(self.correction_note)
         self.lora_note = caption("LoRA rank and alpha only matter for LoRA and QLoRA.")
         self.advanced_box.body.addWidget(self.lora_note)
         self.advanced_box.setVisible(False)
         layout.addWidget(self.advanced_box)
         return holder
-
-    def on_correction(self, words: str) -> None:
-        """Says under the settings why a number typed is not the one kept ("" hides it)."""
-        self.correction_note.setText(words)
-        self.correction_note.setVisible(bool(words))
 
     # -- the wizard's interface -----------------------------------------------------------------------------------
 

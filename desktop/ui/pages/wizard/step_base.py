@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QFrame, QScrollArea, QVBoxLayout, QWidget
 
 from desktop.core.runs.draft import RunDraft
 from desktop.ui.context import AppContext
@@ -42,6 +42,18 @@ class StepProblem:
         """Headline and details as one paragraph."""
         headline = self.headline.rstrip(".") + "."
         return f"{headline} {self.details}".strip()
+
+
+def enter_applies_here(widget: QWidget) -> None:
+    """Marks ``widget`` (a filter) as one where Enter applies what was typed and never moves the wizard on."""
+    widget.setProperty("enter_applies", True)
+
+
+def takes_enter(widget: QWidget | None) -> bool:
+    """Whether Enter in ``widget`` only takes what is there: a number field, a list to choose from, a filter."""
+    if widget is None:
+        return False
+    return isinstance(widget, (QAbstractSpinBox, QComboBox)) or bool(widget.property("enter_applies"))
 
 
 def mark_invalid(widget: QWidget, invalid: bool) -> None:

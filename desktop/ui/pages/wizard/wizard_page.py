@@ -1,7 +1,8 @@
 """The New fine-tune page: the wizard's steps with Back / Next, validated and saved as the user goes.
 
 The step indicator at the top is clickable: backwards always, forwards to a step already reached (each step on
-the way must be complete). Enter advances like Next when the step is complete; Back sits at the left and Next,
+the way must be complete). Enter advances like Next when the step is complete, except in a number field, a list to
+choose from or a filter, where it takes what was typed or chosen there and stays; Back sits at the left and Next,
 the primary action, at the right, always in the same places.
 """
 
@@ -26,7 +27,7 @@ from desktop.services.runs.drafts import save_draft
 from desktop.ui.context import AppContext
 from desktop.ui.design.icons import tint
 from desktop.ui.pages.base import BasePage
-from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
+from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep, takes_enter
 from desktop.ui.widgets.blocks import plain_button, primary_button, set_role
 
 _log = get_logger("ui.wizard")
@@ -234,7 +235,11 @@ class WizardPage(BasePage):
             self._advance(index)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        """Enter presses a focused button, or else advances like Next when the step is complete."""
+        """Enter presses a focused button, or else advances like Next when the step is complete.
+
+        In a number field, a list or a filter Enter only takes what is there (a number out of range is corrected and
+        said beside it): a user pressing Enter to apply a filter must not find the wizard on another step.
+        """
         if event.key() not in _ENTER_KEYS or event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
             super().keyPressEvent(event)
             return
@@ -242,6 +247,8 @@ class WizardPage(BasePage):
         focused = QApplication.focusWidget()
         if isinstance(focused, QAbstractButton) and focused is not self.next_button and self.isAncestorOf(focused):
             focused.click()
+        elif takes_enter(focused):
+            return
         elif self.next_button.isVisible() and not self.current.busy:
             self.on_next()
 
