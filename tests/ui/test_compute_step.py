@@ -368,7 +368,7 @@ def test_next_when_no_machine_fits_keeps_the_reason_in_view_and_says_what_to_cha
     assert step.problem_banner.visibleRegion().boundingRect().height() == step.problem_banner.height()
     offers_reason = step.offers_banner
     assert offers_reason.isVisibleTo(step) and offers_reason.headline_label.text() == "No machine offered fits this run"
-    assert "GB per GPU even on the closest" in offers_reason.details_label.text(), "the reason with its numbers stays"
+    assert "GiB per GPU even on the closest" in offers_reason.details_label.text(), "the reason with its numbers stays"
     assert not offers_reason.visibleRegion().isEmpty(), "the reason beside the offers is scrolled into view"
     step.problem_action.click()
     model = wizard.current
