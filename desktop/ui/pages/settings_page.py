@@ -34,8 +34,8 @@ from desktop.services.platform.secrets import (
     SecretStoreError,
 )
 from desktop.services.platform.settings import save_settings
-from desktop.services.providers.base import ProviderError
-from desktop.services.providers.registry import check_api_key, provider_of_secret
+from desktop.services.providers.key_entry import KeyEntryError, add_key
+from desktop.services.providers.registry import provider_of_secret
 from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button, primary_button
@@ -250,13 +250,14 @@ class SettingsPage(BasePage):
 
         def check_and_store(_job: object) -> None:
             if provider is not None and value:
-                asyncio.run(check_api_key(provider, value))  # a worker thread: its own short event loop
-            secrets.set(name, value)
+                asyncio.run(add_key(provider, value, secrets))  # a worker thread: its own short event loop
+            else:
+                secrets.set(name, value)
 
         if provider is not None and value:
             self.keys_message.setText(f"Checking the {name.label} with {provider.label}…")
         Operation(self, check_and_store, lambda _none: self._key_stored(name)).failure(
-            self._key_refused, SecretStoreError, ProviderError
+            self._key_refused, SecretStoreError, KeyEntryError
         ).run()
 
     def _key_stored(self, name: SecretName) -> None:
@@ -277,8 +278,6 @@ class SettingsPage(BasePage):
         self.keys_message.setText(f"{name.label} removed from the keyring.")
         self._read_key_statuses()
 
-    def _key_refused(self, exc: SecretStoreError | ProviderError) -> None:
-        if isinstance(exc, ProviderError):
-            self.keys_message.setText(f"Not saved: {exc}")
-            return
-        self.keys_message.setText(str(exc))
+    def _key_refused(self, exc: SecretStoreError | KeyEntryError) -> None:
+        # a key the provider refused or could not check: its words name the provider, what went wrong and the fix
+        self.keys_message.setText(f"Not saved: {exc}" if isinstance(exc, KeyEntryError) else str(exc))
