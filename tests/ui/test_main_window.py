@@ -228,6 +228,32 @@ def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_fo
     assert window.context.manager.engine("a-later-run").options.keep_local_checkpoints == 7
 
 
+def test_choosing_a_theme_applies_and_keeps_it_at_once_without_saving_other_edits(
+    window: MainWindow, qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    """The theme changed only on Save preferences; other settings pages apply a theme when it is chosen."""
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    apply_theme(Theme.LIGHT)
+    try:
+        page.keep_spin.setValue(9)  # edited, not saved: choosing a theme must not save it along
+        page.theme_combo.setFocus()
+        for _ in range(page.theme_combo.count()):  # System, Light, Dark: as a user steps through the choices
+            if page.theme_combo.currentData() != Theme.DARK:
+                qtbot.keyClick(page.theme_combo, Qt.Key.Key_Down)
+        assert page.theme_combo.currentData() == Theme.DARK
+        assert current_palette().is_dark, "the theme applies on the choice, before any Save"
+        wait_for(lambda: load_settings().theme is Theme.DARK)
+        assert load_settings().keep_local_checkpoints == Settings().keep_local_checkpoints, "only the theme is kept"
+        assert page.preferences_status.text() == "Dark theme applied and kept."
+        qtbot.keyClick(page.theme_combo, Qt.Key.Key_Up)
+        assert not current_palette().is_dark
+        wait_for(lambda: load_settings().theme is Theme.LIGHT)
+    finally:
+        apply_theme(Theme.LIGHT)
+
+
 def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callable[..., None]) -> None:
     page = window.page("settings")
     assert isinstance(page, SettingsPage)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -38,6 +39,7 @@ from desktop.services.providers.key_entry import KeyEntryError, add_key
 from desktop.services.providers.registry import provider_of_secret
 from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
+from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button, primary_button
 from desktop.ui.widgets.number_fields import CorrectionNote
 
@@ -63,6 +65,7 @@ class SettingsPage(BasePage):
     def __init__(self, settings: Settings, secrets: SecretStore, parent: QWidget | None = None) -> None:
         self.settings = settings
         self.secrets = secrets
+        self._writing = threading.Lock()  # one settings write at a time: a later choice is never overwritten
         super().__init__(parent)
         self.body.addWidget(self._build_preferences())
         self.body.addWidget(self._build_keys())
@@ -127,6 +130,7 @@ class SettingsPage(BasePage):
         row.addWidget(self.preferences_status, 1)
         card.body.addLayout(row)
         self._show_settings(self.settings)
+        self.theme_combo.currentIndexChanged.connect(self.on_theme_chosen)
         return card
 
     def _show_settings(self, settings: Settings) -> None:
@@ -161,13 +165,33 @@ class SettingsPage(BasePage):
         was_at_login = self.settings.start_at_login
 
         def save(_job: object) -> Path:
-            if edited.start_at_login or was_at_login:
-                set_autostart(edited.start_at_login)  # first, so a refused login entry leaves the settings as they were
-            return save_settings(edited)
+            with self._writing:
+                if edited.start_at_login or was_at_login:
+                    # first, so that a refused login entry leaves the settings as they were
+                    set_autostart(edited.start_at_login)
+                return save_settings(edited)
 
         Operation(self, save, lambda path: self._saved(edited, path)).failure(
             self._not_saved, OSError, SettingsError, ValidationError
         ).run()
+
+    def on_theme_chosen(self) -> None:
+        """Applies the theme chosen at once and keeps it; other edits still wait for Save preferences."""
+        theme = Theme(self.theme_combo.currentData())
+        apply_theme(theme)
+        self.settings = self.settings.model_copy(update={"theme": theme})
+
+        def keep(_job: object) -> Path:
+            with self._writing:
+                return save_settings(self.settings)  # the newest choice, whichever write runs last
+
+        Operation(self, keep, lambda _path: self._theme_kept(theme), group="theme").failure(
+            self._not_saved, OSError, SettingsError
+        ).run()
+
+    def _theme_kept(self, theme: Theme) -> None:
+        self.preferences_status.setText(f"{theme.value.capitalize()} theme applied and kept.")
+        self.sig_settings_changed.emit(self.settings)
 
     def _saved(self, edited: Settings, path: Path) -> None:
         self.settings = edited
