@@ -80,3 +80,38 @@ def test_an_output_that_cannot_be_made_looks_disabled(
     types = list(dialog.type_checks.values())
     assert all(not check.isEnabled() for check in types)
     assert all(_box_fill(check) == refused_box for check in types), "the GGUF types look as disabled as GGUF"
+
+
+def test_every_output_keeps_its_full_height_when_the_reasons_come_after_the_dialog_opened(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    """The GGUF types vanished into an empty gap at 1024x700: the reasons made the dialog taller than it was opened."""
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    source = AdapterSource(tmp_path, None, None, "run-a")
+    adapter = ReturnedAdapter("run-a", source, 1000, 0.0, 60.0, 0.12, True, None, None, True)
+    dialog = ExportDialog(parent, adapter, SecretStore())
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog.move(dialog.x(), dialog.screen().availableGeometry().bottom() - dialog.frameGeometry().height())
+    long_reason = (
+        f"{REASON} of /home/someone/models/a-rather-long-folder-name/tiny-llama (its pre-tokenizer is not one "
+        "llama.cpp knows), so it cannot be converted to GGUF; merge and MLX still work"
+    )
+    impossible = Verdict(False, long_reason)
+    verdicts = {OutputFormat.GGUF: impossible, OutputFormat.LORA_GGUF: impossible, OutputFormat.OLLAMA: impossible}
+    dialog.show_verdicts(verdicts)
+    qloop.run_until_complete(asyncio.sleep(0.2))
+    checks = [check for group in dialog._format_checks().values() for check in group]
+    for check in checks:
+        assert check.height() >= check.minimumSizeHint().height(), f"{check.text()!r} is squeezed: {check.height()}"
+    boxes = [
+        check.geometry().translated(check.parentWidget().mapTo(dialog, check.pos()) - check.pos()) for check in checks
+    ]
+    for index, box in enumerate(boxes):
+        for other in boxes[index + 1 :]:
+            assert not box.intersects(other), "two options drawn over each other"
+    assert dialog.verdict_label.text().count(REASON) == 1, f"one reason said once: {dialog.verdict_label.text()}"
+    screen = dialog.screen().availableGeometry()
+    assert screen.contains(dialog.frameGeometry()), f"the dialog stays on the screen: {dialog.frameGeometry()}"
+    assert dialog.body_scroll.verticalScrollBar().maximum() == 0, "with room on the screen, all shows without scrolling"
