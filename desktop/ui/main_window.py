@@ -32,7 +32,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.pages.catalog import PAGES, WIZARD_STEPS, PageEntry, page_names, warm_up
 from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
-from desktop.ui.theme import apply_theme, theme_events
+from desktop.ui.theme import theme_events
 from desktop.ui.tray import CostTracker
 from desktop.ui.widgets.dialogs import ConfirmDialog, TextDialog
 from desktop.ui.widgets.elided_label import ElidedLabel
@@ -435,8 +435,7 @@ class MainWindow(QMainWindow):
             self.sidebar.item(row).setIcon(icon(entry.icon, palette.text))
 
     def on_settings_changed(self, settings: Settings) -> None:
-        """Applies saved preferences that take effect at once."""
-        apply_theme(settings.theme)
+        """Applies saved preferences that take effect at once (the Settings page applies a theme when it is chosen)."""
         self.context.apply_settings(settings)
 
     def closeEvent(self, event: QCloseEvent) -> None:

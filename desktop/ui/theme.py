@@ -103,4 +103,7 @@ def qt_palette(palette: Palette) -> QPalette:
         result.setColor(role, QColor(color))
     for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
         result.setColor(QPalette.ColorGroup.Disabled, role, QColor(palette.text_muted))
+    # a tick box that cannot be ticked is greyed (light) or sunk into the window (dark), not filled like one that can
+    disabled_box = palette.window if palette.is_dark else palette.surface_alt
+    result.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Base, QColor(disabled_box))
     return result

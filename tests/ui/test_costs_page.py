@@ -4,6 +4,7 @@ and a chart that renders in light and in dark."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -164,3 +165,58 @@ def test_a_machine_says_its_own_dollars_and_the_runs_and_a_stopped_run_is_stoppe
     assert row.detail_label.text() == f"Run {live} · this machine $1.00 so far · the run $2.00 in all"
     states = {cells[0]: cells[3] for cells in _cells(page.run_table)}
     assert states[stopped] == "Stopped" and states[live] == "Training"  # as on the Runs page and the monitor
+
+
+def _drawn_dollars(chart: object) -> list[tuple[str, float]]:
+    """Each label the dollar axis draws, with the dollars the chart means at the height it is drawn at."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QPainter
+
+    from desktop.ui.widgets.spend_chart import SpendChart
+
+    assert isinstance(chart, SpendChart)
+    plot = chart.plot_widget.getPlotItem()
+    axis, view = plot.getAxis("left"), plot.getViewBox()
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    assert specs is not None, "the dollar axis draws nothing"
+    drawn = []
+    for rect, _flags, text in specs[2]:
+        at = view.mapSceneToView(axis.mapToScene(QPointF(0, rect.center().y()))).y()
+        drawn.append((text, at))
+    return drawn
+
+
+def test_dollars_are_drawn_at_their_own_height_with_dollar_ticks_in_both_themes(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, light_afterwards: None
+) -> None:
+    """$0.015 drew at 15 and $0.09 at about 85 once the chart was drawn again (a theme change): SI scaling of cents."""
+    from desktop.services.billing.spend import PeriodSpend
+    from desktop.ui.widgets.spend_chart import SpendChart
+
+    chart = SpendChart()
+    qtbot.addWidget(chart)
+    chart.resize(640, 300)
+    day = 86_400.0
+    spending = [PeriodSpend(0.0, day, {"runpod": 0.015}), PeriodSpend(day, 2 * day, {"vast": 0.09})]
+    chart.show_periods(spending, by_month=False)
+    chart.show()
+    qtbot.waitExposed(chart)
+    for theme in (Theme.DARK, Theme.LIGHT):
+        apply_theme(theme)
+        qloop.run_until_complete(asyncio.sleep(0.05))
+        bottom, top = chart.plot_widget.getPlotItem().getViewBox().viewRange()[1]
+        assert bottom == 0 and 0.09 < top < 0.2, f"the {theme.value} chart spans $0 to a little above $0.09: {top}"
+        drawn = _drawn_dollars(chart)
+        assert 3 <= len(drawn) <= 12, f"a readable number of dollar ticks in {theme.value}: {drawn}"
+        for text, at in drawn:
+            assert text.startswith("$"), f"a dollar tick says dollars: {text!r}"
+            value = float(text.removeprefix("$").replace(",", ""))
+            assert value == pytest.approx(at, abs=0.01 * top), f"{text} is drawn where the chart means ${at:.4f}"
+        values = sorted(float(text.removeprefix("$")) for text, _at in drawn)
+        steps = {round(b - a, 6) for a, b in itertools.pairwise(values)}
+        assert len(steps) == 1, f"evenly spaced ticks: {values}"

@@ -160,6 +160,60 @@ def test_a_cloud_key_is_checked_with_its_provider_before_it_is_stored(
     assert page.keys_message.text() == "Vast.ai API key saved in the keyring (checked with Vast.ai)."
 
 
+def _key_answer(page: SettingsPage, qtbot: QtBot, wait_for: Callable[..., None], key: str) -> str:
+    """Types ``key`` for Vast.ai, saves it, and returns what the page says once the check ended."""
+    page.key_inputs[SecretName.VAST].clear()
+    qtbot.keyClicks(page.key_inputs[SecretName.VAST], key)
+    page.on_store_key_clicked(SecretName.VAST)
+    wait_for(lambda: page.keys_message.text().startswith("Not saved"), timeout=30)
+    return page.keys_message.text()
+
+
+def test_a_refused_key_in_settings_says_who_refused_it_and_what_to_do_there(
+    window: MainWindow,
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    memory_keyring: MemoryKeyring,
+    fake_vast: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It said to "store a valid one in the app's Settings" to a user in Settings, and quoted a terminal command."""
+    monkeypatch.setenv("RENTUNE_VAST_URL", fake_vast.serve() + "/api/v0")
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    said = _key_answer(page, qtbot, wait_for, "a-wrong-key")
+    assert "Vast.ai refused this key" in said and "https://cloud.vast.ai/account/" in said, said
+    assert "Settings" not in said and "rentune keys" not in said, f"no page the user is on, no command: {said}"
+    assert memory_keyring.passwords == {}
+
+
+def test_a_key_check_that_goes_wrong_says_what_in_words_without_an_http_path(
+    window: MainWindow,
+    qtbot: QtBot,
+    wait_for: Callable[..., None],
+    memory_keyring: MemoryKeyring,
+    fake_vast: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It said "could not read the account: GET /api/v0/users/current/" when the address led elsewhere."""
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    root = fake_vast.serve()
+    monkeypatch.setenv("RENTUNE_VAST_URL", root)  # the fake's root, not its API under /api/v0: every route is 404
+    said = _key_answer(page, qtbot, wait_for, fake_vast.valid_key)
+    for raw in ("/users/current", "GET ", "no route", "HTTP"):
+        assert raw not in said, f"no raw request in the message ({raw!r}): {said}"
+    assert "Vast.ai" in said and "did not recognise" in said, f"who and what went wrong: {said}"
+    assert f"RENTUNE_VAST_URL ({root})" in said, f"the fix: the address the user set: {said}"
+    monkeypatch.setenv("RENTUNE_VAST_URL", "http://127.0.0.1:9/api/v0")  # nothing listens there
+    said = _key_answer(page, qtbot, wait_for, fake_vast.valid_key)
+    assert said.startswith("Not saved: Rentune could not reach Vast.ai to check the key."), said
+    assert "RENTUNE_VAST_URL (http://127.0.0.1:9/api/v0)" in said and "internet connection" in said, said
+    assert memory_keyring.passwords == {}
+
+
 def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_for: Callable[..., None]) -> None:
     page = window.page("settings")
     assert isinstance(page, SettingsPage)
@@ -172,6 +226,32 @@ def test_saving_preferences_writes_the_settings_file(window: MainWindow, wait_fo
     assert load_settings().keep_local_checkpoints == 7
     assert followed.options.keep_local_checkpoints == 7, "runs followed now keep that many checkpoints"
     assert window.context.manager.engine("a-later-run").options.keep_local_checkpoints == 7
+
+
+def test_choosing_a_theme_applies_and_keeps_it_at_once_without_saving_other_edits(
+    window: MainWindow, qtbot: QtBot, wait_for: Callable[..., None]
+) -> None:
+    """The theme changed only on Save preferences; other settings pages apply a theme when it is chosen."""
+    page = window.page("settings")
+    assert isinstance(page, SettingsPage)
+    window.show_page("settings")
+    apply_theme(Theme.LIGHT)
+    try:
+        page.keep_spin.setValue(9)  # edited, not saved: choosing a theme must not save it along
+        page.theme_combo.setFocus()
+        for _ in range(page.theme_combo.count()):  # System, Light, Dark: as a user steps through the choices
+            if page.theme_combo.currentData() != Theme.DARK:
+                qtbot.keyClick(page.theme_combo, Qt.Key.Key_Down)
+        assert page.theme_combo.currentData() == Theme.DARK
+        assert current_palette().is_dark, "the theme applies on the choice, before any Save"
+        wait_for(lambda: load_settings().theme is Theme.DARK)
+        assert load_settings().keep_local_checkpoints == Settings().keep_local_checkpoints, "only the theme is kept"
+        assert page.preferences_status.text() == "Dark theme applied and kept."
+        qtbot.keyClick(page.theme_combo, Qt.Key.Key_Up)
+        assert not current_palette().is_dark
+        wait_for(lambda: load_settings().theme is Theme.LIGHT)
+    finally:
+        apply_theme(Theme.LIGHT)
 
 
 def test_empty_key_shows_a_readable_message(window: MainWindow, wait_for: Callable[..., None]) -> None:

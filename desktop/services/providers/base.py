@@ -212,16 +212,24 @@ class ProviderError(RuntimeError):
         reason: The provider's own words alone (``message`` when none were given apart).
         instance_id: A machine the failed request made and left behind (a create whose setup failed, a bid too low
             that still booked a stopped machine): whoever asked records it and terminates it until it is gone.
+        status: The HTTP status of the provider's answer, or None when no answer came (or none applies).
     """
 
     def __init__(
-        self, provider: ProviderName, message: str, reason: str | None = None, *, instance_id: str | None = None
+        self,
+        provider: ProviderName,
+        message: str,
+        reason: str | None = None,
+        *,
+        instance_id: str | None = None,
+        status: int | None = None,
     ) -> None:
         super().__init__(f"{provider.label}: {message}")
         self.provider = provider
         self.message = message
         self.reason = reason or message
         self.instance_id = instance_id
+        self.status = status
 
 
 class UncertainOutcomeError(ProviderError):

@@ -7,15 +7,26 @@ wrong is :class:`KeyEntryError`, whose message is a sentence for people (no comm
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from desktop.services.platform.secrets import SecretSource, SecretStore, SecretStoreError
-from desktop.services.providers.base import AuthError, ProviderError, ProviderName
+from desktop.services.providers.base import (
+    AuthError,
+    ProviderError,
+    ProviderName,
+    RateLimitedError,
+    UncertainOutcomeError,
+)
 from desktop.services.providers.registry import PROVIDERS, check_api_key
 from desktop.services.providers.words import plain_reason
 
 #: Characters of a key shown after the mask.
 SHOWN_CHARACTERS = 4
+#: Words of a provider's answer that quote a request ("no route GET /api/v0/users/current/"): not for people.
+_REQUEST_WORDS = re.compile(r"(?:^|\s)/\S|\b(?:GET|POST|PUT|PATCH|DELETE)\b|\bno route\b", re.IGNORECASE)
 
 
 class KeyEntryError(ValueError):
@@ -91,9 +102,7 @@ async def add_key(name: ProviderName, key: str, secrets: SecretStore) -> KeyStat
     except AuthError as exc:
         raise KeyEntryError(refused_words(name)) from exc
     except ProviderError as exc:
-        raise KeyEntryError(
-            f"{label} could not check the key: {plain_reason(exc)}. Check the internet connection and try again."
-        ) from exc
+        raise KeyEntryError(check_failed_words(name, exc)) from exc
     try:
         await asyncio.to_thread(secrets.set, PROVIDERS[name].secret, key)
     except SecretStoreError as exc:
@@ -107,6 +116,52 @@ def refused_words(name: ProviderName) -> str:
         f"{name.label} refused this key. Check that you copied all of it from {PROVIDERS[name].console}; a key "
         "that was revoked or belongs to another account is refused too."
     )
+
+
+def check_failed_words(name: ProviderName, exc: ProviderError) -> str:
+    """Why ``name`` could not check a key (other than refusing it) and what to do, without quoting the request."""
+    label = name.label
+    if isinstance(exc, RateLimitedError):
+        return f"{label} is turning requests away for a moment (too many in a short time). Try again in a minute."
+    if isinstance(exc, UncertainOutcomeError):
+        return f"{label} did not answer the check (its service failed or took too long). Try again in a few minutes."
+    info = PROVIDERS[name]
+    override = os.environ.get(info.url_env)
+    address = f"the address in {info.url_env} ({override})" if override else ""
+    if exc.status is None:
+        where = f", and {address}," if override else ""
+        return f"Rentune could not reach {label} to check the key. Check the internet connection{where} and try again."
+    if exc.status != HTTPStatus.NOT_FOUND and exc.status >= HTTPStatus.BAD_REQUEST:
+        quoted = f"\u201c{_reason(exc)}\u201d"
+        return f"{label} could not check the key: {quoted}. See your account at {info.console}, then try again."
+    return _unread_answer_words(label, exc.status, address)
+
+
+def _unread_answer_words(label: str, status: int, address: str) -> str:
+    """A key check answered "not found" (or not in the API's form): the address is wrong, or the API changed."""
+    what = (
+        f"{label} did not recognise Rentune's request to check the key (it answered \u201cnot found\u201d)"
+        if status == HTTPStatus.NOT_FOUND
+        else f"{label} answered the check of the key with something Rentune cannot read"
+    )
+    fix = (
+        f"{address[0].upper()}{address[1:]} may not be {label}'s API: correct it, or remove it to use {label}'s own, "
+        "then start Rentune again."
+        if address
+        else f"Try again later; if it goes on, {label} may have changed its API and Rentune needs an update."
+    )
+    return f"{what}. {fix}"
+
+
+def _reason(exc: ProviderError) -> str:
+    """The provider's own words, or its status in words where they quote the request."""
+    reason = plain_reason(exc)
+    if not _REQUEST_WORDS.search(reason):
+        return reason
+    try:
+        return HTTPStatus(exc.status or 0).phrase.lower()
+    except ValueError:
+        return "no reason given"
 
 
 def no_keyring_words(name: ProviderName, *, checked: bool = False) -> str:

@@ -191,7 +191,7 @@ def data_of(response: httpx.Response, doing: str) -> Any:
     code, text = error_parts(response)
     if code == INSUFFICIENT_CAPACITY:
         raise NoCapacityError(LAMBDA, f"no capacity to {doing}: {text}; pick another region or GPU")
-    raise ProviderError(LAMBDA, f"cannot {doing}: {text}")
+    raise ProviderError(LAMBDA, f"cannot {doing}: {text}", status=response.status_code)
 
 
 def instance_from(data: dict[str, Any], ssh_for: SshFor) -> Instance:

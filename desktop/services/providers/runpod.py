@@ -344,10 +344,16 @@ def checked(response: httpx.Response, doing: str) -> dict[str, Any]:
     """
     if response.status_code >= 400:
         words = problem_text(response)
-        raise ProviderError(RUNPOD, f"{doing} failed ({response.status_code}): {words}", words)
+        raise ProviderError(
+            RUNPOD, f"{doing} failed ({response.status_code}): {words}", words, status=response.status_code
+        )
     body = _body(response)
     if not isinstance(body, dict):
-        raise ProviderError(RUNPOD, f"{doing}: unexpected answer {response.status_code}: {error_text(response)}")
+        raise ProviderError(
+            RUNPOD,
+            f"{doing}: unexpected answer {response.status_code}: {error_text(response)}",
+            status=response.status_code,
+        )
     return body
 
 

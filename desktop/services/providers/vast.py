@@ -483,5 +483,5 @@ def _checked(response: httpx.Response, doing: str, fix: str = "") -> dict[str, A
     body = _json(response)
     if response.status_code >= 400 or body.get("success") is False:
         words = _message(response)
-        raise ProviderError(VAST, f"{doing}: {words}" + (f"; {fix}" if fix else ""), words)
+        raise ProviderError(VAST, f"{doing}: {words}" + (f"; {fix}" if fix else ""), words, status=response.status_code)
     return body

@@ -72,6 +72,7 @@ QTableView[invalid="true"] {{ border: 2px solid {palette.danger}; }}
 QCheckBox, QRadioButton {{ padding: 2px 4px; border: 2px solid transparent; border-radius: 4px; }}
 QCheckBox:focus, QRadioButton:focus {{ border: 2px solid {palette.accent}; color: {palette.text};
     background: {palette.info_bg}; }}
+QCheckBox:disabled, QRadioButton:disabled {{ color: {palette.text_muted}; }}
 QTableView, QTableWidget, QTreeView, QListView {{ background: {palette.surface}; color: {palette.text};
     alternate-background-color: {palette.surface_alt}; border: 1px solid {palette.border}; border-radius: {radius}px;
     gridline-color: {palette.border}; selection-background-color: {palette.accent};

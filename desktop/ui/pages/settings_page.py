@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -34,10 +35,11 @@ from desktop.services.platform.secrets import (
     SecretStoreError,
 )
 from desktop.services.platform.settings import save_settings
-from desktop.services.providers.base import ProviderError
-from desktop.services.providers.registry import check_api_key, provider_of_secret
+from desktop.services.providers.key_entry import KeyEntryError, add_key
+from desktop.services.providers.registry import provider_of_secret
 from desktop.ui.background import Operation, Running
 from desktop.ui.pages.base import BasePage
+from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button, primary_button
 from desktop.ui.widgets.number_fields import CorrectionNote
 
@@ -63,6 +65,7 @@ class SettingsPage(BasePage):
     def __init__(self, settings: Settings, secrets: SecretStore, parent: QWidget | None = None) -> None:
         self.settings = settings
         self.secrets = secrets
+        self._writing = threading.Lock()  # one settings write at a time: a later choice is never overwritten
         super().__init__(parent)
         self.body.addWidget(self._build_preferences())
         self.body.addWidget(self._build_keys())
@@ -127,6 +130,7 @@ class SettingsPage(BasePage):
         row.addWidget(self.preferences_status, 1)
         card.body.addLayout(row)
         self._show_settings(self.settings)
+        self.theme_combo.currentIndexChanged.connect(self.on_theme_chosen)
         return card
 
     def _show_settings(self, settings: Settings) -> None:
@@ -161,13 +165,33 @@ class SettingsPage(BasePage):
         was_at_login = self.settings.start_at_login
 
         def save(_job: object) -> Path:
-            if edited.start_at_login or was_at_login:
-                set_autostart(edited.start_at_login)  # first, so a refused login entry leaves the settings as they were
-            return save_settings(edited)
+            with self._writing:
+                if edited.start_at_login or was_at_login:
+                    # first, so that a refused login entry leaves the settings as they were
+                    set_autostart(edited.start_at_login)
+                return save_settings(edited)
 
         Operation(self, save, lambda path: self._saved(edited, path)).failure(
             self._not_saved, OSError, SettingsError, ValidationError
         ).run()
+
+    def on_theme_chosen(self) -> None:
+        """Applies the theme chosen at once and keeps it; other edits still wait for Save preferences."""
+        theme = Theme(self.theme_combo.currentData())
+        apply_theme(theme)
+        self.settings = self.settings.model_copy(update={"theme": theme})
+
+        def keep(_job: object) -> Path:
+            with self._writing:
+                return save_settings(self.settings)  # the newest choice, whichever write runs last
+
+        Operation(self, keep, lambda _path: self._theme_kept(theme), group="theme").failure(
+            self._not_saved, OSError, SettingsError
+        ).run()
+
+    def _theme_kept(self, theme: Theme) -> None:
+        self.preferences_status.setText(f"{theme.value.capitalize()} theme applied and kept.")
+        self.sig_settings_changed.emit(self.settings)
 
     def _saved(self, edited: Settings, path: Path) -> None:
         self.settings = edited
@@ -250,13 +274,14 @@ class SettingsPage(BasePage):
 
         def check_and_store(_job: object) -> None:
             if provider is not None and value:
-                asyncio.run(check_api_key(provider, value))  # a worker thread: its own short event loop
-            secrets.set(name, value)
+                asyncio.run(add_key(provider, value, secrets))  # a worker thread: its own short event loop
+            else:
+                secrets.set(name, value)
 
         if provider is not None and value:
             self.keys_message.setText(f"Checking the {name.label} with {provider.label}…")
         Operation(self, check_and_store, lambda _none: self._key_stored(name)).failure(
-            self._key_refused, SecretStoreError, ProviderError
+            self._key_refused, SecretStoreError, KeyEntryError
         ).run()
 
     def _key_stored(self, name: SecretName) -> None:
@@ -277,8 +302,6 @@ class SettingsPage(BasePage):
         self.keys_message.setText(f"{name.label} removed from the keyring.")
         self._read_key_statuses()
 
-    def _key_refused(self, exc: SecretStoreError | ProviderError) -> None:
-        if isinstance(exc, ProviderError):
-            self.keys_message.setText(f"Not saved: {exc}")
-            return
-        self.keys_message.setText(str(exc))
+    def _key_refused(self, exc: SecretStoreError | KeyEntryError) -> None:
+        # a key the provider refused or could not check: its words name the provider, what went wrong and the fix
+        self.keys_message.setText(f"Not saved: {exc}" if isinstance(exc, KeyEntryError) else str(exc))

@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -66,6 +69,20 @@ QUANT_WORDS = {
     "Q8_0": "almost lossless, about twice Q4's size",
     "F16": "full 16-bit, the largest",
 }
+#: Room kept between a dialog fitted to its words and the screen's edges (the window frame and title bar).
+SCREEN_ROOM = 60
+
+
+def verdict_lines(verdicts: dict[OutputFormat, Verdict], formats: list[OutputFormat]) -> list[str]:
+    """What can be made, then each reason once with the outputs it rules out: ``Cannot: GGUF, GGUF LoRA: why``."""
+    possible = [FORMAT_WORDS[fmt] for fmt in formats if verdicts.get(fmt, Verdict(True)).possible]
+    said = f"Can be made: {', '.join(possible)}." if possible else "Nothing can be made from this adapter and base."
+    refused: dict[str, list[str]] = {}
+    for fmt in formats:
+        verdict = verdicts.get(fmt, Verdict(True))
+        if not verdict.possible:
+            refused.setdefault(people_words(verdict.reason), []).append(FORMAT_WORDS[fmt])
+    return [said, *(f"Cannot: {', '.join(names)}: {reason}" for reason, names in refused.items())]
 
 
 class _LocalStepDialog(QDialog):
@@ -83,8 +100,18 @@ class _LocalStepDialog(QDialog):
         self.setWindowTitle(title)
         self.setAccessibleName(title)
         self.setMinimumWidth(560)
-        self.layout_ = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        self.body_scroll = QScrollArea()  # on a short screen the questions scroll; none is squeezed out of sight
+        self.body_scroll.setWidgetResizable(True)
+        self.body_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._body = body = QWidget()
+        self.layout_ = QVBoxLayout(body)
+        self.layout_.setContentsMargins(0, 0, 0, 0)
         self.layout_.setSpacing(12)
+        self.body_scroll.setWidget(body)
+        outer.addWidget(self.body_scroll, 1)
+        self.buttons_row = QHBoxLayout()
+        outer.addLayout(self.buttons_row)
         self.layout_.addWidget(heading(title))
         self.layout_.addWidget(caption(sentence(f"from {adapter_title(adapter)}")))
 
@@ -99,7 +126,7 @@ class _LocalStepDialog(QDialog):
         self.hint_label.hide()
         self.layout_.addWidget(self.hint_label)
         self.layout_.addStretch(1)
-        row = QHBoxLayout()
+        row = self.buttons_row
         row.addStretch(1)
         self.start_button = primary_button(start_text, "play")
         self.start_button.setDefault(True)
@@ -108,8 +135,28 @@ class _LocalStepDialog(QDialog):
         cancel.clicked.connect(self.reject)
         row.addWidget(cancel)
         row.addWidget(self.start_button)
-        self.layout_.addLayout(row)
         self.refresh_needs()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Opens as tall as its words need (up to the screen's height)."""
+        super().showEvent(event)
+        self.fit_to_words()
+
+    def fit_to_words(self) -> None:
+        """Makes the dialog as tall as its words now need, up to the screen's height; beyond that its body scrolls.
+
+        A dialog does not grow by itself when wrapped words get longer after it opened (the reasons an output cannot
+        be made): its questions were squeezed into an empty gap instead.
+        """
+        body = self._body
+        width = self.body_scroll.viewport().width()
+        needed = body.heightForWidth(width) if body.hasHeightForWidth() else body.sizeHint().height()
+        around = self.height() - self.body_scroll.viewport().height()  # margins, the buttons
+        screen = self.screen().availableGeometry()
+        self.resize(self.width(), max(self.minimumHeight(), min(needed + around, screen.height() - SCREEN_ROOM)))
+        frame = self.frameGeometry()
+        if frame.bottom() > screen.bottom():  # grown past the screen's foot: up, so that its buttons show
+            self.move(frame.x(), max(screen.top(), screen.bottom() - frame.height()))
 
     def _base_row(self) -> QFormLayout:
         form = QFormLayout()
@@ -165,6 +212,8 @@ class _LocalStepDialog(QDialog):
         self.hint_label.setText(problem)
         self.hint_label.setVisible(bool(problem))
         self.start_button.setEnabled(needs.ready and not problem)
+        if self.isVisible():
+            self.fit_to_words()
 
 
 class ExportDialog(_LocalStepDialog):
@@ -198,9 +247,8 @@ class ExportDialog(_LocalStepDialog):
             ).run()
 
     def show_verdicts(self, verdicts: dict[OutputFormat, Verdict]) -> None:
-        """Unticks and disables what cannot be made, saying why; says what can."""
+        """Unticks and disables what cannot be made, saying why (each reason once); says what can."""
         self.verdicts = verdicts
-        refused = []
         for fmt, checks in self._format_checks().items():
             verdict = verdicts.get(fmt, Verdict(True))
             for check in checks:
@@ -208,11 +256,7 @@ class ExportDialog(_LocalStepDialog):
                 check.setEnabled(verdict.possible)
                 if not verdict.possible:
                     check.setChecked(False)
-            if not verdict.possible:
-                refused.append(f"{FORMAT_WORDS[fmt]}: {people_words(verdict.reason)}")
-        possible = [FORMAT_WORDS[fmt] for fmt in self._format_checks() if verdicts.get(fmt, Verdict(True)).possible]
-        said = f"Can be made: {', '.join(possible)}." if possible else "Nothing can be made from this adapter and base."
-        self.verdict_label.setText("\n".join([said, *(f"Cannot: {line}" for line in refused)]))
+        self.verdict_label.setText("\n".join(verdict_lines(verdicts, list(self._format_checks()))))
         self.on_gguf_toggled(self.gguf_check.isChecked())
         self.refresh_needs()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -43,6 +44,34 @@ def stacks(periods: Sequence[PeriodSpend]) -> list[tuple[str, list[float], list[
     return result
 
 
+def dollar_ticks(values: Sequence[float], spacing: float) -> list[str]:
+    """Tick labels in dollars with as many decimals as the spacing needs: ``$0.015``, ``$0.02``, ``$1,200``."""
+    places = max(0, math.ceil(-math.log10(spacing))) if spacing > 0 else 2
+    return [f"${value:,.{places}f}" for value in values]
+
+
+class DollarAxis(pg.AxisItem):  # type: ignore[misc]
+    """A value axis that writes dollars as dollars, never scaled by an SI prefix.
+
+    pyqtgraph's axis scales small values by 1000 (cents drew as "15" for $0.015) once it has measured a range with
+    its label shown, even when automatic prefixes are off: this axis keeps its scale at 1.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("left")
+        self.enableAutoSIPrefix(False)
+
+    def updateAutoSIPrefix(self) -> None:
+        """Keeps the scale at 1 (dollars) whatever the range."""
+        self.autoSIPrefixScale = 1.0
+        self.labelUnitPrefix = ""
+        self._updateLabel()
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        """Each tick in dollars (``scale`` is always 1 here)."""
+        return dollar_ticks([value * scale for value in values], spacing * scale)
+
+
 def _swatch(colour: str) -> QPixmap:
     pixmap = QPixmap(12, 12)
     pixmap.fill(QColor(colour))
@@ -60,6 +89,7 @@ class SpendChart(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         holder = QWidget()
         self.plot_widget = plot_filling(holder)
+        self.plot_widget.getPlotItem().setAxisItems({"left": DollarAxis()})
         layout.addWidget(holder, 1)
         self.legend = QHBoxLayout()
         self.legend.setSpacing(14)
@@ -109,9 +139,7 @@ class SpendChart(QWidget):
         count = len(self.periods)
         ticks = [(i, period_label(p, self.by_month, i, count)) for i, p in enumerate(self.periods)]
         plot.getAxis("bottom").setTicks([ticks])
-        dollars = plot.getAxis("left")
-        dollars.enableAutoSIPrefix(False)  # cents stay dollars: no "Dollars (x0.001)"
-        dollars.setLabel("Dollars", color=palette.text_muted)
+        plot.getAxis("left").setLabel("Dollars", color=palette.text_muted)
         top = max((p.usd for p in self.periods), default=0.0)
         plot.setXRange(-0.6, max(0, count - 1) + 0.6, padding=0)
         plot.setYRange(0, top * 1.12 if top > 0 else 1.0, padding=0)
