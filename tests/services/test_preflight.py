@@ -71,6 +71,17 @@ def test_a_machine_too_small_is_red_and_names_the_sizes() -> None:
     assert "29.2 GiB" in check.details and "24 GiB per GPU" in check.details  # 31.4 decimal GB, in the card's unit
 
 
+def test_a_machine_too_small_proposes_qlora_only_where_another_method_is_chosen() -> None:
+    draft = rented_draft()
+    draft.method = "full"
+    (check,) = preflight(draft, ReviewFacts(pick=judged(draft, Fit.NO, need=31.4)))
+    assert "choose QLoRA" in check.details
+    draft.method = "qlora"
+    (check,) = preflight(draft, ReviewFacts(pick=judged(draft, Fit.NO, need=31.4)))
+    assert "QLoRA" not in check.details, "the advice names what can still change"
+    assert "Pick a machine with more memory, or choose a shorter sequence length" in check.details
+
+
 def test_spot_tight_and_an_estimate_above_the_budget_are_amber() -> None:
     draft = rented_draft(spot=True)
     draft.budget_usd = 1.0

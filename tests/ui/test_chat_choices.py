@@ -14,16 +14,20 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QWidget
 from pytestqt.qtbot import QtBot
 
-from desktop.core.settings import Settings
+from desktop.core.settings import Settings, Theme
+from desktop.services.local.chat import Conversation, Message
 from desktop.services.local.inventory import exports_folder
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.chat_page import ChatPage
+from desktop.ui.theme import apply_theme
+from desktop.ui.widgets.chat_column import ChatColumn
 from tests.fixtures.exported_models import record_returned_run, write_gguf
 from trainer_payload.checkpoints import seal_checkpoint
 
@@ -145,3 +149,36 @@ def test_a_temperature_above_the_highest_is_said_beside_its_field(page: ChatPage
     type_and_leave(qtbot, page.temperature_spin, "1.5")
     assert page.temperature_spin.value() == 1.5 and not page.temperature_note.isVisible()
     assert page.tokens_note.isVisible()
+
+
+def colours_of(document: QTextDocument) -> dict[str, set[str]]:
+    """The colours each run of text of ``document`` is drawn in, by its text (one line each here)."""
+    found: dict[str, set[str]] = {}
+    block = document.begin()
+    while block.isValid():
+        iterator = block.begin()
+        while not iterator.atEnd():
+            piece = iterator.fragment()
+            found.setdefault(piece.text().strip(), set()).add(piece.charFormat().foreground().color().name())
+            iterator += 1
+        block = block.next()
+    return found
+
+
+def test_a_transcript_shown_takes_the_new_themes_colours_when_the_theme_changes(qtbot: QtBot) -> None:
+    apply_theme(Theme.LIGHT)
+    column = ChatColumn("Fine-tuned")
+    qtbot.addWidget(column)
+    turns: list[Message] = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+    column.show_saved(Conversation(turns=turns))
+    try:
+        dark = apply_theme(Theme.DARK)
+        colours = colours_of(column.transcript.document())
+        assert colours["You"] == {dark.accent}, "the asker's name is drawn in the dark theme's accent"
+        assert colours["Fine-tuned"] == {dark.text_muted}
+        assert colours["(from your last session) ·"] == {dark.text_muted}
+        assert colours["Copy"] == {dark.accent}
+        light = apply_theme(Theme.LIGHT)
+        assert colours_of(column.transcript.document())["You"] == {light.accent}, "and back"
+    finally:
+        apply_theme(Theme.LIGHT)

@@ -31,6 +31,7 @@ from desktop.ui.context import AppContext
 from desktop.ui.pages.monitor_text import estimate_text
 from desktop.ui.pages.wizard import review_step
 from desktop.ui.pages.wizard.review_step import ReviewStep
+from desktop.ui.pages.wizard.wizard_page import WizardPage
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 
@@ -444,3 +445,23 @@ def test_a_model_that_merges_here_is_exported_at_home_unless_the_user_asks(
     step.export_box.setChecked(True)
     assert draft.export_on_machine == ["merged", "gguf:Q8_0"]
     assert "your server makes the merged model" in review_step.launch_question(draft, step.facts, []).details
+
+
+def test_the_launch_words_keep_to_two_lines_beside_both_buttons_in_a_1024_px_window(
+    qtbot: QtBot, qloop: asyncio.AbstractEventLoop, draft: RunDraft, wait_for: Callable[..., None]
+) -> None:
+    context = AppContext(Settings(), SecretStore(), draft=draft)
+    review = ReviewStep(context)
+    wizard = WizardPage(context, [review])
+    qtbot.addWidget(wizard)
+    wizard.resize(800, 600)  # the wizard's width in a 1024 px window, beside the sidebar
+    wizard.show()
+    try:
+        checked(review, wait_for)
+        assert review.launch_anyway_button.isVisible(), "a red item (the server has no GPU) offers Launch anyway"
+        status = review.launch_status
+        qtbot.waitUntil(lambda: status.text().startswith("Red items block Launch"))
+        lines = round(status.height() / status.fontMetrics().lineSpacing())
+        assert lines <= 2, f"{status.width()} px wide, {lines} lines: the words were squeezed to a word a line"
+    finally:
+        qloop.run_until_complete(context.manager.close())

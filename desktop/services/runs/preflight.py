@@ -241,8 +241,8 @@ def _rented_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
                 Severity.DANGER,
                 "The job does not fit the picked machine",
                 f"It needs about {memory_text(pick.need_gb)} on each GPU; {machine} has "
-                f"{card_text(pick.offer.vram_gb)} per GPU. Pick a machine with more memory, or choose QLoRA, "
-                "a shorter sequence length or a smaller "
+                f"{card_text(pick.offer.vram_gb)} per GPU. Pick a machine with more memory, or choose "
+                f"{'' if draft.method == 'qlora' else 'QLoRA, '}a shorter sequence length or a smaller "
                 "micro-batch on the Model step.",
                 "compute",
             )

@@ -20,13 +20,22 @@ from pathlib import Path
 
 import shiboken6
 from PySide6.QtCore import QSize, QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import (
+    QColor,
+    QGuiApplication,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
 from PySide6.QtWidgets import QProgressBar, QTextBrowser, QWidget
 
 from desktop.services.local.chat import ChatModel, Conversation, open_chat
 from desktop.services.local.chat_history import forget_history, save_history
 from desktop.services.local.common import LocalToolError, folder_bytes
-from desktop.ui.theme import current_palette
+from desktop.ui.design.palette import Palette
+from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button
 from desktop.ui.widgets.local_words import people_words, size_text
 
@@ -149,6 +158,14 @@ class ChatColumn(Card):
         self.body.addWidget(self.hint_label)
         self.body.addWidget(self.transcript, 1)
         self.transcript.textChanged.connect(self._show_hint)
+        self._palette = current_palette()  # the colours the transcripts are written in
+        theme_events().sig_changed.connect(self.on_theme_changed)
+
+    def on_theme_changed(self, palette: Palette) -> None:
+        """Redraws the names, notes and links of every conversation in ``palette`` (they were written in colour)."""
+        for thread in [self._unchosen, *self._threads.values()]:
+            recolour(thread.document, self._palette, palette)
+        self._palette = palette
 
     def set_hint(self, text: str) -> None:
         """What the empty transcript should say (a line that wraps, unlike a placeholder); hidden once it has text."""
@@ -524,6 +541,36 @@ class ChatColumn(Card):
         color = current_palette().text_muted
         cursor.insertHtml(f' <i style="color:{color}">{html.escape(text)}</i>')
         self._follow(thread, cursor)
+
+
+def recolour(document: QTextDocument, before: Palette, after: Palette) -> None:
+    """Draws the text of ``document`` written in ``before``'s accent or muted colour in ``after``'s instead.
+
+    Args:
+        document: A transcript.
+        before: The palette it was written in.
+        after: The palette to draw it in now.
+    """
+    swaps = {QColor(before.accent).name(): after.accent, QColor(before.text_muted).name(): after.text_muted}
+    found: list[tuple[int, int, str]] = []
+    block = document.begin()
+    while block.isValid():
+        pieces = block.begin()
+        while not pieces.atEnd():
+            piece = pieces.fragment()
+            style = piece.charFormat()
+            colour = style.foreground().color().name()
+            if style.hasProperty(QTextFormat.Property.ForegroundBrush) and colour in swaps:
+                found.append((piece.position(), piece.position() + piece.length(), swaps[colour]))
+            pieces += 1
+        block = block.next()
+    cursor = QTextCursor(document)
+    for start, end, colour in found:  # changed after the walk: a change splits and merges the fragments walked
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        change = QTextCharFormat()
+        change.setForeground(QColor(colour))
+        cursor.mergeCharFormat(change)
 
 
 def _end(thread: Thread) -> QTextCursor:

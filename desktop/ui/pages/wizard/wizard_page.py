@@ -111,7 +111,8 @@ class WizardPage(BasePage):
         self.next_button.clicked.connect(self.on_next)
         buttons = QHBoxLayout()
         buttons.addWidget(self.back_button)
-        buttons.addStretch(1)
+        # Stretch 0: it fills the row where a step has no footer, and leaves a footer's words all the room it has.
+        buttons.addStretch(0)
         self.footers = {step.step_name: step.footer() for step in steps}
         for footer in self.footers.values():
             if footer is not None:
