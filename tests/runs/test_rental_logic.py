@@ -156,3 +156,22 @@ async def test_a_machine_that_trains_nothing_is_terminated_by_the_idle_guard_and
     assert world.runpod.terminated == ["runpod-1", "runpod-2"]
     assert [r.stopped is not None for r in Ledger().rentals(run_id)] == [True, True]
     assert any("checkpoint-2" in name for name in hosts[1].files), "the new machine resumes from the checkpoint"
+
+
+async def test_a_run_whose_ssh_key_is_gone_rents_with_a_fresh_pair(tmp_path: Path) -> None:
+    """A paused run whose record lost its public key (or whose private half went with an earlier ending) rents with
+    a new pair, never a KeyError shown as "the machine could not be reached"."""
+    from desktop.services.machines.keys import delete_run_key
+
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", trains_to_the_end)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    spec = {k: v for k, v in world.engine.store.get(run_id).spec.items() if k != "run_key_public"}
+    world.engine.store.update(run_id, spec=spec)
+    delete_run_key(run_id)
+    final = await asyncio.wait_for(world.driver.drive(run_id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    [request] = world.runpod.requests
+    assert request.public_key.startswith("ssh-ed25519 ") and request.public_key.endswith(f"rentune-run-{run_id}")
+    recorded = world.engine.store.get(run_id).spec["run_key_public"]
+    assert recorded == request.public_key, "the run logs in with the new pair"

@@ -26,7 +26,7 @@ from desktop.core.units import memory_text
 from desktop.services.billing.ledger import Ledger, RentalState
 from desktop.services.billing.meter import last_progress
 from desktop.services.billing.rentals import Rental, compute_of, rental_of
-from desktop.services.machines.keys import load_run_key
+from desktop.services.machines.keys import create_run_key, load_run_key
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import Endpoint, is_refused_login
 from desktop.services.platform.secrets import SecretStore
@@ -464,7 +464,6 @@ class RentalDriver:
 
     async def _create(self, run_id: str, compute: ComputeSpec, offer: Offer) -> Instance:
         """Creates the machine with its rental recorded first (:mod:`.creating`) and points the run at it."""
-        record = self.ctx.store.get(run_id)
         bid = bid_for(offer, self.options.bid_markup, compute.max_price_per_hour) if offer.spot else None
         if offer.nodes > 1:
             self.report(
@@ -479,7 +478,7 @@ class RentalDriver:
         info = PROVIDERS[offer.provider]
         request = RentRequest(
             offer=offer,
-            public_key=str(record.spec["run_key_public"]),
+            public_key=await self._run_key(run_id),
             label=machine_label(await self._installation_id(), run_id),
             image=compute.image or info.default_image or "",
             disk_gb=compute.disk_gb,
@@ -494,6 +493,24 @@ class RentalDriver:
         )
         self.ctx.set_spec(run_id, rental=rental.as_dict(), hourly_rate_usd=row.price_per_hour)
         return instance
+
+    async def _run_key(self, run_id: str) -> str:
+        """The run's public key for a new machine; a fresh pair when the run has none or its private half is gone.
+
+        Raises:
+            RunError: The keyring would not keep a new private key (the machine could not be reached with it).
+        """
+        existing = self.ctx.store.get(run_id).spec.get("run_key_public")
+        if isinstance(existing, str) and existing and await asyncio.to_thread(load_run_key, run_id) is not None:
+            return existing
+        public = await asyncio.to_thread(create_run_key, run_id)
+        if not public:
+            raise RunError(
+                "the keyring would not keep this run's new SSH key, so a rented machine could not be reached: unlock "
+                "the keyring (or install one) and resume the run"
+            )
+        self.ctx.set_spec(run_id, run_key_public=public, run_key_installed=False)
+        return public
 
     async def _installation_id(self) -> str:
         if self._installation is None:
