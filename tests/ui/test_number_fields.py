@@ -104,15 +104,15 @@ def test_a_number_above_the_highest_or_below_the_lowest_is_said_with_exactly_wha
     assert count_note.isVisible() and count_note.text() == (
         "Checkpoints kept: “999999” is above the highest it takes, so it is 1,000 now. Type a number from 1 to 1,000."
     )
+    type_and_leave(qtbot, price, "2.5")
+    assert price.value() == 2.5 and not price_note.isVisible()
     type_and_leave(qtbot, price, "-5")
-    assert price.value() == 0 and price.text() == "Any price"
+    assert price.value() == 2.5 and price.text() == "$ 2.50 per hour", "a mistyped -5 must not lift the cap"
     assert price_note.isVisible() and price_note.text() == (
-        "Max price: “-5” is below the lowest it takes, so it is Any price now. "
+        "Max price: “-5” is below the lowest it takes, so it stays $ 2.50 per hour. "
         "Type a number from 0.00 to 500.00 (0.00 means Any price)."
     )
     assert count_note.isVisible(), "each field keeps saying its own correction"
-    type_and_leave(qtbot, price, "2.5")
-    assert price.value() == 2.5 and not price_note.isVisible()
     type_and_leave(qtbot, price, "-")
     assert price.value() == 2.5, "what is not a number leaves the number as it was"
     assert price_note.text() == (

@@ -89,8 +89,10 @@ class _CorrectionWatcher(QObject):
             return ""
         typed = bare_text(box, shown)
         number = typed_number(box, typed)
-        # nothing typed, or not a number: the number shown before comes back; else the nearest one allowed
-        _put(box, box.value() if number is None else min(max(number, box.minimum()), box.maximum()))
+        # nothing typed, not a number, or below a least that has a word ("No limit", "Any price": a mistyped -5
+        # must not lift a cap): the number shown before comes back; else the nearest one allowed
+        keep = number is None or (number < box.minimum() and bool(box.specialValueText()))
+        _put(box, box.value() if keep else min(max(number, box.minimum()), box.maximum()))
         return correction_words(box, self._name, typed) if typed else ""
 
 
@@ -128,6 +130,8 @@ def correction_words(box: NumberBox, name: str, typed: str) -> str:
     number = typed_number(box, typed)
     if number is None:
         what = f"“{typed}” is not a number, so it stays {box.text()}."
+    elif number < box.minimum() and box.specialValueText():
+        what = f"“{typed}” is below the lowest it takes, so it stays {box.text()}."
     elif number < box.minimum():
         what = f"“{typed}” is below the lowest it takes, so it is {box.text()} now."
     elif number > box.maximum():
