@@ -91,8 +91,10 @@ class _CorrectionWatcher(QObject):
         number = typed_number(box, typed)
         # nothing typed, not a number, or below a least that has a word ("No limit", "Any price": a mistyped -5
         # must not lift a cap): the number shown before comes back; else the nearest one allowed
-        keep = number is None or (number < box.minimum() and bool(box.specialValueText()))
-        _put(box, box.value() if keep else min(max(number, box.minimum()), box.maximum()))
+        if number is None or (number < box.minimum() and box.specialValueText()):
+            _put(box, box.value())
+        else:
+            _put(box, min(max(number, box.minimum()), box.maximum()))
         return correction_words(box, self._name, typed) if typed else ""
 
 
