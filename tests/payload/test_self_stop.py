@@ -250,8 +250,11 @@ def test_other_refusals_are_no_reason_to_try_graphql_and_are_retried_later(
     assert len(provider.seen) == (2 if ("POST", "/graphql") in answers else 1)
 
 
-def _rent(fake: FakeCloud, name: ProviderName, url_env: str, url: str, key_env: str) -> str:
-    os.environ[url_env], os.environ[key_env] = url, fake.valid_key
+def _rent(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeCloud, name: ProviderName, url_env: str, url: str, key_env: str
+) -> str:
+    monkeypatch.setenv(url_env, url)  # (set directly, they leaked into the worker's later tests)
+    monkeypatch.setenv(key_env, fake.valid_key)
 
     async def rent() -> str:
         provider = open_provider(name)
@@ -268,8 +271,8 @@ def test_a_vast_machine_terminates_itself_with_its_own_key_and_only_itself(
     fake_vast: FakeCloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = fake_vast.serve() + "/api/v0"
-    mine = _rent(fake_vast, ProviderName.VAST, "RENTUNE_VAST_URL", url, "VAST_API_KEY")
-    other = _rent(fake_vast, ProviderName.VAST, "RENTUNE_VAST_URL", url, "VAST_API_KEY")
+    mine = _rent(monkeypatch, fake_vast, ProviderName.VAST, "RENTUNE_VAST_URL", url, "VAST_API_KEY")
+    other = _rent(monkeypatch, fake_vast, ProviderName.VAST, "RENTUNE_VAST_URL", url, "VAST_API_KEY")
     monkeypatch.setenv("CONTAINER_ID", other)
     monkeypatch.setenv("CONTAINER_API_KEY", f"instance-scoped-{mine}")
     with pytest.raises(SelfStopError, match="refused"):
@@ -297,9 +300,11 @@ def _self_stop(
         )
 
 
-def test_the_self_stop_process_terminates_a_runpod_pod_once_due(fake_runpod: FakeCloud, tmp_path: Path) -> None:
+def test_the_self_stop_process_terminates_a_runpod_pod_once_due(
+    fake_runpod: FakeCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = fake_runpod.serve()
-    pod = _rent(fake_runpod, ProviderName.RUNPOD, "RENTUNE_RUNPOD_URL", url, "RUNPOD_API_KEY")
+    pod = _rent(monkeypatch, fake_runpod, ProviderName.RUNPOD, "RENTUNE_RUNPOD_URL", url, "RUNPOD_API_KEY")
     (tmp_path / "out").mkdir()
     _aged(tmp_path / "out" / STOP_MARKER_NAME, 120)
     settings = {"provider": "runpod", "api_url": url, "minutes": 1, "poll_seconds": 0.2}

@@ -36,6 +36,7 @@ def test_a_provider_that_cannot_be_reached_is_said_without_an_address_nobody_set
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(type(PROVIDERS[ProviderName.VAST]), "url", property(lambda _info: "http://127.0.0.1:9/api/v0"))
+    monkeypatch.delenv(PROVIDERS[ProviderName.VAST].url_env, raising=False)  # nobody set an address
     with pytest.raises(KeyEntryError) as caught:
         asyncio.run(add_key(ProviderName.VAST, "some-key", SecretStore()))
     said = str(caught.value)

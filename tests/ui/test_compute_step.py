@@ -337,9 +337,7 @@ def test_enter_in_a_filter_or_the_budget_stays_on_the_step_and_quotes_what_was_t
     assert wizard.current is step, "Enter in a number field takes the number; it never leaves the step"
     assert box.value() == 0 and box.text() == now
     said = getattr(step, note)
-    assert said.isVisible() and said.text().startswith(
-        f"{name}: “-5” is below the lowest it takes, so it stays {now}."
-    )
+    assert said.isVisible() and said.text().startswith(f"{name}: “-5” is below the lowest it takes, so it stays {now}.")
     assert "Type a number from 0.00 to" in said.text()
     assert box.hasFocus()
     for combo in (step.provider_combo, step.kind_combo):
