@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QTextDocument
-from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QWidget
+from PySide6.QtWidgets import QApplication, QComboBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings, Theme
@@ -29,6 +29,7 @@ from desktop.ui.pages.chat_page import ChatPage
 from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.chat_column import ChatColumn
 from tests.fixtures.exported_models import record_returned_run, write_gguf
+from tests.fixtures.qt_input import type_and_leave
 from trainer_payload.checkpoints import seal_checkpoint
 
 
@@ -117,14 +118,6 @@ def test_at_1024_by_700_one_model_and_the_message_field_fit_without_scrolling(sm
     assert transcript.viewport().height() >= 8 * transcript.fontMetrics().lineSpacing()
     bottom = page.prompt.mapTo(page, page.prompt.rect().bottomLeft()).y()
     assert bottom <= page.height(), "the message field is in view"
-
-
-def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:
-    box.setFocus()
-    qtbot.waitUntil(box.hasFocus)
-    box.selectAll()
-    qtbot.keyClicks(box, text)
-    qtbot.keyClick(box, Qt.Key.Key_Tab)
 
 
 def under(note: QWidget, field: QWidget) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
@@ -21,7 +21,7 @@ from desktop.ui.design.palette import METRICS
 from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.wizard.model_step import METHODS, TRAINING_FIELDS, ModelStep
 from desktop.ui.widgets.blocks import install_wheel_guard
-from tests.fixtures.qt_input import wheel
+from tests.fixtures.qt_input import type_and_leave, wheel
 from trainer_payload.protocol import JOB_INT_RANGES
 
 
@@ -265,15 +265,6 @@ def test_the_model_step_fits_the_window_with_advanced_settings_open(
     widest = max((table.fontMetrics().horizontalAdvance(e.id) for e in load_catalog()), default=0)
     assert table.columnWidth(0) >= widest, "model ids are shown whole"
     assert table.horizontalScrollBar().maximum() == 0
-
-
-def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:
-    """Types over a number field and tabs away, as a user would (leaving the field is when the number is taken)."""
-    box.setFocus()
-    qtbot.waitUntil(box.hasFocus)
-    box.selectAll()
-    qtbot.keyClicks(box, text)
-    qtbot.keyClick(box, Qt.Key.Key_Tab)
 
 
 def test_a_number_out_of_range_becomes_the_nearest_allowed_and_its_field_says_why(

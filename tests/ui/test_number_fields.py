@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QScrollArea, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDoubleSpinBox, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
 from desktop.core.settings import Settings
@@ -21,14 +21,7 @@ from desktop.ui.pages.chat_page import ChatPage
 from desktop.ui.pages.settings_page import SettingsPage
 from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.own_server_form import OwnServerForm
-
-
-def type_and_leave(qtbot: QtBot, box: QAbstractSpinBox, text: str) -> None:
-    box.setFocus()
-    qtbot.waitUntil(box.hasFocus)
-    box.selectAll()
-    qtbot.keyClicks(box, text)
-    qtbot.keyClick(box, Qt.Key.Key_Tab)
+from tests.fixtures.qt_input import type_and_leave
 
 
 def own_server(_qloop: asyncio.AbstractEventLoop) -> tuple[QWidget, list[tuple[str, str, str, CorrectionNote]]]:
