@@ -22,7 +22,7 @@ from desktop.services.billing.rentals import rental_of
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.services.runs.engine import DRIVER_LOCK_NAME, RunBusyError
-from tests.fakes.memory_cloud import MemoryCloud, offer
+from tests.fakes.memory_cloud import Fault, MemoryCloud, offer
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.runs.rental_world import (
     World,
@@ -175,3 +175,37 @@ async def test_a_run_whose_ssh_key_is_gone_rents_with_a_fresh_pair(tmp_path: Pat
     assert request.public_key.startswith("ssh-ed25519 ") and request.public_key.endswith(f"rentune-run-{run_id}")
     recorded = world.engine.store.get(run_id).spec["run_key_public"]
     assert recorded == request.public_key, "the run logs in with the new pair"
+
+
+class ClosableClient:
+    """A cloud's client that, like an httpx-based one, refuses every call once closed."""
+
+    def __init__(self, cloud: MemoryCloud) -> None:
+        self._cloud, self._closed = cloud, False
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    def __getattr__(self, name: str) -> Any:
+        if self._closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        return getattr(self._cloud, name)
+
+
+async def test_a_run_ending_leaves_the_clients_of_another_run_the_same_driver_follows_open(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.driver._open = lambda name, _secrets: ClosableClient(world.clouds[name])
+    world.vast.on_create = lambda host: setattr(host, "on_launch", trains_to_the_end)
+    world.vast.hold_creates = asyncio.Event()
+    world.vast.fail("create", Fault("uncertain", after_acting=True))  # the machine is then looked up by its label
+    drive = asyncio.ensure_future(world.driver.drive(world.create(ComputeSpec("vast", gpu="RTX 4090", spot=True))))
+    while not world.vast.creates_held:
+        await asyncio.sleep(0.01)
+    world.runpod._offers = []
+    other = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+    failing = await asyncio.wait_for(world.driver.drive(other), 30)
+    assert failing.state is RunState.FAILED, "the second run ends while the first one's create is in flight"
+    world.vast.hold_creates.set()
+    final = await asyncio.wait_for(drive, 30)
+    assert final.state is RunState.FINISHED, final.error
+    assert world.vast.live() == [] and world.vast.terminated == ["vast-1"]

@@ -14,7 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import RunDraft
 from desktop.core.runs.spec import run_spec_from_dict
-from desktop.core.settings import Settings
+from desktop.core.settings import Settings, Theme
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.ui.context import AppContext
@@ -22,6 +22,7 @@ from desktop.ui.pages.wizard.compute_step import ComputeStep
 from desktop.ui.pages.wizard.model_step import ModelStep
 from desktop.ui.pages.wizard.review_step import ReviewStep
 from desktop.ui.pages.wizard.wizard_page import WizardPage
+from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.offers_table import KIND_COLUMN
 from tests.fakes.http import FakeCloud
 from tests.fixtures.memory_keyring import MemoryKeyring
@@ -283,6 +284,7 @@ def test_a_pick_remembered_from_before_that_is_gone_or_repriced_is_said_not_swap
 def test_at_1024_pixels_every_offers_location_shows_whole(
     clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
 ) -> None:
+    apply_theme(Theme.LIGHT)  # as the app draws it: the stylesheet's bold, padded headers widen their columns
     step = open_step(qtbot, RunDraft(base_model="qwen2.5-7b", method="lora"))
     step.resize(780, 700)  # the step's share of a 1024 x 700 window beside the sidebar
     offers_shown(step, wait_for)

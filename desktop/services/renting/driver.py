@@ -147,6 +147,7 @@ class RentalDriver:
         self._open = open_provider
         self._installation = installation
         self._clients: dict[ProviderName, Provider] = {}
+        self._drives = 0  # runs this driver follows now: their provider clients are shared, closed after the last
         self.terminator = terminator or Terminator(self.ledger)
         self.creator = Creator(self.ledger, self.terminator, self.options.create)
         self._lost_at: dict[str, float | None] = {}
@@ -175,6 +176,7 @@ class RentalDriver:
         Cancelling this (Ctrl-C) leaves a machine that trains training: ``rentune resume`` continues. A create in
         flight is waited for (bounded) and what it made is terminated.
         """
+        self._drives += 1
         try:
             if compute_of(self.ctx.store.get(run_id)) is None:
                 return await self.engine.drive(run_id)
@@ -189,7 +191,9 @@ class RentalDriver:
             await self._release_after(run_id, f"the run stopped on an error ({exc})")
             raise
         finally:
-            await self.aclose()
+            self._drives -= 1
+            if not self._drives:  # another run still driven here keeps using the same clients
+                await self.aclose()
 
     async def _drive_within_budget(self, run_id: str) -> RunRecord:
         """Drives the run while a timer, independent of its events, holds it to its budget."""

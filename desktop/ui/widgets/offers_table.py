@@ -15,7 +15,7 @@ from desktop.services.runs.offers_for_draft import DraftOffer
 from desktop.ui.widgets.blocks import Badge
 from desktop.ui.widgets.tables import pick_one_table
 
-COLUMNS = ("Provider", "GPU", "Fits?", "Time", "Total", "Per hour", "Reliability", "Kind", "Location")
+COLUMNS = ("Provider", "GPU", "Fits?", "Time", "Total", "$/hr", "Reliability", "Kind", "Location")
 #: Rows shown at most (a large market has hundreds of machines: the best come first).
 MAX_ROWS = 150
 _FIT_BADGES = {Fit.FITS: ("Fits", "success"), Fit.TIGHT: ("Tight", "warning"), Fit.NO: ("No", "danger")}
@@ -88,6 +88,9 @@ class OffersTable(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         self.table = pick_one_table(COLUMNS, "Offers, best first", len(COLUMNS) - 1)
         self.table.setMinimumHeight(240)
+        price = self.table.horizontalHeaderItem(COLUMNS.index("$/hr"))
+        if price is not None:  # pick_one_table set every header's label
+            price.setToolTip("What the machine costs per hour, billed from its start until it is gone")
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 18)  # room for the badge
