@@ -54,6 +54,10 @@ SETTLE_RETRY_S = 60.0
 SETTLE_IDLE_S = 300.0
 
 
+#: Room beside the sidebar's longest label, so that it never touches the edge.
+SIDEBAR_SPARE_PX = 12
+
+
 class UnknownPageError(KeyError):
     """A page name that the main window does not have."""
 
@@ -228,12 +232,14 @@ class MainWindow(QMainWindow):
         self.sidebar = QListWidget()
         self.sidebar.setObjectName("sidebar")
         self.sidebar.setAccessibleName("Sections")
-        self.sidebar.setFixedWidth(200)
         self.sidebar.setIconSize(QSize(18, 18))
         self.sidebar.ensurePolished()  # item heights are measured with the stylesheet's padding, not before it
         for entry in PAGES:
             if entry.in_sidebar:
                 QListWidgetItem(icon(entry.icon), entry.label, self.sidebar)
+        # As wide as its longest label needs (at any font size), not more: at 1024 px the pages need every pixel.
+        frame = 2 * self.sidebar.frameWidth()
+        self.sidebar.setFixedWidth(self.sidebar.sizeHintForColumn(0) + frame + SIDEBAR_SPARE_PX)
         theme_events().sig_changed.connect(self.on_theme_changed)
         self.stack = QStackedWidget()
         layout.addWidget(self.sidebar)

@@ -18,6 +18,7 @@ from desktop.core.settings import Settings, Theme
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
 from desktop.ui.context import AppContext
+from desktop.ui.main_window import MainWindow
 from desktop.ui.pages.wizard.compute_step import ComputeStep
 from desktop.ui.pages.wizard.model_step import ModelStep
 from desktop.ui.pages.wizard.review_step import ReviewStep
@@ -282,18 +283,26 @@ def test_a_pick_remembered_from_before_that_is_gone_or_repriced_is_said_not_swap
 
 
 def test_at_1024_pixels_every_offers_location_shows_whole(
-    clouds: dict[ProviderName, FakeCloud], qtbot: QtBot, wait_for: Callable[..., None]
+    clouds: dict[ProviderName, FakeCloud],
+    qtbot: QtBot,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
 ) -> None:
     apply_theme(Theme.LIGHT)  # as the app draws it: the stylesheet's bold, padded headers widen their columns
-    step = open_step(qtbot, RunDraft(base_model="qwen2.5-7b", method="lora"))
-    step.resize(780, 700)  # the step's share of a 1024 x 700 window beside the sidebar
+    context = AppContext(Settings(), SecretStore(), draft=RunDraft(base_model="qwen2.5-7b", method="lora"))
+    window = MainWindow(Settings(), SecretStore(), context)
+    qtbot.addWidget(window)
+    window.resize(1024, 700)
+    window.show()
+    qloop.run_until_complete(window.load_pages())
+    window.show_page("compute")
+    step = window.wizard.step("compute")
+    assert isinstance(step, ComputeStep)
     offers_shown(step, wait_for)
     table = step.offers.table
     location = table.columnCount() - 1
     assert table.isColumnHidden(KIND_COLUMN)  # on-demand only: every row would say the same
-    metrics = table.fontMetrics()
-    widest = max(metrics.horizontalAdvance(table.item(r, location).text()) for r in range(table.rowCount()))
-    assert table.columnWidth(location) >= widest, "no place is cut to 'commu…'"
+    assert table.columnWidth(location) >= table.sizeHintForColumn(location), "no place is cut to 'commu…'"
     assert table.horizontalScrollBar().maximum() == 0
     step.kind_combo.setCurrentIndex(step.kind_combo.findData(None))
     assert not table.isColumnHidden(KIND_COLUMN)
