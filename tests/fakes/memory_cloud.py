@@ -196,6 +196,9 @@ class MemoryCloud:
         await self._fault("instances")
         return Listing(self.name, list(self.instances.values()))
 
+    async def complete_create(self, instance_id: str, request: RentRequest) -> None:
+        """Nothing to complete: the create carried everything."""
+
     async def named(self, label: str) -> list[Instance]:
         """The machines named ``label`` that are not gone."""
         await self._fault("named")

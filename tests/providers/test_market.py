@@ -80,6 +80,10 @@ class MemoryProvider:
         found = [i for i in self.machines if i.instance_id == instance_id]
         return found[0] if found else Instance(self.name, instance_id, "", InstanceState.TERMINATED, 0.0)
 
+    async def complete_create(self, instance_id: str, request: RentRequest) -> None:
+        """The market never rents: a call is a test failure."""
+        raise AssertionError(f"the market completed a create of {instance_id}")
+
     async def named(self, label: str) -> list[Instance]:
         """The machines named ``label`` that are not gone."""
         await self._answer()

@@ -39,6 +39,7 @@ from desktop.services.providers.vast import (
     nominal_vram_gb,
     v1_url,
 )
+from desktop.services.renting.creating import CreateTiming, Creator
 from desktop.services.renting.terminator import Terminator
 from tests.fakes.http import CallFault, FaultKind
 from tests.fakes.vast import FakeVast
@@ -238,6 +239,22 @@ async def test_a_create_answered_502_is_sent_once_and_found_by_its_label(
     [found] = await vast.named("rentune-run1")
     assert found.instance_id in fake_vast.instances
     assert await vast.named("rentune-other") == []
+
+
+async def test_a_machine_found_by_its_label_after_a_502_gets_the_runs_key_and_boots(
+    vast: VastProvider, fake_vast: FakeVast, key_pair: tuple[asyncssh.SSHKey, str]
+) -> None:
+    ledger = Ledger()
+    creator = Creator(ledger, Terminator(ledger), CreateTiming(lookup_delay=0.0))
+    fake_vast.fail_next("PUT", r"/asks/", CallFault(FaultKind.SERVER_ERROR, after_acting=True, status=502))
+
+    row, instance = await creator.create(vast, "run1", request_for(await cheapest(vast), key_pair[1]), 0.5)
+
+    assert row.state is RentalState.LIVE and row.instance_id == instance.instance_id
+    assert fake_vast.instances[instance.instance_id].public_key == key_pair[1], "the key the create never attached"
+    assert len(bodies(fake_vast, "PUT", "/asks/")) == 1 and len(bodies(fake_vast, "POST", "/ssh/")) == 1
+    boot_now(fake_vast, instance.instance_id)
+    assert (await vast.get(instance.instance_id)).state is InstanceState.RUNNING
 
 
 async def test_a_create_without_an_answer_is_not_sent_again(

@@ -209,3 +209,17 @@ async def test_a_run_ending_leaves_the_clients_of_another_run_the_same_driver_fo
     final = await asyncio.wait_for(drive, 30)
     assert final.state is RunState.FINISHED, final.error
     assert world.vast.live() == [] and world.vast.terminated == ["vast-1"]
+
+
+async def test_a_machine_whose_process_died_while_it_came_up_is_waited_for_again_not_given_up(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", trains_to_the_end)
+    compute = ComputeSpec("runpod", gpu="RTX 4090", spot=True)
+    run_id = world.create(compute)
+    [rp] = world.runpod._offers
+    await world.driver._create(run_id, compute, rp)  # rented and recorded; the process dies before it is up
+    assert world.engine.store.get(run_id).target is None
+    final = await asyncio.wait_for(world.driver_for(world).drive(run_id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    assert world.runpod.terminated == ["runpod-1"] and len(world.runpod.requests) == 1, "the paid-for boot was used"
+    assert any("still coming up when Rentune last stopped" in line for line in world.lines)

@@ -46,6 +46,7 @@ from desktop.services.providers.lambda_cloud import LambdaProvider, Pacer
 from desktop.services.providers.runpod import RunPodProvider
 from desktop.services.providers.vast import VastProvider
 from desktop.services.renting import driver as rental_driver
+from desktop.services.renting.creating import CreateUnsettledError
 from desktop.services.renting.reconcile import RENTING_LOCK_NAME, settle_rentals
 from desktop.services.runs.context import DRIVER_LOCK_NAME, ENDED
 from desktop.services.runs.engine import EngineOptions, RunEngine
@@ -322,6 +323,9 @@ class Schedule:
         for run_id, result in zip(live, results, strict=True):
             if isinstance(result, BaseException):
                 process.lines.append(f"{run_id}: {result!r}")
+            if isinstance(result, BaseException) and not isinstance(result, CreateUnsettledError):
+                # a drive ends in a run state the user can act on; only "the provider cannot be asked now" is raised
+                self.outcome.violations.append(f"{process.name}: driving run {run_id} raised {result!r}")
 
     async def _settle_now_and_then(self, process: Process) -> None:
         """As the app does for its life: rentals left ``creating`` or ``terminating`` are settled again and again."""

@@ -296,6 +296,15 @@ class Provider(Protocol):
             ProviderError: Any other refusal; ``instance_id`` names a machine it left behind, if any.
         """
 
+    async def complete_create(self, instance_id: str, request: RentRequest) -> None:
+        """Does what :meth:`create` does after its request, for a machine found by its label after an unclear create.
+
+        Vast.ai attaches the run's key in a second call; elsewhere the create request carried everything.
+
+        Raises:
+            ProviderError: The provider refused (the machine stays rented: terminate it).
+        """
+
     async def get(self, instance_id: str) -> Instance:
         """The machine's state now (TERMINATED when the provider no longer knows it)."""
 

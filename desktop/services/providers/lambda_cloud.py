@@ -442,6 +442,9 @@ class LambdaProvider:
         rows = rows_in(LAMBDA, body, "data", "list instances")
         return read_rows(LAMBDA, "instance", rows, lambda row: instance_from(row, self._ssh_for))
 
+    async def complete_create(self, instance_id: str, request: RentRequest) -> None:
+        """Nothing: the create request carried the key and everything else (see :meth:`Provider.complete_create`)."""
+
     async def named(self, label: str) -> list[Instance]:
         """The machines named ``label`` that are not gone (after a launch whose outcome is unknown).
 

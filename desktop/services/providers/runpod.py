@@ -610,6 +610,9 @@ class RunPodProvider:
         costs = [pod.get("cost") for pod in pods if isinstance(pod, dict)]
         return round(sum(float(c) for c in costs if isinstance(c, int | float) and c > 0), 4)
 
+    async def complete_create(self, instance_id: str, request: RentRequest) -> None:
+        """Nothing: the create request carried the key and everything else (see :meth:`Provider.complete_create`)."""
+
     async def named(self, label: str) -> list[Instance]:
         """The pods and clusters named ``label`` that are not gone (v2 has no name filter: both lists are read).
 

@@ -183,6 +183,14 @@ class VastProvider:
             ) from exc
         return await self.get(instance_id)
 
+    async def complete_create(self, instance_id: str, request: RentRequest) -> None:
+        """Attaches the run's key to an instance found by its label: the create's answer was lost before it was.
+
+        Raises:
+            ProviderError: Vast would not attach it (the instance stays rented: terminate it).
+        """
+        await self._attach_key(instance_id, request.public_key)
+
     async def get(self, instance_id: str) -> Instance:
         """The instance now; TERMINATED when Vast no longer knows it (``null`` or ``no_such_instance``)."""
         response = await self._api.request("GET", f"/instances/{instance_id}/", params={"owner": "me"})

@@ -94,13 +94,35 @@ class Creator:
             await self._after_cancel(client, intent, task)
             raise
         except UncertainOutcomeError as exc:
-            instance = await self._look_up(client, intent, exc.message)
+            instance = await self._adopt(client, intent, request, exc.message)
         except ProviderError as exc:
             await self._refused(client, intent, exc)
             raise
         except Exception as exc:  # noqa: BLE001 - anything else mid-request leaves the outcome unknown
-            instance = await self._look_up(client, intent, f"the create failed midway ({exc})")
+            instance = await self._adopt(client, intent, request, f"the create failed midway ({exc})")
         return self._record(intent, instance, price, billed_from), instance
+
+    async def _adopt(self, client: Provider, intent: LedgerRental, request: RentRequest, why: str) -> Instance:
+        """The machine an unclear create made, found by its label, completed as the create would have completed it.
+
+        Vast.ai's key, say: without it the machine would bill until the ready timeout and never let the run in.
+
+        Raises:
+            ProviderError: None has the label, or the provider refused to complete it (then it is terminated).
+            CreateUnsettledError: The provider could not be asked.
+        """
+        instance = await self._look_up(client, intent, why)
+        try:
+            await client.complete_create(instance.instance_id, request)
+        except ProviderError as exc:
+            self.ledger.created(intent.id, instance.instance_id)
+            await self.terminator.until_gone(client, instance.instance_id, patience=self.timing.terminate_patience)
+            raise ProviderError(
+                client.name,
+                f"the machine {instance.instance_id} found after an unclear create could not be finished "
+                f"({exc.message}); it was terminated",
+            ) from exc
+        return instance
 
     def _record(
         self, intent: LedgerRental, instance: Instance, price: float, billed_from: float | None = None

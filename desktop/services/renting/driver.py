@@ -237,6 +237,10 @@ class RentalDriver:
             rental = rental_of(record) or await self._rent_locked(run_id, compute)
             if rental is None:
                 return self.ctx.store.get(run_id)
+            if rental.ready is None:  # a process died while this machine came up: it has no target yet
+                rental = await self._bring_up_again(run_id, compute)
+                if rental is None:
+                    continue
             outcome = await self._follow(run_id, rental)
             if outcome is not None:
                 return outcome
@@ -523,6 +527,37 @@ class RentalDriver:
 
     async def _bring_up(self, run_id: str, compute: ComputeSpec, offer: Offer, instance: Instance) -> Rental:
         """Waits until the new machine answers, pins its host key and points the run at it; terminates on failure."""
+        rental = await self._point_at_machine(run_id, compute)
+        if compute.nodes == 1:
+            await self._predict(run_id, offer, rental)
+        return rental
+
+    async def _bring_up_again(self, run_id: str, compute: ComputeSpec) -> Rental | None:
+        """Waits again for a machine an earlier process rented and died before it came up (its boot is paid for).
+
+        Returns:
+            The rental, up; None when the machine is terminated: unusable (the next one is rented), or not up in time
+            (the run fails, as when renting).
+        """
+        self.report("the machine was still coming up when Rentune last stopped: waiting for it again")
+        lock = self.ctx.driver_lock(run_id)  # held while it comes up, as while renting
+        try:
+            return await self._point_at_machine(run_id, compute)
+        except UnusableMachineError as exc:
+            self.report(f"{exc}: renting another")
+        except RentError as exc:
+            self.ctx.fail(run_id, str(exc))
+        finally:
+            lock.release()
+        return None
+
+    async def _point_at_machine(self, run_id: str, compute: ComputeSpec) -> Rental:
+        """Waits until the run's new machine answers, pins its host key and points the run at it (terminated if not).
+
+        Raises:
+            UnusableMachineError: The provider gave up on it, or it never got a public SSH address.
+            RentError: It did not come up in time.
+        """
         rental = rental_of(self.ctx.store.get(run_id))
         assert rental is not None
         try:
@@ -538,9 +573,8 @@ class RentalDriver:
         self.ctx.set_spec(run_id, rental=rental.as_dict(), self_stop=self_stop_settings(compute, rental))
         if compute.nodes == 1:
             self.engine.retarget(run_id, target, rented=True, host_key=host_key)
-            await self._predict(run_id, offer, rental)
         waited = rental.ready - rental.created if rental.ready else 0.0
-        self.report(f"machine {instance.instance_id} is up after {waited:.0f} s: {target.url}")
+        self.report(f"machine {rental.instance_id} is up after {waited:.0f} s: {target.url}")
         return rental
 
     async def _predict(self, run_id: str, offer: Offer, rental: Rental) -> None:
