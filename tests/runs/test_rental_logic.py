@@ -8,6 +8,7 @@ terminated and how the run ended.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -211,13 +212,20 @@ async def test_a_run_ending_leaves_the_clients_of_another_run_the_same_driver_fo
     assert world.vast.live() == [] and world.vast.terminated == ["vast-1"]
 
 
-async def test_a_machine_whose_process_died_while_it_came_up_is_waited_for_again_not_given_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("died", ["before it answered", "after it was marked up, before the run pointed at it"])
+async def test_a_machine_whose_process_died_while_it_came_up_is_waited_for_again_not_given_up(
+    tmp_path: Path, died: str
+) -> None:
     world = World(tmp_path)
     world.runpod.on_create = lambda host: setattr(host, "on_launch", trains_to_the_end)
     compute = ComputeSpec("runpod", gpu="RTX 4090", spot=True)
     run_id = world.create(compute)
     [rp] = world.runpod._offers
     await world.driver._create(run_id, compute, rp)  # rented and recorded; the process dies before it is up
+    if died.startswith("after"):
+        rental = rental_of(world.engine.store.get(run_id))
+        assert rental is not None
+        world.engine.ctx.set_spec(run_id, rental=replace(rental, ready=rental.created + 1).as_dict())
     assert world.engine.store.get(run_id).target is None
     final = await asyncio.wait_for(world.driver_for(world).drive(run_id), 30)
     assert final.state is RunState.FINISHED, final.error
