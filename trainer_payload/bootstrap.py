@@ -105,14 +105,16 @@ def kept_distributions() -> set[str]:
 def install_command(requirements_file: Path) -> list[str]:
     """The pip command installing the lock entries of ``requirements_file`` here, each file checked by its sha256.
 
-    Nothing else is pulled in (``--no-deps``): the lock holds every package the trainer needs.
+    Nothing else is pulled in (``--no-deps``): the lock holds every package the trainer needs. ``--no-compile``: pip
+    would compile every module of every package it installs (transformers alone has thousands) while the machine bills;
+    Python compiles the few the trainer imports when it first imports them.
 
     pip, not uv: uv does not count the packages a ``--system-site-packages`` venv sees as installed
     (astral-sh/uv#7358), so it would download a second torch into the venv instead of keeping the image's.
     """
     return [
         sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-        "--require-hashes", "--no-deps", "-r", str(requirements_file),
+        "--require-hashes", "--no-deps", "--no-compile", "-r", str(requirements_file),
     ]  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from desktop.cli import main
+from desktop.core.runs.spec import RunSpec
 from desktop.core.runs.states import RunState
 from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.engine import EngineOptions, RunEngine
@@ -126,6 +127,10 @@ def test_two_machines_train_one_run_with_the_loss_curve_of_two_ranks_on_one(
     assert home is not None and is_complete(home), "every file of every machine's part verified at home"
     on_node = Path(str(node.remote_dir)) / "out" / "checkpoints" / home.name / "rng_state_1.pth"
     assert (home / "rng_state_0.pth").is_file() and (home / "rng_state_1.pth").read_bytes() == on_node.read_bytes()
+    assert is_complete(on_node.parent), "every machine keeps whole sealed checkpoints: any of them can resume"
+    node_log = Path(str(node.remote_dir)) / "out" / "events.jsonl"
+    node_events = [json.loads(line)["event"] for line in node_log.read_text().splitlines()]
+    assert "step" not in node_events and "checkpoint" not in node_events, "rank 0 alone reports the training"
     assert "rentune-run-" not in head.authorized_keys_file.read_text(), "every machine's run key is removed"
     assert not (Path(str(node.remote_dir)) / "data").exists(), "the uploaded data is removed on every machine"
     assert main(["runs", "--json"]) == 0 and len(json.loads(capsys.readouterr().out)) == 1
@@ -179,23 +184,24 @@ def running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("lost", ["node", "head"])
-async def test_a_lost_machine_pauses_the_run_stops_the_other_and_a_fresh_pair_resumes(
-    machines: NodeFactory, tiny_model: TinyModel, tmp_path: Path, lost: str
-) -> None:
+async def lose_a_machine(
+    machines: NodeFactory, tiny_model: TinyModel, folder: Path, lost: str
+) -> tuple[RunEngine, str, RunSpec]:
+    """A two-machine run that loses machine ``lost`` ("head" or "node") once a checkpoint is home: it must pause,
+    saying which, with no trainer left on any machine. Returns the engine, the run's id and its spec."""
     import tomllib
 
     from desktop.core.runs.spec import run_spec_from_dict
 
     head, other = machines("head"), machines("node1")
-    spec_path = cluster_spec(tmp_path, [head.host(), other.host()], tiny_model, max_steps=400, checkpoint_steps=4)
-    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), tmp_path, spec_path)
+    spec_path = cluster_spec(folder, [head.host(), other.host()], tiny_model, max_steps=400, checkpoint_steps=4)
+    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), folder, spec_path)
     engine = RunEngine(RunStore(), options=EngineOptions(poll_seconds=0.2, grace_seconds=10))
     record = engine.create(spec)
     (node,) = engine.store.nodes_of(record.id)
     drive = asyncio.ensure_future(engine.drive(record.id))
-    folder = engine.folder(record.id)
-    await wait_for(lambda: newest_local_checkpoint(folder / "checkpoints") is not None or drive.done())
+    checkpoints = engine.folder(record.id) / "checkpoints"
+    await wait_for(lambda: newest_local_checkpoint(checkpoints) is not None or drive.done())
     head_pid, node_pid = engine.store.get(record.id).pid, engine.store.get(node.id).pid
     assert head_pid is not None and node_pid is not None
     if lost == "node":
@@ -210,24 +216,40 @@ async def test_a_lost_machine_pauses_the_run_stops_the_other_and_a_fresh_pair_re
         assert paused.error and "unreachable" in paused.error
     assert not running(head_pid) and not running(node_pid), "no trainer is left on any machine"
     assert engine.store.get(node.id).state is RunState.PAUSED
+    return engine, record.id, spec
+
+
+async def test_a_lost_head_pauses_the_run_and_stops_the_other_machine(
+    machines: NodeFactory, tiny_model: TinyModel, tmp_path: Path
+) -> None:
+    # the resume on a fresh pair is the same after either loss: the test below proves it once
+    engine, run_id, _ = await lose_a_machine(machines, tiny_model, tmp_path, "head")
+    assert newest_local_checkpoint(engine.folder(run_id) / "checkpoints") is not None
+
+
+async def test_a_lost_node_pauses_the_run_stops_the_head_and_a_fresh_pair_resumes(
+    machines: NodeFactory, tiny_model: TinyModel, tmp_path: Path
+) -> None:
+    engine, run_id, spec = await lose_a_machine(machines, tiny_model, tmp_path, "node")
+    folder = engine.folder(run_id)
     home = newest_local_checkpoint(folder / "checkpoints")
     assert home is not None
     newest = int(home.name.split("-")[1])
 
     fresh_head, fresh_other = machines("head2"), machines("node2")
-    engine.retarget_nodes(record.id, [_target(fresh_head.host(), spec), _target(fresh_other.host(), spec)])
-    engine.prepare_resume(record.id)
-    engine.ctx.set_spec(record.id, training={**engine.store.get(record.id).spec["training"], "max_steps": newest + 4})
-    for node_record in engine.store.nodes_of(record.id):
+    engine.retarget_nodes(run_id, [_target(fresh_head.host(), spec), _target(fresh_other.host(), spec)])
+    engine.prepare_resume(run_id)
+    engine.ctx.set_spec(run_id, training={**engine.store.get(run_id).spec["training"], "max_steps": newest + 4})
+    for node_record in engine.store.nodes_of(run_id):
         engine.ctx.set_spec(node_record.id, training={**node_record.spec["training"], "max_steps": newest + 4})
-    finished = await asyncio.wait_for(engine.drive(record.id), 900)
+    finished = await asyncio.wait_for(engine.drive(run_id), 900)
     assert finished.state is RunState.FINISHED, finished.error
     events = mirrored_events(folder)
     resumed = [e for e in events if e["event"] == "state" and e.get("resume_from")]
     assert resumed and resumed[-1]["resume_from"] == f"checkpoint-{newest}", "continued from the newest at home"
     steps = [e["step"] for e in events if e["event"] == "step"]
     assert steps[-1] == newest + 4
-    (fresh_node,) = engine.store.nodes_of(record.id)
+    (fresh_node,) = engine.store.nodes_of(run_id)
     assert fresh_node.target == fresh_other.host().url
     sent = Path(str(fresh_node.remote_dir)) / "out" / "checkpoints" / home.name
     assert {p.name for p in home.iterdir()} <= {p.name for p in sent.iterdir()}, "all of it, to every machine"
