@@ -115,8 +115,7 @@ class Creator:
         try:
             await client.complete_create(instance.instance_id, request)
         except ProviderError as exc:
-            self.ledger.created(intent.id, instance.instance_id)
-            await self.terminator.until_gone(client, instance.instance_id, patience=self.timing.terminate_patience)
+            await self._end_made(client, intent, instance.instance_id)
             raise ProviderError(
                 client.name,
                 f"the machine {instance.instance_id} found after an unclear create could not be finished "
@@ -142,8 +141,12 @@ class Creator:
         if exc.instance_id is None:
             await asyncio.to_thread(self.ledger.not_created, intent.id)
             return
-        self.ledger.created(intent.id, exc.instance_id)
-        await self.terminator.until_gone(client, exc.instance_id, patience=self.timing.terminate_patience)
+        await self._end_made(client, intent, exc.instance_id)
+
+    async def _end_made(self, client: Provider, intent: LedgerRental, instance_id: str) -> None:
+        """Books the machine a create made that the run will not use, then terminates it until it is gone."""
+        self.ledger.created(intent.id, instance_id)
+        await self.terminator.until_gone(client, instance_id, patience=self.timing.terminate_patience)
 
     async def _look_up(self, client: Provider, intent: LedgerRental, why: str) -> Instance:
         """The machine an unclear create made, found by its label (extra ones are recorded and terminated).

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -379,11 +379,21 @@ class RentalDriver:
         Raises:
             RunBusyError: Another process follows the run.
         """
+        with self._holding(run_id):  # the engine holds the run once it is let go
+            return await self._rent_or_fail(run_id, compute)
+
+    @contextlib.contextmanager
+    def _holding(self, run_id: str) -> Iterator[None]:
+        """Holds the run's driver lock while renting or bringing a machine up.
+
+        Raises:
+            RunBusyError: Another process follows the run.
+        """
         lock = self.ctx.driver_lock(run_id)
         try:
-            return await self._rent_or_fail(run_id, compute)
+            yield
         finally:
-            lock.release()  # the engine holds the run from here on
+            lock.release()
 
     async def _rent_or_fail(self, run_id: str, compute: ComputeSpec) -> Rental | None:
         try:
@@ -540,15 +550,13 @@ class RentalDriver:
             (the run fails, as when renting).
         """
         self.report("the machine was still coming up when Rentune last stopped: waiting for it again")
-        lock = self.ctx.driver_lock(run_id)  # held while it comes up, as while renting
-        try:
-            return await self._point_at_machine(run_id, compute)
-        except UnusableMachineError as exc:
-            self.report(f"{exc}: renting another")
-        except RentError as exc:
-            self.ctx.fail(run_id, str(exc))
-        finally:
-            lock.release()
+        with self._holding(run_id):  # while it comes up, as while renting
+            try:
+                return await self._point_at_machine(run_id, compute)
+            except UnusableMachineError as exc:
+                self.report(f"{exc}: renting another")
+            except RentError as exc:
+                self.ctx.fail(run_id, str(exc))
         return None
 
     async def _point_at_machine(self, run_id: str, compute: ComputeSpec) -> Rental:
