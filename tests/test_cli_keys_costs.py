@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ import desktop.cli.keys as keys_cli
 import desktop.services.billing.ledger as ledger_module
 import desktop.services.billing.spend as spend_module
 from desktop.cli import main
+from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import OWN_SERVER, spend_overview
 from desktop.services.platform.secrets import SecretName, SecretStore
@@ -193,6 +195,37 @@ def test_costs_with_an_unreadable_run_database_is_one_line(
     assert code == 1 and out == ""
     assert err.startswith("rentune: error: the run database ") and "move it aside" in err
     assert len(err.splitlines()) == 1
+
+
+def test_the_bill_by_phase_of_an_unknown_run_or_one_that_rented_nothing_says_why(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "costs", "--run", "20990101-nothing")
+    assert code == 2 and out == "" and "rentune runs lists them" in err
+    own = RunStore().create({"base_model": "x"}, "ssh://me@gpu-box:22")
+    code, out, err = run(capsys, "costs", "--run", own.id, "--json")
+    assert code == 2 and out == ""
+    assert f"run {own.id} rented no machine" in err and "rentune costs lists it" in err
+
+
+def test_the_bill_by_phase_is_the_ledgers_dollars_split_by_the_runs_history(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = RunStore()
+    record = store.create({"base_model": "x"}, None)
+    for state in ("provisioning", "connecting", "uploading", "bootstrapping", "training"):
+        store.transition(record.id, RunState(state))
+    Ledger().open(record.id, "runpod", "pod-9", "RTX 4090", 0.69, started=time.time() - 60)
+    bill = json.loads(run(capsys, "costs", "--run", record.id, "--json")[1])
+    assert [phase["phase"] for phase in bill["phases"]][:3] == [
+        "waiting for the machine",
+        "setup and upload",
+        "training",
+    ]
+    assert bill["usd"] == pytest.approx(sum(phase["usd"] for phase in bill["phases"]))
+    assert bill["usd"] == pytest.approx(0.69 / 60, rel=0.05), "a minute of a machine still running, billed to now"
+    text = run(capsys, "costs", "--run", record.id)[1]
+    assert text.startswith(f"run {record.id}: $0.01 in all") and "training" in text
 
 
 # -- rentune keys ---------------------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ person reads them), ``billing_per_hour`` is what bills now; ``price_per_hour`` i
 ``creating``, ``live``, ``terminating`` or ``ended`` (a rental still ``creating`` or ``terminating`` counts as
 billing); ``end_estimated`` is true when the stop is the moment Rentune saw the machine gone rather than a time the
 provider reported. Today and this month are the computer's local days, as in the app.
+
+``--run RUN`` splits one rented run's bill by what its machines were doing while they billed (every billed second in
+one phase, so the phases add up to the run's dollars) and gives its effective training hour: all its dollars over its
+hours of training. ``--json`` then prints ``usd``, ``idle_usd``, ``training_hours``, ``usd_per_training_hour`` (null
+before any training) and ``phases``: each with ``phase``, ``seconds`` (machine-seconds) and ``usd``, unrounded.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
+from desktop.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from desktop.core.runs.bill_phases import BillSplit
+from desktop.core.runs.progress import format_duration
 from desktop.services.billing.ledger import LedgerError
 from desktop.services.billing.spend import OWN_SERVER, Charge, SpendOverview, spend_overview
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.store import RunStore
+from desktop.services.runs.bill import run_bill_split
+from desktop.services.runs.store import RunStore, UnknownRunError
 
 _HEADER = ("RUN", "PROVIDER", "INSTANCE", "GPU", "$/H", "STARTED", "STOPPED", "DOLLARS")
 
@@ -128,9 +136,61 @@ def overview_text(overview: SpendOverview) -> list[str]:
     return [*table_lines(rows), "", totals, *(_still_running(charge, now) for charge in overview.billing)]
 
 
-def run_costs(args: argparse.Namespace) -> int:
-    """``rentune costs``: prints what was billed and what still bills (``--json`` for one object)."""
+def bill_json(split: BillSplit) -> dict[str, Any]:
+    """A run's bill by phase as ``rentune costs --run RUN --json`` prints it."""
+    return {
+        "usd": split.usd,
+        "idle_usd": split.idle_usd,
+        "training_hours": split.training_hours,
+        "usd_per_training_hour": split.effective_usd_per_training_hour,
+        "phases": [{"phase": c.phase.value, "seconds": c.seconds, "usd": c.usd} for c in split.phases],
+    }
+
+
+def bill_text(run_id: str, split: BillSplit) -> list[str]:
+    """A run's bill by phase: a table of the phases it billed in, the paid idle time and the effective hour."""
+    rows: list[tuple[str, ...]] = [("PHASE", "MACHINE TIME", "DOLLARS", "SHARE")]
+    rows += [
+        (cost.phase.value, format_duration(cost.seconds), f"${cost.usd:.2f}", _share(cost.usd, split.usd))
+        for cost in split.phases
+        if cost.seconds > 0
+    ]
+    hour = split.effective_usd_per_training_hour
+    lines = [f"run {run_id}: ${split.usd:.2f} in all, ${split.idle_usd:.2f} of it while no machine trained", ""]
+    lines += [*table_lines(rows), ""]
+    if hour is None:
+        return [*lines, "no training yet: the effective training hour is known once the run has trained"]
+    trained = format_duration(split.training_hours * 3600)
+    return [*lines, f"effective training hour: ${hour:.2f} (${split.usd:.2f} for {trained} of training)"]
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f} %" if whole > 0 else ""
+
+
+def _print_run_bill(run_id: str, as_json: bool) -> int:
     try:
+        split = run_bill_split(RunStore(), run_id)
+    except UnknownRunError as exc:
+        raise CliError(f"{exc}; rentune runs lists them", EXIT_USAGE) from exc
+    if split is None:
+        raise CliError(
+            f"run {run_id} rented no machine, so no provider billed it (a run on your own server is costed at the "
+            "rate you stated: rentune costs lists it)",
+            EXIT_USAGE,
+        )
+    print(json.dumps(bill_json(split), indent=2) if as_json else "\n".join(bill_text(run_id, split)))
+    return EXIT_OK
+
+
+def run_costs(args: argparse.Namespace) -> int:
+    """``rentune costs``: prints what was billed and what still bills (``--json`` for one object).
+
+    With ``--run``, one run's bill by phase instead.
+    """
+    try:
+        if args.run:
+            return _print_run_bill(args.run, args.json)
         overview = spend_overview(RunStore())
     except LedgerError as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc

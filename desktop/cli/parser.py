@@ -119,6 +119,12 @@ def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParse
 def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     costs = commands.add_parser("costs", help="what rented machines cost: each rental, totals, machines still billing")
     costs.add_argument("--json", action="store_true", help="print one JSON object (dollars rounded to cents)")
+    costs.add_argument(
+        "--run",
+        metavar="RUN",
+        help="one run's bill by phase (waiting for the machine, setup, training, waiting on you, pulling home, "
+        "export, teardown) and its effective training hour",
+    )
     keys = commands.add_parser("keys", help="cloud API keys in the keyring: set (checked first), list, delete")
     actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     providers = [name.value for name in ProviderName]

@@ -131,6 +131,23 @@ def _assert_ledger_matches(fake: FakeCloud, run_id: str) -> None:
         assert abs(booked.usd(time.time()) - booked.price_per_hour * provider_seconds / 3600) < 0.01
 
 
+def _assert_bill_split_adds_up(fake: FakeCloud, run_id: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``rentune costs --run`` splits the bill into phases that add up to what the provider billed (within 1 %)."""
+    [instance] = fake.instances.values()
+    [booked] = Ledger().rentals(run_id)
+    assert instance.terminated is not None
+    billed = booked.price_per_hour * (instance.terminated - instance.created) / 3600
+    assert main(["costs", "--run", run_id, "--json"]) == 0
+    bill = json.loads(capsys.readouterr().out)
+    phases = {phase["phase"]: phase for phase in bill["phases"]}
+    assert sum(phase["usd"] for phase in phases.values()) == pytest.approx(billed, rel=0.01)
+    assert all(phases[name]["seconds"] > 0 for name in ("waiting for the machine", "setup and upload", "training"))
+    assert bill["usd_per_training_hour"] == pytest.approx(bill["usd"] / bill["training_hours"])
+    assert bill["idle_usd"] == pytest.approx(bill["usd"] - phases["training"]["usd"])
+    assert main(["costs", "--run", run_id]) == 0
+    assert "effective training hour: $" in capsys.readouterr().out
+
+
 class KeyWatch(ArgvWatch):
     """Samples, while a run goes on, every process's command line and the machines' processes' environments, and
     the machines' disks at the end, for the account's API key."""
@@ -200,6 +217,7 @@ def test_rentune_run_rents_trains_and_terminates_when_the_adapter_is_home(
     assert instance.terminated - arrived < 30, "terminated within 30 s of the adapter arriving"
     _nothing_left(cloud.fake)
     _assert_ledger_matches(cloud.fake, runs[0].id)
+    _assert_bill_split_adds_up(cloud.fake, runs[0].id, capsys)
     path = key_file(runs[0].id)
     if keyring_exists:
         assert not path.exists(), "the keyring keeps the run key: no file"
