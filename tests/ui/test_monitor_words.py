@@ -259,6 +259,7 @@ def test_a_rented_runs_machine_and_cost_against_its_estimate() -> None:
     rentals = (rental("runpod", 0.34, 0.0, 600.0), rental("vast", 0.41, 700.0, None))
     spend = RunSpend(run.id, 0.1, 0.41, billing=True, rented=True, rentals=rentals)
     rows = monitor_text.machine_rows(RunProgress(), snapshot(run, spend))
+    assert rows.pop("idle").endswith("· no training yet")  # no history: every billed second went to waiting
     assert rows == {
         "machine": "Vast.ai · spot · machine 2 of this run",
         "gpu": "RTX 4090",
@@ -268,6 +269,24 @@ def test_a_rented_runs_machine_and_cost_against_its_estimate() -> None:
     }
     marks = monitor_text.machine_marks(snapshot(run, spend))
     assert [(m.number, m.provider, m.stopped) for m in marks] == [(1, "runpod", 600.0), (2, "vast", None)]
+
+
+def test_paid_idle_is_what_the_machines_billed_while_the_run_did_not_train_and_a_hold_counts_as_idle() -> None:
+    run = record(compute=RENTED)
+    now = 1e9  # the snapshot's moment
+    history = [
+        {"ts": now - 3600, "to_state": "provisioning"},
+        {"ts": now - 3240, "to_state": "training"},  # 6 minutes to rent, set up and upload
+    ]
+    spend = RunSpend(run.id, 0.0, 0.0, billing=True, rented=True, rentals=(rental("runpod", 10.0, now - 3600, None),))
+    progress = RunProgress()
+    progress.apply({"seq": 1, "ts": now - 600, "event": "hold", "held": True})
+    progress.apply({"seq": 2, "ts": now - 300, "event": "hold", "held": False, "outcome": "continue"})
+    rows = monitor_text.machine_rows(progress, snapshot(run, spend, transitions=history))
+    # $10 an hour: 6 min waiting and 5 min held are $1.83 of $10.00; 49 min of training for $10.00
+    assert rows["idle"] == "$1.83 of $10.00 (18 %) · $12.24 per hour of training"
+    own = monitor_text.machine_rows(RunProgress(), snapshot(record(hourly_rate_usd=2.4), spend=None))
+    assert own["idle"] == "Shown for rented machines"
 
 
 def test_a_rented_cluster_is_one_machine_of_the_run_in_the_timeline_though_each_machine_bills() -> None:

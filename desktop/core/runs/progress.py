@@ -100,6 +100,8 @@ class RunProgress:
         resume_from: The checkpoint the latest training session continued from.
         milestones: The events worth a line in the run's log (phases, evals, checkpoints, errors, the first step of
             each training session, the end), oldest first, at most :data:`MILESTONES`.
+        bill_events: The events that say what a billing machine did besides the run's state (holds for the user's
+            answer, the export on the machine), oldest first: the bill's split by phase reads them.
         last_seq: Sequence number of the last event applied (older or repeated events are ignored).
         last_ts: Time of the last event applied (epoch seconds).
     """
@@ -126,6 +128,7 @@ class RunProgress:
     download_bytes: tuple[float, float | None] | None = None
     resume_from: str | None = None
     milestones: deque[Mapping[str, Any]] = field(default_factory=lambda: deque(maxlen=MILESTONES))
+    bill_events: list[Mapping[str, Any]] = field(default_factory=list)
     last_seq: int = 0
     last_ts: float | None = None
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW), repr=False)
@@ -246,9 +249,14 @@ class RunProgress:
 
     def _on_export(self, event: Mapping[str, Any]) -> None:
         self.milestones.append(event)  # the export on the machine, phase by phase
+        self.bill_events.append(event)
 
     def _on_exported(self, event: Mapping[str, Any]) -> None:
         self.milestones.append(event)
+        self.bill_events.append(event)
+
+    def _on_hold(self, event: Mapping[str, Any]) -> None:
+        self.bill_events.append(event)  # waiting for the user's answer to an overrun: paid idle time
 
     @property
     def steps_per_second(self) -> float | None:
@@ -269,7 +277,9 @@ class RunProgress:
         return max(0, self.total_steps - self.step) / rate
 
 
-_KINDS = frozenset({"state", "step", "eval", "checkpoint", "done", "error", "calibration", "fit", "export", "exported"})
+_KINDS = frozenset(
+    {"state", "step", "eval", "checkpoint", "done", "error", "calibration", "fit", "export", "exported", "hold"}
+)
 
 
 def _drop_from(step: int, steps: list[int], values: list[float]) -> None:

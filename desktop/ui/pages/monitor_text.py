@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop.core.model_names import model_name
+from desktop.core.runs.bill_phases import BilledStretch, split_bill
 from desktop.core.runs.progress import Estimate, RunProgress, format_duration, run_duration, stored_estimate
 from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
@@ -46,6 +47,7 @@ MACHINE_ROWS = (
     ("gpu", "GPU"),
     ("rate", "Rate"),
     ("cost", "Cost so far"),
+    ("idle", "Paid idle"),
     ("estimate", "Estimate"),
 )
 #: States after which nothing trains until the user acts.
@@ -229,8 +231,23 @@ def machine_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]
     rows = _rented_rows(snapshot) if is_rented(snapshot.record) else _own_server_rows(progress, snapshot)
     estimate = stored_estimate(snapshot.record.spec)
     rows["cost"] = cost_text(snapshot, estimate)
+    rows["idle"] = idle_text(progress, snapshot)
     rows["estimate"] = estimate_text(estimate)
     return rows
+
+
+def idle_text(progress: RunProgress, snapshot: RunSnapshot) -> str:
+    """Dollars paid while no machine trained, and what an hour of training really cost (rented runs)."""
+    spend = snapshot.spend
+    made = [rental for rental in spend.rentals if rental.made] if spend is not None and spend.rented else []
+    if not made:
+        return "Shown for rented machines" if not is_rented(snapshot.record) else "Nothing billed yet"
+    stretches = [BilledStretch(r.started, r.end(snapshot.now), r.price_per_hour) for r in made]
+    split = split_bill(stretches, snapshot.transitions, progress.bill_events)
+    share = f" ({100 * split.idle_usd / split.usd:.0f} %)" if split.usd > 0 else ""
+    text = f"{money(split.idle_usd)} of {money(split.usd)}{share}"
+    hour = split.effective_usd_per_training_hour
+    return text + (f" · {money(hour)} per hour of training" if hour is not None else " · no training yet")
 
 
 #: A machine of a run across several, in the monitor's words for where it stands.
