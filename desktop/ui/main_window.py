@@ -165,9 +165,11 @@ class MainWindow(QMainWindow):
         return page
 
     def _build_costs(self) -> BasePage:
+        from desktop.services.runs.bill import BillEvents, month_idle
         from desktop.ui.pages.costs_page import CostsPage
 
-        page = CostsPage()
+        events = BillEvents()
+        page = CostsPage(idle=lambda: month_idle(self.context.store, events))
         page.follow(self.cost_tracker.meter)
         page.sig_stop.connect(self.cost_tracker.on_stop_requested)
         return page

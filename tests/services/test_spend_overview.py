@@ -102,6 +102,15 @@ def test_a_deleted_runs_rentals_still_count(ledger: Ledger) -> None:
     assert overview.total_usd == pytest.approx(3.0)
 
 
+def test_a_runs_rentals_count_though_its_spec_no_longer_names_a_provider_or_a_rate(ledger: Ledger) -> None:
+    run = RunStore().create({"base_model": "m"}, "ssh://me@own-box:22")  # moved to a server of the user's, no rate
+    ledger.open(run.id, "runpod", "p1", "RTX 4090", 0.5, started=at(2026, 12, 1, 8, 0))
+    ledger.close("runpod", "p1", stopped=at(2026, 12, 1, 10, 0))
+    overview = spend_overview(RunStore(), ledger=ledger, now=at(2026, 12, 2, 8, 0))
+    [cost] = overview.runs
+    assert cost.run_id == run.id and cost.spend.usd == pytest.approx(1.0) and cost.providers == ("runpod",)
+
+
 def test_nothing_spent_is_an_empty_overview(ledger: Ledger) -> None:
     overview = spend_overview(RunStore(), ledger=ledger, now=at(2026, 6, 1, 12, 0))
     assert overview.empty and overview.total_usd == 0 and overview.runs == () and len(overview.months) == 12

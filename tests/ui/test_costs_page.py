@@ -220,3 +220,26 @@ def test_dollars_are_drawn_at_their_own_height_with_dollar_ticks_in_both_themes(
         values = sorted(float(text.removeprefix("$")) for text, _at in drawn)
         steps = {round(b - a, 6) for a, b in itertools.pairwise(values)}
         assert len(steps) == 1, f"evenly spaced ticks: {values}"
+
+
+def test_this_months_dollars_say_how_much_of_them_was_paid_idle(qtbot: QtBot, qloop: asyncio.AbstractEventLoop) -> None:
+    from desktop.services.runs.bill import BillEvents, month_idle
+    from desktop.ui.pages.costs_page import IDLE_TIP, idle_words
+    from tests.fixtures.recorded_run import backdate
+
+    store, start = RunStore(), time.time() - 1100
+    run = store.create({"base_model": "x"}, None)
+    for state in (RunState.PROVISIONING, RunState.TRAINING, RunState.FINISHED):
+        store.transition(run.id, state)
+    backdate(store, run.id, [start - 10, start, start + 100, start + 900])  # 100 s renting, 100 s after the end
+    Ledger().open(run.id, "runpod", "pod-1", "RTX 4090", 36.0, started=start)
+    Ledger().close("runpod", "pod-1", stopped=start + 1000)
+    page = _costs(qtbot, qloop)
+    assert page._idle_task is not None
+    qloop.run_until_complete(page._idle_task)
+    expected = month_idle(RunStore(), BillEvents())  # the same month as the page's (the machine stopped)
+    assert page.month_card.detail_label.isVisible() and page.month_card.detail_label.text() == idle_words(expected)
+    if expected.usd == pytest.approx(10.0):  # all of it in this month (not the first minutes of a month)
+        assert idle_words(expected) == "$2.00 paid idle on rented machines (20\u00a0%)"
+    assert page.month_card.detail_label.toolTip() == IDLE_TIP
+    assert page.month_card.accessibleName().endswith(", " + idle_words(expected))

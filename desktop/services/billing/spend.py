@@ -307,7 +307,7 @@ def _run_costs(
     costs = []
     for run_id in {*rented, *own}:
         record = by_id.get(run_id)
-        if record is not None and compute_of(record) is None:
+        if run_id in own and record is not None and compute_of(record) is None:
             spend = own[run_id]
         else:
             spend = _rented_spend(run_id, rented.get(run_id, []), now)

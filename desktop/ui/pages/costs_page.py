@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import Qt, Signal
@@ -17,8 +19,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.services.billing.ledger import LedgerError
 from desktop.services.billing.meter import BillingMachine, MeterReading
 from desktop.services.billing.spend import RunCost, SpendOverview
+from desktop.services.runs.bill import MonthIdle
+from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.cost_words import machine_name, money, provider_label, rate, short_run, upper_first
 from desktop.ui.design.palette import METRICS
 from desktop.ui.meter import CostMeter
@@ -59,6 +64,19 @@ def run_rows(runs: Sequence[RunCost]) -> list[tuple[str, ...]]:
     return rows
 
 
+IDLE_TIP = (
+    "What rented machines billed this month while none of them trained: renting, setup and upload, waiting on your "
+    "answer, bringing home, export and teardown. A run's monitor shows its own; rentune costs --run RUN splits it."
+)
+
+
+def idle_words(idle: MonthIdle) -> str:
+    """This month's paid idle under its dollars: what rented machines billed while none of them trained."""
+    if idle.usd <= 0:
+        return ""
+    return f"{money(idle.idle_usd)} paid idle on rented machines ({100 * idle.idle_usd / idle.usd:.0f}\u00a0%)"
+
+
 def fill_table(table: QTableWidget, rows: Sequence[tuple[str, ...]]) -> None:
     """Shows ``rows`` in ``table`` (changed cells only) and makes it as tall as its rows: the page scrolls, not it."""
     table.setRowCount(len(rows))
@@ -89,14 +107,28 @@ class StatCard(Card):
         super().__init__()
         self.caption_label = caption(title)
         self.value_label = heading("—", METRICS.title_scale * 0.85)
+        self.detail_label = caption()
+        self.detail_label.setWordWrap(True)
+        self.detail_label.hide()
         self.setAccessibleName(title)
         self.body.addWidget(self.caption_label)
         self.body.addWidget(self.value_label)
+        self.body.addWidget(self.detail_label)
 
     def show_value(self, text: str) -> None:
         """Shows the number."""
         self.value_label.setText(text)
-        self.setAccessibleName(f"{self.caption_label.text()}: {text}")
+        self._name()
+
+    def show_detail(self, text: str) -> None:
+        """Shows a line under the number (none when ``text`` is empty)."""
+        self.detail_label.setText(text)
+        self.detail_label.setVisible(bool(text))
+        self._name()
+
+    def _name(self) -> None:
+        detail = f", {self.detail_label.text()}" if self.detail_label.text() else ""
+        self.setAccessibleName(f"{self.caption_label.text()}: {self.value_label.text()}{detail}")
 
 
 class MachineRow(QWidget):
@@ -154,8 +186,11 @@ class CostsPage(BasePage):
     purpose = "What your fine-tunes cost, and what bills right now. Stop anything from here."
     sig_stop = Signal(object)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, idle: Callable[[], MonthIdle] | None = None, parent: QWidget | None = None) -> None:
+        """``idle``: reads this month's paid idle (blocking; run off the UI thread), None to show none."""
         super().__init__(parent)
+        self.idle = idle
+        self._idle_task: asyncio.Task[None] | None = None
         self.meter: CostMeter | None = None
         self.reading: MeterReading | None = None
         self.rows: dict[str, MachineRow] = {}
@@ -260,6 +295,18 @@ class CostsPage(BasePage):
         fill_table(self.provider_table, provider_rows(overview))
         fill_table(self.run_table, run_rows(overview.runs))
         self.run_card.setVisible(bool(overview.runs))
+        if self.idle is not None and self.isVisible() and (self._idle_task is None or self._idle_task.done()):
+            self._idle_task = spawn(self._show_idle(self.idle))
+
+    async def _show_idle(self, read: Callable[[], MonthIdle]) -> None:
+        """Shows under this month's dollars what its rented machines billed while nothing trained."""
+        try:
+            idle = await off_ui_thread(self, read)
+        except (LedgerError, sqlite3.Error, OSError):
+            self.month_card.show_detail("")  # the sums above say why the ledger cannot be read
+            return
+        self.month_card.show_detail(idle_words(idle))
+        self.month_card.detail_label.setToolTip(IDLE_TIP)
 
     def _show_machines(self, machines: Sequence[BillingMachine], run_usd: dict[str, float]) -> None:
         keys = [machine.key for machine in machines]
