@@ -136,17 +136,6 @@ def overview_text(overview: SpendOverview) -> list[str]:
     return [*table_lines(rows), "", totals, *(_still_running(charge, now) for charge in overview.billing)]
 
 
-def bill_json(split: BillSplit) -> dict[str, Any]:
-    """A run's bill by phase as ``rentune costs --run RUN --json`` prints it."""
-    return {
-        "usd": split.usd,
-        "idle_usd": split.idle_usd,
-        "training_hours": split.training_hours,
-        "usd_per_training_hour": split.effective_usd_per_training_hour,
-        "phases": [{"phase": c.phase.value, "seconds": c.seconds, "usd": c.usd} for c in split.phases],
-    }
-
-
 def bill_text(run_id: str, split: BillSplit) -> list[str]:
     """A run's bill by phase: a table of the phases it billed in, the paid idle time and the effective hour."""
     rows: list[tuple[str, ...]] = [("PHASE", "MACHINE TIME", "DOLLARS", "SHARE")]
@@ -179,7 +168,7 @@ def _print_run_bill(run_id: str, as_json: bool) -> int:
             "rate you stated: rentune costs lists it)",
             EXIT_USAGE,
         )
-    print(json.dumps(bill_json(split), indent=2) if as_json else "\n".join(bill_text(run_id, split)))
+    print(json.dumps(split.as_dict(), indent=2) if as_json else "\n".join(bill_text(run_id, split)))
     return EXIT_OK
 
 

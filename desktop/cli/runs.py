@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from desktop.cli.errors import EXIT_FAILED, CliError
+from desktop.core.runs.bill_phases import BillSplit
 from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
 from desktop.core.runs.states import LIVE, TERMINAL, RunState
 from desktop.core.settings import Settings, SettingsError
@@ -36,6 +37,7 @@ from desktop.services.providers.base import ProviderError, ProviderName
 from desktop.services.renting.driver import RentalDriver
 from desktop.services.renting.ending import end_rentals_first
 from desktop.services.runs.actions import resume_refusal
+from desktop.services.runs.bill import run_bill_split
 from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
@@ -416,6 +418,7 @@ class RunsCommands:
         history = self.engine.store.transitions(record.id)
         events = mirrored_events(self.engine.folder(record.id))
         others = self.engine.store.nodes_of(record.id)
+        bill = run_bill_split(self.engine.store, record.id)
         if args.json:
             print(
                 json.dumps(
@@ -431,6 +434,7 @@ class RunsCommands:
                         "last_event": events[-1] if events else None,
                         "nodes": [_node_dict(node) for node in others],
                         **self._money(Ledger(), record),
+                        "bill": bill.as_dict() if bill else None,
                     },
                     indent=2,
                     default=str,
@@ -447,7 +451,7 @@ class RunsCommands:
             )
         for event in events[-5:]:
             print("  " + describe_event(event))
-        for line in money_lines(self._money(Ledger(), record)):
+        for line in [*money_lines(self._money(Ledger(), record)), *bill_lines(bill)]:
             print("  " + line)
         if record.error:
             print(f"  problem: {record.error}")
@@ -504,6 +508,17 @@ def money_lines(money: dict[str, Any]) -> list[str]:
         tail = f", adapter to terminate {after:.0f} s" if after is not None else ""
         lines.append(f"paid idle: machine created to first step {idle['create_to_first_step_s']:.0f} s{tail}")
     return lines
+
+
+def bill_lines(bill: BillSplit | None) -> list[str]:
+    """A rented run's bill by phase in one line, its paid idle and its effective training hour in another."""
+    if bill is None or bill.usd <= 0:
+        return []
+    spent = ", ".join(f"{c.phase.value} ${c.usd:.2f}" for c in bill.phases if c.seconds > 0)
+    hour = bill.effective_usd_per_training_hour
+    effective = f"; an hour of training cost ${hour:.2f}" if hour is not None else ""
+    idle = f"paid while nothing trained: ${bill.idle_usd:.2f} ({100 * bill.idle_usd / bill.usd:.0f} %){effective}"
+    return [f"bill ${bill.usd:.2f}: {spent}", idle]
 
 
 def _commands() -> RunsCommands:

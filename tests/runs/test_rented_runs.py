@@ -146,6 +146,10 @@ def _assert_bill_split_adds_up(fake: FakeCloud, run_id: str, capsys: pytest.Capt
     assert bill["idle_usd"] == pytest.approx(bill["usd"] - phases["training"]["usd"])
     assert main(["costs", "--run", run_id]) == 0
     assert "effective training hour: $" in capsys.readouterr().out
+    assert main(["status", run_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bill"]["phases"] == bill["phases"], "the run's report, the same split"
+    assert main(["status", run_id]) == 0
+    assert "  paid while nothing trained: $" in capsys.readouterr().out
 
 
 class KeyWatch(ArgvWatch):

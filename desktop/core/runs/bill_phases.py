@@ -88,6 +88,16 @@ class BillSplit:
         """All the dollars over the hours of training: what an hour of training really cost (None before any)."""
         return self.usd / self.training_hours if self.training_hours > 0 else None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The split as the CLI's JSON gives it (dollars unrounded)."""
+        return {
+            "usd": self.usd,
+            "idle_usd": self.idle_usd,
+            "training_hours": self.training_hours,
+            "usd_per_training_hour": self.effective_usd_per_training_hour,
+            "phases": [{"phase": c.phase.value, "seconds": c.seconds, "usd": c.usd} for c in self.phases],
+        }
+
 
 @dataclass(frozen=True)
 class _Override:
