@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from desktop.core.runs.states import RunState
+from trainer_payload.protocol import EventKind
 
 
 class BillPhase(StrEnum):
@@ -172,7 +173,7 @@ def _holds(events: Sequence[Mapping[str, Any]]) -> list[_Override]:
     """The stretches the trainer held at a step boundary waiting for the user's answer."""
     found, began = [], None
     for event in events:
-        if event.get("event") != "hold" or not isinstance(event.get("ts"), int | float):
+        if event.get("event") != EventKind.HOLD or not isinstance(event.get("ts"), int | float):
             continue
         if event.get("held") is True:
             began = float(event["ts"])
@@ -186,10 +187,10 @@ def _export(events: Sequence[Mapping[str, Any]]) -> list[_Override]:
     """The stretch from the machine's first export event to its ``exported`` event (none when it never ended)."""
     times = {
         kind: [float(e["ts"]) for e in events if e.get("event") == kind and isinstance(e.get("ts"), int | float)]
-        for kind in ("export", "exported")
+        for kind in (EventKind.EXPORT, EventKind.EXPORTED)
     }
-    if not times["export"] or not times["exported"]:
+    if not times[EventKind.EXPORT] or not times[EventKind.EXPORTED]:
         return []
-    start = min(times["export"])
-    ends = [ts for ts in times["exported"] if ts >= start]
+    start = min(times[EventKind.EXPORT])
+    ends = [ts for ts in times[EventKind.EXPORTED] if ts >= start]
     return [_Override(start, max(ends), BillPhase.EXPORT)] if ends else []

@@ -16,7 +16,7 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import month_starts
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
-from trainer_payload.protocol import EVENTS_FILE_NAME
+from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind
 
 
 def run_bill_split(
@@ -50,7 +50,7 @@ class BillEvents:
     The Costs page asks every few seconds; a long run's events file is megabytes of steps, read once.
     """
 
-    KINDS = frozenset({"hold", "export", "exported"})
+    KINDS = frozenset({EventKind.HOLD, EventKind.EXPORT, EventKind.EXPORTED})
 
     def __init__(self) -> None:
         self._read: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
