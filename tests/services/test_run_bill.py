@@ -56,14 +56,19 @@ def test_a_runs_bill_and_this_months_paid_idle_come_from_the_ledger_history_and_
 
 def test_the_events_are_read_on_from_where_the_last_read_ended(tmp_path: Path) -> None:
     events, path = BillEvents(), tmp_path / "events.jsonl"
+
+    def event(seq: int, ts: float, kind: str, **fields: object) -> dict[str, object]:
+        return {"v": PROTOCOL_VERSION, "seq": seq, "ts": T0 + ts, "event": kind, **fields}
+
     assert events.of(tmp_path) == []
-    path.write_text(_lines({"event": "step", "ts": 1.0}, {"event": "hold", "ts": 2.0, "held": True}))
-    assert [e["ts"] for e in events.of(tmp_path)] == [2.0]
+    path.write_text(_lines(event(1, 1.0, "step", step=1, loss=2.0), event(2, 2.0, "hold", step=1, held=True)))
+    assert [e["ts"] - T0 for e in events.of(tmp_path)] == [2.0]
+    torn = json.dumps(event(4, 4.0, "export", phase="merging"))
     with path.open("a") as file:
-        file.write(_lines({"event": "hold", "ts": 3.0, "held": False}) + '{"event": "export", "ts": 4.0')
-    assert [e["ts"] for e in events.of(tmp_path)] == [2.0, 3.0], "a line still being written waits"
+        file.write(_lines(event(3, 3.0, "hold", step=1, held=False)) + torn[:-1])
+    assert [e["ts"] - T0 for e in events.of(tmp_path)] == [2.0, 3.0], "a line still being written waits"
     with path.open("a") as file:
-        file.write("}\n")
-    assert [e["ts"] for e in events.of(tmp_path)] == [2.0, 3.0, 4.0]
-    path.write_text(_lines({"event": "exported", "ts": 9.0}))  # rewritten shorter: read from the start
-    assert [e["ts"] for e in events.of(tmp_path)] == [9.0]
+        file.write(torn[-1] + "\n")
+    assert [e["ts"] - T0 for e in events.of(tmp_path)] == [2.0, 3.0, 4.0]
+    path.write_text(_lines(event(1, 9.0, "exported", files={})))  # rewritten shorter: read from the start
+    assert [e["ts"] - T0 for e in events.of(tmp_path)] == [9.0]

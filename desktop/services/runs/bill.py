@@ -5,7 +5,6 @@ Read from the ledger, the run's history and the trainer's events as mirrored on 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import month_starts
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
-from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind
+from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, read_event_file
 
 
 def run_bill_split(
@@ -59,30 +58,11 @@ class BillEvents:
         """The run's hold and export events so far (blocking: reads what was added to its events file)."""
         path = folder / EVENTS_FILE_NAME
         offset, kept = self._read.get(path, (0, []))
-        try:
-            if path.stat().st_size < offset:  # rewritten: read it again
-                offset, kept = 0, []
-            with path.open("rb") as file:
-                file.seek(offset)
-                data = file.read()
-        except FileNotFoundError:
-            return []
-        complete = data.rfind(b"\n") + 1  # a line still being written is read next time
-        kept = [*kept, *_bill_events(data[:complete])]
-        self._read[path] = (offset + complete, kept)
+        tail = read_event_file(path, offset)  # a replaced file is read from its start; a torn last line waits
+        kept = [] if tail.restarted else kept
+        kept = [*kept, *(dict(event) for event in tail.events if event["event"] in self.KINDS)]
+        self._read[path] = (tail.offset, kept)
         return list(kept)
-
-
-def _bill_events(data: bytes) -> list[dict[str, Any]]:
-    found = []
-    for line in data.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") in BillEvents.KINDS:
-            found.append(event)
-    return found
 
 
 def month_idle(
