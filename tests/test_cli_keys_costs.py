@@ -200,8 +200,9 @@ def test_costs_with_an_unreadable_run_database_is_one_line(
 def test_the_bill_by_phase_of_an_unknown_run_or_one_that_rented_nothing_says_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, err = run(capsys, "costs", "--run", "20990101-nothing")
-    assert code == 2 and out == "" and "rentune runs lists them" in err
+    for unknown in ("20990101-nothing", ""):
+        code, out, err = run(capsys, "costs", "--run", unknown)
+        assert code == 2 and out == "" and "no run matches" in err and "see rentune runs" in err
     own = RunStore().create({"base_model": "x"}, "ssh://me@gpu-box:22")
     code, out, err = run(capsys, "costs", "--run", own.id, "--json")
     assert code == 2 and out == ""

@@ -161,7 +161,7 @@ def _print_run_bill(run_id: str, as_json: bool) -> int:
     try:
         split = run_bill_split(RunStore(), run_id)
     except UnknownRunError as exc:
-        raise CliError(f"{exc}; rentune runs lists them", EXIT_USAGE) from exc
+        raise CliError(str(exc), EXIT_USAGE) from exc
     if split is None:
         raise CliError(
             f"run {run_id} rented no machine, so no provider billed it (a run on your own server is costed at the "
@@ -178,7 +178,7 @@ def run_costs(args: argparse.Namespace) -> int:
     With ``--run``, one run's bill by phase instead.
     """
     try:
-        if args.run:
+        if args.run is not None:
             return _print_run_bill(args.run, args.json)
         overview = spend_overview(RunStore())
     except LedgerError as exc:
