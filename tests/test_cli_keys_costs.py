@@ -17,14 +17,17 @@ import desktop.services.billing.ledger as ledger_module
 import desktop.services.billing.spend as spend_module
 from desktop.cli import main
 from desktop.core.runs.states import RunState
+from desktop.core.settings import RentOrBuyChoice, Settings
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import OWN_SERVER, spend_overview
 from desktop.services.platform.secrets import SecretName, SecretStore
+from desktop.services.platform.settings import save_settings
 from desktop.services.providers.base import AuthError, ProviderError, ProviderName
 from desktop.services.providers.registry import PROVIDERS
 from desktop.services.runs.store import RunStore
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.recorded_costs import seed_spending
+from tests.fixtures.recorded_run import backdate
 
 KEY = "rpa_TESTKEY_0123456789abcdef"
 
@@ -227,6 +230,33 @@ def test_the_bill_by_phase_is_the_ledgers_dollars_split_by_the_runs_history(
     assert bill["usd"] == pytest.approx(0.69 / 60, rel=0.05), "a minute of a machine still running, billed to now"
     text = run(capsys, "costs", "--run", record.id)[1]
     assert text.startswith(f"run {record.id}: $0.01 in all") and "training" in text
+
+
+def test_rent_or_buy_weighs_the_last_90_days_against_a_card_with_the_saved_figures_and_the_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "costs", "--rent-or-buy")
+    assert code == 2 and out == "" and "no rented training in the last 90 days" in err and "--hours H" in err
+    store = RunStore()
+    record = store.create({"base_model": "x"}, None)
+    store.transition(record.id, RunState.PROVISIONING)
+    store.transition(record.id, RunState.TRAINING)
+    hour_ago = time.time() - 3600
+    backdate(store, record.id, [hour_ago - 1, hour_ago, hour_ago])
+    Ledger().open(record.id, "runpod", "pod-7", "H100 SXM", 3.0, started=hour_ago)
+    save_settings(Settings(rent_or_buy=RentOrBuyChoice(card="rtx5090", kwh_usd=0.5)))
+    code, out, _ = run(capsys, "costs", "--rent-or-buy", "--json", "--price", "1500")
+    weighed = json.loads(out)
+    assert code == 0 and weighed["owned"]["card"] == "rtx5090" and weighed["owned"]["kwh_usd"] == 0.5
+    assert weighed["owned"]["price_usd"] == 1500 and weighed["rented"]["gpus"] == ["H100 SXM"]
+    assert weighed["rented"]["usd_per_training_hour"] == pytest.approx(3.0, rel=0.01), "an hour, all of it training"
+    assert weighed["hours_per_year"] == pytest.approx(365 / 90, rel=0.01)
+    text = run(capsys, "costs", "--rent-or-buy", "--card", "RTX4090", "--hours", "1000")[1]
+    assert text.startswith("Rent or buy: owning an RTX 4090 against renting H100 SXM")
+    assert "1,000 h of training a year at $3.00 per training hour (paid idle included)" in text
+    assert "break-even at" in text and "the RTX 4090 has 24 GB" in text
+    code, out, err = run(capsys, "costs", "--rent-or-buy", "--resale", "120")
+    assert code == 2 and "--resale input should be less than or equal to 100" in err
 
 
 # -- rentune keys ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ provider reported. Today and this month are the computer's local days, as in the
 one phase, so the phases add up to the run's dollars) and gives its effective training hour: all its dollars over its
 hours of training. ``--json`` then prints ``usd``, ``idle_usd``, ``training_hours``, ``usd_per_training_hour`` (null
 before any training) and ``phases``: each with ``phase``, ``seconds`` (machine-seconds) and ``usd``, unrounded.
+
+``--rent-or-buy`` weighs renting against owning a card (:mod:`desktop.cli.rent_or_buy`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from desktop.cli.rent_or_buy import print_rent_or_buy
 from desktop.core.runs.bill_phases import BillSplit
 from desktop.core.runs.progress import format_duration
 from desktop.services.billing.ledger import LedgerError
@@ -175,11 +178,13 @@ def _print_run_bill(run_id: str, as_json: bool) -> int:
 def run_costs(args: argparse.Namespace) -> int:
     """``rentune costs``: prints what was billed and what still bills (``--json`` for one object).
 
-    With ``--run``, one run's bill by phase instead.
+    With ``--run``, one run's bill by phase instead; with ``--rent-or-buy``, renting against owning a card.
     """
     try:
         if args.run is not None:
             return _print_run_bill(args.run, args.json)
+        if args.rent_or_buy:
+            return print_rent_or_buy(args)
         overview = spend_overview(RunStore())
     except LedgerError as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc

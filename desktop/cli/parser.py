@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -125,6 +126,7 @@ def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="one run's bill by phase (waiting for the machine, setup, training, waiting on you, pulling home, "
         "export, teardown) and its effective training hour",
     )
+    _add_rent_or_buy_flags(costs)
     keys = commands.add_parser("keys", help="cloud API keys in the keyring: set (checked first), list, delete")
     actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     providers = [name.value for name in ProviderName]
@@ -138,6 +140,29 @@ def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
         )
     listing = actions.add_parser("list", help="where each key comes from (never the key itself)")
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
+
+
+def _add_rent_or_buy_flags(costs: argparse.ArgumentParser) -> None:
+    """``--rent-or-buy`` and the figures it takes in place of the saved ones (the Costs page's)."""
+    costs.add_argument(
+        "--rent-or-buy",
+        action="store_true",
+        help="a year of renting as you rent (the last 90 days) against owning a card, speed-adjusted, and the "
+        "break-even hours",
+    )
+    group = costs.add_argument_group("rent or buy (default: what the Costs page last used)")
+    for flag, metavar, text in (
+        ("--card", "ID", "the card weighed: rtx3090, rtx4090, rtx5090, rtx-a6000, h100-pcie"),
+        ("--hours", "H", "hours of rented training a year (default: the last 90 days, extrapolated)"),
+        ("--price", "USD", "what the card costs"),
+        ("--watts", "W", "what the computer draws while it trains"),
+        ("--kwh", "USD", "electricity price per kWh"),
+        ("--resale", "PCT", "what the card sells for after --years, in percent of its price"),
+        ("--years", "N", "how long the card is kept"),
+        ("--rent", "GPU", "compare against this GPU type at its list price (h100-sxm, a100-80gb...)"),
+    ):
+        kind: Callable[[str], object] = str.lower if flag in ("--card", "--rent") else float
+        group.add_argument(flag, type=kind, metavar=metavar, help=text)
 
 
 def _columns(text: str) -> dict[str, str]:

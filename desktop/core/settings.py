@@ -25,6 +25,32 @@ class Theme(StrEnum):
     DARK = "dark"
 
 
+class RentOrBuyChoice(BaseModel):
+    """The card the user last weighed on Costs, and their own figures for it (None: the cards table's).
+
+    Attributes:
+        card: The cards table's id of the card.
+        price_usd: What it costs to buy.
+        watts: What the computer draws while it trains.
+        kwh_usd: The electricity price per kilowatt-hour.
+        resale_percent: What it sells for after ``years``, in percent of its price.
+        years: How long it is kept.
+        hours_per_year: Hours of rented training a year (None: the last 90 days' runs, extrapolated).
+        rent_gpu: The GPU type rented, at its list price (None: as the user's runs rented, at what they cost).
+    """
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    card: str = Field(default="rtx4090", pattern="^[a-z0-9][a-z0-9-]{0,39}$")
+    price_usd: float | None = Field(default=None, gt=0, le=10_000_000)
+    watts: float | None = Field(default=None, gt=0, le=100_000)
+    kwh_usd: float | None = Field(default=None, ge=0, le=10)
+    resale_percent: float | None = Field(default=None, ge=0, le=100)
+    years: float | None = Field(default=None, gt=0, le=30)
+    hours_per_year: float | None = Field(default=None, ge=0, le=1_000_000)
+    rent_gpu: str | None = Field(default=None, pattern="^[a-z0-9][a-z0-9-]{0,39}$")
+
+
 class Settings(BaseModel):
     """User preferences, stored as JSON in the platform's config directory.
 
@@ -38,6 +64,7 @@ class Settings(BaseModel):
         check_for_updates: At start, ask for the newest release and say when it is newer (opt-in; never downloads).
         installation_id: This installation's id (8 hex digits, made on first use), carried in the names of the
             machines it rents so another computer's machines on the same account are never taken for orphans.
+        rent_or_buy: The card weighed against renting on Costs, with the user's figures.
     """
 
     # Keys this version does not know (one an older Rentune wrote, like allow_api_keys_on_remote) are dropped on load.
@@ -51,6 +78,7 @@ class Settings(BaseModel):
     notifications: bool = True
     check_for_updates: bool = False
     installation_id: str = Field(default="", pattern="^([0-9a-f]{8})?$")
+    rent_or_buy: RentOrBuyChoice = Field(default_factory=RentOrBuyChoice)
 
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from desktop.ui.pages.monitor_page import MonitorPage
     from desktop.ui.pages.runs_page import RunsPage
     from desktop.ui.pages.wizard.wizard_page import WizardPage
+    from desktop.ui.widgets.rent_or_buy_card import RentOrBuyCard
 
 
 #: Seconds between two tries at rentals not yet settled (a machine whose terminate is not confirmed).
@@ -169,10 +170,26 @@ class MainWindow(QMainWindow):
         from desktop.ui.pages.costs_page import CostsPage
 
         events = BillEvents()
-        page = CostsPage(idle=lambda: month_idle(self.context.store, events))
+        page = CostsPage(idle=lambda: month_idle(self.context.store, events), rent_or_buy=self._rent_or_buy_card())
         page.follow(self.cost_tracker.meter)
         page.sig_stop.connect(self.cost_tracker.on_stop_requested)
         return page
+
+    def _rent_or_buy_card(self) -> RentOrBuyCard:
+        from desktop.services.models.configs import load_gpus
+        from desktop.services.platform.settings import update_settings
+        from desktop.services.runs.bill import BillEvents
+        from desktop.services.runs.rent_or_buy import rent_or_buy
+        from desktop.ui.widgets.rent_or_buy_card import RentOrBuyCard
+
+        events = BillEvents()  # its own: the month's idle is read on another thread
+        card = RentOrBuyCard(
+            lambda choice: rent_or_buy(choice, self.context.store, events=events),
+            lambda choice: update_settings({"rent_or_buy": choice.model_dump()}),
+            self.settings.rent_or_buy,
+        )
+        card.fill_rent_choices([(gpu.id, gpu.name) for gpu in load_gpus()])
+        return card
 
     def _build_settings(self) -> BasePage:
         from desktop.ui.pages.settings_page import SettingsPage

@@ -56,3 +56,18 @@ def test_a_file_from_an_older_rentune_with_a_removed_key_still_loads_and_the_key
     assert load_settings() == Settings(keep_local_checkpoints=5)
     save_settings(load_settings())
     assert "allow_api_keys_on_remote" not in json.loads(path.read_text())
+
+
+def test_updating_some_settings_keeps_the_others_as_the_file_has_them() -> None:
+    from desktop.core.settings import RentOrBuyChoice
+    from desktop.services.platform.settings import update_settings
+
+    path = app_paths().settings_file
+    save_settings(Settings(theme=Theme.DARK, rent_or_buy=RentOrBuyChoice(card="rtx5090")), path)
+    stale = Settings()  # what another page loaded before the Costs page kept its card
+    update_settings(stale.model_dump(include={"keep_local_checkpoints"}) | {"keep_local_checkpoints": 7}, path)
+    kept = load_settings(path)
+    assert kept.keep_local_checkpoints == 7 and kept.theme is Theme.DARK and kept.rent_or_buy.card == "rtx5090"
+    with pytest.raises(SettingsError, match="invalid settings"):
+        update_settings({"rent_or_buy": {"resale_percent": 150}}, path)
+    assert load_settings(path).rent_or_buy.card == "rtx5090", "a refused change writes nothing"

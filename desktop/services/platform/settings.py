@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import filelock
 
@@ -52,6 +54,21 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     path = path or app_paths().settings_file
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, settings.model_dump_json(indent=2) + "\n")
+
+
+def update_settings(changes: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Writes ``changes`` into the settings file and keeps every other setting as the file has it.
+
+    Under the file's lock: two pages (or two windows) that change different settings never undo each other.
+
+    Raises:
+        SettingsError: The file cannot be read, or a changed value is invalid.
+    """
+    path = path or app_paths().settings_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(path.with_name(path.name + ".lock")):
+        updated = settings_from_dict(load_settings(path).model_dump() | dict(changes))
+        return save_settings(updated, path)
 
 
 def installation_id(path: Path | None = None) -> str:

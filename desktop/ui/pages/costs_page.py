@@ -30,6 +30,7 @@ from desktop.ui.meter import CostMeter
 from desktop.ui.pages.base import BasePage
 from desktop.ui.run_words import state_badge
 from desktop.ui.widgets.blocks import Card, EmptyState, caption, destructive_button, heading
+from desktop.ui.widgets.rent_or_buy_card import RentOrBuyCard
 from desktop.ui.widgets.spend_chart import SpendChart
 from desktop.ui.widgets.tables import pick_one_table
 
@@ -186,10 +187,19 @@ class CostsPage(BasePage):
     purpose = "What your fine-tunes cost, and what bills right now. Stop anything from here."
     sig_stop = Signal(object)
 
-    def __init__(self, idle: Callable[[], MonthIdle] | None = None, parent: QWidget | None = None) -> None:
-        """``idle``: reads this month's paid idle (blocking; run off the UI thread), None to show none."""
+    def __init__(
+        self,
+        idle: Callable[[], MonthIdle] | None = None,
+        rent_or_buy: RentOrBuyCard | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        """``idle``: reads this month's paid idle (blocking; run off the UI thread), None to show none.
+
+        ``rent_or_buy``: the card weighing renting against owning, shown under the spending (even before any).
+        """
         super().__init__(parent)
         self.idle = idle
+        self.rent_or_buy = rent_or_buy
         self._idle_task: asyncio.Task[None] | None = None
         self.meter: CostMeter | None = None
         self.reading: MeterReading | None = None
@@ -198,6 +208,8 @@ class CostsPage(BasePage):
         self.content = self._build_content()
         self.body.addWidget(self.empty)
         self.body.addWidget(self.content)
+        if rent_or_buy is not None:
+            self.body.addWidget(rent_or_buy)
         self.body.addStretch(1)
         self.content.hide()
 
@@ -275,7 +287,9 @@ class CostsPage(BasePage):
             self.show_reading(meter.latest)
 
     async def load(self) -> None:
-        """Waits for the meter's current read, so the page opens with numbers."""
+        """Waits for the meter's current read, so the page opens with numbers; weighs renting against owning again."""
+        if self.rent_or_buy is not None:
+            self.rent_or_buy.refresh()
         if self.meter is not None:
             await self.meter.refresh().wait()
 

@@ -34,7 +34,7 @@ from desktop.services.platform.secrets import (
     SecretStore,
     SecretStoreError,
 )
-from desktop.services.platform.settings import save_settings
+from desktop.services.platform.settings import update_settings
 from desktop.services.providers.key_entry import KeyEntryError, add_key
 from desktop.services.providers.registry import provider_of_secret
 from desktop.ui.background import Operation, Running
@@ -51,6 +51,10 @@ _SOURCE_BADGES = {
 }
 #: The widest a preference's field grows: a choice or a number needs no more.
 _FIELD_WIDTH = 260
+#: The settings this page edits (the others belong to other pages or to the installation).
+PREFERENCES = frozenset(
+    {"theme", "keep_local_checkpoints", "log_level", "start_at_login", "notifications", "check_for_updates"}
+)
 
 
 class SettingsPage(BasePage):
@@ -169,7 +173,8 @@ class SettingsPage(BasePage):
                 if edited.start_at_login or was_at_login:
                     # first, so that a refused login entry leaves the settings as they were
                     set_autostart(edited.start_at_login)
-                return save_settings(edited)
+                # only this page's preferences: what other pages keep there (rent or buy on Costs) stays
+                return update_settings(edited.model_dump(include=set(PREFERENCES)))
 
         Operation(self, save, lambda path: self._saved(edited, path)).failure(
             self._not_saved, OSError, SettingsError, ValidationError
@@ -183,7 +188,7 @@ class SettingsPage(BasePage):
 
         def keep(_job: object) -> Path:
             with self._writing:
-                return save_settings(self.settings)  # the newest choice, whichever write runs last
+                return update_settings({"theme": theme})  # the newest choice, whichever write runs last
 
         Operation(self, keep, lambda _path: self._theme_kept(theme), group="theme").failure(
             self._not_saved, OSError, SettingsError

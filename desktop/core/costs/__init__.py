@@ -1,0 +1,1 @@
+"""Money as the user plans it: what renting and owning cost (pure)."""

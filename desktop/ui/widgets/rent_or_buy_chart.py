@@ -1,0 +1,109 @@
+"""A year's cost against hours of training a year, renting and owning (pyqtgraph).
+
+Renting is a line through zero, owning a line that starts at its loss of value; the user's own hours are marked on
+both, and the break-even where they cross.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from desktop.core.costs.rent_or_buy import RentOrBuy
+from desktop.ui.design.palette import Palette
+from desktop.ui.theme import current_palette, theme_events
+from desktop.ui.widgets.charts import plot_filling
+from desktop.ui.widgets.spend_chart import DollarAxis
+
+#: The chart always shows at least this many hours a year.
+MIN_HOURS = 100.0
+
+
+def hours_axis_end(comparison: RentOrBuy) -> float:
+    """Where the hours axis ends: past both the user's hours and the break-even, so both are seen with room."""
+    even = comparison.break_even_hours or 0.0
+    return max(MIN_HOURS, 1.5 * comparison.rented.hours_per_year, 1.5 * even)
+
+
+class RentOrBuyChart(QWidget):
+    """Dollars a year against hours of rented training a year, for renting and for owning one card."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Chart: a year's cost of renting and of owning, by hours of training a year")
+        self.setMinimumHeight(240)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        holder = QWidget()
+        self.plot_widget = plot_filling(holder)
+        layout.addWidget(holder)
+        plot = self.plot_widget.getPlotItem()
+        plot.setAxisItems({"left": DollarAxis()})
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.showGrid(x=True, y=True, alpha=0.2)
+        plot.setLabel("bottom", "Hours of rented training a year")
+        plot.setLabel("left", "Dollars a year")
+        self.legend = plot.addLegend(offset=(10, 10))
+        self.rent_curve = plot.plot([], [], name="Renting")
+        self.own_curve = plot.plot([], [], name="Owning")
+        self.you = plot.plot([], [], pen=None, symbol="o", symbolSize=9, name="Your hours")
+        self.break_even = pg.InfiniteLine(angle=90, movable=False)
+        plot.addItem(self.break_even)
+        self.comparison: RentOrBuy | None = None
+        self.apply_palette(current_palette())
+        theme_events().sig_changed.connect(self.apply_palette)
+
+    def sizeHint(self) -> QSize:
+        """A modest preferred size: the chart grows into the space there is."""
+        return QSize(520, 260)
+
+    def show_comparison(self, comparison: RentOrBuy) -> None:
+        """Draws both lines over the hours that matter, the user's hours on each, and the break-even."""
+        self.comparison = comparison
+        end = hours_axis_end(comparison)
+        xs = [0.0, end]
+        self.rent_curve.setData(xs, [comparison.rent_usd(x) for x in xs])
+        self.own_curve.setData(xs, [comparison.own_usd(x) for x in xs])
+        hours = comparison.rented.hours_per_year
+        self.you.setData([hours, hours], [comparison.rent_usd(hours), comparison.own_usd(hours)])
+        self.legend.items[1][1].setText(f"Owning an {comparison.card.name}")
+        even = comparison.break_even_hours
+        self.break_even.setVisible(even is not None)
+        if even is not None:
+            self.break_even.setValue(even)
+        top = max(comparison.rent_usd(end), comparison.own_usd(end))
+        plot = self.plot_widget.getPlotItem()
+        plot.setXRange(0, end, padding=0)
+        plot.setYRange(0, top * 1.08, padding=0)
+        self.apply_palette(current_palette())
+
+    def apply_palette(self, palette: Palette) -> None:
+        """Draws the chart in ``palette``'s colours."""
+        rent, own = palette.chart[0], palette.chart[2]
+        self.plot_widget.setBackground(palette.surface)
+        self.rent_curve.setPen(pg.mkPen(rent, width=2))
+        self.own_curve.setPen(pg.mkPen(own, width=2))
+        self.you.setSymbolBrush(palette.text)
+        self.you.setSymbolPen(None)
+        self.break_even.setPen(pg.mkPen(palette.text_muted, width=1, style=Qt.PenStyle.DashLine))
+        plot = self.plot_widget.getPlotItem()
+        for name in ("bottom", "left"):
+            axis = plot.getAxis(name)
+            axis.setPen(palette.border)
+            axis.setTextPen(palette.text_muted)
+            axis.label.setDefaultTextColor(pg.mkColor(palette.text_muted))
+        self.legend.setLabelTextColor(palette.text)
+        self.legend.setBrush(pg.mkBrush(palette.surface))
+        self.legend.setPen(pg.mkPen(palette.border))
+        for _sample, label in self.legend.items:
+            label.setText(label.text, color=palette.text)
+
+    def line_values(self) -> dict[str, list[tuple[float, float]]]:
+        """The drawn points of each line: ``rent``, ``own`` and ``you`` (the user's hours on both)."""
+        values = {}
+        for name, curve in (("rent", self.rent_curve), ("own", self.own_curve), ("you", self.you)):
+            xs, ys = curve.getData()
+            values[name] = [] if xs is None else [(float(x), float(y)) for x, y in zip(xs, ys, strict=True)]
+        return values
