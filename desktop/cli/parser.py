@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_parser(commands)
     _add_data_parser(commands)
     _add_run_parsers(commands)
+    _add_trial_parser(commands)
     _add_rent_parsers(commands)
     _add_money_parsers(commands)
     _add_local_parsers(commands)
@@ -152,7 +153,7 @@ def _add_rent_or_buy_flags(costs: argparse.ArgumentParser) -> None:
     )
     group = costs.add_argument_group("rent or buy (default: what the Costs page last used)")
     for flag, metavar, text in (
-        ("--card", "ID", "the card weighed: rtx3090, rtx4090, rtx5090, rtx-a6000, h100-pcie"),
+        ("--card", "ID", "rtx3090, rtx4090, rtx5090, rtx-a6000, h100-pcie; this-computer after a trial"),
         ("--hours", "H", "hours of rented training a year (default: the last 90 days, extrapolated)"),
         ("--price", "USD", "what the card costs"),
         ("--watts", "W", "what the computer draws while it trains"),
@@ -343,6 +344,33 @@ def _add_chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     chat.add_argument(
         "--save-to", type=Path, metavar="FILE.jsonl", help="add the chat to this file of training chats when it ends"
     )
+
+
+def _trial_share(text: str) -> float:
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"slice {text!r} must be a percentage such as 1 or 5") from None
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"slice {value:g} % must be above 0 and at most 100")
+    return value / 100
+
+
+def _add_trial_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    trial = commands.add_parser(
+        "trial",
+        help="a short run on a slice of the data on this computer, before anything is rented",
+        description="Trains the run's model on a slice of its data here (MLX on Apple Silicon, the payload on an "
+        "NVIDIA GPU or, for small models, the CPU): the loss must fall, the first answers are shown, this "
+        "computer's speed and memory are measured, and the adapter is listed on Models like a run's.",
+    )
+    trial.add_argument("spec", type=Path, metavar="SPEC", help="the run's SPEC.toml (its target is not used)")
+    trial.add_argument("--steps", type=int, default=50, metavar="N", help="optimizer steps (default 50)")
+    trial.add_argument(
+        "--slice", type=_trial_share, default=0.01, metavar="PCT", help="percent of the chats to train on (default 1)"
+    )
+    trial.add_argument("--on", choices=["mlx", "gpu", "cpu"], help="what trains it (default: the best here)")
+    trial.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def _add_compare_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

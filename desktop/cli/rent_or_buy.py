@@ -87,7 +87,7 @@ def rent_or_buy_text(report: RentOrBuyReport, comparison: RentOrBuy) -> list[str
     gpus = ", ".join(rented.gpu_names)
     paid = " (paid idle included)" if rented.history_hours is not None else " (list price, no idle counted)"
     lines = [
-        f"Rent or buy: owning an {card.name} against renting {gpus}",
+        f"Rent or buy: {card.owning_words} against renting {gpus}",
         "",
         f"Renting  {hours:,.0f} h of training a year at {_usd(rented.usd_per_training_hour)} per training hour"
         f"{paid}: {_usd(comparison.rent_usd(hours))} a year",
@@ -95,9 +95,12 @@ def rent_or_buy_text(report: RentOrBuyReport, comparison: RentOrBuy) -> list[str
     if rented.history_hours is not None:
         lines.append(f"         your runs trained {rented.history_hours:,.1f} h in the last {HISTORY_DAYS} days")
     electricity = hours * comparison.owned_usd_per_rented_hour
+    bought = (
+        f"{_usd(card.price_usd)}, {card.resale_percent:g} % back after {card.years:g} years: "
+        f"{_usd(card.loss_per_year_usd)} a year of lost value"
+    )
     lines += [
-        f"Owning   {_usd(card.price_usd)}, {card.resale_percent:g} % back after {card.years:g} years: "
-        f"{_usd(card.loss_per_year_usd)} a year of lost value",
+        f"Owning   {bought if card.price_usd else 'already yours: no price, no lost value'}",
         f"         {comparison.hours_factor:.2f}x the rented hours (its speed against theirs): "
         f"{comparison.owned_hours_per_year:,.0f} h a year at {card.watts:,.0f} W and ${comparison.kwh_usd:.2f}/kWh: "
         f"{_usd(electricity)} of electricity",

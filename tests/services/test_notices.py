@@ -142,6 +142,11 @@ def test_runs_that_end_are_announced_but_not_those_ended_before_the_first_look(t
     store.update(failing.id, error="out of memory at step 3")
     [failed] = _said(memory, store, ledger, time.time())
     assert failed.kind is NoticeKind.FAILED and failed.detail == "out of memory at step 3"
+    now = time.time()
+    store.record_finished(
+        {"base_model": "tiny", "trial": {"backend": "cpu"}}, started=now - 60, trained=(now - 50, now)
+    )
+    assert _said(memory, store, ledger, time.time()) == [], "a trial on this computer shows its own end"
     later = NoticeMemory(path)  # the next start remembers what was said
     assert _said(later, store, ledger, time.time()) == []
     assert later.first_time("explained") and not later.first_time("explained")

@@ -94,3 +94,24 @@ def test_the_default_rented_gpus_name_is_the_catalogs() -> None:
 
     gpu = find_gpu(list(load_gpus()), DEFAULT_RENTED_GPU)
     assert gpu is not None and gpu.name == DEFAULT_RENTED_NAME
+
+
+def test_this_computer_is_weighed_at_the_speed_its_newest_trial_measured() -> None:
+    store, ledger = RunStore(), Ledger()
+    assert rent_or_buy(RentOrBuyChoice(hours_per_year=100), store, ledger=ledger, now=NOW).table.cards[0].id != (
+        "this-computer"
+    ), "no trial: no measured speed"
+    trial = {"backend": "cpu", "achieved_tflops": 0.05, "memory_gb": 24.0}
+    store.record_finished({"base_model": "x", "trial": trial}, started=NOW - 100, trained=(NOW - 90, NOW - 10))
+    slow = rent_or_buy(RentOrBuyChoice(card="this-computer", hours_per_year=100), store, ledger=ledger, now=NOW)
+    h100 = find_gpu(list(load_gpus()), "h100-sxm")
+    assert h100 is not None and slow.comparison is not None and slow.table.cards[0].id == "this-computer"
+    assert slow.card.name.startswith("This computer (its CPU, measured by trial ")
+    assert slow.comparison.hours_factor == pytest.approx(training_speed(h100) / 0.05)
+    assert slow.comparison.break_even_hours is None, "its power for thousands of hours costs more than an H100 hour"
+    assert not slow.comparison.fits_in_a_year and slow.card.owning_words.startswith("training on this computer")
+    fast = {"backend": "gpu", "achieved_tflops": 300.0, "memory_gb": 80.0}
+    store.record_finished({"base_model": "x", "trial": fast}, started=NOW - 5, trained=(NOW - 4, NOW - 1))
+    quick = rent_or_buy(RentOrBuyChoice(card="this-computer", hours_per_year=100), store, ledger=ledger, now=NOW)
+    assert quick.comparison is not None and quick.comparison.break_even_hours == 0.0, "already paid for"
+    assert quick.comparison.owning_is_cheaper and quick.card.gpu.vram_gib == 80.0

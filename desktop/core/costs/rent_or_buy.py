@@ -57,6 +57,13 @@ class OwnedCard:
     source: str = ""
 
     @property
+    def owning_words(self) -> str:
+        """``owning an RTX 4090``; ``training on this computer (…)`` for one already owned (no price)."""
+        return (
+            f"training on {self.name[:1].lower()}{self.name[1:]}" if self.price_usd == 0 else f"owning an {self.name}"
+        )
+
+    @property
     def loss_per_year_usd(self) -> float:
         """The card's loss of value per year kept."""
         return self.price_usd * (1 - self.resale_percent / 100) / self.years

@@ -129,7 +129,7 @@ def ending_notices(records: Iterable[RunRow]) -> list[Notice]:
     notices = []
     for record in records:
         model = _model(record)
-        if record.state is RunState.FINISHED:
+        if record.state is RunState.FINISHED and not record.spec.get("trial"):  # a trial shows its end itself
             notices.append(Notice(NoticeKind.FINISHED, f"finished:{record.id}", record.id, model=model))
         elif record.state is RunState.FAILED:
             key = f"failed:{record.id}:{record.error or ''}"

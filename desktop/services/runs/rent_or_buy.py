@@ -36,6 +36,13 @@ from desktop.services.runs.store import RunStore
 #: The rented GPU compared against when the user has no rented training yet.
 DEFAULT_RENTED_GPU = "h100-sxm"
 DEFAULT_RENTED_NAME = "H100 SXM"
+#: This computer's id among the cards, and what it is taken to draw while it trains (the user edits it).
+THIS_COMPUTER = "this-computer"
+THIS_COMPUTER_WATTS = 120.0
+THIS_COMPUTER_SOURCE = (
+    "Speed: measured by your newest trial (its tokens per second times the training FLOPs per token). Price: already "
+    "yours, so none; power: an assumption of 120 W while it trains."
+)
 _COUNT = re.compile(r"^(\d+)\s*x\s+(.+)$", re.IGNORECASE)
 
 
@@ -66,9 +73,31 @@ class RentOrBuyReport:
     missing: str = ""
 
 
-def load_cards_table(gpus: list[GpuSpec]) -> CardsTable:
-    """The cards table shipped in ``resources/``, with the speeds of ``gpus``."""
-    return cards_from_json(json.loads(resource_bytes("owned_cards.json")), gpus)
+def load_cards_table(gpus: list[GpuSpec], store: RunStore | None = None) -> CardsTable:
+    """The cards table shipped in ``resources/``, with the speeds of ``gpus``.
+
+    With ``store``, this computer comes first when a trial measured its speed (see :func:`this_computer`).
+    """
+    table = cards_from_json(json.loads(resource_bytes("owned_cards.json")), gpus)
+    here = this_computer(store) if store is not None else None
+    return replace(table, cards=(here, *table.cards)) if here is not None else table
+
+
+def this_computer(store: RunStore) -> OwnedCard | None:
+    """This computer as a card, at the speed its newest trial measured: already paid for, so only its power costs.
+
+    None before any trial measured it. Its memory is what the trial trained in (the GPU's, or the computer's).
+    """
+    trials = [r for r in store.all() if _measured(r.spec.get("trial"))]
+    if not trials:
+        return None
+    newest = max(trials, key=lambda record: record.updated)
+    trial = newest.spec["trial"]
+    memory = float(trial.get("memory_gb") or 0.0)
+    gpu = GpuSpec(THIS_COMPUTER, "this computer", memory, float(trial["achieved_tflops"]), "pcie", 0.0, 1.0)
+    where = {"gpu": "its GPU", "mlx": "MLX"}.get(str(trial.get("backend")), "its CPU")
+    name = f"This computer ({where}, measured by trial {newest.id})"
+    return OwnedCard(THIS_COMPUTER, name, gpu, 0.0, THIS_COMPUTER_WATTS, 0.0, 1.0, THIS_COMPUTER_SOURCE)
 
 
 def rented_gpu(gpus: list[GpuSpec], label: str) -> tuple[GpuSpec | None, int]:
@@ -109,6 +138,11 @@ def rented_samples(
     return samples, unknown
 
 
+def _measured(trial: object) -> bool:
+    speed = trial.get("achieved_tflops") if isinstance(trial, dict) else None
+    return isinstance(speed, int | float) and speed > 0
+
+
 def weigh_card(table: CardsTable, choice: RentOrBuyChoice) -> OwnedCard:
     """The card ``choice`` names with the user's figures in place of the table's.
 
@@ -147,7 +181,7 @@ def rent_or_buy(
         LedgerError: The ledger cannot be read.
     """
     gpus, calibrations = calibrated_gpus(store)
-    table = load_cards_table(gpus)
+    table = load_cards_table(gpus, store)
     card = weigh_card(table, choice)
     samples, unknown = rented_samples(store, gpus, ledger=ledger, events=events, now=now)
     history = rented_from_history(samples)

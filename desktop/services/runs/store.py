@@ -176,6 +176,29 @@ class RunStore:
         self.folder(run_id)
         return self.get(run_id)
 
+    def record_finished(self, spec: dict[str, Any], *, started: float, trained: tuple[float, float]) -> RunRecord:
+        """Records a run that already happened on this computer (a trial), finished.
+
+        It was planned at ``started`` and trained over ``trained`` (start and end). Its adapter is set with
+        :meth:`update` once it is in the run's folder.
+        """
+        run_id = time.strftime("%Y%m%d-%H%M%S-", time.localtime(started)) + secrets.token_hex(2)
+        rows = [(started, None, RunState.PLANNED), (trained[0], RunState.PLANNED, RunState.TRAINING)]
+        rows.append((trained[1], RunState.TRAINING, RunState.FINISHED))
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO runs (id, state, spec, target, started, updated) VALUES (?, ?, ?, NULL, ?, ?)",
+                (run_id, RunState.FINISHED.value, json.dumps(spec), started, trained[1]),
+            )
+            for ts, before, after in rows:
+                note = "created" if before is None else ""
+                db.execute(
+                    "INSERT INTO transitions VALUES (?, ?, ?, ?, ?)",
+                    (run_id, ts, None if before is None else before.value, after.value, note),
+                )
+        self.folder(run_id)
+        return self.get(run_id)
+
     def get(self, run_id: str) -> RunRecord:
         """A run by id or unique id prefix.
 

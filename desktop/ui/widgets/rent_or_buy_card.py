@@ -17,7 +17,7 @@ from desktop.core.settings import RentOrBuyChoice, SettingsError
 from desktop.services.billing.ledger import LedgerError
 from desktop.services.runs.rent_or_buy import DEFAULT_RENTED_NAME, RentOrBuyError, RentOrBuyReport
 from desktop.ui.background import off_ui_thread, spawn
-from desktop.ui.cost_words import money
+from desktop.ui.cost_words import money, upper_first
 from desktop.ui.widgets.blocks import Card, caption, plain_button
 from desktop.ui.widgets.rent_or_buy_chart import RentOrBuyChart
 
@@ -58,9 +58,10 @@ def own_words(comparison: RentOrBuy) -> str:
     """What a year of owning costs: lost value and electricity, and the hours the card needs."""
     card, hours = comparison.card, comparison.rented.hours_per_year
     electricity = hours * comparison.owned_usd_per_rented_hour
+    yearly = money(comparison.own_usd(hours))
     return (
-        f"Owning an {card.name}: {money(comparison.own_usd(hours))} a year: {money(card.loss_per_year_usd)} of lost "
-        f"value and {money(electricity)} of electricity for {comparison.owned_hours_per_year:,.0f} h "
+        f"{upper_first(card.owning_words)}: {yearly} a year: {money(card.loss_per_year_usd)} of lost value and"
+        f" {money(electricity)} of electricity for {comparison.owned_hours_per_year:,.0f} h "
         f"({comparison.hours_factor:.2f}\u00d7 the rented hours: its speed against theirs)."
     )
 

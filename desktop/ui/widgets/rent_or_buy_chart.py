@@ -68,7 +68,8 @@ class RentOrBuyChart(QWidget):
         self.own_curve.setData(xs, [comparison.own_usd(x) for x in xs])
         hours = comparison.rented.hours_per_year
         self.you.setData([hours, hours], [comparison.rent_usd(hours), comparison.own_usd(hours)])
-        self.legend.items[1][1].setText(f"Owning an {comparison.card.name}")
+        words = comparison.card.owning_words
+        self.legend.items[1][1].setText(words[:1].upper() + words[1:])
         even = comparison.break_even_hours
         self.break_even.setVisible(even is not None)
         if even is not None:

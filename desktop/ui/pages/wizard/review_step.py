@@ -65,6 +65,7 @@ from desktop.ui.widgets.blocks import (
     primary_button,
 )
 from desktop.ui.widgets.launch_dialog import confirm_launch
+from desktop.ui.widgets.trial_card import TrialCard
 
 SPEC_NAME = "SPEC.toml"
 #: The review's sections: (step to edit, heading).
@@ -228,6 +229,8 @@ class ReviewStep(WizardStep):
         self.launched_banner = self._build_launched()
         layout.addWidget(self.launched_banner)
         layout.addWidget(self._build_checks())
+        self.trial_card = TrialCard(lambda: self.draft.model_copy(deep=True), context.store)
+        layout.addWidget(self.trial_card)
         for name, heading in SECTIONS:
             layout.addWidget(self._build_section(name, heading))
         layout.addWidget(self._build_export())
