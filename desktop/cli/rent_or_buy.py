@@ -115,11 +115,12 @@ def rent_or_buy_text(report: RentOrBuyReport, comparison: RentOrBuy) -> list[str
 def _verdict(comparison: RentOrBuy) -> str:
     hours = comparison.rented.hours_per_year
     gap = abs(comparison.rent_usd(hours) - comparison.own_usd(hours))
-    cheaper = f"{'owning' if comparison.owning_is_cheaper else 'renting'} is cheaper by {_usd(gap)} a year"
+    doing = comparison.card.doing
+    cheaper = f"{doing if comparison.owning_is_cheaper else 'renting'} is cheaper by {_usd(gap)} a year"
     even = comparison.break_even_hours
     if even is None:
-        return f"{cheaper}; owning never pays back: an hour of its electricity costs more than a rented hour"
-    return f"{cheaper}; break-even at {even:,.0f} h of rented training a year (above it owning costs less)"
+        return f"{cheaper}; {doing} never pays back: an hour of its electricity costs more than a rented hour"
+    return f"{cheaper}; break-even at {even:,.0f} h of rented training a year (above it {doing} costs less)"
 
 
 def _caveats(report: RentOrBuyReport, comparison: RentOrBuy) -> list[str]:
@@ -127,12 +128,12 @@ def _caveats(report: RentOrBuyReport, comparison: RentOrBuy) -> list[str]:
     lines = []
     if not comparison.fits_in_a_year:
         lines.append(
-            f"one {card.name} cannot do this: it needs {comparison.owned_hours_per_year:,.0f} h, "
+            f"{card.subject} alone cannot do this: it needs {comparison.owned_hours_per_year:,.0f} h, "
             f"more than the {HOURS_PER_YEAR:,} hours of a year"
         )
     if comparison.rented.vram_gib > card.gpu.vram_gib:
         lines.append(
-            f"the {card.name} has {card.gpu.vram_gib:g} GB; the GPUs rented had {comparison.rented.vram_gib:g} GB: "
+            f"{card.subject} has {card.gpu.vram_gib:g} GB; the GPUs rented had {comparison.rented.vram_gib:g} GB: "
             "jobs that need more do not fit on it"
         )
     if report.left_out:

@@ -42,7 +42,7 @@ class RentOrBuyChoice(BaseModel):
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
 
     card: str = Field(default="rtx4090", pattern="^[a-z0-9][a-z0-9-]{0,39}$")
-    price_usd: float | None = Field(default=None, gt=0, le=10_000_000)
+    price_usd: float | None = Field(default=None, ge=0, le=10_000_000)
     watts: float | None = Field(default=None, gt=0, le=100_000)
     kwh_usd: float | None = Field(default=None, ge=0, le=10)
     resale_percent: float | None = Field(default=None, ge=0, le=100)

@@ -106,7 +106,7 @@ def test_this_computer_is_weighed_at_the_speed_its_newest_trial_measured() -> No
     slow = rent_or_buy(RentOrBuyChoice(card="this-computer", hours_per_year=100), store, ledger=ledger, now=NOW)
     h100 = find_gpu(list(load_gpus()), "h100-sxm")
     assert h100 is not None and slow.comparison is not None and slow.table.cards[0].id == "this-computer"
-    assert slow.card.name.startswith("This computer (its CPU, measured by trial ")
+    assert slow.card.name == "This computer (its CPU)" and "measured by your newest trial, run " in slow.card.source
     assert slow.comparison.hours_factor == pytest.approx(training_speed(h100) / 0.05)
     assert slow.comparison.break_even_hours is None, "its power for thousands of hours costs more than an H100 hour"
     assert not slow.comparison.fits_in_a_year and slow.card.owning_words.startswith("training on this computer")

@@ -64,6 +64,16 @@ class OwnedCard:
         )
 
     @property
+    def subject(self) -> str:
+        """The card as a sentence's subject: ``the RTX 4090``, ``this computer (…)``."""
+        return f"{self.name[:1].lower()}{self.name[1:]}" if self.price_usd == 0 else f"the {self.name}"
+
+    @property
+    def doing(self) -> str:
+        """What the owned side is, in two words: ``owning`` a card, ``training here`` on this computer."""
+        return "training here" if self.price_usd == 0 else "owning"
+
+    @property
     def loss_per_year_usd(self) -> float:
         """The card's loss of value per year kept."""
         return self.price_usd * (1 - self.resale_percent / 100) / self.years

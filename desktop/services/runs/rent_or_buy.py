@@ -40,8 +40,8 @@ DEFAULT_RENTED_NAME = "H100 SXM"
 THIS_COMPUTER = "this-computer"
 THIS_COMPUTER_WATTS = 120.0
 THIS_COMPUTER_SOURCE = (
-    "Speed: measured by your newest trial (its tokens per second times the training FLOPs per token). Price: already "
-    "yours, so none; power: an assumption of 120 W while it trains."
+    "Speed: measured by your newest trial, run {run} (its tokens per second times the training FLOPs per token). "
+    "Price: already yours, so none; power: an assumption of 120 W while it trains."
 )
 _COUNT = re.compile(r"^(\d+)\s*x\s+(.+)$", re.IGNORECASE)
 
@@ -96,8 +96,8 @@ def this_computer(store: RunStore) -> OwnedCard | None:
     memory = float(trial.get("memory_gb") or 0.0)
     gpu = GpuSpec(THIS_COMPUTER, "this computer", memory, float(trial["achieved_tflops"]), "pcie", 0.0, 1.0)
     where = {"gpu": "its GPU", "mlx": "MLX"}.get(str(trial.get("backend")), "its CPU")
-    name = f"This computer ({where}, measured by trial {newest.id})"
-    return OwnedCard(THIS_COMPUTER, name, gpu, 0.0, THIS_COMPUTER_WATTS, 0.0, 1.0, THIS_COMPUTER_SOURCE)
+    source = THIS_COMPUTER_SOURCE.format(run=newest.id)
+    return OwnedCard(THIS_COMPUTER, f"This computer ({where})", gpu, 0.0, THIS_COMPUTER_WATTS, 0.0, 1.0, source)
 
 
 def rented_gpu(gpus: list[GpuSpec], label: str) -> tuple[GpuSpec | None, int]:

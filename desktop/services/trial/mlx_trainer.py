@@ -37,13 +37,16 @@ PEFT_ADAPTER_DIR = "adapter"
 CONFIG_FILE = "mlx-lora.yaml"
 #: Seconds a cancelled child gets to exit after SIGTERM before it is killed.
 STOP_GRACE_S = 5.0
-#: Output lines kept for the error message of a failed child.
-TAIL_LINES = 8
+#: Output lines kept of a failed child, and how many of them (traceback frames left out) its error message shows.
+TAIL_LINES = 40
+SHOWN_LINES = 6
 
 _STEP_MARK = "RENTUNE-TRIAL-STEP:"
 _MLX_MISSING_MARK = "RENTUNE-MLX-MISSING"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
+_FRAME = re.compile(r'^\s+File "')
+_DRAWING = re.compile("[\u2500-\u259f]+")  # box drawing and block elements: rich's panels and progress bars
 
 # mlx_lm.lora imports its trainer by name and hands it the reporting callback; wrapping that one name adds ours to
 # whatever mlx-lm reports to (wandb, swanlab) without changing how it trains.
@@ -162,8 +165,22 @@ class _Reports:
             self._step(json.loads(line.removeprefix(_STEP_MARK)))
         elif line.strip() == _MLX_MISSING_MARK:
             self.mlx_missing = True
-        elif text := _ANSI.sub("", line).strip():
+        elif (text := _ANSI.sub("", line).rstrip()).strip():
             self.tail.append(text)
+
+    def last_lines(self) -> str:
+        """The last lines, one after another, without a traceback's frames (its last line says what failed)."""
+        lines: list[str] = []
+        frame = False
+        for line in self.tail:
+            if _FRAME.match(line) or line.startswith("Traceback (most recent call last)"):
+                frame = True
+            elif frame and line.startswith("    "):  # the source line under a frame
+                continue
+            else:
+                frame = False
+                lines.append(" ".join(_DRAWING.sub(" ", line).split()))
+        return " | ".join([line for line in lines if line][-SHOWN_LINES:])[-1200:] or "no output"
 
     def _step(self, report: Mapping[str, Any]) -> None:
         speed = float(report["tokens_per_s"])
@@ -294,9 +311,10 @@ def _check_finished(code: int, reports: _Reports, python: str) -> None:
             f"MLX is not installed for {python}: a trial with MLX needs Apple Silicon and the local tools (Models "
             "page, or rentune tools install)"
         )
-    tail = " | ".join(reports.tail)[-1200:] or "no output"
+    tail = reports.last_lines()
     if code != 0:
-        raise TrialError(f"mlx-lm's LoRA training failed (exit {code}): {_hint(tail)}; its last lines: {tail}")
+        hint = _hint(" ".join(reports.tail))
+        raise TrialError(f"mlx-lm's LoRA training failed (exit {code}): {hint}; its last lines: {tail}")
     if not reports.steps:
         raise TrialError(
             "mlx-lm trained without reporting a step: the local tools' mlx-lm is not the version Rentune knows; "

@@ -27,7 +27,7 @@ SUBTITLE = (
 )
 #: The fields of the choice a spin box edits: (field, label, unit, lowest, highest, decimals).
 _FIELDS = (
-    ("price_usd", "Price", "$", 1.0, 1_000_000.0, 0),
+    ("price_usd", "Price", "$", 0.0, 1_000_000.0, 0),
     ("watts", "Power while training", "W", 1.0, 10_000.0, 0),
     ("kwh_usd", "Electricity", "$/kWh", 0.0, 5.0, 2),
     ("resale_percent", "Resale value", "%", 0.0, 100.0, 0),
@@ -70,11 +70,14 @@ def verdict_words(comparison: RentOrBuy) -> str:
     """Which is cheaper at the user's hours, by how much, and the break-even."""
     hours = comparison.rented.hours_per_year
     gap = money(abs(comparison.rent_usd(hours) - comparison.own_usd(hours)))
-    cheaper = f"{'Owning' if comparison.owning_is_cheaper else 'Renting'} is cheaper by {gap} a year."
+    doing = comparison.card.doing
+    cheaper = f"{upper_first(doing) if comparison.owning_is_cheaper else 'Renting'} is cheaper by {gap} a year."
     even = comparison.break_even_hours
     if even is None:
-        return f"{cheaper} Owning never pays back: an hour of its electricity costs more than a rented hour."
-    return f"{cheaper} Break-even: {even:,.0f} h of rented training a year; above it owning costs less."
+        return (
+            f"{cheaper} {upper_first(doing)} never pays back: an hour of its electricity costs more than a rented hour."
+        )
+    return f"{cheaper} Break-even: {even:,.0f} h of rented training a year; above it {doing} costs less."
 
 
 def note_words(report: RentOrBuyReport, comparison: RentOrBuy) -> str:
@@ -82,11 +85,12 @@ def note_words(report: RentOrBuyReport, comparison: RentOrBuy) -> str:
     card, notes = comparison.card, []
     if comparison.rented.vram_gib > card.gpu.vram_gib:
         notes.append(
-            f"The {card.name} has {card.gpu.vram_gib:g} GB; the GPUs rented had {comparison.rented.vram_gib:g} GB: "
-            "jobs that need more will not fit on it."
+            f"{upper_first(card.subject)} has {card.gpu.vram_gib:g} GB; the GPUs rented had "
+            f"{comparison.rented.vram_gib:g} GB: jobs that need more will not fit on it."
         )
     if not comparison.fits_in_a_year:
-        notes.append(f"One card cannot train {comparison.owned_hours_per_year:,.0f} h: a year has {HOURS_PER_YEAR:,}.")
+        hours = comparison.owned_hours_per_year
+        notes.append(f"{upper_first(card.subject)} alone cannot train {hours:,.0f} h: a year has {HOURS_PER_YEAR:,}.")
     if report.left_out:
         runs = "1 run on a GPU type" if report.left_out == 1 else f"{report.left_out} runs on GPU types"
         notes.append(f"{runs} Rentune does not know {'is' if report.left_out == 1 else 'are'} left out.")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QPainter, QPixmap
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from desktop.core.costs.rent_or_buy import RentOrBuy
 from desktop.ui.design.palette import Palette
@@ -16,6 +17,8 @@ from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.charts import plot_filling
 from desktop.ui.widgets.spend_chart import DollarAxis
 
+#: The legend's entries under the plot (the owned side's words follow the card).
+LEGEND = {"rent": "Renting", "own": "Owning", "you": "Your hours"}
 #: The chart always shows at least this many hours a year.
 MIN_HOURS = 100.0
 
@@ -24,6 +27,21 @@ def hours_axis_end(comparison: RentOrBuy) -> float:
     """Where the hours axis ends: past both the user's hours and the break-even, so both are seen with room."""
     even = comparison.break_even_hours or 0.0
     return max(MIN_HOURS, 1.5 * comparison.rented.hours_per_year, 1.5 * even)
+
+
+def _swatch(colour: str, *, dot: bool = False) -> QPixmap:
+    pixmap = QPixmap(14, 14)
+    pixmap.fill(QColor(0, 0, 0, 0))
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(colour))
+    if dot:
+        painter.drawEllipse(3, 3, 8, 8)
+    else:
+        painter.drawRect(0, 6, 14, 3)
+    painter.end()
+    return pixmap
 
 
 class RentOrBuyChart(QWidget):
@@ -45,10 +63,17 @@ class RentOrBuyChart(QWidget):
         plot.showGrid(x=True, y=True, alpha=0.2)
         plot.setLabel("bottom", "Hours of rented training a year")
         plot.setLabel("left", "Dollars a year")
-        self.legend = plot.addLegend(offset=(10, 10))
-        self.rent_curve = plot.plot([], [], name="Renting")
-        self.own_curve = plot.plot([], [], name="Owning")
-        self.you = plot.plot([], [], pen=None, symbol="o", symbolSize=9, name="Your hours")
+        self.rent_curve = plot.plot([], [])
+        self.own_curve = plot.plot([], [])
+        self.you = plot.plot([], [], pen=None, symbol="o", symbolSize=9)
+        legend = QHBoxLayout()  # under the plot: over it, it hid the lines wherever they ran
+        legend.setSpacing(16)
+        self.legend_labels = {name: (QLabel(), QLabel(text)) for name, text in LEGEND.items()}
+        for swatch, words in self.legend_labels.values():
+            legend.addWidget(swatch)
+            legend.addWidget(words)
+        legend.addStretch(1)
+        layout.addLayout(legend)
         self.break_even = pg.InfiniteLine(angle=90, movable=False)
         plot.addItem(self.break_even)
         self.comparison: RentOrBuy | None = None
@@ -69,7 +94,7 @@ class RentOrBuyChart(QWidget):
         hours = comparison.rented.hours_per_year
         self.you.setData([hours, hours], [comparison.rent_usd(hours), comparison.own_usd(hours)])
         words = comparison.card.owning_words
-        self.legend.items[1][1].setText(words[:1].upper() + words[1:])
+        self.legend_labels["own"][1].setText(words[:1].upper() + words[1:])
         even = comparison.break_even_hours
         self.break_even.setVisible(even is not None)
         if even is not None:
@@ -95,11 +120,9 @@ class RentOrBuyChart(QWidget):
             axis.setPen(palette.border)
             axis.setTextPen(palette.text_muted)
             axis.label.setDefaultTextColor(pg.mkColor(palette.text_muted))
-        self.legend.setLabelTextColor(palette.text)
-        self.legend.setBrush(pg.mkBrush(palette.surface))
-        self.legend.setPen(pg.mkPen(palette.border))
-        for _sample, label in self.legend.items:
-            label.setText(label.text, color=palette.text)
+        colours = {"rent": rent, "own": own, "you": palette.text}
+        for name, (swatch, _words) in self.legend_labels.items():
+            swatch.setPixmap(_swatch(colours[name], dot=name == "you"))
 
     def line_values(self) -> dict[str, list[tuple[float, float]]]:
         """The drawn points of each line: ``rent``, ``own`` and ``you`` (the user's hours on both)."""
