@@ -22,7 +22,8 @@ from desktop.core.runs.trial import TrialBackend, TrialPlan, TrialResult, TrialS
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.toolenv import local_python
-from desktop.services.models.configs import ModelResolutionError
+from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher
+from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.spec_file import read_run_spec
 from desktop.services.runs.store import RunStore
 from desktop.services.trial.errors import TrialError
@@ -43,7 +44,8 @@ def run_trial_command(args: argparse.Namespace) -> int:
         raise CliError(plan.reason, EXIT_FAILED)
     watch = TrialWatch(None, None) if args.json else TrialWatch(_print_step(plan), _print_phase)
     try:
-        result = asyncio.run(run_trial(spec, plan, python=str(local_python()), store=RunStore(), watch=watch))
+        python = str(local_python())
+        result = asyncio.run(run_trial(spec, plan, python=python, store=RunStore(), watch=watch, secrets=SecretStore()))
     except (TrialError, LocalToolError) as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     if args.json:
@@ -62,7 +64,8 @@ def run_trial_command(args: argparse.Namespace) -> int:
 def _plan(spec: RunSpec, args: argparse.Namespace) -> TrialPlan:
     try:
         backend = TrialBackend(args.on) if args.on else None
-        return plan_here(spec, steps=args.steps, share=args.slice, backend=backend)
+        fetch = hub_config_fetcher(SecretStore())
+        return plan_here(spec, steps=args.steps, share=args.slice, backend=backend, fetch=fetch)
     except TrialError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     except (ModelResolutionError, ArchitectureError) as exc:

@@ -220,6 +220,44 @@ async def test_a_python_without_mlx_is_told_to_install_the_local_tools(tiny_mode
         )
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell script stands in for the Python")
+async def test_the_trainer_gets_no_secret_and_the_settings_in_its_config(
+    tiny_model: TinyModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_not-for-children")
+    monkeypatch.setenv("RUNPOD_API_KEY", "rp_not-for-children")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nenv > "{tmp_path / "env.txt"}"\necho "Model type x not supported."\nexit 1\n')
+    python.chmod(0o755)
+
+    with pytest.raises(TrialError, match=r"exit 1\): mlx-lm cannot train this model's architecture"):
+        await train_with_mlx(
+            str(python),
+            tiny_model.path,
+            _data(tmp_path / "data"),
+            tmp_path / "out",
+            steps=7,
+            seq_len=96,
+            rank=4,
+            learning_rate=2e-3,
+            batch_size=3,
+            lora_alpha=8,
+        )
+
+    env = (tmp_path / "env.txt").read_text()
+    assert "not-for-children" not in env and "HF_HUB_OFFLINE=1" in env
+    config = json.loads((tmp_path / "out" / CONFIG_FILE).read_text())
+    assert (config["iters"], config["max_seq_length"], config["batch_size"], config["learning_rate"]) == (
+        7,
+        96,
+        3,
+        2e-3,
+    )
+    assert config["lora_parameters"] == {"rank": 4, "scale": 2.0, "dropout": 0.0}
+    assert (config["steps_per_report"], config["num_layers"], config["fine_tune_type"]) == (1, -1, "lora")
+    assert config["save_every"] > 7 and config["steps_per_eval"] > 7  # no checkpoint, validation at both ends only
+
+
 @pytest.mark.slow
 async def test_a_failing_trainer_is_reported_with_its_last_lines_and_a_fix(
     tiny_model: TinyModel, tmp_path: Path

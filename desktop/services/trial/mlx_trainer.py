@@ -265,8 +265,9 @@ def _write_config(run: _LoraRun, out_dir: Path) -> Path:
 
 async def _run_child(command: Sequence[str], reports: _Reports) -> int:
     """Runs the trainer, handing each output line to ``reports`` as it comes; returns its exit code."""
-    # Unbuffered, so each report arrives as it is printed; offline, since the model is a local folder.
-    env = without_secrets() | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    # Offline, since the model is a local folder. The reports need no unbuffered output: the script flushes each
+    # one, and so does mlx-lm's console.
+    env = without_secrets() | {"HF_HUB_OFFLINE": "1"}
     try:
         process = await asyncio.create_subprocess_exec(
             *command,

@@ -11,15 +11,17 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from desktop.core.runs.spec import RunSpec
 from desktop.core.runs.trial import Answer, TrialBackend, TrialPlan, TrialResult, TrialStep
+from desktop.services.local.base_model import local_base
 from desktop.services.local.common import LocalToolError, run_program
 from desktop.services.platform.paths import app_paths
+from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.services.trial.data import HeldOut, TrialData, write_trial_data
 from desktop.services.trial.errors import TrialError
@@ -64,6 +66,7 @@ async def run_trial(
     store: RunStore,
     watch: TrialWatch | None = None,
     folder: Path | None = None,
+    secrets: SecretStore | None = None,
 ) -> TrialResult:
     """Trains ``plan`` on this computer, asks the adapter the held-out chats, records a finished run for it.
 
@@ -71,20 +74,25 @@ async def run_trial(
         TrialError: The plan cannot run here, the Python lacks the trainer, or training failed; the message says why.
         asyncio.CancelledError: The trial was stopped (its trainer is stopped; nothing is recorded).
     """
-    watch = watch or TrialWatch()
+    watch, asked = watch or TrialWatch(), spec
     if plan.backend is None:
         raise TrialError(plan.reason)
     await check_python(python, plan.backend)
     folder = folder or new_trial_folder()
     started = time.time()
     data = await asyncio.to_thread(write_trial_data, spec, plan.rows, folder / "data")
+    try:  # once here, for every trainer: the payload would download without the token, mlx-lm runs offline
+        base = await local_base(spec.base_model, lambda text, _fraction: watch.phase(text), secrets)
+    except LocalToolError as exc:
+        raise TrialError(f"the trial needs the base model on this computer: {exc}") from exc
+    spec = replace(spec, base_model=str(base))
     watch.phase(f"training {plan.steps} steps on {data.rows} chats with {plan.backend.label}")
     steps, seconds, peak, adapter = await _train(spec, plan, python, folder, data, watch=watch)
     watch.phase("asking the adapter the held-out chats")
     answers = await ask(python, spec.base_model, adapter, data.held_out)
     result = TrialResult(plan.backend, steps, seconds, peak, answers)
     times = (started, time.time() - seconds)
-    record = await asyncio.to_thread(lambda: _record(store, spec, plan, result, adapter, times=times))
+    record = await asyncio.to_thread(lambda: _record(store, asked, plan, result, adapter, times=times))
     return TrialResult(plan.backend, steps, seconds, peak, answers, record[1], record[0])
 
 

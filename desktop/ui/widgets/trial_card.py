@@ -18,7 +18,8 @@ from desktop.core.runs.trial import TrialResult, TrialStep
 from desktop.core.sizing.architecture import ArchitectureError
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.toolenv import local_python
-from desktop.services.models.configs import ModelResolutionError
+from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher
+from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.services.trial.errors import TrialError
 from desktop.services.trial.prepare import PreparedTrial, prepare_draft_trial
@@ -73,11 +74,12 @@ class TrialCard(Card):
     Args:
         draft_of: The draft as it is now.
         store: Where the trial's run is recorded.
+        secrets: The Hugging Face token for a gated base model (None: the environment's only).
     """
 
-    def __init__(self, draft_of: Callable[[], RunDraft], store: RunStore) -> None:
+    def __init__(self, draft_of: Callable[[], RunDraft], store: RunStore, secrets: SecretStore | None = None) -> None:
         super().__init__("Try it here first", SUBTITLE)
-        self.draft_of, self.store = draft_of, store
+        self.draft_of, self.store, self.secrets = draft_of, store, secrets
         self.task: asyncio.Task[None] | None = None
         self.result: TrialResult | None = None
         self.status_label = caption("Trains a slice of your data on this computer; nothing is rented.")
@@ -125,7 +127,8 @@ class TrialCard(Card):
 
     async def _try(self) -> None:
         try:
-            prepared = await off_ui_thread(self, prepare_draft_trial, self.draft_of())
+            fetch = hub_config_fetcher(self.secrets)
+            prepared = await off_ui_thread(self, prepare_draft_trial, self.draft_of(), fetch)
             if not prepared.plan.possible:
                 self._end(f"{prepared.plan.reason[:1].upper()}{prepared.plan.reason[1:]}.")
                 return
@@ -144,7 +147,13 @@ class TrialCard(Card):
         watch = TrialWatch(self.on_step, self.on_phase)
         python = str(await off_ui_thread(self, local_python))
         return await run_trial(
-            prepared.spec, prepared.plan, python=python, store=self.store, watch=watch, folder=prepared.folder
+            prepared.spec,
+            prepared.plan,
+            python=python,
+            store=self.store,
+            watch=watch,
+            folder=prepared.folder,
+            secrets=self.secrets,
         )
 
     def _start(self) -> None:

@@ -229,7 +229,7 @@ class ReviewStep(WizardStep):
         self.launched_banner = self._build_launched()
         layout.addWidget(self.launched_banner)
         layout.addWidget(self._build_checks())
-        self.trial_card = TrialCard(lambda: self.draft.model_copy(deep=True), context.store)
+        self.trial_card = TrialCard(lambda: self.draft.model_copy(deep=True), context.store, context.secrets)
         layout.addWidget(self.trial_card)
         for name, heading in SECTIONS:
             layout.addWidget(self._build_section(name, heading))
