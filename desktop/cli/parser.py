@@ -124,8 +124,8 @@ def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     costs.add_argument(
         "--run",
         metavar="RUN",
-        help="one run's bill by phase (waiting for the machine, setup, training, waiting on you, pulling home, "
-        "export, teardown) and its effective training hour",
+        help="one run's bill by phase (waiting for the machine, setup, training, checkpoint transfers while "
+        "training, waiting on you, pulling home, export, teardown) and its effective training hour",
     )
     _add_rent_or_buy_flags(costs)
     keys = commands.add_parser("keys", help="cloud API keys in the keyring: set (checked first), list, delete")

@@ -61,6 +61,21 @@ def test_the_export_on_the_machine_is_its_own_phase_and_a_run_that_never_trained
     assert split.training_hours == 0 and split.effective_usd_per_training_hour is None
 
 
+def test_a_checkpoint_coming_home_while_training_is_its_own_phase_and_still_training() -> None:
+    # $36 an hour: training 100..1,100 with checkpoints pulled 300..360 and 700..800; one more after training ended
+    history = _history((0, RunState.PROVISIONING), (100, RunState.TRAINING), (1100, RunState.PULLING))
+    transfers = [(T0 + 300, T0 + 360), (T0 + 700, T0 + 800), (T0 + 1100, T0 + 1150)]
+    split = split_bill([BilledStretch(T0, T0 + 1200, 36.0)], history, [], transfers)
+    assert _by_phase(split) == {
+        BillPhase.WAITING_FOR_MACHINE: pytest.approx((100, 1.0)),
+        BillPhase.TRAINING: pytest.approx((840, 8.4)),
+        BillPhase.CHECKPOINT_TRANSFER: pytest.approx((160, 1.6)),
+        BillPhase.PULLING_HOME: pytest.approx((100, 1.0)),  # the run no longer trained: that pull is pulling home
+    }
+    assert split.idle_usd == pytest.approx(2.0), "the GPU trained on while the checkpoint came home: not idle"
+    assert split.training_hours == pytest.approx(1000 / 3600)
+
+
 def test_two_machines_of_a_cluster_bill_twice_for_one_wall_hour_of_training() -> None:
     history = _history((0, RunState.TRAINING), (3600, RunState.FINISHED))
     machines = [BilledStretch(T0, T0 + 3600, 2.0), BilledStretch(T0, T0 + 3600, 2.0)]
@@ -87,17 +102,20 @@ _SECONDS = st.floats(min_value=0, max_value=20_000, allow_nan=False)
     rentals=st.lists(st.tuples(_SECONDS, _SECONDS, st.floats(0.01, 50.0)), min_size=1, max_size=4),
     history=st.lists(st.tuples(_SECONDS, _STATES), max_size=12),
     holds=st.lists(st.tuples(_SECONDS, _SECONDS), max_size=3),
+    transfers=st.lists(st.tuples(_SECONDS, _SECONDS), max_size=3),
 )
 def test_the_phases_add_up_to_the_ledgers_dollars_whatever_the_history(
     rentals: list[tuple[float, float, float]],
     history: list[tuple[float, RunState]],
     holds: list[tuple[float, float]],
+    transfers: list[tuple[float, float]],
 ) -> None:
     stretches = [BilledStretch(T0 + min(a, b), T0 + max(a, b), price) for a, b, price in rentals]
     events = []
     for a, b in holds:
         events += [{"event": "hold", "ts": T0 + min(a, b), "held": True}, {"event": "hold", "ts": T0 + max(a, b)}]
-    split = split_bill(stretches, _history(*sorted(history)), events)
+    spans = [(T0 + min(a, b), T0 + max(a, b)) for a, b in transfers]
+    split = split_bill(stretches, _history(*sorted(history)), events, spans)
     ledger = sum(s.price_per_hour * (s.end - s.start) / 3600 for s in stretches)
     assert sum(cost.usd for cost in split.phases) == pytest.approx(ledger, rel=1e-9, abs=1e-9)
     assert split.usd == pytest.approx(ledger, rel=1e-9, abs=1e-9)

@@ -33,6 +33,7 @@ from desktop.services.renting.driver import RentalDriver, RentalOptions
 from desktop.services.runs.engine import EngineOptions, RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
+from desktop.services.runs.transfer_log import read_transfers
 from tests.fakes.http import FakeCloud, FakeInstance
 from tests.fakes.machines import processes_of
 from tests.fixtures.memory_keyring import MemoryKeyring
@@ -143,7 +144,9 @@ def _assert_bill_split_adds_up(fake: FakeCloud, run_id: str, capsys: pytest.Capt
     assert sum(phase["usd"] for phase in phases.values()) == pytest.approx(billed, rel=0.01)
     assert all(phases[name]["seconds"] > 0 for name in ("waiting for the machine", "setup and upload", "training"))
     assert bill["usd_per_training_hour"] == pytest.approx(bill["usd"] / bill["training_hours"])
-    assert bill["idle_usd"] == pytest.approx(bill["usd"] - phases["training"]["usd"])
+    trained = phases["training"]["usd"] + phases["checkpoint transfers while training"]["usd"]
+    assert bill["idle_usd"] == pytest.approx(bill["usd"] - trained), "checkpoints came home while the GPU trained on"
+    assert read_transfers(RunStore().folder(run_id)), "every checkpoint pull is logged for the bill's phases"
     assert main(["costs", "--run", run_id]) == 0
     assert "effective training hour: $" in capsys.readouterr().out
     assert main(["status", run_id, "--json"]) == 0

@@ -72,3 +72,15 @@ def test_the_events_are_read_on_from_where_the_last_read_ended(tmp_path: Path) -
     assert [e["ts"] - T0 for e in events.of(tmp_path)] == [2.0, 3.0, 4.0]
     path.write_text(_lines(event(1, 9.0, "exported", files={})))  # rewritten shorter: read from the start
     assert [e["ts"] - T0 for e in events.of(tmp_path)] == [9.0]
+
+
+def test_checkpoint_pulls_are_logged_and_read_back_and_a_bad_line_is_skipped(tmp_path: Path) -> None:
+    from desktop.services.runs.transfer_log import TRANSFERS_FILE, read_transfers, record_transfer
+
+    assert read_transfers(tmp_path) == []
+    record_transfer(tmp_path, T0 + 10, T0 + 20)
+    with (tmp_path / TRANSFERS_FILE).open("a") as file:
+        file.write('not json\n{"start": 5}\n{"start": 9, "end": 3}\n{"start": "nan", "end": 1}\n')
+    record_transfer(tmp_path, T0 + 1, T0 + 2)
+    assert read_transfers(tmp_path) == [(T0 + 1, T0 + 2), (T0 + 10, T0 + 20)]
+    record_transfer(tmp_path / "deleted", T0, T0 + 1)  # a run folder being deleted records nothing, raises nothing

@@ -3,7 +3,8 @@
 Every billed second of every machine the run rented is put in exactly one phase, so the phases add up to the ledger's
 dollars. The phase of a moment comes from the run's state history (the transitions the run store records), except
 where the trainer's own events say more: while it held at a step boundary for the user's answer the machine was
-waiting on the user, and between its first ``export`` event and its ``exported`` event it was exporting.
+waiting on the user, and between its first ``export`` event and its ``exported`` event it was exporting; while it
+trained and a checkpoint was coming home (the transfers the engine logs), those seconds are checkpoint transfers.
 
 The effective training hour is what each hour of training really cost: all the dollars over the hours of training.
 """
@@ -26,6 +27,7 @@ class BillPhase(StrEnum):
     WAITING_FOR_MACHINE = "waiting for the machine"
     SETUP = "setup and upload"
     TRAINING = "training"
+    CHECKPOINT_TRANSFER = "checkpoint transfers while training"
     WAITING_ON_YOU = "waiting on you"
     PULLING_HOME = "pulling home"
     EXPORT = "export on the machine"
@@ -43,8 +45,10 @@ _PHASE_OF_STATE = {
     RunState.SYNCING: BillPhase.PULLING_HOME,
     RunState.PULLING: BillPhase.PULLING_HOME,
 }
+#: Phases in which the GPUs trained (while a checkpoint came home they went on training).
+TRAINING_PHASES = frozenset({BillPhase.TRAINING, BillPhase.CHECKPOINT_TRANSFER})
 #: Phases in which the GPU did no training although it was paid for.
-IDLE_PHASES = frozenset(set(BillPhase) - {BillPhase.TRAINING})
+IDLE_PHASES = frozenset(set(BillPhase) - TRAINING_PHASES)
 
 
 @dataclass(frozen=True)
@@ -108,11 +112,19 @@ class _Override:
 
 
 def split_bill(
-    stretches: Sequence[BilledStretch], transitions: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+    stretches: Sequence[BilledStretch],
+    transitions: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    transfers: Sequence[tuple[float, float]] = (),
 ) -> BillSplit:
-    """Splits the billing ``stretches`` of a run's machines by what the run was doing (see the module's words)."""
+    """Splits the billing ``stretches`` of a run's machines by what the run was doing (see the module's words).
+
+    ``transfers``: when checkpoints were being brought home (start, end); while the run trained, those seconds are
+    checkpoint transfers while training (the GPUs trained on meanwhile: not idle).
+    """
     timeline = _Timeline([(float(row["ts"]), RunState(str(row["to_state"]))) for row in transitions])
     timeline.overrides = [*_holds(events), *_export(events)]
+    timeline.transfers = [(float(a), float(b)) for a, b in transfers if b > a]
     seconds = dict.fromkeys(BillPhase, 0.0)
     usd = dict.fromkeys(BillPhase, 0.0)
     for stretch in stretches:
@@ -123,7 +135,7 @@ def split_bill(
         end - start
         for span in _merged((s.start, s.end) for s in stretches)
         for start, end, phase in timeline.pieces(*span)
-        if phase is BillPhase.TRAINING
+        if phase in TRAINING_PHASES
     )
     phases = tuple(PhaseCost(phase, seconds[phase], usd[phase]) for phase in BillPhase)
     return BillSplit(phases, sum(usd.values()), training / 3600)
@@ -135,16 +147,21 @@ class _Timeline:
 
     states: list[tuple[float, RunState]]
     overrides: list[_Override] = field(default_factory=list)
+    transfers: list[tuple[float, float]] = field(default_factory=list)
 
     def pieces(self, start: float, end: float) -> Iterator[tuple[float, float, BillPhase]]:
         """``[start, end)`` cut wherever the phase may change, each piece with its phase."""
         moments = {ts for ts, _ in self.states} | {o.start for o in self.overrides} | {o.end for o in self.overrides}
+        moments |= {ts for span in self.transfers for ts in span}
         cuts = [start, *sorted(m for m in moments if start < m < end), end] if end > start else []
         for a, b in itertools.pairwise(cuts):
             yield a, b, self.phase_at((a + b) / 2)
 
     def phase_at(self, moment: float) -> BillPhase:
-        """The phase at ``moment``: a hold or the export where one covers it, else the run's state's."""
+        """The phase at ``moment``: a hold or the export where one covers it, else the run's state's.
+
+        Training while a checkpoint came home is a checkpoint transfer.
+        """
         for override in self.overrides:
             if override.start <= moment < override.end:
                 return override.phase
@@ -155,7 +172,10 @@ class _Timeline:
             current = state
         if current is None:
             return BillPhase.WAITING_FOR_MACHINE
-        return _PHASE_OF_STATE.get(current, BillPhase.TEARDOWN)
+        phase = _PHASE_OF_STATE.get(current, BillPhase.TEARDOWN)
+        if phase is BillPhase.TRAINING and any(start <= moment < end for start, end in self.transfers):
+            return BillPhase.CHECKPOINT_TRANSFER
+        return phase
 
 
 def _merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

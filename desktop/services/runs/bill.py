@@ -15,6 +15,7 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import month_starts
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
+from desktop.services.runs.transfer_log import read_transfers
 from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, read_event_file
 
 
@@ -32,7 +33,8 @@ def run_bill_split(
     if not rentals:
         return None
     stretches = [BilledStretch(r.started, r.end(moment), r.price_per_hour) for r in rentals]
-    return split_bill(stretches, store.transitions(record.id), mirrored_events(store.folder(record.id)))
+    folder = store.folder(record.id)
+    return split_bill(stretches, store.transitions(record.id), mirrored_events(folder), read_transfers(folder))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 import shutil
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from desktop.services.machines.ssh import RemoteError
 from desktop.services.platform.files import atomic_write_text
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.transfer_log import record_transfer
 from trainer_payload.protocol import (
     CHECKPOINT_MARKER,
     CheckpointEvent,
@@ -204,7 +206,11 @@ async def _pull_checkpoint_locked(
     try:
         remote = f"{record.remote_dir}/out/{check_relative_path(event['path'])}"
         parts = await others.parts(event["path"], event["sha256"]) if others else []
-        await pull_folder(ctx, run_id, machine, remote, local_root / name, event["sha256"], parts)
+        started = time.time()
+        try:
+            await pull_folder(ctx, run_id, machine, remote, local_root / name, event["sha256"], parts)
+        finally:  # a failed pull took its time too
+            record_transfer(ctx.folder(run_id), started, time.time())
     except (RemoteError, asyncssh.SFTPNoSuchFile, UnsafePathError) as exc:
         ctx.report(f"checkpoint {name} could not be pulled ({exc}); a newer one will be")
         return
