@@ -621,8 +621,13 @@ def test_a_run_stopped_from_the_monitor_resumes_from_its_checkpoint_and_finishes
 
     host.on_launch = resumed_trainer
     page.resume_button.click()
+    # Resume reopens the run as paused, then the manager takes it up: paused alone is not "driven yet" (under load
+    # the test saw the paused run before the manager started and took it for the end).
     wait_for(
-        lambda: context.manager.is_driving(record.id) or context.store.get(record.id).state is not RunState.CANCELLED
+        lambda: (
+            context.manager.is_driving(record.id)
+            or context.store.get(record.id).state not in {RunState.CANCELLED, RunState.PAUSED}
+        )
     )
     wait_for(
         lambda: not context.manager.is_driving(record.id) and context.store.get(record.id).state not in LIVE,
