@@ -135,7 +135,14 @@ async def check_vocabulary(model_dir: Path, progress: Progress) -> None:
         )
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rentune-vocab-") as scratch:
-        described = await asyncio.to_thread(_copy_description, model_dir, Path(scratch) / "model")
+        copying = asyncio.ensure_future(asyncio.to_thread(_copy_description, model_dir, Path(scratch) / "model"))
+        try:
+            described = await asyncio.shield(copying)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped: let the copy end before its folder is removed, or the removal races it
+            # and an OSError ("directory not empty") replaces the cancellation.
+            await asyncio.wait([copying])
+            raise
         args = [str(converters.convert_hf), str(described), "--vocab-only", "--outfile", str(Path(scratch) / "v.gguf")]
         progress("checking the tokenizer with llama.cpp's converter", None)
         try:
