@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,14 +21,13 @@ import asyncssh
 
 from desktop.cli.errors import EXIT_FAILED, CliError
 from desktop.core.runs.bill_phases import BillSplit
-from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url, run_spec_from_dict
+from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, parse_ssh_url
 from desktop.core.runs.states import LIVE, TERMINAL, RunState
 from desktop.core.settings import Settings, SettingsError
 from desktop.core.units import memory_text
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.rentals import compute_of, rental_of
 from desktop.services.machines.ssh import HostKeyChangedError, RemoteError
-from desktop.services.platform.files import read_text
 from desktop.services.platform.logs import redact_known
 from desktop.services.platform.secrets import SecretStoreError
 from desktop.services.platform.settings import load_settings
@@ -42,6 +40,7 @@ from desktop.services.runs.engine import EngineOptions, RunEngine, RunError
 from desktop.services.runs.estimates import run_money
 from desktop.services.runs.events import describe_event, mirrored_events
 from desktop.services.runs.remote_export import check_before_renting
+from desktop.services.runs.spec_file import read_run_spec
 from desktop.services.runs.store import RunRecord, UnknownRunError
 from trainer_payload.protocol import EVENTS_FILE_NAME
 
@@ -137,26 +136,10 @@ class RunsCommands:
             raise self.error(str(exc)) from exc
 
     def _load_spec(self, path: Path) -> RunSpec:
-        if path.is_dir():
-            raise self.error(f"{path} is a folder; pass the SPEC.toml file itself")
         try:
-            data = tomllib.loads(read_text(path))
-        except FileNotFoundError as exc:
-            raise self.error(f"{path} does not exist; see resources/examples/SPEC.toml") from exc
-        except OSError as exc:
-            raise self.error(
-                f"{path} cannot be read ({exc.strerror or exc}); check the path and its permissions"
-            ) from exc
-        except UnicodeDecodeError as exc:
-            raise self.error(
-                f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 in your editor"
-            ) from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise self.error(f"{path} is not valid TOML: {exc}") from exc
-        try:
-            spec = run_spec_from_dict(data, path.resolve().parent, path.resolve())
+            spec = read_run_spec(path)
         except RunSpecError as exc:
-            raise self.error(f"{path}: {exc}") from exc
+            raise self.error(str(exc)) from exc
         identity = spec.target.identity if spec.target else None
         if identity is not None and not identity.is_file():
             raise self.error(f"{path}: [target] identity {identity} is not a file; give your private key file")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from collections.abc import Callable
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
@@ -83,7 +82,7 @@ def _print_phase(words: str) -> None:
 def _print_step(plan: TrialPlan) -> Callable[[TrialStep], None]:
     def show(step: TrialStep) -> None:
         speed = f"  {step.tokens_per_s:,.0f} tokens/s" if step.tokens_per_s else ""
-        print(f"step {step.step}/{plan.steps}  loss {step.loss:.4f}{speed}", file=sys.stdout, flush=True)
+        print(f"step {step.step}/{plan.steps}  loss {step.loss:.4f}{speed}", flush=True)
 
     return show
 

@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 from desktop.core.runs.spec import RunSpec, RunSpecError, run_spec_from_dict
+from desktop.services.platform.files import read_text
 
 
 def read_run_spec(path: Path) -> RunSpec:
@@ -17,7 +18,7 @@ def read_run_spec(path: Path) -> RunSpec:
     if path.is_dir():
         raise RunSpecError(f"{path} is a folder; pass the SPEC.toml file itself")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_text(path))
     except FileNotFoundError as exc:
         raise RunSpecError(f"{path} does not exist; see resources/examples/SPEC.toml") from exc
     except OSError as exc:

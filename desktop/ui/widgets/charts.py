@@ -55,6 +55,16 @@ def plot_filling(owner: QWidget) -> pg.PlotWidget:
     return plot_widget
 
 
+def theme_axes(plot_widget: pg.PlotWidget, palette: Palette) -> None:
+    """Draws a plot's bottom and left axes, their ticks and labels in ``palette``'s muted colours."""
+    plot = plot_widget.getPlotItem()
+    for name in ("bottom", "left"):
+        axis = plot.getAxis(name)
+        axis.setPen(palette.border)
+        axis.setTextPen(palette.text_muted)
+        axis.label.setDefaultTextColor(pg.mkColor(palette.text_muted))
+
+
 @dataclass(frozen=True)
 class BarSegment:
     """One part of the stacked bar.

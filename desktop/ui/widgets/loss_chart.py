@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 from desktop.ui.design.palette import Palette
 from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.blocks import set_role
-from desktop.ui.widgets.charts import plot_filling
+from desktop.ui.widgets.charts import plot_filling, theme_axes
 
 #: What the chart says before the trainer reports its first loss.
 EMPTY_TEXT = "Loss appears after the first steps."
@@ -148,12 +148,7 @@ class LossChart(QWidget):
         self.eval_curve.setSymbolPen(None)
         self.train_curve.setSymbolBrush(train)
         self.train_curve.setSymbolPen(None)
-        plot = self.plot_widget.getPlotItem()
-        for name in ("bottom", "left"):
-            axis = plot.getAxis(name)
-            axis.setPen(palette.border)
-            axis.setTextPen(palette.text_muted)
-            axis.label.setDefaultTextColor(pg.mkColor(palette.text_muted))
+        theme_axes(self.plot_widget, palette)
         self.legend.setLabelTextColor(palette.text)
         self.legend.setBrush(pg.mkBrush(palette.surface))
         self.legend.setPen(pg.mkPen(palette.border))

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 from desktop.core.costs.rent_or_buy import RentOrBuy
 from desktop.ui.design.palette import Palette
 from desktop.ui.theme import current_palette, theme_events
-from desktop.ui.widgets.charts import plot_filling
+from desktop.ui.widgets.charts import plot_filling, theme_axes
 from desktop.ui.widgets.spend_chart import DollarAxis
 
 #: The legend's entries under the plot (the owned side's words follow the card).
@@ -114,12 +114,7 @@ class RentOrBuyChart(QWidget):
         self.you.setSymbolBrush(palette.text)
         self.you.setSymbolPen(None)
         self.break_even.setPen(pg.mkPen(palette.text_muted, width=1, style=Qt.PenStyle.DashLine))
-        plot = self.plot_widget.getPlotItem()
-        for name in ("bottom", "left"):
-            axis = plot.getAxis(name)
-            axis.setPen(palette.border)
-            axis.setTextPen(palette.text_muted)
-            axis.label.setDefaultTextColor(pg.mkColor(palette.text_muted))
+        theme_axes(self.plot_widget, palette)
         colours = {"rent": rent, "own": own, "you": palette.text}
         for name, (swatch, _words) in self.legend_labels.items():
             swatch.setPixmap(_swatch(colours[name], dot=name == "you"))
