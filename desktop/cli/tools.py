@@ -20,6 +20,7 @@ _STATE_WORDS = {
     ToolsState.ABSENT: "not installed: rentune tools install adds them (about 1.5 GB on disk)",
     ToolsState.PARTIAL: "an install was interrupted: rentune tools install finishes it",
     ToolsState.INSTALLED: "installed",
+    ToolsState.OUTDATED: "installed from an earlier Rentune's lock: rentune tools install adds what this one uses",
     ToolsState.OTHER_PYTHON: "made for another Python version: rentune tools install replaces it",
 }
 

@@ -21,6 +21,7 @@ from PySide6.QtGui import QImage
 
 from tests.fixtures.adapters import TrainedAdapter
 from tests.local.test_chat import direct_answer
+from tests.trial.test_trial_on_the_cpu import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -119,6 +120,11 @@ def test_tools_installed_on_demand_merge_export_gguf_and_chat_through_the_bundle
     said = rentune(bundle, home, "chat", str(gguf), "--prompt", question, "--temperature", "0", "--max-tokens", "24")
     expected = direct_answer(gguf, [{"role": "user", "content": question}], 24)
     assert said.strip() == expected.strip() and answer in said, "the fine-tune answers as llama.cpp does, as trained"
+
+    # the tools hold the payload's trainer: a trial on the CPU trains from the bundle
+    spec = write_spec(tmp_path / "trial", base, rows=40, eval_rows=0)
+    trial = json.loads(rentune(bundle, home, "trial", str(spec), "--on", "cpu", "--steps", "20", "--json"))
+    assert trial["backend"] == "cpu" and trial["steps"] == 20 and trial["answers"], trial
 
     removed = rentune(bundle, home, "tools", "remove")
     assert removed.startswith("Removed the local tools: ") and "freed" in removed

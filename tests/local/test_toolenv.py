@@ -32,14 +32,16 @@ from desktop.services.local.toolenv import (
     local_python,
     pip_step,
     remove_tools,
+    requirements_digest,
     run_python,
     tools_env,
     tools_status,
 )
 
 
-def fake_installed(version: str | None = None) -> Path:
-    """A tools environment as a finished install leaves it: a Python, site-packages with torch's metadata, a marker."""
+def fake_installed(version: str | None = None, lock_sha256: str | None = None) -> Path:
+    """A tools environment as a finished install leaves it: a Python, site-packages with torch's metadata, a marker
+    (from this app's lock unless ``lock_sha256`` names another)."""
     env = tools_env()
     env.python.parent.mkdir(parents=True)
     env.python.symlink_to(sys.executable)
@@ -47,7 +49,8 @@ def fake_installed(version: str | None = None) -> Path:
     (site / "torch-2.13.0.dist-info").mkdir(parents=True)
     (site / "torch-2.13.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0\n")
     (site / "fake_tool_module.py").write_text("VALUE = 42\n")
-    (env.folder / MARKER).write_text(json.dumps({"python": version or app_python_version()}))
+    marker = {"python": version or app_python_version(), "requirements_sha256": lock_sha256 or requirements_digest()}
+    (env.folder / MARKER).write_text(json.dumps(marker))
     return site
 
 
@@ -93,6 +96,16 @@ def test_a_finished_install_is_imported_and_runs_the_jobs(restored_path: None) -
     assert local_python() == tools_env().python
     app_folder = (site / APP_PATH_FILE).read_text().strip()
     assert (Path(app_folder) / "trainer_payload" / "merge.py").is_file(), "jobs import the app"
+
+
+def test_an_install_from_an_earlier_lock_works_and_asks_for_the_update(
+    restored_path: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_installed(lock_sha256="0" * 64)  # an earlier Rentune's lock, before the trial's trainer was in it
+    assert tools_status().state is ToolsState.OUTDATED
+    assert activate() and local_python() == tools_env().python, "merge, export and chat go on working"
+    assert main(["tools", "status"]) == 0
+    assert "rentune tools install adds what this one uses" in capsys.readouterr().out
 
 
 def test_an_install_for_another_python_is_not_imported(restored_path: None) -> None:

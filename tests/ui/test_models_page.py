@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 from desktop.core.settings import Settings
 from desktop.services.local import tools
 from desktop.services.local.inventory import ExportKind, exports_folder, scan_exports
-from desktop.services.local.toolenv import PYTHON_ENV, tools_env
+from desktop.services.local.toolenv import PYTHON_ENV, ToolsState, ToolsStatus, tools_env
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.store import RunStore
 from desktop.ui.context import AppContext
@@ -438,6 +438,15 @@ def test_the_local_tools_line_says_built_in_here_and_install_failures_are_a_sent
     wait_for(lambda: page.task is None, timeout=60)
     assert page.banner.headline_label.text() == "Installing the local tools did not finish."
     assert "needs Python" in page.banner.details_label.text()
+
+
+def test_tools_from_an_earlier_lock_offer_the_update_that_adds_the_trainer(page: ModelsPage) -> None:
+    bar = page.tools_bar
+    bar.show_status(ToolsStatus(tools_env().folder, ToolsState.OUTDATED, 2_000_000_000, "3.11"), built_in=False)
+    assert bar.badge.text() == "Local tools: an update is ready" and "the trial's trainer" in bar.detail_label.text()
+    assert bar.install_button.isVisibleTo(page) and bar.install_button.text() == "&Update local tools…"
+    bar.show_status(ToolsStatus(tools_env().folder, ToolsState.ABSENT), built_in=False)
+    assert bar.install_button.text() == "&Install local tools…"
 
 
 def test_removing_the_local_tools_asks_with_their_size_and_frees_them(

@@ -62,6 +62,7 @@ class ToolsState(StrEnum):
     ABSENT = "absent"
     PARTIAL = "partial"  # begun and interrupted: install again to finish
     INSTALLED = "installed"
+    OUTDATED = "outdated"  # finished from an older lock: it works, and installing again adds what this app uses
     OTHER_PYTHON = "other_python"  # made for another Python version than the app's: install again to replace it
 
 
@@ -112,6 +113,13 @@ class ToolsEnv:
         """The Python version the finished install was made for, or None when it has not finished."""
         try:
             return str(json.loads(self.marker.read_text(encoding="utf-8"))["python"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def marker_requirements(self) -> str | None:
+        """The sha256 of the lock the finished install was made from, or None."""
+        try:
+            return str(json.loads(self.marker.read_text(encoding="utf-8"))["requirements_sha256"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -209,6 +217,8 @@ def tools_status() -> ToolsStatus:
     state = ToolsState.PARTIAL if made_for is None else ToolsState.INSTALLED
     if made_for is not None and made_for != app_python_version():
         state = ToolsState.OTHER_PYTHON
+    elif made_for is not None and env.marker_requirements() != requirements_digest():
+        state = ToolsState.OUTDATED
     packages = _installed_packages(env.site_packages(made_for)) if made_for else {}
     return ToolsStatus(env.folder, state, folder_bytes(env.folder), made_for, packages)
 
@@ -357,9 +367,13 @@ async def install_tools(progress: Progress, *, links: Sequence[str] | None = Non
     return await asyncio.to_thread(tools_status)
 
 
+def requirements_digest() -> str:
+    """The sha256 of this app's lock of the local tools (an install records the one it was made from)."""
+    return hashlib.sha256(requirements_text().encode()).hexdigest()
+
+
 def _write_marker(env: ToolsEnv) -> None:
-    digest = hashlib.sha256(requirements_text().encode()).hexdigest()
-    record = {"python": app_python_version(), "requirements_sha256": digest, "installed_at": time.time()}
+    record = {"python": app_python_version(), "requirements_sha256": requirements_digest(), "installed_at": time.time()}
     env.marker.write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 

@@ -109,8 +109,9 @@ async def check_python(python: str, backend: TrialBackend) -> None:
     except LocalToolError as exc:
         where = "mlx-lm (Apple Silicon)" if backend is TrialBackend.MLX else "the payload's trainer libraries"
         raise TrialError(
-            f"{python} cannot import {', '.join(modules)}: a trial needs {where} on this computer; run Rentune from "
-            "its source checkout (make run installs them), or rent a machine for the run"
+            f"{python} cannot import {', '.join(modules)}: a trial needs {where} on this computer; install the "
+            "local tools (Models page, or rentune tools install: it adds what an earlier install lacks), or rent a "
+            "machine for the run"
         ) from exc
 
 

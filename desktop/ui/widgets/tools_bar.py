@@ -13,6 +13,7 @@ _BADGES = {
     ToolsState.ABSENT: ("Local tools not installed", "info"),
     ToolsState.PARTIAL: ("Local tools: install interrupted", "warning"),
     ToolsState.INSTALLED: ("Local tools installed", "success"),
+    ToolsState.OUTDATED: ("Local tools: an update is ready", "warning"),
     ToolsState.OTHER_PYTHON: ("Local tools: for another Python", "warning"),
 }
 
@@ -26,6 +27,11 @@ def tools_words(status: ToolsStatus, built_in: bool) -> str:
         return "This Rentune has the local tools in its own Python: merge, export and chat work now."
     if status.state is ToolsState.PARTIAL:
         return f"An install stopped before it finished ({size_text(status.size_bytes)} so far): Install finishes it."
+    if status.state is ToolsState.OUTDATED:
+        return (
+            "Installed by an earlier Rentune: they work; Update adds what this one uses (the trial's trainer) "
+            "and keeps the rest."
+        )
     if status.state is ToolsState.OTHER_PYTHON:
         return "They were installed for another version of Rentune's Python: Install replaces them."
     return "Merge, GGUF export and chat need them: about 1.5 GB, installed once into Rentune's data folder."
@@ -64,6 +70,8 @@ class ToolsBar(QWidget):
         self.badge.show_state(text, severity)
         self.detail_label.setText(tools_words(status, built_in))
         self.install_button.setVisible(status.state is not ToolsState.INSTALLED and not built_in)
+        outdated = status.state is ToolsState.OUTDATED
+        self.install_button.setText("&Update local tools…" if outdated else "&Install local tools…")
         self.install_button.setEnabled(not busy)
         self.remove_button.setVisible(status.state is not ToolsState.ABSENT)
         self.remove_button.setEnabled(not busy)
