@@ -151,3 +151,22 @@ def test_the_sizing_step_says_which_run_measured_the_peak_it_uses(tmp_path: Path
     measured = [o for o in sizing.plan.options if o.memory_measured_by]
     assert {o.gpu.id for o in measured} == {"rtx4090"} and measured[0].memory_measured_by == (run_id,)
     assert all(not o.memory_measured_by for o in size_run(draft, None).plan.options), "nothing learnt without runs"
+
+
+def test_each_runs_events_are_read_once_until_they_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    from desktop.services.runs import estimates
+
+    store = RunStore()
+    run_id = _finished_run(store, {"gpu": "rtx4090", "tokens_per_s": 1000.0}, [1800.0, 2000.0, 2200.0])
+    reads: list[Path] = []
+    original = estimates.mirrored_events
+    monkeypatch.setattr(estimates, "mirrored_events", lambda folder: reads.append(folder) or original(folder))
+    assert load_calibrations()["rtx4090"].ratio == 2.0
+    first = len(reads)
+    assert first > 0 and load_calibrations()["rtx4090"].ratio == 2.0
+    assert len(reads) == first, "opening Costs again or planning again reads no unchanged events file"
+    events = store.folder(run_id) / "events.jsonl"
+    step = {"v": 1, "seq": 4, "ts": time.time() + 9, "event": "step", "step": 4, "loss": 1.0, "tokens_per_s": 3000.0}
+    with events.open("a") as file:
+        file.write(json.dumps(step) + "\n")
+    assert load_calibrations()["rtx4090"].ratio == 2.1 and len(reads) > first, "a changed file is read again"

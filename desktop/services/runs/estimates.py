@@ -37,7 +37,7 @@ from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunRecord, RunStore
-from trainer_payload.protocol import EventKind
+from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind
 
 if TYPE_CHECKING:
     from desktop.services.billing.ledger import Rental
@@ -145,6 +145,11 @@ def speed_samples(store: RunStore) -> list[SpeedSample]:
     return samples
 
 
+#: Each run's speed sample with what it was read from (state, prediction, events file size and time), by events
+#: file: a finished run's events never change, so planning and the Costs page read each file once per process.
+_SAMPLES: dict[Path, tuple[tuple[object, ...], SpeedSample | None]] = {}
+
+
 def _sample(store: RunStore, record: RunRecord) -> SpeedSample | None:
     """The run's predicted and measured speed (None when either is missing).
 
@@ -153,6 +158,22 @@ def _sample(store: RunStore, record: RunRecord) -> SpeedSample | None:
     predicted = record.spec.get("predicted")
     if not isinstance(predicted, dict) or not predicted.get("tokens_per_s") or not predicted.get("gpu"):
         return None
+    path = store.folder(record.id) / EVENTS_FILE_NAME
+    try:
+        stat = path.stat()
+    except OSError:
+        return None  # no events: nothing measured
+    key = (record.state, tuple(sorted(map(str, predicted.items()))), stat.st_size, stat.st_mtime_ns)
+    cached = _SAMPLES.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    sample = _read_sample(store, record, predicted)
+    _SAMPLES[path] = (key, sample)
+    return sample
+
+
+def _read_sample(store: RunStore, record: RunRecord, predicted: dict[str, Any]) -> SpeedSample | None:
+    """The sample of :func:`_sample`, read from the run's events."""
     events = mirrored_events(store.folder(record.id))
     calibration = next((e for e in events if e["event"] is EventKind.CALIBRATION), None)
     measured = calibration.get("tokens_per_s") if calibration is not None else None
