@@ -26,6 +26,7 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "chat": ("chat", "run_chat"),
     "compare": ("compare", "run_compare"),
     "trial": ("trial", "run_trial_command"),
+    "serve": ("serve", "run_serve"),
     "tools": ("tools", "run_tools"),
     "update-check": ("updates", "run_update_check"),
     **{name: ("runs", f"run_{name}") for name in ("run", "runs", "status", "logs", "stop", "pull", "resume")},

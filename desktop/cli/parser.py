@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_parser(commands)
     _add_run_parsers(commands)
     _add_trial_parser(commands)
+    _add_serve_parser(commands)
     _add_rent_parsers(commands)
     _add_money_parsers(commands)
     _add_local_parsers(commands)
@@ -371,6 +372,20 @@ def _add_trial_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     trial.add_argument("--on", choices=["mlx", "gpu", "cpu"], help="what trains it (default: the best here)")
     trial.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="an OpenAI-compatible endpoint on this computer for a GGUF, until Ctrl-C",
+        description="Serves a GGUF with llama.cpp's server on 127.0.0.1 (the model's own chat template and stop "
+        "token): /v1/chat/completions with streaming, /v1/completions, /v1/models. Prints the address and a request "
+        "for curl and for Python's openai client; Ctrl-C stops it and says how many requests it answered.",
+    )
+    serve.add_argument("model", type=Path, metavar="MODEL.gguf", help="a GGUF file (rentune export --gguf Q4_K_M)")
+    serve.add_argument("--port", type=int, metavar="N", help="the port on 127.0.0.1 (default: a free one)")
+    serve.add_argument("--lora", type=Path, metavar="LORA.gguf", help="a GGUF LoRA over MODEL (--lora-gguf)")
+    serve.add_argument("--context", type=int, default=4096, metavar="N", help="context window (default 4096)")
 
 
 def _add_compare_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

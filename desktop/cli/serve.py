@@ -1,0 +1,61 @@
+"""``rentune serve MODEL.gguf``: an OpenAI-compatible endpoint on this computer until Ctrl-C.
+
+It prints the address and a request for curl and for Python's ``openai`` client, then serves; on Ctrl-C it stops the
+server and says how many requests it answered. ``--port`` picks the port (default: a free one),
+``--lora`` adds a GGUF LoRA (``rentune export --lora-gguf``), ``--context`` the context window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
+from desktop.services.local.common import LocalToolError
+from desktop.services.serving.local_server import LocalServer, start_server
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """``rentune serve``: starts the server, says where it answers, serves until Ctrl-C or its end."""
+    try:
+        return asyncio.run(_serve(args))
+    except KeyboardInterrupt:  # Ctrl-C before the server answered: start_server stopped it
+        return EXIT_OK
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    print(f"Starting llama.cpp's server for {args.model} ...", flush=True)
+    try:
+        server = await start_server(args.model, port=args.port, lora=args.lora, context=args.context)
+    except LocalToolError as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    print("\n".join(ready_lines(server)), flush=True)
+    try:
+        code = await server.wait()
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task
+        await asyncio.shield(server.stop())
+        print(f"Stopped after {_requests(server)}.", flush=True)
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            await server.stop()
+    raise CliError(f"the server ended (exit {code}) after {_requests(server)}: {' | '.join(server.output)[-600:]}")
+
+
+def ready_lines(server: LocalServer) -> list[str]:
+    """What ``rentune serve`` prints once the server answers."""
+    examples = server.examples()
+    return [
+        f"Serving {server.model.name} at {server.url} (OpenAI-compatible, this computer only). Ctrl-C stops it.",
+        "",
+        "curl:",
+        f"  {examples['curl']}",
+        "",
+        "Python (pip install openai):",
+        *(f"  {line}" for line in examples["python"].splitlines()),
+    ]
+
+
+def _requests(server: LocalServer) -> str:
+    return f"{server.requests} request" + ("" if server.requests == 1 else "s")

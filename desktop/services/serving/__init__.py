@@ -1,0 +1,1 @@
+"""Serving a model Rentune made: an OpenAI-compatible endpoint on this computer."""

@@ -1,0 +1,202 @@
+"""An OpenAI-compatible server on this computer for a GGUF: llama-cpp-python's own server, in a child process.
+
+The server answers ``/v1/chat/completions`` (streaming too), ``/v1/completions`` and ``/v1/models`` with the model's
+own chat template and end-of-turn token (the GGUF carries both), on 127.0.0.1 only. It runs with the local tools'
+Python and without any secret in its environment. Its requests are counted from the access log it writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from desktop.services.local.common import LocalToolError
+from desktop.services.local.toolenv import local_python
+from desktop.services.platform.secrets import without_secrets
+
+#: The host the server listens on: this computer only.
+HOST = "127.0.0.1"
+#: The context window the server gives the model unless told otherwise.
+DEFAULT_CONTEXT = 4096
+#: A request the access log names: ``"POST /v1/chat/completions HTTP/1.1" 200``.
+_REQUEST = re.compile(r'"POST /v1/(?:chat/completions|completions|embeddings) HTTP/[0-9.]+" (\d{3})')
+
+
+@dataclass
+class LocalServer:
+    """A running server: where it answers and how many requests it answered.
+
+    Attributes:
+        model: The GGUF it serves.
+        port: Its port on 127.0.0.1.
+        process: The server's process.
+        requests: Completion requests answered so far (any status).
+        output: Its last lines of output, for the message when it ends.
+    """
+
+    model: Path
+    port: int
+    process: asyncio.subprocess.Process
+    requests: int = 0
+    output: deque[str] = field(default_factory=lambda: deque(maxlen=40))
+    _reader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
+        return f"http://{HOST}:{self.port}/v1"
+
+    def examples(self) -> dict[str, str]:
+        """A copyable request for curl and one for Python's ``openai`` client."""
+        curl = (
+            f"curl {self.url}/chat/completions -H 'Content-Type: application/json' "
+            '-d \'{"messages": [{"role": "user", "content": "Hello"}]}\''
+        )
+        python = (
+            "from openai import OpenAI\n"
+            f'client = OpenAI(base_url="{self.url}", api_key="none")\n'
+            f'reply = client.chat.completions.create(model="{self.model.name}", '
+            'messages=[{"role": "user", "content": "Hello"}])\n'
+            "print(reply.choices[0].message.content)"
+        )
+        return {"curl": curl, "python": python}
+
+    async def wait(self) -> int:
+        """Waits until the server ends; returns its exit code."""
+        code = await self.process.wait()
+        if self._reader is not None:
+            await self._reader
+        return code
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Ends the server: asked to stop, then killed after ``grace_s``."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), grace_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                await self.process.wait()
+        if self._reader is not None:
+            await self._reader
+
+    async def _read_output(self) -> None:
+        stream = self.process.stdout
+        assert stream is not None
+        async for raw in stream:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.output.append(line)
+            if _REQUEST.search(line):
+                self.requests += 1
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def _check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise LocalToolError(f"port {port} is not a port: give one from 1 to 65535, or none to pick a free one")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            raise LocalToolError(f"port {port} is in use: give another, or none to pick a free one") from None
+
+
+def _check_gguf(path: Path, what: str) -> None:
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise LocalToolError(f"{what} {path} cannot be read ({exc.strerror or exc}): give a .gguf file") from None
+    if magic != b"GGUF":
+        raise LocalToolError(f"{what} {path} is not a GGUF file: serve a .gguf Rentune exported (rentune export)")
+
+
+def server_command(python: Path, model: Path, port: int, *, lora: Path | None, context: int) -> list[str]:
+    """The child's command line: llama-cpp-python's server on 127.0.0.1 with the model's own chat template."""
+    command = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", HOST, "--port", str(port)]
+    command += ["--n_ctx", str(context), "--verbose", "False"]
+    return command + (["--lora_path", str(lora)] if lora is not None else [])
+
+
+async def start_server(
+    model: Path,
+    *,
+    port: int | None = None,
+    lora: Path | None = None,
+    context: int = DEFAULT_CONTEXT,
+    ready_timeout_s: float = 180.0,
+) -> LocalServer:
+    """Starts the server for ``model`` (with the GGUF LoRA ``lora``) and returns once it answers.
+
+    Raises:
+        LocalToolError: The model or LoRA is not a GGUF, the port is taken, the local tools lack the server, or the
+            server ended or did not answer within ``ready_timeout_s`` (its last lines are in the message).
+    """
+    model, chosen, command = await asyncio.to_thread(_prepare, model, port, lora, context)
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=without_secrets(),
+    )
+    server = LocalServer(model, chosen, process)
+    server._reader = asyncio.ensure_future(server._read_output())
+    try:
+        await _until_ready(server, ready_timeout_s)
+    except BaseException:
+        await server.stop(grace_s=2.0)
+        raise
+    return server
+
+
+def _prepare(model: Path, port: int | None, lora: Path | None, context: int) -> tuple[Path, int, list[str]]:
+    """Checks the files and the port (blocking); returns the model's full path, the port and the command line."""
+    _check_gguf(model, "the model")
+    if lora is not None:
+        _check_gguf(lora, "the LoRA")
+        lora = lora.resolve()
+    port = free_port() if port is None else port
+    _check_port(port)
+    model = model.resolve()
+    return model, port, server_command(local_python(), model, port, lora=lora, context=context)
+
+
+async def _until_ready(server: LocalServer, timeout_s: float) -> None:
+    """Polls ``/v1/models`` until it answers, the server ends, or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if server.process.returncode is not None:
+                await server.wait()
+                raise LocalToolError(f"the server ended before it answered: {_tail(server)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(f"{server.url}/models")).status_code == 200:
+                    return
+            await asyncio.sleep(0.25)
+    raise LocalToolError(f"the server did not answer within {timeout_s:.0f} s: {_tail(server)}")
+
+
+def _tail(server: LocalServer) -> str:
+    lines = [line.strip() for line in server.output if line.strip()]
+    if any("No module named" in line and "llama_cpp" in line for line in lines) or any(
+        "No module named 'fastapi'" in line or "No module named 'uvicorn'" in line for line in lines
+    ):
+        return "the local tools lack llama-cpp-python's server: rentune tools install adds it"
+    return " | ".join(lines[-3:])[-600:] or "no output"
