@@ -1,8 +1,9 @@
 """``rentune serve MODEL.gguf``: an OpenAI-compatible endpoint on this computer until Ctrl-C.
 
 It prints the address and a request for curl and for Python's ``openai`` client, then serves; on Ctrl-C it stops the
-server and says how many requests it answered. ``--port`` picks the port (default: a free one),
-``--lora`` adds a GGUF LoRA (``rentune export --lora-gguf``), ``--context`` the context window.
+server and says how many requests it answered; SIGTERM does the same, so the server never outlives the command.
+``--port`` picks the port (default: a free one), ``--lora`` adds a GGUF LoRA (``rentune export --lora-gguf``),
+``--context`` the context window.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.services.local.common import LocalToolError
@@ -31,16 +33,32 @@ async def _serve(args: argparse.Namespace) -> int:
     except LocalToolError as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
     print("\n".join(ready_lines(server)), flush=True)
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    ended, stopped = asyncio.ensure_future(server.wait()), asyncio.ensure_future(stop.wait())
     try:
-        code = await server.wait()
-    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task
+        await asyncio.wait({ended, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # Ctrl-C where signals cannot be handled (Windows): asyncio.run cancels this task
         await asyncio.shield(server.stop())
         print(f"Stopped after {_requests(server)}.", flush=True)
         raise
     finally:
-        with contextlib.suppress(Exception):
-            await server.stop()
+        stopped.cancel()
+        await asyncio.shield(server.stop())
+        await asyncio.shield(ended)  # ends with the process
+    if stop.is_set():
+        print(f"Stopped after {_requests(server)}.", flush=True)
+        return EXIT_OK
+    code = server.process.returncode
     raise CliError(f"the server ended (exit {code}) after {_requests(server)}: {' | '.join(server.output)[-600:]}")
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    """Ctrl-C and SIGTERM set ``stop``, so the server is ended with this command, never left behind."""
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows: Ctrl-C comes as KeyboardInterrupt
+            loop.add_signal_handler(number, stop.set)
 
 
 def ready_lines(server: LocalServer) -> list[str]:

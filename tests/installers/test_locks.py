@@ -81,6 +81,7 @@ def test_the_payload_and_local_tools_pins_are_the_locked_versions() -> None:
             requirement = line.split("#", 1)[0].strip()
             if "==" in requirement and ";" not in requirement:
                 name, version = requirement.split("==")
+                name = name.split("[", 1)[0]  # llama-cpp-python[server]: the package, with its extra
                 assert packages[canonicalize_name(name)][0].split("+")[0] == version, f"{requirements}: {name}"
 
 

@@ -93,7 +93,11 @@ async def test_bad_input_is_named_before_anything_starts(tmp_path: Path, chain: 
             await start_server(chain.q8.path, port=port)
 
 
-def test_rentune_serve_says_where_it_answers_and_ctrl_c_stops_it_with_the_count(chain: Chain) -> None:  # noqa: F811
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_rentune_serve_says_where_it_answers_and_a_stop_ends_the_server_with_the_count(
+    chain: Chain,  # noqa: F811
+    stop_signal: signal.Signals,
+) -> None:
     port = free_port()
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "desktop", "serve", str(chain.q8.path), "--port", str(port)]
@@ -113,11 +117,12 @@ def test_rentune_serve_says_where_it_answers_and_ctrl_c_stops_it_with_the_count(
         reply = httpx.post(f"{url}/chat/completions", json=body, timeout=60).json()
         assert reply["choices"][0]["message"]["content"].strip() == answer
         time.sleep(0.5)  # the server's access log line follows its answer
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop_signal)
         rest = process.communicate(timeout=60)[0]
     finally:
         if process.poll() is None:
             process.kill()
+            process.communicate()
     assert process.returncode == 0, rest
     assert rest.strip() == "Stopped after 1 request."
     with pytest.raises(httpx.ConnectError):
