@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
+import sys
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.services.local.common import LocalToolError
@@ -55,10 +55,11 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def _stop_on_signals(stop: asyncio.Event) -> None:
     """Ctrl-C and SIGTERM set ``stop``, so the server is ended with this command, never left behind."""
+    if sys.platform == "win32":
+        return  # asyncio takes no signal handlers there: Ctrl-C arrives as KeyboardInterrupt (handled in _serve)
     loop = asyncio.get_running_loop()
     for number in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows: Ctrl-C comes as KeyboardInterrupt
-            loop.add_signal_handler(number, stop.set)
+        loop.add_signal_handler(number, stop.set)
 
 
 def ready_lines(server: LocalServer) -> list[str]:
