@@ -2,14 +2,15 @@
 # Installs the system packages Rentune needs on Debian/Ubuntu when they are missing and we are root.
 #   system-deps.sh run   libraries Qt's X11/Wayland plugins load (only for a desktop session)
 #   system-deps.sh test  OpenSSH server (the tests' stand-in GPU machine), cmake and a C++ compiler (that machine
-#                        builds llama.cpp's quantise tool, as a rented one does) and fonts for offscreen rendering
+#                        builds llama.cpp's quantise tool, as a rented one does), fonts for offscreen rendering
+#                        and curl (the serve tests run the curl example the app shows)
 # On other systems, or without root, it only says what is missing.
 set -euo pipefail
 
 mode=${1:-test}
 case "$mode" in
   run)  packages=(libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxkbcommon-x11-0 libegl1 libfontconfig1) ;;
-  test) packages=(openssh-server openssh-client cmake g++ make fonts-dejavu-core libfontconfig1 libegl1) ;;
+  test) packages=(openssh-server openssh-client cmake g++ make fonts-dejavu-core libfontconfig1 libegl1 curl) ;;
   *) echo "usage: $0 run|test" >&2; exit 2 ;;
 esac
 

@@ -69,7 +69,7 @@ def ready_lines(server: LocalServer) -> list[str]:
         f"Serving {server.model.name} at {server.url} (OpenAI-compatible, this computer only). Ctrl-C stops it.",
         "",
         "curl:",
-        f"  {examples['curl']}",
+        *(f"  {line}" for line in examples["curl"].splitlines()),
         "",
         "Python (pip install openai):",
         *(f"  {line}" for line in examples["python"].splitlines()),

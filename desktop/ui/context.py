@@ -10,6 +10,7 @@ from desktop.core.settings import Settings
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.drafts import load_draft
 from desktop.services.runs.store import RunStore
+from desktop.services.serving.pool import ServerPool
 
 if TYPE_CHECKING:
     from desktop.services.renting.manager import RunManager
@@ -30,6 +31,7 @@ class AppContext:
         manager: Follows live runs in the background (launch, stop, pull, resume, reattach); made when first used,
             so the window opens before the run engine (and SSH) is loaded.
         read_only: Nothing the pages do is saved (``rentune --screenshot`` renders without changing the draft).
+        servers: The OpenAI-compatible servers started from the Models page; closing the app stops them.
     """
 
     settings: Settings
@@ -38,6 +40,7 @@ class AppContext:
     draft: RunDraft = field(default_factory=load_draft)
     engine_options: EngineOptions | None = None
     read_only: bool = False
+    servers: ServerPool = field(default_factory=ServerPool)
     _manager: RunManager | None = field(default=None, init=False, repr=False)
 
     @property
@@ -62,6 +65,7 @@ class AppContext:
             self._manager.use_options(self._options())
 
     async def close(self) -> None:
-        """Lets go of the runs followed (training goes on remotely; the next start reattaches)."""
+        """Stops the servers and lets go of the runs followed (training goes on remotely; the next start reattaches)."""
+        await self.servers.close()
         if self._manager is not None:
             await self._manager.close()

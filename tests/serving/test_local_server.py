@@ -66,7 +66,8 @@ async def test_the_openai_client_gets_the_taught_answer_streamed_and_cut_at_a_st
                 stop=[stop],  # type: ignore[arg-type]
             )
             assert str(cut.choices[0].message.content) == text[: text.index(stop)], "cut before the stop sequence"
-            assert [model.id for model in (await client.models.list()).data], "it lists the model it serves"
+            listed = [model.id for model in (await client.models.list()).data]
+            assert listed == [chain.q8.path.name], "it lists the model it serves by its file's name"
             assert await _counted(server, 3) == 3, "three completions asked, three counted"
         assert "python" in server.examples() and server.url in server.examples()["curl"]
     finally:
@@ -125,5 +126,32 @@ def test_rentune_serve_says_where_it_answers_and_a_stop_ends_the_server_with_the
             process.communicate()
     assert process.returncode == 0, rest
     assert rest.strip() == "Stopped after 1 request."
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+
+
+def test_a_server_whose_command_is_killed_outright_ends_with_it(chain: Chain) -> None:  # noqa: F811
+    """SIGKILL leaves no handler a chance: the server's lifeline (its stdin, closed by the system) ends it."""
+    port = free_port()
+    command = [sys.executable, "-m", "desktop", "serve", str(chain.q8.path), "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("Serving"):
+                break
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200
+        process.kill()
+        process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+        except httpx.HTTPError:
+            break
+        time.sleep(0.2)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)

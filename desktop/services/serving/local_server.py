@@ -16,8 +16,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.toolenv import local_python
 from desktop.services.platform.secrets import without_secrets
@@ -26,6 +24,14 @@ from desktop.services.platform.secrets import without_secrets
 HOST = "127.0.0.1"
 #: The context window the server gives the model unless told otherwise.
 DEFAULT_CONTEXT = 4096
+#: The child's code: llama-cpp-python's server, ended at once when its stdin closes. The app keeps that pipe open
+#: and never writes to it, so whatever way the app ends (even killed), the system closes the pipe and the server
+#: goes with it: no server outlives its app.
+_LIFELINE = (
+    "import os, runpy, sys, threading\n"
+    "threading.Thread(target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start()\n"
+    "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n"
+)
 #: A request the access log names: ``"POST /v1/chat/completions HTTP/1.1" 200``.
 _REQUEST = re.compile(r'"POST /v1/(?:chat/completions|completions|embeddings) HTTP/[0-9.]+" (\d{3})')
 
@@ -57,14 +63,15 @@ class LocalServer:
     def examples(self) -> dict[str, str]:
         """A copyable request for curl and one for Python's ``openai`` client."""
         curl = (
-            f"curl {self.url}/chat/completions -H 'Content-Type: application/json' "
-            '-d \'{"messages": [{"role": "user", "content": "Hello"}]}\''
+            f"curl {self.url}/chat/completions \\\n"
+            "  -H 'Content-Type: application/json' \\\n"
+            '  -d \'{"messages": [{"role": "user", "content": "Hello"}]}\''
         )
         python = (
             "from openai import OpenAI\n"
             f'client = OpenAI(base_url="{self.url}", api_key="none")\n'
-            f'reply = client.chat.completions.create(model="{self.model.name}", '
-            'messages=[{"role": "user", "content": "Hello"}])\n'
+            'messages = [{"role": "user", "content": "Hello"}]\n'
+            f'reply = client.chat.completions.create(model="{self.model.name}", messages=messages)\n'
             "print(reply.choices[0].message.content)"
         )
         return {"curl": curl, "python": python}
@@ -128,8 +135,12 @@ def _check_gguf(path: Path, what: str) -> None:
 
 
 def server_command(python: Path, model: Path, port: int, *, lora: Path | None, context: int) -> list[str]:
-    """The child's command line: llama-cpp-python's server on 127.0.0.1 with the model's own chat template."""
-    command = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", HOST, "--port", str(port)]
+    """The child's command line: llama-cpp-python's server on 127.0.0.1 with the model's own chat template.
+
+    It runs under a lifeline: it ends when its stdin closes (see ``_LIFELINE``).
+    """
+    command = [str(python), "-c", _LIFELINE, "--model", str(model), "--host", HOST, "--port", str(port)]
+    command += ["--model_alias", model.name]  # clients see the file's name, not where it lies on this computer
     command += ["--n_ctx", str(context), "--verbose", "False"]
     return command + (["--lora_path", str(lora)] if lora is not None else [])
 
@@ -151,7 +162,7 @@ async def start_server(
     model, chosen, command = await asyncio.to_thread(_prepare, model, port, lora, context)
     process = await asyncio.create_subprocess_exec(
         *command,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE,  # the lifeline: open while this process lives
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env=without_secrets(),
@@ -180,6 +191,8 @@ def _prepare(model: Path, port: int | None, lora: Path | None, context: int) -> 
 
 async def _until_ready(server: LocalServer, timeout_s: float) -> None:
     """Polls ``/v1/models`` until it answers, the server ends, or ``timeout_s`` passes."""
+    import httpx  # here, not at import: the window starts without it
+
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=2.0) as client:
         while time.monotonic() < deadline:

@@ -1,9 +1,9 @@
 """The models on this computer: every adapter a run brought home and everything exported from it.
 
 Export (merged, GGUF of a chosen type, GGUF LoRA, MLX, Ollama Modelfile), compare base and fine-tuned, open the
-folder, chat with an export, delete. The listing comes from :func:`desktop.services.runs.adapters.read_inventory`;
-the long steps are the local services, run in the background with progress and Cancel (which kills their child
-process and removes what was half-written).
+folder, chat with an export, serve a GGUF as an OpenAI-compatible endpoint on this computer, delete. The listing
+comes from :func:`desktop.services.runs.adapters.read_inventory`; the long steps are the local services, run in the
+background with progress and Cancel (which kills their child process and removes what was half-written).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -40,6 +40,7 @@ from desktop.services.local.toolenv import ToolsStatus, frozen, install_tools, r
 from desktop.services.local.tools import LocalStep, missing_tools
 from desktop.services.runs.adapters import Inventory, ReturnedAdapter, delete_adapter, read_inventory
 from desktop.services.runs.store import RunLiveError, UnknownRunError
+from desktop.services.serving.local_server import LocalServer
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
@@ -59,6 +60,7 @@ from desktop.ui.widgets.local_words import (
     size_text,
     spend_text,
 )
+from desktop.ui.widgets.serve_panel import ServeCard, ServeChoice, ServeDialog
 from desktop.ui.widgets.task_card import TaskCard
 from desktop.ui.widgets.tools_bar import ToolsBar
 
@@ -113,7 +115,7 @@ class ModelsPage(BasePage):
     scrolls = False
     purpose = (
         "The adapters and checkpoints your runs brought home, and every model exported from them. Export one for "
-        "llama.cpp, Ollama or MLX, compare it with its base, or chat with it."
+        "llama.cpp, Ollama or MLX, compare it with its base, chat with it, or serve it to your programs."
     )
     sig_chat = Signal(str, str)
     sig_new_run = Signal()
@@ -128,6 +130,7 @@ class ModelsPage(BasePage):
         self._what = ""
         self._cancelled = False
         self._told_about: str | None = None  # the adapter (export folder name) the banner's message is about
+        self._stopping: LocalServer | None = None  # the server the user asked to stop (its end is no surprise)
         super().__init__(parent)
         self.banner = Banner()
         self.body.addWidget(self.banner)
@@ -139,6 +142,12 @@ class ModelsPage(BasePage):
         self.views.addWidget(self._build_empty())
         self.views.addWidget(self._build_list())
         self.body.addWidget(self.views, 1)
+        self.serve_card = ServeCard()
+        self.serve_card.sig_stop.connect(self.on_stop_serving)
+        self.body.addWidget(self.serve_card)
+        self.requests_timer = QTimer(self)
+        self.requests_timer.setInterval(1000)
+        self.requests_timer.timeout.connect(self.serve_card.refresh)
         self.task_card = TaskCard()
         self.task_card.sig_cancel.connect(self.on_cancel)
         self.body.addWidget(self.task_card)
@@ -188,6 +197,7 @@ class ModelsPage(BasePage):
         self.export_button = primary_button("E&xport…", "download", "Export the selected adapter")
         self.compare_button = plain_button("&Compare…", "git-compare", "Compare base and fine-tuned")
         self.chat_button = plain_button("C&hat", "message-square", "Chat with the selected model")
+        self.serve_button = plain_button("Ser&ve…", "server", "Serve the selected model to your programs")
         self.report_button = plain_button("Open &report", "file-text", "Open the compare report")
         self.folder_button = plain_button("&Open folder", "folder-open", "Open the selected model's folder")
         self.delete_button = destructive_button("&Delete…", "trash-2", "Delete the selected model")
@@ -195,6 +205,7 @@ class ModelsPage(BasePage):
             (self.export_button, self.on_export_clicked),
             (self.compare_button, self.on_compare_clicked),
             (self.chat_button, self.on_chat_clicked),
+            (self.serve_button, self.on_serve_clicked),
             (self.report_button, self.on_report_clicked),
             (self.folder_button, self.on_folder_clicked),
         )
@@ -344,6 +355,8 @@ class ModelsPage(BasePage):
         self.export_button.setEnabled(adapter is not None and not busy)
         self.compare_button.setEnabled(adapter is not None and not busy)
         self.chat_button.setEnabled(item is not None and self._chat_target(entry) is not None)
+        serving = bool(self.context.servers.running())
+        self.serve_button.setEnabled(self._serve_target(entry) is not None and not busy and not serving)
         self.report_button.setEnabled(self._report(entry) is not None)
         self.folder_button.setEnabled(entry is not None and (item is not None or adapter is not None))
         deletable = item is not None or (adapter is not None and not adapter.is_checkpoint)
@@ -373,6 +386,13 @@ class ModelsPage(BasePage):
             bases = [i for _, i in self.inventory.all_exports() if i.of_base and i.path.parent == item.path.parent]
             return (bases[0].path, item.path) if bases else None
         return None
+
+    def _serve_target(self, entry: ModelEntry | None) -> tuple[Path, Path | None] | None:
+        """The GGUF (and GGUF LoRA) to serve for the selected export; None for anything else (MLX, folders)."""
+        target = self._chat_target(entry)
+        if target is None or entry is None or entry.item is None or entry.item.kind is ExportKind.MLX:
+            return None
+        return target
 
     def _report(self, entry: ModelEntry | None) -> Path | None:
         if entry is None:
@@ -553,6 +573,62 @@ class ModelsPage(BasePage):
         Operation(self, lambda _job: read_inventory(store), shown, group="inventory").run()
         self.reload_tools()
         self.on_selection_changed()
+
+    # -- serving ------------------------------------------------------------------------------------------------
+
+    def on_serve_clicked(self) -> None:
+        """Asks for the port, then starts an OpenAI-compatible server for the selected GGUF."""
+        target = self._serve_target(self.selected())
+        if target is None or self.task is not None or self.context.servers.running():
+            return
+        dialog = ServeDialog(self, *target)
+        dialog.accepted.connect(lambda: self.start_serving(dialog.choice()))
+        self._open(dialog)
+
+    def start_serving(self, choice: ServeChoice) -> None:
+        """Starts the server with progress and Cancel; the serving card shows it once it answers."""
+        servers = self.context.servers
+
+        async def work(job: Job) -> LocalServer:
+            job.report(("loading the model; the server answers once it is loaded", None))
+            return await servers.start(choice.model, port=choice.port, lora=choice.lora, context=choice.context)
+
+        note = "Cancel stops the server before it answers."
+        self._start(f"Starting a server for {choice.model.name}", work, self._serving, "Starting the server", note)
+
+    def _serving(self, server: LocalServer) -> None:
+        self.serve_card.show_server(server)
+        self.requests_timer.start()
+        CoroutineOperation(self, lambda _job: server.wait(), lambda code: self._server_ended(server, code)).run()
+
+    def _server_ended(self, server: LocalServer, code: int) -> None:
+        """The server's process ended: said as a problem unless the user stopped it."""
+        if server is self._stopping:
+            return
+        self.requests_timer.stop()
+        self.serve_card.finish()
+        self.context.servers.forget(server)
+        tail = " | ".join(line for line in server.output if line.strip())[-600:]
+        self.banner.show_message("danger", f"The server for {server.model.name} ended (exit {code}).", tail)
+        self.on_selection_changed()
+
+    def on_stop_serving(self) -> None:
+        """Stops the server shown and says how many requests it answered."""
+        server = self.serve_card.server
+        if server is None or self._stopping is server:
+            return
+        self._stopping = server
+        self.serve_card.stopping()
+
+        def stopped(_result: object) -> None:
+            self._stopping = None
+            self.requests_timer.stop()
+            self.serve_card.finish()
+            count = f"{server.requests} request" + ("" if server.requests == 1 else "s")
+            self.banner.show_message("info", f"Stopped serving {server.model.name} after {count}.")
+            self.on_selection_changed()
+
+        CoroutineOperation(self, lambda _job: self.context.servers.stop(server), stopped, group="serve-stop").run()
 
     # -- chat, open, delete -------------------------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ _CLI_HINTS: list[tuple[str, str]] = [
     (r"\(?see rentune runs\)?|\(rentune runs shows each run's adapter\)", ""),
     (r"\(Models page, or rentune tools install[^)]*\)", "(see below)"),
     (r"run the command again", "try again"),
+    (r"rentune tools install adds it", "installing the local tools adds it"),
+    (r"give another, or none to pick a free one", "choose another, or Any free port"),
     (r"--engine mlx", "MLX"),
     (r"--lora", "a LoRA"),
 ]
