@@ -1,4 +1,4 @@
-"""``rentune compare``: the JSON it prints, a run id resolved to its adapter and eval file, one-line errors."""
+"""``rentune eval`` (and its old name ``compare``): the JSON, a run id resolved to its adapter and eval file, errors."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from desktop.services.runs.store import RunStore
 from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
 from tests.fixtures.tiny_models import TinyModel
 
+REPORTS = {"markdown": "md", "html": "html", "json": "json"}
+
 
 def _error(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 2) -> str:
     assert main(argv) == code
@@ -21,20 +23,23 @@ def _error(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 2) -
     return lines[-1]
 
 
-def test_json_has_the_losses_the_examples_and_the_report(
+def test_json_has_the_verdict_the_scores_the_flips_the_rows_and_the_report(
     pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
     out = tmp_path / "out"
-    argv = ["compare", str(pattern_adapter.path), "--base", str(pattern_adapter.base), "--eval", str(eval_file)]
+    argv = ["eval", str(pattern_adapter.path), "--base", str(pattern_adapter.base), "--eval", str(eval_file)]
     assert main([*argv, "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert set(printed) == {"base_loss", "tuned_loss", "examples", "report"}
     assert printed["tuned_loss"] < printed["base_loss"] - 0.5
-    assert [set(e) for e in printed["examples"]] == [{"prompt", "reference", "base_answer", "tuned_answer"}] * 4
-    assert [(e["prompt"], e["tuned_answer"]) for e in printed["examples"]] == PATTERN
-    assert printed["report"] == str(out / "report.md")
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.md"]
+    assert printed["deciding_check"] == "normalised" and printed["outcome"] == "no clear difference"
+    assert printed["scores"][0] == {"check": "normalised", "base_right": 0, "tuned_right": 4, "rows": 4}
+    assert printed["p_value"] == 0.125, "4 fixed, 0 broken: exactly 2 / 2**4"
+    assert [(row["prompt"], row["tuned_answer"]) for row in printed["fixed"]] == PATTERN and printed["broke"] == []
+    assert [(row["prompt"], row["tuned_answer"]) for row in printed["rows"]] == PATTERN
+    assert printed["report"] == {kind: str(out / f"report.{ext}") for kind, ext in REPORTS.items()}
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["scores"] == printed["scores"]
 
 
 def test_a_run_id_brings_its_adapter_base_and_eval_file(
@@ -48,11 +53,12 @@ def test_a_run_id_brings_its_adapter_base_and_eval_file(
     record = store.create({"base_model": str(pattern_adapter.base), "eval_file": str(eval_file)}, None)
     store.update(record.id, adapter=str(pattern_adapter.path))
     monkeypatch.chdir(tmp_path)
-    assert main(["compare", record.id]) == 0
+    assert main(["compare", record.id]) == 0  # the command's old name
     captured = capsys.readouterr()
-    assert "lower is better" in captured.out and "Rows compared: 2 of 2" in captured.out
+    assert "lower is better" in captured.out and "Rows judged: 2 of 2" in captured.out
+    assert f"Run {record.id}: fine-tune of {pattern_adapter.base}, trained for" in captured.out
     assert "example 2 of 2" in captured.err
-    report = (tmp_path / f"{record.id}-compare" / "report.md").read_text(encoding="utf-8")
+    report = (tmp_path / f"{record.id}-eval" / "report.md").read_text(encoding="utf-8")
     assert str(eval_file) in report and all(q in report for q, _ in PATTERN[:2])
 
 
@@ -118,3 +124,32 @@ def test_a_corrupt_adapter_writes_nothing(
     line = _error(capsys, ["compare", str(broken), "--eval", str(eval_file), "--out", str(out)])
     assert "adapter_model.safetensors is damaged" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--regex", "(unclosed"], "the regular expression '(unclosed' does not compile"),
+        (["--json-schema", "missing.json"], "missing.json cannot be read"),
+        (["--json-schema", "not-json.json"], "not-json.json is not JSON"),
+        (["--json-schema", "bad-schema.json"], "bad-schema.json is not a valid JSON Schema"),
+        (["--max-examples", "0"], "--max-examples 0 is not a row count: give 1 or more"),
+    ],
+    ids=["regex", "no-schema-file", "schema-not-json", "schema-invalid", "no-rows"],
+)
+def test_bad_checks_are_named_before_any_model_loads(
+    pattern_adapter: TrainedAdapter,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    extra: list[str],
+    expected: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "not-json.json").write_text("{oops", encoding="utf-8")
+    (tmp_path / "bad-schema.json").write_text('{"type": 12}', encoding="utf-8")
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    argv = ["eval", str(pattern_adapter.path), "--base", "./no/such/model", "--eval", str(eval_file), *extra]
+    line = _error(capsys, [*argv, "--out", str(tmp_path / "out")])
+    assert expected in line, line  # said instead of the missing base: nothing was loaded
+    assert not (tmp_path / "out").exists()

@@ -288,7 +288,7 @@ def _gguf_type(text: str) -> str:
 def _add_local_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_export_parser(commands)
     _add_chat_parser(commands)
-    _add_compare_parser(commands)
+    _add_eval_parser(commands)
     _add_tools_parser(commands)
 
 
@@ -388,12 +388,17 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve.add_argument("--context", type=int, default=4096, metavar="N", help="context window (default 4096)")
 
 
-def _add_compare_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    compare = commands.add_parser(
-        "compare", help="base vs fine-tuned on held-out chats: answers side by side and the loss of each"
+def _add_eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    judge = commands.add_parser(
+        "eval",
+        aliases=["compare"],
+        help="judge base vs fine-tuned on held-out chats: task scores, the rows that flipped, losses, cost",
     )
-    compare.add_argument("adapter", metavar="ADAPTER_DIR_OR_RUN_ID", help="an adapter folder, or a run id")
-    compare.add_argument("--base", help="base model: a folder or a Hub id (default: the run's or the adapter's base)")
-    compare.add_argument("--eval", type=Path, metavar="FILE", help="held-out chat JSONL (default: the run's eval rows)")
-    compare.add_argument("--out", type=Path, help="folder for the report (default: ./ADAPTER-compare)")
-    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    judge.add_argument("adapter", metavar="ADAPTER_DIR_OR_RUN_ID", help="an adapter folder, or a run id")
+    judge.add_argument("--base", help="base model: a folder or a Hub id (default: the run's or the adapter's base)")
+    judge.add_argument("--eval", type=Path, metavar="FILE", help="held-out chat JSONL (default: the run's eval rows)")
+    judge.add_argument("--regex", metavar="RE", help="a right answer also matches this regular expression")
+    judge.add_argument("--json-schema", type=Path, metavar="FILE", help="a right JSON answer satisfies this schema")
+    judge.add_argument("--max-examples", type=int, default=50, metavar="N", help="rows judged at most (default 50)")
+    judge.add_argument("--out", type=Path, help="folder for the report (default: ./RUN_OR_ADAPTER-eval)")
+    judge.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from desktop.services.evaluation.judge import JudgeOptions, judge_comparison
+from desktop.services.evaluation.report import html_report, markdown_report, write_reports
 from desktop.services.local import compare as compare_module
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.compare import CompareExample, CompareResult, compare_adapter, read_eval_rows
-from desktop.services.local.compare_report import html_report, markdown_report, write_compare_report
 from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
 from tests.fixtures.tiny_models import TinyModel, build_tiny_model
 
@@ -38,9 +39,9 @@ def test_the_tuned_model_answers_the_pattern_and_has_the_lower_loss(
     assert [t for t, _ in reports if t.startswith("example")] == [f"example {i} of 4" for i in range(1, 5)]
     assert reports[-1] == ("compared 4 examples", 1.0)
 
-    markdown, page = write_compare_report(result, tmp_path / "out")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.html", "report.md"]
-    for text in (markdown.read_text(encoding="utf-8"), page.read_text(encoding="utf-8")):
+    written = write_reports(judge_comparison(result, JudgeOptions(), None, None), tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.html", "report.json", "report.md"]
+    for text in (written["markdown"].read_text(encoding="utf-8"), written["html"].read_text(encoding="utf-8")):
         assert f"{result.base_loss:.4f}" in text and f"{result.tuned_loss:.4f}" in text
         assert "lower is better" in text
         for question, answer in PATTERN:
@@ -52,7 +53,7 @@ def test_rows_past_the_limit_are_left_out_and_the_report_says_so(
 ) -> None:
     result = _compare(pattern_adapter, write_pattern_jsonl(tmp_path / "eval.jsonl"), max_examples=2, max_new_tokens=8)
     assert len(result.examples) == 2 and result.usable_rows == 4 and result.cut
-    assert "cut to the first 2 rows" in markdown_report(result)
+    assert "cut to the first 2 rows" in markdown_report(judge_comparison(result, JudgeOptions(), None, None))
 
 
 def test_the_last_assistant_turn_is_the_reference_and_bad_rows_are_skipped(tmp_path: Path) -> None:
@@ -85,10 +86,11 @@ def test_user_text_is_shown_verbatim_in_both_reports(tmp_path: Path) -> None:
     tricky = "```\n# not a heading\n</pre><script>alert(1)</script> **bold** `tick`"
     example = CompareExample(tricky, "ref", "base", "tuned", 1)
     result = CompareResult(tmp_path / "b", tmp_path / "a", tmp_path / "e.jsonl", 2.0, 1.0, [example], 1)
-    markdown = markdown_report(result)
+    judgement = judge_comparison(result, JudgeOptions(), None, None)
+    markdown = markdown_report(judgement)
     fence = "````text"  # longer than the text's own ``` run, so the text cannot close it
     assert f"{fence}\n{tricky}\n````" in markdown
-    page = html_report(result)
+    page = html_report(judgement)
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 

@@ -363,15 +363,24 @@ def test_compare_writes_the_report_and_opens_it(
     dialog = page.dialog
     assert isinstance(dialog, CompareDialog) and dialog.eval_edit.text() == str(eval_file)
     dialog.tokens_spin.setValue(12)
+    dialog.regex_edit.setText("(unclosed")  # a broken check is named and blocks the start
+    assert "does not compile" in dialog.hint_label.text() and not dialog.start_button.isEnabled()
+    dialog.regex_edit.setText(r"\.$")  # every taught answer ends with a full stop
+    assert dialog.start_button.isEnabled()
     dialog.start_button.click()
     wait_for(lambda: page.task is None, timeout=300)
 
     report = exports_folder(run_id) / "compare" / "report.html"
     assert report.is_file(), page.banner.details_label.text()
     assert [Path(url.toLocalFile()) for url in opened.urls] == [report]
-    assert "Mean loss on the reference answers" in page.banner.details_label.text()
+    details = page.banner.details_label.text()
+    # answers cut at 12 tokens: most of the taught ones fit, none of the base's is right
+    assert details.startswith("Leaning better, not yet clear (more held-out rows would tell): "), details
+    assert "row(s) fixed, 0 broken" in details and "base 0/4 (0%), tuned" in details
+    assert "Match with the reference after normalising" in details and "Mean loss on the reference answers" in details
+    assert "The answer matches the given regular expression: base 0/4 (0%)" in details
     kinds = [item.kind for item in scan_exports(exports_folder(run_id))]
-    assert kinds == [ExportKind.COMPARE_REPORT]
+    assert kinds == [ExportKind.COMPARE_REPORT]  # its report.md and report.json beside it are one report
     wait_for(lambda: row_texts(page)[-1][:2] == ["compare/report.html", "Compare report"], timeout=30)
     assert page.report_button.isEnabled()
     page.report_button.click()

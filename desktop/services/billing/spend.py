@@ -63,6 +63,18 @@ def run_spend(store: RunRows, run_id: str, *, ledger: Ledger | None = None, now:
     return _own_server_spend(record, store.transitions(record.id), now)
 
 
+def priced_usd(store: RunRows, run_id: str, *, ledger: Ledger | None = None, now: float) -> tuple[float | None, bool]:
+    """What the run cost, or None when nothing priced it (an own server without an hourly rate), and whether rented.
+
+    Raises:
+        UnknownRunError: No such run.
+        LedgerError: The ledger file cannot be read (a rented run only).
+    """
+    spend = run_spend(store, run_id, ledger=ledger, now=now)
+    priced = spend.rented or float(store.get(run_id).spec.get("hourly_rate_usd") or 0.0) > 0
+    return (spend.usd if priced else None), spend.rented
+
+
 def _rented_spend(run_id: str, rentals: Sequence[Rental], now: float) -> RunSpend:
     rentals = [rental for rental in rentals if rental.made]
     running = [rental for rental in rentals if rental.running]

@@ -18,7 +18,7 @@ from pathlib import Path
 from desktop.core.runs.progress import phase_durations
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, LedgerError
-from desktop.services.billing.spend import run_spend
+from desktop.services.billing.spend import priced_usd
 from desktop.services.local.common import folder_bytes
 from desktop.services.local.inventory import ExportedItem, exports_folder, exports_root, scan_exports
 from desktop.services.runs.checkpoints import local_checkpoints
@@ -187,11 +187,9 @@ def _checkpoint_source(record: RunRecord, folder: Path) -> AdapterSource | None:
 
 def _spend(store: RunStore, record: RunRecord, ledger: Ledger | None, now: float) -> tuple[float | None, bool]:
     try:
-        spend = run_spend(store, record.id, ledger=ledger, now=now)
+        return priced_usd(store, record.id, ledger=ledger, now=now)
     except LedgerError:
         return None, True
-    priced = spend.rented or float(record.spec.get("hourly_rate_usd") or 0.0) > 0
-    return (spend.usd if priced else None), spend.rented
 
 
 def delete_adapter(store: RunStore, run_id: str) -> Path:

@@ -32,8 +32,9 @@ from PySide6.QtWidgets import (
 
 from desktop.core.model_names import model_name
 from desktop.core.runs.progress import format_duration
+from desktop.services.evaluation.judge import JudgeOptions, judge_and_report
+from desktop.services.evaluation.report import summary_lines
 from desktop.services.local.common import LocalToolError
-from desktop.services.local.compare_report import compare_and_report, summary_lines
 from desktop.services.local.export import ExportRequest, ExportResult, export
 from desktop.services.local.inventory import COMPARE_FOLDER, ExportedItem, ExportKind, remove_export
 from desktop.services.local.toolenv import ToolsStatus, frozen, install_tools, remove_tools, tools_status
@@ -453,30 +454,33 @@ class ModelsPage(BasePage):
         self._open(dialog)
 
     def start_compare(self, adapter: ReturnedAdapter, choice: CompareChoice) -> None:
-        """Compares base and fine-tuned on ``choice`` with progress and Cancel; opens the report when written."""
+        """Judges base against fine-tuned on ``choice`` with progress and Cancel; opens the report when written."""
         out = adapter.export_folder / COMPARE_FOLDER
+        options = JudgeOptions(choice.regex, choice.schema_file, choice.max_examples, choice.max_new_tokens)
+        store = self.context.store
 
         def work(job: Job) -> Awaitable[Any]:
-            return compare_and_report(
+            return judge_and_report(
                 choice.base,
                 adapter.source.adapter,
                 choice.eval_file,
                 out,
-                max_examples=choice.max_examples,
-                max_new_tokens=choice.max_new_tokens,
+                options=options,
+                run_id=adapter.run_id,
+                store=store,
                 progress=_progress(job),
                 secrets=self.context.secrets,
             )
 
         self._start(f"Comparing {adapter_title(adapter)} with its base", work, self._compared, "Comparison")
 
-    def _compared(self, outcome: tuple[Any, Path, Path]) -> None:
-        result, _markdown, page = outcome
+    def _compared(self, outcome: tuple[Any, dict[str, Path]]) -> None:
+        judgement, written = outcome
         self.banner.show_message(
-            "success", "Compared. The report opens in your browser.", "\n".join(summary_lines(result))
+            "success", "Compared. The report opens in your browser.", "\n".join(summary_lines(judgement))
         )
-        self._after = page
-        self._open_url(page, "the report")
+        self._after = written["html"]
+        self._open_url(written["html"], "the report")
 
     # -- the local tools ----------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.core.export.compatibility import OutputFormat, Verdict
+from desktop.core.judging.checks import regex_problem
 from desktop.services.local.base_model import base_description
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.export import DEFAULT_GGUF, ExportRequest, judge_outputs
@@ -358,19 +359,23 @@ class ExportDialog(_LocalStepDialog):
 
 @dataclass(frozen=True)
 class CompareChoice:
-    """A comparison as chosen: base model, held-out chats and how long it may take.
+    """A comparison as chosen: base model, held-out chats, the user's own checks and how long it may take.
 
     Attributes:
         base: The base model (a folder or a Hub id).
         eval_file: The held-out chat file.
         max_examples: Rows compared at most.
         max_new_tokens: Longest answer per row.
+        regex: A regular expression right answers match, or None.
+        schema_file: A JSON Schema right JSON answers satisfy, or None.
     """
 
     base: str | None
     eval_file: Path
     max_examples: int
     max_new_tokens: int
+    regex: str | None = None
+    schema_file: Path | None = None
 
 
 class CompareDialog(_LocalStepDialog):
@@ -380,8 +385,9 @@ class CompareDialog(_LocalStepDialog):
         super().__init__(parent, adapter, secrets, "Compare base and fine-tuned")
         self.layout_.addWidget(
             caption(
-                "Both models answer each held-out chat; the report shows the answers side by side and each "
-                "model's loss on the expected answers."
+                "Both models answer each held-out chat; checks chosen from the expected answers (same answer, "
+                "same label, or JSON with the same keys) score both, and the report names the rows the fine-tune "
+                "fixed and broke, with each model's loss and what the run cost."
             )
         )
         self.layout_.addLayout(self._options())
@@ -407,7 +413,29 @@ class CompareDialog(_LocalStepDialog):
         self.tokens_spin = _spin(8, 2048, 128, "Longest answer in tokens", " tokens")
         form.addRow("Compare &up to", self.examples_spin)
         form.addRow("Longest &answer", self.tokens_spin)
+        self.regex_edit = QLineEdit()
+        self.regex_edit.setPlaceholderText("Optional: a regular expression every right answer matches")
+        self.regex_edit.setAccessibleName("Regular expression right answers match")
+        self.regex_edit.textChanged.connect(lambda _text: self.refresh_needs())
+        form.addRow("Right answers &match", self.regex_edit)
+        self.schema_edit = QLineEdit()
+        self.schema_edit.setPlaceholderText("Optional: a JSON Schema file right JSON answers satisfy")
+        self.schema_edit.setAccessibleName("JSON Schema file")
+        self.schema_edit.textChanged.connect(lambda _text: self.refresh_needs())
+        schema_browse = QPushButton("Choose schema fil&e…")
+        schema_browse.setAccessibleName("Choose the JSON Schema file")
+        schema_browse.clicked.connect(lambda _checked=False: self.on_choose_schema())
+        schema_row = QHBoxLayout()
+        schema_row.addWidget(self.schema_edit, 1)
+        schema_row.addWidget(schema_browse)
+        form.addRow("JSON &Schema", schema_row)
         return form
+
+    def on_choose_schema(self) -> None:
+        """Picks the JSON Schema file."""
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a JSON Schema", "", "JSON Schema (*.json)")
+        if path:
+            self.schema_edit.setText(path)
 
     def on_choose_eval(self) -> None:
         """Picks the held-out chats file."""
@@ -426,6 +454,12 @@ class CompareDialog(_LocalStepDialog):
             return "Choose a file of held-out chats: this run kept none."
         if not Path(text).expanduser().is_file():
             return f"{text} does not exist: choose the held-out chats file."
+        regex = self.regex_edit.text()
+        if regex and (problem := regex_problem(regex)):
+            return sentence(problem)
+        schema = self.schema_edit.text().strip()
+        if schema and not Path(schema).expanduser().is_file():
+            return f"{schema} does not exist: choose the JSON Schema file, or clear the field."
         return ""
 
     def choice(self) -> CompareChoice:
@@ -435,6 +469,8 @@ class CompareDialog(_LocalStepDialog):
             Path(self.eval_edit.text().strip()).expanduser(),
             self.examples_spin.value(),
             self.tokens_spin.value(),
+            self.regex_edit.text() or None,
+            Path(self.schema_edit.text().strip()).expanduser() if self.schema_edit.text().strip() else None,
         )
 
 

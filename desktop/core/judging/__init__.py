@@ -1,0 +1,1 @@
+"""Judging a fine-tune against its base on held-out rows: task checks and the verdict (pure)."""
