@@ -428,7 +428,9 @@ class CompareDialog(_LocalStepDialog):
         schema_row = QHBoxLayout()
         schema_row.addWidget(self.schema_edit, 1)
         schema_row.addWidget(schema_browse)
-        form.addRow("JSON &Schema", schema_row)
+        schema_label = QLabel("JSON &Schema")
+        schema_label.setBuddy(self.schema_edit)
+        form.addRow(schema_label, schema_row)
         return form
 
     def on_choose_schema(self) -> None:
