@@ -28,6 +28,7 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "compare": ("evaluate", "run_eval"),
     "trial": ("trial", "run_trial_command"),
     "serve": ("serve", "run_serve"),
+    "publish": ("publish", "run_publish"),
     "tools": ("tools", "run_tools"),
     "update-check": ("updates", "run_update_check"),
     **{name: ("runs", f"run_{name}") for name in ("run", "runs", "status", "logs", "stop", "pull", "resume")},

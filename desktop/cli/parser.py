@@ -289,6 +289,7 @@ def _add_local_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     _add_export_parser(commands)
     _add_chat_parser(commands)
     _add_eval_parser(commands)
+    _add_publish_parser(commands)
     _add_tools_parser(commands)
 
 
@@ -386,6 +387,17 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve.add_argument("--port", type=int, metavar="N", help="the port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--lora", type=Path, metavar="LORA.gguf", help="a GGUF LoRA over MODEL (--lora-gguf)")
     serve.add_argument("--context", type=int, default=4096, metavar="N", help="context window (default 4096)")
+
+
+def _add_publish_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    publish = commands.add_parser(
+        "publish", help="share an adapter (and its exports) on the Hugging Face Hub, private, with a model card"
+    )
+    publish.add_argument("adapter", metavar="ADAPTER_DIR_OR_RUN_ID", help="an adapter folder, or a run id")
+    publish.add_argument("--repo", required=True, metavar="NAME", help="owner/name, or name for your own account")
+    publish.add_argument("--public", action="store_true", help="make a new repo public (default: private)")
+    publish.add_argument("--exports", action="store_true", help="add the run's GGUF files and merged model")
+    publish.add_argument("--add", type=Path, action="append", metavar="PATH", help="add a GGUF file or merged folder")
 
 
 def _add_eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

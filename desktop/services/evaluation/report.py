@@ -55,13 +55,18 @@ def score_line(score: CheckScore) -> str:
 
 def verdict_words(verdict: Verdict) -> str:
     """The verdict in words: clear, leaning one way (too few flipped rows to be sure), or no difference."""
-    if verdict.outcome is Outcome.BETTER:
+    return outcome_words(verdict.outcome, len(verdict.fixed), len(verdict.broke))
+
+
+def outcome_words(outcome: Outcome, fixed: int, broke: int) -> str:
+    """An outcome and its flips in words (what :func:`verdict_words` says, from a saved report too)."""
+    if outcome is Outcome.BETTER:
         return "The fine-tune is better at the task"
-    if verdict.outcome is Outcome.WORSE:
+    if outcome is Outcome.WORSE:
         return "The fine-tune is worse at the task"
-    if len(verdict.fixed) == len(verdict.broke):
+    if fixed == broke:
         return "No difference on the task"
-    leaning = "better" if len(verdict.fixed) > len(verdict.broke) else "worse"
+    leaning = "better" if fixed > broke else "worse"
     return f"Leaning {leaning}, not yet clear (more held-out rows would tell)"
 
 

@@ -26,6 +26,9 @@ class RunFacts:
         usd: What it cost, or None when nothing priced it.
         losses: (step, training loss), in step order.
         eval_losses: (step, held-out loss), in step order.
+        training: The run's training settings (method, rank, learning rate...), as its spec holds them.
+        examples: Training rows the trainer used, when it said.
+        tokens: Tokens it trained on, all epochs together, when it said.
     """
 
     run_id: str
@@ -36,6 +39,9 @@ class RunFacts:
     usd: float | None
     losses: list[tuple[int, float]] = field(default_factory=list)
     eval_losses: list[tuple[int, float]] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    examples: int | None = None
+    tokens: float | None = None
 
 
 def read_run_facts(store: RunStore, run_id: str, now: float) -> RunFacts | None:
@@ -48,7 +54,8 @@ def read_run_facts(store: RunStore, run_id: str, now: float) -> RunFacts | None:
     training: dict[str, Any] = spec["training"] if isinstance(spec.get("training"), dict) else {}
     compute: dict[str, Any] = spec["compute"] if isinstance(spec.get("compute"), dict) else {}
     spans = phase_durations(store.transitions(run_id), now)
-    losses, eval_losses = _curves(store, run_id)
+    events = [dict(event) for event in mirrored_events(store.folder(run_id))]
+    losses, eval_losses = _curves(events)
     return RunFacts(
         run_id=run_id,
         base_model=str(spec.get("base_model") or ""),
@@ -58,14 +65,22 @@ def read_run_facts(store: RunStore, run_id: str, now: float) -> RunFacts | None:
         usd=_usd(store, run_id, now),
         losses=losses,
         eval_losses=eval_losses,
+        training=dict(training),
+        examples=_last(events, "state", "examples"),
+        tokens=_last(events, "step", "tokens"),
     )
 
 
-def _curves(store: RunStore, run_id: str) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+def _last(events: list[dict[str, Any]], kind: str, name: str) -> Any:
+    """The last number ``name`` an event of ``kind`` carried, or None."""
+    found = [e[name] for e in events if e.get("event") == kind and isinstance(e.get(name), (int, float))]
+    return found[-1] if found else None
+
+
+def _curves(events: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     losses: dict[int, float] = {}
     eval_losses: dict[int, float] = {}
-    for event in mirrored_events(store.folder(run_id)):
-        values: dict[str, Any] = dict(event)
+    for values in events:
         step = values.get("step")
         if not isinstance(step, int):
             continue

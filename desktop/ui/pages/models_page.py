@@ -39,6 +39,7 @@ from desktop.services.local.export import ExportRequest, ExportResult, export
 from desktop.services.local.inventory import COMPARE_FOLDER, ExportedItem, ExportKind, remove_export
 from desktop.services.local.toolenv import ToolsStatus, frozen, install_tools, remove_tools, tools_status
 from desktop.services.local.tools import LocalStep, missing_tools
+from desktop.services.publishing.hub import Published, PublishRequest, publish
 from desktop.services.runs.adapters import Inventory, ReturnedAdapter, delete_adapter, read_inventory
 from desktop.services.runs.store import RunLiveError, UnknownRunError
 from desktop.services.serving.local_server import LocalServer
@@ -61,6 +62,7 @@ from desktop.ui.widgets.local_words import (
     size_text,
     spend_text,
 )
+from desktop.ui.widgets.publish_dialog import PublishDialog
 from desktop.ui.widgets.serve_panel import ServeCard, ServeChoice, ServeDialog
 from desktop.ui.widgets.task_card import TaskCard
 from desktop.ui.widgets.tools_bar import ToolsBar
@@ -199,6 +201,7 @@ class ModelsPage(BasePage):
         self.compare_button = plain_button("&Compare…", "git-compare", "Compare base and fine-tuned")
         self.chat_button = plain_button("C&hat", "message-square", "Chat with the selected model")
         self.serve_button = plain_button("Ser&ve…", "server", "Serve the selected model to your programs")
+        self.publish_button = plain_button("P&ublish…", "cloud", "Publish the selected adapter to the Hugging Face Hub")
         self.report_button = plain_button("Open &report", "file-text", "Open the compare report")
         self.folder_button = plain_button("&Open folder", "folder-open", "Open the selected model's folder")
         self.delete_button = destructive_button("&Delete…", "trash-2", "Delete the selected model")
@@ -207,6 +210,7 @@ class ModelsPage(BasePage):
             (self.compare_button, self.on_compare_clicked),
             (self.chat_button, self.on_chat_clicked),
             (self.serve_button, self.on_serve_clicked),
+            (self.publish_button, self.on_publish_clicked),
             (self.report_button, self.on_report_clicked),
             (self.folder_button, self.on_folder_clicked),
         )
@@ -355,6 +359,7 @@ class ModelsPage(BasePage):
         item = entry.item if entry else None
         self.export_button.setEnabled(adapter is not None and not busy)
         self.compare_button.setEnabled(adapter is not None and not busy)
+        self.publish_button.setEnabled(adapter is not None and entry is not None and entry.item is None and not busy)
         self.chat_button.setEnabled(item is not None and self._chat_target(entry) is not None)
         serving = bool(self.context.servers.running())
         self.serve_button.setEnabled(self._serve_target(entry) is not None and not busy and not serving)
@@ -577,6 +582,36 @@ class ModelsPage(BasePage):
         Operation(self, lambda _job: read_inventory(store), shown, group="inventory").run()
         self.reload_tools()
         self.on_selection_changed()
+
+    # -- publishing ---------------------------------------------------------------------------------------------
+
+    def on_publish_clicked(self) -> None:
+        """Asks where to publish the selected adapter and what to add, then publishes with progress and Cancel."""
+        entry = self.selected()
+        if entry is None or entry.adapter is None or entry.item is not None or self.task is not None:
+            return
+        adapter = entry.adapter
+        dialog = PublishDialog(self, adapter, self.context.secrets)
+        dialog.accepted.connect(lambda: self.start_publish(adapter, dialog.request()))
+        self._open(dialog)
+
+    def start_publish(self, adapter: ReturnedAdapter, request: PublishRequest) -> None:
+        """Publishes ``request``; the banner says where it went."""
+        secrets, store = self.context.secrets, self.context.store
+        self._start(
+            f"Publishing {adapter_title(adapter)} to the Hugging Face Hub",
+            lambda job: publish(request, secrets, store=store, progress=_progress(job)),
+            self._published,
+            "Publishing",
+            note="Cancel stops the upload; nothing is committed until every file is there, and publishing again "
+            "sends only what the Hub lacks.",
+        )
+
+    def _published(self, published: Published) -> None:
+        files = "\n".join(published.files)
+        self.banner.show_message(
+            "success", f"Published to {published.url}", f"Commit {published.commit[:12]}:\n{files}"
+        )
 
     # -- serving ------------------------------------------------------------------------------------------------
 
