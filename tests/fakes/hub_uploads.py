@@ -6,7 +6,8 @@ protocol (hf_xet's own storage protocol is not stood in: the publisher turns it 
 ``POST /api/models/REPO/preupload/REV`` (which files go to LFS), ``POST /REPO.git/info/lfs/objects/batch``, the
 ``PUT`` of each large file to the URL the batch gave, and ``POST /api/models/REPO/commit/REV`` (NDJSON: a header,
 small files inline in base64, large files by sha256). Every write needs the account's token; a large file's bytes
-must hash to the oid the commit names. Every request is recorded; from upload number ``broken_from_put`` on, uploads fail (503).
+must hash to the oid the commit names. Every request is recorded; from upload number ``broken_from_put`` on,
+uploads fail (503).
 """
 
 from __future__ import annotations

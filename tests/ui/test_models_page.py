@@ -473,3 +473,26 @@ def test_removing_the_local_tools_asks_with_their_size_and_frees_them(
     wait_for(lambda: page.task is None and bar.badge.text() == "Local tools built in", timeout=30)  # this venv has them
     assert asked and "Delete the local tools (" in asked[0] and "adapters and exported models are kept" in asked[0]
     assert page.banner.headline_label.text().startswith("Removed the local tools: ") and not tools_env().folder.exists()
+
+
+def test_a_steps_message_stays_while_the_list_is_rebuilt_under_it(
+    page: ModelsPage, qloop: asyncio.AbstractEventLoop, pattern_adapter: TrainedAdapter
+) -> None:
+    """Rebuilding the list passes the selection over other rows (Qt makes the first row current where the view has
+    focus); the message about the adapter still selected must not go with it, as it did after a publish."""
+    store = RunStore()
+    record_returned_run(store, pattern_adapter.path, base=str(pattern_adapter.base))
+    second = record_returned_run(store, pattern_adapter.path, base=str(pattern_adapter.base), finished_ago=7200)
+    reload(page, qloop)
+    assert page.select(Path(store.get(second).adapter or ""))
+    page._told_about = second  # what a step started on that adapter leaves
+    page.banner.show_message("success", "Published to somewhere")
+
+    def first_row_current(*_args: object) -> None:
+        if page.tree.topLevelItemCount():
+            page.tree.setCurrentItem(page.tree.topLevelItem(0))
+
+    page.tree.model().rowsInserted.connect(first_row_current)
+    page.show_inventory(page.inventory)
+    assert page.selected() is not None and page.selected().origin == second
+    assert page.banner.headline_label.text() == "Published to somewhere"

@@ -49,6 +49,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.widgets.blocks import Banner, EmptyState, caption, destructive_button, plain_button, primary_button
 from desktop.ui.widgets.confirm_delete import ConfirmDeleteDialog
 from desktop.ui.widgets.dialogs import confirm
+from desktop.ui.widgets.flow_layout import FlowLayout
 from desktop.ui.widgets.local_dialogs import CompareChoice, CompareDialog, ExportDialog
 from desktop.ui.widgets.local_words import (
     adapter_kind,
@@ -214,12 +215,14 @@ class ModelsPage(BasePage):
             (self.report_button, self.on_report_clicked),
             (self.folder_button, self.on_folder_clicked),
         )
+        flow_box = QWidget()  # the actions wrap onto a second row where the window is narrow, never cut short
+        flow = FlowLayout(flow_box)
         for button, handler in actions:
             button.clicked.connect(lambda _checked=False, act=handler: act())
-            row.addWidget(button)
-        row.addStretch(1)
+            flow.addWidget(button)
+        row.addWidget(flow_box, 1)
         self.delete_button.clicked.connect(lambda _checked=False: self.on_delete_clicked())
-        row.addWidget(self.delete_button)
+        row.addWidget(self.delete_button, 0, Qt.AlignmentFlag.AlignTop)
         return row
 
     # -- the listing --------------------------------------------------------------------------------------------
@@ -259,6 +262,9 @@ class ModelsPage(BasePage):
         selected = self.selected()
         self.inventory = inventory
         self.views.setCurrentIndex(0 if inventory.empty else 1)
+        # Rebuilding passes the selection over other rows; only where it lands counts (a step's message about the
+        # adapter still selected must stay), so the tree is silent until then.
+        self.tree.blockSignals(True)
         self.tree.clear()
         self.entries = []
         for adapter in inventory.adapters:
@@ -274,6 +280,7 @@ class ModelsPage(BasePage):
         self._reselect(selected)
         if self.task is None and self._after is not None and self.select(self._after):
             self._after = None
+        self.tree.blockSignals(False)
         self.on_selection_changed()
 
     def _adapter_cells(self, adapter: ReturnedAdapter) -> tuple[str, ...]:

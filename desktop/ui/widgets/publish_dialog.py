@@ -36,7 +36,7 @@ class PublishDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.setSpacing(12)
         layout.addWidget(heading("Publish to the Hugging Face Hub"))
-        layout.addWidget(caption(sentence(f"the adapter of {adapter_title(adapter)}")))
+        layout.addWidget(caption(sentence(adapter_title(adapter))))
         layout.addWidget(
             caption(
                 "The adapter goes with a model card written from the run: base model, settings, data size (never "
@@ -62,7 +62,7 @@ class PublishDialog(QDialog):
         label = QLabel("&Repository")
         label.setBuddy(self.repo_edit)
         form.addRow(label, self.repo_edit)
-        self.private_check = QCheckBox("&Private: only you (and your organisation) can see it")
+        self.private_check = QCheckBox("Pri&vate: only you (and your organisation) can see it")
         self.private_check.setChecked(True)
         form.addRow("", self.private_check)
         return form
