@@ -11,6 +11,7 @@ from desktop.services.billing.ledger import LedgerError
 from desktop.services.billing.spend import priced_usd
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore, UnknownRunError
+from trainer_payload.protocol import EventKind
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,12 @@ def read_run_facts(store: RunStore, run_id: str, now: float) -> RunFacts | None:
         losses=losses,
         eval_losses=eval_losses,
         training=dict(training),
-        examples=_last(events, "state", "examples"),
-        tokens=_last(events, "step", "tokens"),
+        examples=_last(events, EventKind.STATE, "examples"),
+        tokens=_last(events, EventKind.STEP, "tokens"),
     )
 
 
-def _last(events: list[dict[str, Any]], kind: str, name: str) -> Any:
+def _last(events: list[dict[str, Any]], kind: EventKind, name: str) -> Any:
     """The last number ``name`` an event of ``kind`` carried, or None."""
     found = [e[name] for e in events if e.get("event") == kind and isinstance(e.get(name), (int, float))]
     return found[-1] if found else None
@@ -84,9 +85,9 @@ def _curves(events: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], list
         step = values.get("step")
         if not isinstance(step, int):
             continue
-        if values.get("event") == "step" and isinstance(values.get("loss"), (int, float)):
+        if values.get("event") == EventKind.STEP and isinstance(values.get("loss"), (int, float)):
             losses[step] = float(values["loss"])
-        elif values.get("event") == "eval" and isinstance(values.get("eval_loss"), (int, float)):
+        elif values.get("event") == EventKind.EVAL and isinstance(values.get("eval_loss"), (int, float)):
             eval_losses[step] = float(values["eval_loss"])
     return sorted(losses.items()), sorted(eval_losses.items())
 

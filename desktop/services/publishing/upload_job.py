@@ -43,8 +43,10 @@ def publish(request: dict[str, object], token: str) -> dict[str, str]:
         CommitOperationAdd(path_in_repo=name, path_or_fileobj=text.replace("THIS_REPO", repo).encode("utf-8"))
         for name, text in texts.items()
     ]
-    for local, in_repo in files:
-        say(PROGRESS_PREFIX, text=f"uploading {in_repo}", fraction=sent / total)
+    for number, (local, in_repo) in enumerate(files, start=1):
+        # one file's upload reports nothing until it ends, so the bar shows activity, the words how far it is
+        share = f"{sent / total:.0%} of {_size(total)} sent"
+        say(PROGRESS_PREFIX, text=f"uploading {in_repo} (file {number} of {len(files)}; {share})", fraction=None)
         operation = CommitOperationAdd(path_in_repo=in_repo, path_or_fileobj=local)
         api.preupload_lfs_files(repo, additions=[operation])
         operations.append(operation)
@@ -52,6 +54,13 @@ def publish(request: dict[str, object], token: str) -> dict[str, str]:
     say(PROGRESS_PREFIX, text=f"committing {len(operations)} files", fraction=1.0)
     info = api.create_commit(repo, operations=operations, commit_message=str(request["message"]))
     return {"repo": repo, "url": url, "commit": str(info.oid)}
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from desktop.services.local.chat import generation_threads
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.toolenv import local_python
 from desktop.services.platform.secrets import without_secrets
@@ -141,7 +142,8 @@ def server_command(python: Path, model: Path, port: int, *, lora: Path | None, c
     """
     command = [str(python), "-c", _LIFELINE, "--model", str(model), "--host", HOST, "--port", str(port)]
     command += ["--model_alias", model.name]  # clients see the file's name, not where it lies on this computer
-    command += ["--n_ctx", str(context), "--verbose", "False"]
+    threads = str(generation_threads())  # as the chat: every core but one, so the app stays responsive beside it
+    command += ["--n_ctx", str(context), "--n_threads", threads, "--n_threads_batch", threads, "--verbose", "False"]
     return command + (["--lora_path", str(lora)] if lora is not None else [])
 
 
