@@ -272,3 +272,14 @@ def fake_lambda(tmp_path: Path) -> Iterator[object]:
     cloud = FakeLambda(tmp_path / "fake-lambda")
     yield cloud
     cloud.close()
+
+
+@pytest.fixture
+def hub_uploads(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """The stand-in of the Hugging Face Hub's write API (tests/fakes/hub_uploads.py), with ``HF_ENDPOINT`` on it."""
+    from tests.fakes.hub_uploads import HubUploads
+
+    server = HubUploads().start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    yield server
+    server.stop()

@@ -23,7 +23,7 @@ RUNS = 5
 TARGET_RATIO = 0.95
 
 
-def _direct(llama: Any) -> tuple[int, float]:
+def stream_directly(llama: Any) -> tuple[int, float]:
     """Pieces streamed and seconds taken by llama-cpp-python alone."""
     start = time.perf_counter()
     pieces = 0
@@ -53,7 +53,7 @@ async def _measure(gguf: Path) -> tuple[float, float]:
         for _ in range(RUNS):
             pieces, seconds = await _ours(model)
             ours.append(pieces / seconds)
-            pieces, seconds = _direct(llama)
+            pieces, seconds = stream_directly(llama)
             direct.append(pieces / seconds)
     finally:
         await model.close()

@@ -14,22 +14,9 @@ from typing import Any
 
 from desktop.services.local.chat import generation_threads
 from desktop.services.serving.local_server import LocalServer, start_server
+from tests.benchmarks.bench_chat import MAX_TOKENS, MESSAGES, RUNS, TARGET_RATIO, stream_directly
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.smollm2 import ensure_smollm2
-
-MESSAGES = [{"role": "user", "content": "Write a long story about a dragon who learns to cook."}]
-MAX_TOKENS = 160
-RUNS = 5
-TARGET_RATIO = 0.95
-
-
-def _direct(llama: Any) -> tuple[int, float]:
-    start = time.perf_counter()
-    pieces = 0
-    for chunk in llama.create_chat_completion(messages=MESSAGES, stream=True, temperature=0, max_tokens=MAX_TOKENS):
-        if chunk["choices"][0]["delta"].get("content"):
-            pieces += 1
-    return pieces, time.perf_counter() - start
 
 
 async def _served(client: Any) -> tuple[int, float]:
@@ -59,7 +46,9 @@ async def _measure() -> tuple[float, float]:
             for _ in range(RUNS):
                 pieces, seconds = await _served(client)
                 served.append(pieces / seconds)
-                pieces, seconds = _direct(llama)  # the server idles meanwhile: one answer at a time, as each side
+                pieces, seconds = stream_directly(
+                    llama
+                )  # the server idles meanwhile: one answer at a time, as each side
                 direct.append(pieces / seconds)
     finally:
         llama.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,6 @@ from tests.fixtures.exported_models import record_returned_run, write_gguf
 from tests.fixtures.recorded_run import EVENTS
 
 pytestmark = pytest.mark.slow  # each publish starts a Python with huggingface_hub (a few seconds)
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubUploads]:
-    server = HubUploads().start()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -73,17 +64,17 @@ def _finished_run(adapter: TrainedAdapter) -> str:
 
 def test_a_run_is_published_private_with_every_file_and_a_card_from_the_run(
     pattern_adapter: TrainedAdapter,
-    hub: HubUploads,
+    hub_uploads: HubUploads,
     children: list[tuple[tuple[str, ...], dict[str, str]]],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    SecretStore().set(SecretName.HUGGINGFACE, hub.token)
+    SecretStore().set(SecretName.HUGGINGFACE, hub_uploads.token)
     run_id = _finished_run(pattern_adapter)
     assert main(["publish", run_id, "--repo", "tuned-pattern", "--exports"]) == 0
     printed = capsys.readouterr().out
-    assert f"to {hub.url}/ada/tuned-pattern (private" in printed
+    assert f"to {hub_uploads.url}/ada/tuned-pattern (private" in printed
 
-    repo = hub.repos["ada/tuned-pattern"]
+    repo = hub_uploads.repos["ada/tuned-pattern"]
     assert repo.private and len(repo.commits) == 1
     folder = exports_folder(run_id)
     expected = {
@@ -95,7 +86,7 @@ def test_a_run_is_published_private_with_every_file_and_a_card_from_the_run(
     }
     assert {name: repo.files[name] for name in expected} == expected
     assert sorted(repo.files) == sorted([*expected, "README.md", "loss.svg"]), "PEFT's stub README is replaced"
-    assert sum(1 for method, path in hub.requests if method == "PUT") == 2, "the two large files went over LFS"
+    assert sum(1 for method, path in hub_uploads.requests if method == "PUT") == 2, "the two large files went over LFS"
 
     card = repo.files["README.md"].decode()
     assert card.startswith(f'---\nbase_model: "{pattern_adapter.base}"\nlibrary_name: peft\n')
@@ -108,27 +99,29 @@ def test_a_run_is_published_private_with_every_file_and_a_card_from_the_run(
     assert repo.files["loss.svg"].startswith(b"<svg")
 
     ((command, env),) = children
-    assert all(hub.token not in part for part in command), "never on the command line"
-    assert hub.token not in "".join(f"{k}={v}" for k, v in env.items()), "never in the child's environment"
-    assert env["HF_HUB_DISABLE_XET"] == "1" and env["HF_ENDPOINT"] == hub.url
+    assert all(hub_uploads.token not in part for part in command), "never on the command line"
+    assert hub_uploads.token not in "".join(f"{k}={v}" for k, v in env.items()), "never in the child's environment"
+    assert env["HF_HUB_DISABLE_XET"] == "1" and env["HF_ENDPOINT"] == hub_uploads.url
 
 
 def test_a_failed_upload_commits_nothing_and_publishing_again_sends_only_what_is_missing(
-    pattern_adapter: TrainedAdapter, hub: HubUploads, capsys: pytest.CaptureFixture[str]
+    pattern_adapter: TrainedAdapter, hub_uploads: HubUploads, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    SecretStore().set(SecretName.HUGGINGFACE, hub.token)
+    SecretStore().set(SecretName.HUGGINGFACE, hub_uploads.token)
     run_id = _finished_run(pattern_adapter)
-    hub.broken_from_put = 2  # the storage fails from the merged model's upload on (retries too); the GGUF arrived
+    hub_uploads.broken_from_put = (
+        2  # the storage fails from the merged model's upload on (retries too); the GGUF arrived
+    )
     assert main(["publish", run_id, "--repo", "ada/tuned", "--exports"]) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("rentune: error: publishing failed: ") and line.endswith("publishing again resumes")
-    assert hub.token not in line
-    assert hub.repos["ada/tuned"].commits == [] and hub.repos["ada/tuned"].files == {}
+    assert hub_uploads.token not in line
+    assert hub_uploads.repos["ada/tuned"].commits == [] and hub_uploads.repos["ada/tuned"].files == {}
 
-    hub.broken_from_put, failed_puts = None, hub.puts
+    hub_uploads.broken_from_put, failed_puts = None, hub_uploads.puts
     assert main(["publish", run_id, "--repo", "ada/tuned", "--exports"]) == 0
-    assert hub.puts == failed_puts + 1, "the GGUF was not sent again: only the merged model's weights"
-    assert len(hub.repos["ada/tuned"].files) == 7
+    assert hub_uploads.puts == failed_puts + 1, "the GGUF was not sent again: only the merged model's weights"
+    assert len(hub_uploads.repos["ada/tuned"].files) == 7
 
 
 @pytest.mark.parametrize(
@@ -142,7 +135,7 @@ def test_a_failed_upload_commits_nothing_and_publishing_again_sends_only_what_is
 )
 def test_what_cannot_be_published_is_one_line_with_the_fix(
     pattern_adapter: TrainedAdapter,
-    hub: HubUploads,
+    hub_uploads: HubUploads,
     capsys: pytest.CaptureFixture[str],
     setup: str,
     argv_repo: str,
@@ -150,8 +143,8 @@ def test_what_cannot_be_published_is_one_line_with_the_fix(
     code: int,
 ) -> None:
     if setup != "none":
-        SecretStore().set(SecretName.HUGGINGFACE, hub.token if setup == "right" else "hf_not_the_right_one")
+        SecretStore().set(SecretName.HUGGINGFACE, hub_uploads.token if setup == "right" else "hf_not_the_right_one")
     assert main(["publish", str(pattern_adapter.path), "--repo", argv_repo]) == code
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line == f"rentune: error: {expected}" or line.startswith(f"rentune: error: {expected}"), line
-    assert hub.repos == {}
+    assert hub_uploads.repos == {}

@@ -23,14 +23,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubUploads]:
-    server = HubUploads().start()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def page(
     qtbot: QtBot, qloop: asyncio.AbstractEventLoop, pattern_adapter: TrainedAdapter
 ) -> Iterator[tuple[ModelsPage, str]]:
@@ -54,17 +46,19 @@ def _dialog(page: ModelsPage) -> PublishDialog:
     return page.dialog
 
 
-def test_without_a_token_the_dialog_says_where_to_add_one(page: tuple[ModelsPage, str], hub: HubUploads) -> None:
+def test_without_a_token_the_dialog_says_where_to_add_one(
+    page: tuple[ModelsPage, str], hub_uploads: HubUploads
+) -> None:
     dialog = _dialog(page[0])
     assert dialog.hint_label.text().startswith("Add a Hugging Face token with write access in Settings first")
     assert not dialog.publish_button.isEnabled()
 
 
 def test_publish_creates_a_private_repo_with_the_adapter_the_gguf_chosen_and_the_card(
-    page: tuple[ModelsPage, str], hub: HubUploads, wait_for: Callable[..., None]
+    page: tuple[ModelsPage, str], hub_uploads: HubUploads, wait_for: Callable[..., None]
 ) -> None:
     models, run_id = page
-    SecretStore().set(SecretName.HUGGINGFACE, hub.token)
+    SecretStore().set(SecretName.HUGGINGFACE, hub_uploads.token)
     dialog = _dialog(models)
     assert dialog.repo_edit.text() == f"SmolLM2-135M-Instruct-rentune-{run_id.rsplit('-', 1)[-1]}"
     assert dialog.private_check.isChecked(), "private by default"
@@ -79,10 +73,10 @@ def test_publish_creates_a_private_repo_with_the_adapter_the_gguf_chosen_and_the
     assert models.task is not None and models.task_card.isVisible()
     wait_for(lambda: models.task is None, timeout=120)
 
-    assert models.banner.headline_label.text() == f"Published to {hub.url}/ada/smol-pattern", (
+    assert models.banner.headline_label.text() == f"Published to {hub_uploads.url}/ada/smol-pattern", (
         models.banner.details_label.text()
     )
-    repo = hub.repos["ada/smol-pattern"]
+    repo = hub_uploads.repos["ada/smol-pattern"]
     assert repo.private and "gguf/model-Q4_K_M.gguf" in repo.files and "adapter_config.json" in repo.files
     assert repo.files["README.md"].startswith(b'---\nbase_model: "HuggingFaceTB/SmolLM2-135M-Instruct"')
     assert "gguf/model-Q4_K_M.gguf" in models.banner.details_label.text()

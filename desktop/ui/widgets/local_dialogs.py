@@ -396,19 +396,8 @@ class CompareDialog(_LocalStepDialog):
     def _options(self) -> QFormLayout:
         form = QFormLayout()
         eval_file = self.adapter.source.eval_file
-        self.eval_edit = QLineEdit(str(eval_file) if eval_file else "")
-        self.eval_edit.setPlaceholderText("A JSONL file of held-out chats")
-        self.eval_edit.setAccessibleName("Held-out chats file")
-        self.eval_edit.textChanged.connect(lambda _text: self.refresh_needs())
-        browse = QPushButton("Choose f&ile…")
-        browse.setAccessibleName("Choose the held-out chats file")
-        browse.clicked.connect(lambda _checked=False: self.on_choose_eval())
-        row = QHBoxLayout()
-        row.addWidget(self.eval_edit, 1)
-        row.addWidget(browse)
-        label = QLabel("&Held-out chats")
-        label.setBuddy(self.eval_edit)
-        form.addRow(label, row)
+        words = ("&Held-out chats", "held-out chats file", "A JSONL file of held-out chats")
+        self.eval_edit = self._path_row(form, words, "Choose f&ile…", str(eval_file) if eval_file else "")
         self.examples_spin = _spin(1, 500, 20, "Chats compared at most", " chats")
         self.tokens_spin = _spin(8, 2048, 128, "Longest answer in tokens", " tokens")
         form.addRow("Compare &up to", self.examples_spin)
@@ -418,32 +407,34 @@ class CompareDialog(_LocalStepDialog):
         self.regex_edit.setAccessibleName("Regular expression right answers match")
         self.regex_edit.textChanged.connect(lambda _text: self.refresh_needs())
         form.addRow("Right answers &match", self.regex_edit)
-        self.schema_edit = QLineEdit()
-        self.schema_edit.setPlaceholderText("Optional: a JSON Schema file right JSON answers satisfy")
-        self.schema_edit.setAccessibleName("JSON Schema file")
-        self.schema_edit.textChanged.connect(lambda _text: self.refresh_needs())
-        schema_browse = QPushButton("Choose schema fil&e…")
-        schema_browse.setAccessibleName("Choose the JSON Schema file")
-        schema_browse.clicked.connect(lambda _checked=False: self.on_choose_schema())
-        schema_row = QHBoxLayout()
-        schema_row.addWidget(self.schema_edit, 1)
-        schema_row.addWidget(schema_browse)
-        schema_label = QLabel("JSON &Schema")
-        schema_label.setBuddy(self.schema_edit)
-        form.addRow(schema_label, schema_row)
+        words = ("JSON &Schema", "JSON Schema file", "Optional: a JSON Schema file right JSON answers satisfy")
+        self.schema_edit = self._path_row(form, words, "Choose schema fil&e…")
         return form
 
-    def on_choose_schema(self) -> None:
-        """Picks the JSON Schema file."""
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a JSON Schema", "", "JSON Schema (*.json)")
-        if path:
-            self.schema_edit.setText(path)
+    def _path_row(self, form: QFormLayout, words: tuple[str, str, str], button: str, text: str = "") -> QLineEdit:
+        """A file field with its Choose button; ``words`` are the label, what the file is and the placeholder."""
+        label_text, name, placeholder = words
+        edit = QLineEdit(text)
+        edit.setPlaceholderText(placeholder)
+        edit.setAccessibleName(name[:1].upper() + name[1:])
+        edit.textChanged.connect(lambda _text: self.refresh_needs())
+        browse = QPushButton(button)
+        browse.setAccessibleName(f"Choose the {name}")
+        browse.clicked.connect(lambda _checked=False: self.on_choose_file(edit, name))
+        row = QHBoxLayout()
+        row.addWidget(edit, 1)
+        row.addWidget(browse)
+        label = QLabel(label_text)
+        label.setBuddy(edit)
+        form.addRow(label, row)
+        return edit
 
-    def on_choose_eval(self) -> None:
-        """Picks the held-out chats file."""
-        path, _ = QFileDialog.getOpenFileName(self, "Choose held-out chats", "", "Chat files (*.jsonl *.json)")
+    def on_choose_file(self, edit: QLineEdit, name: str) -> None:
+        """Picks the file for ``edit`` (held-out chats or a JSON Schema)."""
+        kinds = "JSON Schema (*.json)" if edit is self.schema_edit else "Chat files (*.jsonl *.json)"
+        path, _ = QFileDialog.getOpenFileName(self, f"Choose the {name}", "", kinds)
         if path:
-            self.eval_edit.setText(path)
+            edit.setText(path)
 
     def steps(self) -> list[LocalStep]:
         """A comparison."""

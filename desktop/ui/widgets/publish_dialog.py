@@ -17,7 +17,7 @@ from desktop.ui.widgets.local_words import adapter_title, item_name, kind_text, 
 
 
 def default_repo(adapter: ReturnedAdapter) -> str:
-    """``BASE-rentune-XXXX``: the base model's short name and the run id's last part, as the Hub allows names."""
+    """``Qwen2.5-7B-Instruct-rentune-f3fb``: the base model's short name and the run id's end, as the Hub allows."""
     base = model_name(adapter.source.base).rsplit("/", 1)[-1] if adapter.source.base else "model"
     name = f"{base}-rentune-{adapter.run_id.rsplit('-', 1)[-1]}"
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")
