@@ -64,7 +64,7 @@ def kill_table(kills: Counter[str]) -> list[str]:
     """Kills by point: each kind of point (provider call, state write) with the steps it followed."""
     steps: Counter[str] = Counter()
     for words, count in kills.items():
-        steps[re.sub(r" \d+ \(", " (", words)] += count  # "after state write 7 (run -> training)": one row per step
+        steps[re.sub(r" #\d+", "", words)] += count  # "after provider call GET /v2/pods/{id} #3": one row per step
     return [f"  {count:5d}  {words}" for words, count in sorted(steps.items(), key=lambda item: (-item[1], item[0]))]
 
 

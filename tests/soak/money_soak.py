@@ -25,7 +25,6 @@ import concurrent.futures
 import contextlib
 import os
 import random
-import re
 import tempfile
 import time
 from collections import Counter
@@ -65,6 +64,7 @@ from tests.soak.processes import (
     KillPoint,
     KillSwitchTransport,
     Process,
+    step_name,
     stuck_tasks,
 )
 
@@ -94,6 +94,8 @@ EXPECTED_RAISES = (CreateUnsettledError, RunBusyError)
 #: Minutes a machine may do nothing before the idle guard lets it go: a soak machine's trainer takes seconds, and a
 #: process restarted after a kill sometimes reattaches to a trainer that already ended and waits this long.
 IDLE_MINUTES = 0.1
+#: the final pull: the end window of a rental's life starts here.
+PULLING = "run -> pulling"
 
 
 @dataclass
@@ -222,8 +224,8 @@ def _kill_words(process: Process) -> str:
         return "at a random moment"
     if point is None or point.kind == "create":
         return "right after a create took effect"
-    what = re.sub(r"/[0-9a-f]{4,}\b", "/{id}", process.died_at)  # one name for a call to any machine
-    return f"after {'provider call' if point.kind == 'call' else 'state write'} {point.n} ({what})"
+    counted = f" after {point.after}" if point.after else ""
+    return f"after {'provider call' if point.kind == 'call' else 'state write'} {point.what} #{point.n}{counted}"
 
 
 class Schedule:
@@ -458,12 +460,13 @@ def sweep_points(
     points: list[tuple[ProviderName, KillPoint | None]] = []
     for name, trail in lives.items():
         kept = _money_steps(trail) if money_only else range(len(trail))
-        calls = writes = 0
-        for index, step in enumerate(trail):
-            call = is_call(step)
-            calls, writes = calls + call, writes + (not call)
-            if index in kept:
-                points.append((name, KillPoint("call", calls) if call else KillPoint("write", writes)))
+        pulling = trail.index(PULLING) if PULLING in trail else len(trail)
+        for index in sorted(kept):
+            after = PULLING if index >= pulling else None  # the end window's steps are counted from the final pull
+            start = pulling if after else 0
+            what = step_name(trail[index])
+            n = sum(1 for step in trail[start : index + 1] if step_name(step) == what)
+            points.append((name, KillPoint("call" if is_call(trail[index]) else "write", n, what, after)))
     return points
 
 
@@ -475,7 +478,7 @@ def is_call(step: str) -> bool:
 def _money_steps(trail: list[str]) -> set[int]:
     """The steps of a life from its start to just after ``ledger.created``, and from the final pull to its end."""
     created = trail.index("ledger.created") + 1 if "ledger.created" in trail else len(trail)
-    pulling = trail.index("run -> pulling") if "run -> pulling" in trail else len(trail)
+    pulling = trail.index(PULLING) if PULLING in trail else len(trail)
     return set(range(created + 1)) | set(range(pulling, len(trail)))
 
 

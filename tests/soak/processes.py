@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -40,14 +41,27 @@ Connect = Callable[[Endpoint, str | None, float], Any]
 class KillPoint:
     """Where a process is killed (besides a random moment).
 
+    Named by the step itself, not by its place in the life, so that a busy machine (more or fewer status polls while a
+    machine boots or trains) still reaches it: the ``n``-th time the process does ``what`` (counted from the first
+    ``after``, when given).
+
     Attributes:
-        kind: "call": after its ``n``-th provider call (answered or not); "write": after its ``n``-th state write
-            (a ledger write, a run's state or spec); "create": right after a create call took effect.
-        n: Which call or write.
+        kind: "call": after a provider call (answered or not); "write": after a state write (a ledger write, a run's
+            state or spec); "create": right after a create call took effect.
+        n: Which occurrence of ``what``.
+        what: The step, machine ids written ``{id}`` (``GET /v2/pods/{id}``, ``ledger.terminating``).
+        after: The step the count starts at (``run -> pulling``), or None: from the process's start.
     """
 
     kind: str
     n: int = 0
+    what: str = ""
+    after: str | None = None
+
+
+def step_name(step: str) -> str:
+    """A step as a kill point names it: a call to any machine is one name (``GET /v2/pods/{id}``)."""
+    return re.sub(r"/[0-9a-f]{4,}\b", "/{id}", step)
 
 
 class DaemonThreads(concurrent.futures.ThreadPoolExecutor):
@@ -123,7 +137,7 @@ class Process:
     ) -> None:
         self.name, self.kill_point = name, kill_point
         self.killed = threading.Event()
-        self.calls = self.writes = 0
+        self._anchored, self._seen = kill_point is None or kill_point.after is None, 0  # see KillPoint
         self.trail: list[str] = []  # its provider calls and state writes, in order
         self.died_at = ""  # what the process did last before its kill point
         self.lines: list[str] = []
@@ -172,17 +186,9 @@ class Process:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
     def after_call(self, call: str, creates: bool) -> None:
-        """Counts a provider call; dies here when it is the kill point (the n-th call, or a create)."""
-        with self._count_lock:
-            self.calls += 1
-            self.trail.append(call)
-            point = self.kill_point
-            due = point is not None and (
-                (point.kind == "call" and self.calls == point.n) or (point.kind == "create" and creates)
-            )
-        if due:
-            self.died_at = call
-            self._die_here()
+        """Counts a provider call; dies here when it is the kill point (a create, or the named call)."""
+        point = self.kill_point
+        self._stepped(call, "call", due=point is not None and point.kind == "create" and creates)
 
     def before_write(self) -> None:
         """A killed process writes nothing more."""
@@ -191,13 +197,19 @@ class Process:
 
     def after_write(self, what: str) -> None:
         """Counts a state write; dies here when it is the kill point."""
+        self._stepped(what, "write")
+
+    def _stepped(self, step: str, kind: str, due: bool = False) -> None:
         with self._count_lock:
-            self.writes += 1
-            self.trail.append(what)
+            self.trail.append(step)
             point = self.kill_point
-            due = point is not None and point.kind == "write" and self.writes == point.n
+            if point is not None and step == point.after:
+                self._anchored, self._seen = True, 0
+            if point is not None and point.kind == kind and self._anchored and step_name(step) == point.what:
+                self._seen += 1
+                due = due or self._seen == point.n
         if due:
-            self.died_at = what
+            self.died_at = step
             self._die_here()
 
     def _die_here(self) -> None:

@@ -244,9 +244,10 @@ def test_choosing_a_theme_applies_and_keeps_it_at_once_without_saving_other_edit
                 qtbot.keyClick(page.theme_combo, Qt.Key.Key_Down)
         assert page.theme_combo.currentData() == Theme.DARK
         assert current_palette().is_dark, "the theme applies on the choice, before any Save"
-        wait_for(lambda: load_settings().theme is Theme.DARK)
+        # the file is written on a worker and the words follow on the UI thread: wait for the words, then read the file
+        wait_for(lambda: page.preferences_status.text() == "Dark theme applied and kept.")
+        assert load_settings().theme is Theme.DARK
         assert load_settings().keep_local_checkpoints == Settings().keep_local_checkpoints, "only the theme is kept"
-        assert page.preferences_status.text() == "Dark theme applied and kept."
         qtbot.keyClick(page.theme_combo, Qt.Key.Key_Up)
         assert not current_palette().is_dark
         wait_for(lambda: load_settings().theme is Theme.LIGHT)
