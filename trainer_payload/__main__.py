@@ -1,4 +1,4 @@
-"""Command line of the trainer payload: ``python -m trainer_payload run job.json``, ``bootstrap`` and ``export``."""
+"""The payload's command line: ``python -m trainer_payload run job.json``, ``bootstrap``, ``export``, ``serve``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="after training: the merged model and GGUF files, hashed")
     export.add_argument("job", type=Path, help="path of the trained job's job.json")
     export.add_argument("export_job", type=Path, help="path of the export job (what to make)")
+    serve = commands.add_parser("serve", help="after training: serve the model on the machine until idle or stopped")
+    serve.add_argument("job", type=Path, help="path of the trained job's job.json")
+    serve.add_argument("serve_job", type=Path, help="path of the serve job (name, idle minutes, context)")
     boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
@@ -46,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.export import run_export
 
         return run_export(args.job, args.export_job)
+    if args.command == "serve":
+        from trainer_payload.serve import run_serve
+
+        return run_serve(args.job, args.serve_job)
     from trainer_payload.bootstrap import bootstrap, enter_venv, in_venv_of
     from trainer_payload.lock import LOCK
 

@@ -92,12 +92,12 @@ def _merge_in_half(base: Path, stored: str) -> bool:
 
 
 class MachineExport:
-    """One export on the machine, from the trained adapter to hashed files under ``out/export``."""
+    """One export on the machine, from the trained adapter to hashed files under ``out/export`` (or ``folder``)."""
 
-    def __init__(self, spec: JobSpec, job: dict[str, Any], events: EventWriter) -> None:
+    def __init__(self, spec: JobSpec, job: dict[str, Any], events: EventWriter, folder: str = EXPORT_DIR_NAME) -> None:
         self.out = Path(spec.output_dir)
         self.base_model, self.job, self.events = spec.base_model, job, events
-        self.folder = self.out / EXPORT_DIR_NAME
+        self.folder = self.out / folder
         self.scratch = self.folder / ".work"
         self.outputs: dict[str, str] = {}
 

@@ -43,6 +43,16 @@ EXPORT_DIR_NAME = "export"
 CONVERTER_GGUF_TYPES = ("F16", "BF16", "Q8_0")
 QUANTIZE_GGUF_TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K")
 ON_MACHINE_GGUF_TYPES = (*CONVERTER_GGUF_TYPES, *QUANTIZE_GGUF_TYPES)
+#: Serving after training (``python -m trainer_payload serve``), under ``out/``: its job, the state it keeps (a
+#: :class:`ServeState` as JSON, rewritten whole on each change), its folder (the GGUF llama.cpp's server loads) and its
+#: server's log.
+SERVE_JOB_FILE_NAME = "serve-job.json"
+SERVE_STATE_FILE_NAME = "serve-state.json"
+SERVE_DIR_NAME = "serve"
+SERVE_LOG_NAME = "serve.log"
+#: A request an OpenAI-compatible server's access log names (uvicorn's line, as vLLM and llama-cpp-python write it):
+#: ``"POST /v1/chat/completions HTTP/1.1" 200``.
+SERVED_REQUEST = re.compile(r'"POST /v1/(?:chat/completions|completions|embeddings) HTTP/[0-9.]+" (\d{3})')
 #: The payload's virtual environment, relative to the run folder (the folder of ``job.json``). The bootstrap
 #: creates it over the machine's Python; the trainer must run with :data:`VENV_PYTHON`.
 VENV_DIR = ".venv"
@@ -76,6 +86,74 @@ class HoldOutcome(StrEnum):
     CONTINUE = "continue"  # the pause file was deleted: every rank went on
     STOP = "stop"  # the desktop answered stop (or SIGTERM came): every rank saved the same step and stopped
     NO_ANSWER = "no_answer"  # nobody answered within the hold's limit: saved and stopped, as a stop would
+
+
+class ServePhase(StrEnum):
+    """Where serving after training is (the ``phase`` of a :class:`ServeState`)."""
+
+    PREPARING = "preparing"  # making what the server loads (llama.cpp's: the merged model as a GGUF)
+    STARTING = "starting"  # the server loads the model
+    SERVING = "serving"  # it answered its first request on the machine
+    ENDED = "ended"  # it stopped: idle, asked to, or it failed (``reason`` says which)
+
+
+@dataclass(frozen=True)
+class ServeState:
+    """What the machine says about its server. The app reads it from a rented machine: untrusted until parsed.
+
+    Attributes:
+        phase: Where serving is.
+        pid: The serving process (the one to stop).
+        backend: ``vllm`` or ``llama.cpp``.
+        port: The server's port on the machine's 127.0.0.1 (0 until chosen).
+        model: The name requests give as their ``model``.
+        requests: Completion requests answered so far.
+        last_request_at: When the last one came (epoch seconds; 0: none yet).
+        ready_at: When the server first answered (epoch seconds; 0: not yet).
+        idle_minutes: It stops after this long without a request.
+        reason: Why it ended (empty while it runs).
+        detail: What it is doing now, in words.
+    """
+
+    phase: ServePhase
+    pid: int = 0
+    backend: str = ""
+    port: int = 0
+    model: str = ""
+    requests: int = 0
+    last_request_at: float = 0.0
+    ready_at: float = 0.0
+    idle_minutes: float = 0.0
+    reason: str = ""
+    detail: str = ""
+
+    def to_json(self) -> str:
+        """The state as one JSON object."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, text: str) -> ServeState:
+        """Reads a state a machine wrote, field by field.
+
+        Raises:
+            ValueError: It is not JSON, names an unknown phase or backend, or a field has the wrong type or range.
+        """
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("the serve state is not a JSON object")
+        phase = ServePhase(str(raw.get("phase")))
+        backend = str(raw.get("backend", ""))
+        if backend not in ("", "vllm", "llama.cpp"):
+            raise ValueError(f"unknown serving backend {backend[:40]!r}")
+        pid, port, requests = (raw.get(name, 0) for name in ("pid", "port", "requests"))
+        if any(type(v) is not int or v < 0 for v in (pid, port, requests)) or port > 65535:
+            raise ValueError(f"bad numbers in the serve state: pid {pid!r}, port {port!r}, requests {requests!r}")
+        last, ready, idle = (raw.get(name, 0.0) for name in ("last_request_at", "ready_at", "idle_minutes"))
+        times = (last, ready, idle)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e12 for v in times):
+            raise ValueError(f"bad times in the serve state: {last!r}, {ready!r}, {idle!r}")
+        model, reason, detail = (str(raw.get(name, ""))[:600] for name in ("model", "reason", "detail"))
+        return cls(phase, pid, backend, port, model, requests, float(last), float(ready), float(idle), reason, detail)
 
 
 #: The longest hold a pause file may ask for (a damaged or hostile number is cut to it): an hour of paid idle time.

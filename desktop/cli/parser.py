@@ -104,7 +104,7 @@ def _add_run_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParse
     for name, text in (
         ("status", "show a run's state, history and last events"),
         ("logs", "print a run's events"),
-        ("stop", "save a checkpoint, stop training, cancel the run"),
+        ("stop", "save a checkpoint, stop training, cancel the run (a serving run: serving ends, the run finishes)"),
         ("pull", "bring the newest checkpoint home now"),
         ("resume", "continue a run (reattach, or move it to another machine with --target)"),
     ):

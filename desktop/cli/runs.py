@@ -418,6 +418,8 @@ class RunsCommands:
                         "nodes": [_node_dict(node) for node in others],
                         **self._money(Ledger(), record),
                         "bill": bill.as_dict() if bill else None,
+                        "serving": record.spec.get("serving"),
+                        "served": record.spec.get("served"),
                     },
                     indent=2,
                     default=str,
@@ -436,6 +438,14 @@ class RunsCommands:
             print("  " + describe_event(event))
         for line in [*money_lines(self._money(Ledger(), record)), *bill_lines(bill)]:
             print("  " + line)
+        serving = record.spec.get("serving") or {}
+        if record.state is RunState.SERVING and serving.get("url"):
+            idle = (record.spec.get("serve") or {}).get("idle_minutes", 0)
+            count = int(serving.get("requests", 0))
+            print(
+                f"  serving {serving.get('model')} at {serving['url']} ({count} request{'' if count == 1 else 's'} so "
+                f"far; it stops after {idle:g} min without one, or with rentune stop {record.id})"
+            )
         if record.error:
             print(f"  problem: {record.error}")
         return 0

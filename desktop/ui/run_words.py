@@ -19,6 +19,7 @@ STATE_WORDS = {
     RunState.TRAINING: "Training",
     RunState.SYNCING: "Saving",
     RunState.PULLING: "Bringing home",
+    RunState.SERVING: "Serving",
     RunState.FINISHED: "Finished",
     RunState.PAUSED: "Paused",
     RunState.FAILED: "Failed",

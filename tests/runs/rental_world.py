@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from desktop.core.runs.spec import ComputeSpec, RunSpec
+from desktop.core.runs.spec import ComputeSpec, RunSpec, ServeSpec
 from desktop.services.billing.ledger import Ledger
 from desktop.services.machines.ssh import Endpoint
 from desktop.services.platform.secrets import SecretStore
@@ -103,6 +103,7 @@ class World:
     async def connect(self, endpoint: Endpoint, pinned: str | None, time_limit: float) -> Any:
         return await self.hosts[endpoint.port].connect(endpoint, pinned, time_limit)
 
-    def create(self, compute: ComputeSpec, budget: float = 0.0) -> str:
-        spec = RunSpec("org/tiny-model", self.train, None, {"max_steps": 4}, None, budget, compute=compute)
+    def create(self, compute: ComputeSpec, budget: float = 0.0, serve: ServeSpec | None = None) -> str:
+        training = {"max_steps": 4, **({"method": "lora"} if serve else {})}
+        spec = RunSpec("org/tiny-model", self.train, None, training, None, budget, compute=compute, serve=serve)
         return self.engine.create(spec).id

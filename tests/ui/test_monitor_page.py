@@ -718,3 +718,30 @@ def test_a_run_on_several_machines_shows_each_machine_and_where_it_stands(
     page.show_run(single)
     wait_for(lambda: page.record is not None and page.record.id == single)
     assert page.view.nodes_card.isHidden()
+
+
+def test_a_serving_run_says_where_programs_reach_it_what_it_answered_and_that_it_bills_until_stopped(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None], qloop: asyncio.AbstractEventLoop
+) -> None:
+    flow = [*FLOW, RunState.SYNCING, RunState.PULLING, RunState.SERVING]
+    run_id = make_run(context.store, flow, rate=2.0)
+    store = context.store
+    serve = {"name": "pattern", "idle_minutes": 30.0, "local_port": 0, "context": 256, "backend": "auto"}
+    store.update(run_id, pid=4242, spec={**store.get(run_id).spec, "serve": serve})
+    page.show_run(run_id)
+    qloop.run_until_complete(page.refresh())
+    wait_for(lambda: page.state_badge.text() == "Serving")
+    assert page.banner.headline_label.text() == "Starting the server on the machine"
+    assert not page.copy_address_button.isVisible(), "no address yet"
+    serving = {"url": "http://127.0.0.1:8123/v1", "model": "pattern", "backend": "llama.cpp", "requests": 1}
+    store.update(run_id, spec={**store.get(run_id).spec, "serving": serving})
+    qloop.run_until_complete(page.refresh())
+    wait_for(lambda: page.banner.headline_label.text() == "Serving pattern at http://127.0.0.1:8123/v1")
+    details = page.banner.details_label.text()
+    assert "1 request answered so far" in details and "bills while it serves: it stops after 30 min" in details
+    assert page.stop_button.isVisible() and page.stop_button.isEnabled(), "Stop ends serving"
+    assert page.copy_address_button.isVisible()
+    page.copy_address_button.click()
+    assert QApplication.clipboard().text() == "http://127.0.0.1:8123/v1"
+    assert page.models_button.isHidden() or page.models_button.isEnabled()
+    assert monitor_page.monitor_text.stop_question(page.snapshot)[0] == "Stop serving?"  # type: ignore[arg-type]

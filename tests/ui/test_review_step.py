@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QPoint, Qt
 from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.draft import ComputeDraft, RunDraft, TargetDraft
@@ -475,3 +476,22 @@ def test_the_launch_words_keep_to_two_lines_beside_both_buttons_in_a_1024_px_win
         assert lines <= 2, f"{status.width()} px wide, {lines} lines: the words were squeezed to a word a line"
     finally:
         qloop.run_until_complete(context.manager.close())
+
+
+def test_keep_serving_after_training_goes_into_the_launched_run_with_its_idle_minutes(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None], qloop: asyncio.AbstractEventLoop, qtbot: QtBot
+) -> None:
+    checked(step, wait_for)
+    assert step.serve_box.isVisibleTo(step) and not step.serve_box.isChecked()
+    assert not step.serve_idle_spin.isEnabled(), "minutes only mean something while serving is asked for"
+    qtbot.mouseClick(step.serve_box, Qt.MouseButton.LeftButton, pos=QPoint(8, step.serve_box.height() // 2))
+    assert step.serve_box.isChecked() and draft.serve_after_training and step.serve_idle_spin.isEnabled()
+    step.serve_idle_spin.setValue(12)
+    assert "keeps billing while it serves" in step.serve_words.text()
+    run_id = qloop.run_until_complete(step.launch(anyway=True))
+    assert run_id is not None
+    spec_path = step.launched_spec
+    assert spec_path is not None
+    spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
+    assert spec.serve is not None and spec.serve.idle_minutes == 12.0
+    assert step.context.store.get(run_id).spec["serve"]["idle_minutes"] == 12.0, "the engine reads it from the run"

@@ -31,6 +31,7 @@ class BillPhase(StrEnum):
     WAITING_ON_YOU = "waiting on you"
     PULLING_HOME = "pulling home"
     EXPORT = "export on the machine"
+    SERVING = "serving the tuned model"
     TEARDOWN = "teardown"
 
 
@@ -44,11 +45,12 @@ _PHASE_OF_STATE = {
     RunState.TRAINING: BillPhase.TRAINING,
     RunState.SYNCING: BillPhase.PULLING_HOME,
     RunState.PULLING: BillPhase.PULLING_HOME,
+    RunState.SERVING: BillPhase.SERVING,
 }
 #: Phases in which the GPUs trained (while a checkpoint came home they went on training).
 TRAINING_PHASES = frozenset({BillPhase.TRAINING, BillPhase.CHECKPOINT_TRANSFER})
-#: Phases in which the GPU did no training although it was paid for.
-IDLE_PHASES = frozenset(set(BillPhase) - TRAINING_PHASES)
+#: Phases in which the GPU did no training although it was paid for (serving is work the user asked for).
+IDLE_PHASES = frozenset(set(BillPhase) - TRAINING_PHASES - {BillPhase.SERVING})
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,8 @@ class RunDraft(BaseModel):
         step: The wizard page last shown, so a reopened wizard continues there.
         export_on_machine: What the machine makes after training (``merged``, ``gguf:Q8_0``); empty: everything at
             home; None: not chosen (the review proposes the machine when the merge does not fit this computer).
+        serve_after_training: Keep the machine after training and serve the tuned model from it (``[serve]``).
+        serve_idle_minutes: Serving ends, and the machine with it, after this long without a request.
         launched_run: The run last launched from this draft ("" for none).
         launched_digest: :meth:`content_digest` when it was launched: the draft is "launched" only while its
             choices are still those (an edit makes it a new draft, which may be launched again).
@@ -232,6 +234,8 @@ class RunDraft(BaseModel):
     budget_usd: float = Field(default=0.0, ge=0.0)
     step: str = "data"
     export_on_machine: list[str] | None = None
+    serve_after_training: bool = False
+    serve_idle_minutes: float = Field(default=30.0, ge=1.0, le=1440.0)
     launched_run: str = ""
     launched_digest: str = ""
 
@@ -272,6 +276,8 @@ class RunDraft(BaseModel):
         spec: dict[str, Any] = {"model": {"base": self.base_model}, "data": data}
         if self.export_on_machine:
             spec["export"] = {"on_machine": list(self.export_on_machine)}
+        if self.serve_after_training:
+            spec["serve"] = {"after_training": True, "idle_minutes": self.serve_idle_minutes}
         return spec | (self._rented_sections() if self.renting else self._own_sections())
 
     def _rented_sections(self) -> dict[str, Any]:

@@ -8,14 +8,17 @@ when its SSH host name is not, ``head_port`` the port they use); or, instead of 
 machine from a GPU cloud (see :class:`ComputeSpec`); ``[budget] hourly_rate_usd`` (what an own machine costs per
 hour; a rented one's price is known) and ``max_usd`` (the run is stopped, its checkpoint kept, before the cost
 reaches it); ``[export] on_machine = ["merged", "gguf:Q8_0"]`` (what the machine makes from the adapter after
-training, before it is let go: for a model whose merge does not fit this computer). Relative paths are relative to
-the spec file.
+training, before it is let go: for a model whose merge does not fit this computer); ``[serve] after_training = true``
+(the machine then serves the tuned model, OpenAI-compatible, through a port forwarded to this computer, until
+``idle_minutes`` pass without a request or the run is stopped; see :class:`ServeSpec`). Relative paths are relative
+to the spec file.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -159,6 +162,71 @@ def targets_from_lines(text: str, base: SshTarget, machines: int) -> tuple[SshTa
 
 
 @dataclass(frozen=True)
+class ServeSpec:
+    """``[serve]``: keep the machine after training and serve the tuned model from it (OpenAI-compatible).
+
+    Attributes:
+        name: The model name requests give (vLLM's LoRA module name; llama.cpp's model alias).
+        idle_minutes: Serving ends, and the machine with it, after this long without a request.
+        local_port: The port on this computer forwarded to the server (0: any free one).
+        context: The context window the server gives the model, in tokens.
+        backend: ``auto`` (vLLM with a GPU, else llama.cpp), ``vllm`` or ``llama.cpp``.
+    """
+
+    name: str = "tuned"
+    idle_minutes: float = 30.0
+    local_port: int = 0
+    context: int = 4096
+    backend: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as the run record keeps it."""
+        return {
+            "name": self.name,
+            "idle_minutes": self.idle_minutes,
+            "local_port": self.local_port,
+            "context": self.context,
+            "backend": self.backend,
+        }
+
+
+SERVE_BACKENDS = ("auto", "vllm", "llama.cpp")
+_SERVE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def serve_from_dict(section: dict[str, Any]) -> ServeSpec | None:
+    """``[serve]``: None unless ``after_training = true``.
+
+    Raises:
+        RunSpecError: An unknown key, or a value of the wrong kind or range; the message names it and the fix.
+    """
+    known = {"after_training", "name", "idle_minutes", "local_port", "context", "backend"}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise RunSpecError(f"[serve] does not know {', '.join(unknown)}; it takes {', '.join(sorted(known))}")
+    if section.get("after_training", False) is not True:
+        if section.get("after_training", False) is not False:
+            raise RunSpecError("[serve] after_training must be true or false")
+        return None
+    name = section.get("name", ServeSpec.name)
+    if not isinstance(name, str) or not _SERVE_NAME.fullmatch(name):
+        raise RunSpecError(f"[serve] name = {name!r}: give 1-64 letters, digits, - or _ (requests use it as model)")
+    idle = section.get("idle_minutes", ServeSpec.idle_minutes)
+    if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not 0.05 <= idle <= 1440:
+        raise RunSpecError(f"[serve] idle_minutes = {idle!r}: give minutes from 0.05 to 1440 (a day)")
+    port = section.get("local_port", 0)
+    if type(port) is not int or not (port == 0 or 1024 <= port <= 65535):
+        raise RunSpecError(f"[serve] local_port = {port!r}: give a port from 1024 to 65535, or 0 for any free one")
+    context = section.get("context", ServeSpec.context)
+    if type(context) is not int or not 128 <= context <= 1 << 20:
+        raise RunSpecError(f"[serve] context = {context!r}: give a whole number of tokens from 128 up")
+    backend = section.get("backend", "auto")
+    if backend not in SERVE_BACKENDS:
+        raise RunSpecError(f"[serve] backend = {backend!r}: give one of {', '.join(SERVE_BACKENDS)}")
+    return ServeSpec(name, float(idle), port, context, backend)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A run as the user described it.
 
@@ -178,6 +246,8 @@ class RunSpec:
         nodes: The other machines of a run across several (``[target] hosts`` after the first), in rank order.
         head_address: Where the other machines reach the head (rank 0): its address on their network.
         head_port: The port they meet on there.
+        serve: Serve the tuned model from the machine after training (None: the machine goes once the adapter is
+            home).
     """
 
     base_model: str
@@ -195,6 +265,7 @@ class RunSpec:
     nodes: tuple[SshTarget, ...] = ()
     head_address: str | None = None
     head_port: int = DEFAULT_HEAD_PORT
+    serve: ServeSpec | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -352,6 +423,11 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     on_machine = export_on_machine(_section(data, "export"))
     if on_machine and training.get("method", JobSpec.method) not in ("qlora", "lora"):
         raise RunSpecError("[export] on_machine merges an adapter: it needs [training] method qlora or lora")
+    serve = serve_from_dict(_section(data, "serve"))
+    if serve is not None and training.get("method", JobSpec.method) not in ("qlora", "lora"):
+        raise RunSpecError("[serve] serves the trained adapter: it needs [training] method qlora or lora")
+    if serve is not None and (hosts[1:] or (compute is not None and compute.nodes > 1)):
+        raise RunSpecError("[serve] serves from one machine: remove it, or train on one machine")
     return RunSpec(
         model,
         train,
@@ -367,6 +443,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         nodes=hosts[1:],
         head_address=(head_address or hosts[0].host).strip() if hosts else None,
         head_port=_head_port(target_section),
+        serve=serve,
     )
 
 

@@ -16,6 +16,7 @@ class RunState(StrEnum):
     TRAINING = "training"
     SYNCING = "syncing"
     PULLING = "pulling"
+    SERVING = "serving"  # [serve]: the adapter is home; the machine serves the tuned model until idle or stopped
     FINISHED = "finished"
     PAUSED = "paused"
     FAILED = "failed"
@@ -38,6 +39,7 @@ FLOW = [
     RunState.TRAINING,
     RunState.SYNCING,
     RunState.PULLING,
+    RunState.SERVING,
     RunState.FINISHED,
 ]
 #: States in which the trainer may be working (or about to): the app follows these runs, reattaching at start.

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from desktop.core.runs.progress import ENDED, PhaseSpan, phase_durations
 from desktop.core.runs.states import FLOW, RunState
 
-#: States a run passes through on its own that the timeline announces ahead (renting happens while planned).
-_AHEAD = [state for state in FLOW if state not in {RunState.PLANNED, RunState.PROVISIONING}]
+#: States a run passes through on its own that the timeline announces ahead (renting happens while planned; serving
+#: only when the spec asks for it, and it shows once reached).
+_AHEAD = [state for state in FLOW if state not in {RunState.PLANNED, RunState.PROVISIONING, RunState.SERVING}]
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,27 @@ class Machine(Protocol):
         """At most ``limit`` bytes of a file after ``offset``; None when the file does not exist."""
         ...
 
+    async def forward_port(self, local_port: int, remote_port: int) -> PortForward:
+        """Forwards this computer's 127.0.0.1:``local_port`` (0: any free one) to the machine's own 127.0.0.1 port.
+
+        Each connection is carried over the machine's connection; nothing listens beyond either computer.
+        """
+        ...
+
     async def close(self) -> None:
         """Closes the connection."""
+        ...
+
+
+class PortForward(Protocol):
+    """A local port forwarded to the machine; it ends with :meth:`close` or with the connection."""
+
+    def get_port(self) -> int:
+        """The local port it listens on."""
+        ...
+
+    def close(self) -> None:
+        """Stops listening (connections open now are closed with it)."""
         ...
 
 

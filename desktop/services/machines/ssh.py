@@ -90,6 +90,10 @@ READ_LIMIT = 8 << 20
 _log = get_logger("ssh")
 
 
+#: Where a forwarded port listens here, and where it lands on the machine: never beyond either computer.
+LOOPBACK = "127.0.0.1"
+
+
 class HostKeyChangedError(ConnectionError):
     """The machine's host key is not the one pinned for this run."""
 
@@ -236,6 +240,10 @@ class RemoteMachine:
         """Closes the connection."""
         self.conn.close()
         await self.conn.wait_closed()
+
+    async def forward_port(self, local_port: int, remote_port: int) -> asyncssh.SSHListener:
+        """Forwards this computer's 127.0.0.1:``local_port`` (0: any free one) to the machine's 127.0.0.1 port."""
+        return await self.conn.forward_local_port(LOOPBACK, local_port, LOOPBACK, remote_port)
 
     async def run(self, command: str, *, stdin: str | None = None, check: bool = True, time_limit: float = 300) -> str:
         """Runs a shell command and returns its stdout (without what the login shell printed before it).

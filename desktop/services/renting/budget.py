@@ -2,7 +2,8 @@
 
 The trainer is asked to save and stop gracefully by the engine's monitor once the budget, less what stopping costs,
 is spent. Before the trainer runs (waiting for the machine, the upload, the bootstrap, the model download) nothing
-would save anyway, so there the machine is let go at once. A trainer that overruns the whole budget is stopped hard,
+would save anyway, so there the machine is let go at once, as it is while serving after training (the adapter is
+home). A trainer that overruns the whole budget is stopped hard,
 except while the final adapter (or the last checkpoint) is being pulled home: that pull is never interrupted.
 """
 
@@ -39,6 +40,11 @@ def budget_breach(record: RunRow, spent: float, spent_with_stop: float) -> str |
         return f"the budget of ${budget:,.2f} was reached (${spent:,.2f}) and the trainer had not stopped"
     if spent_with_stop < budget:
         return None
+    if record.state is RunState.SERVING:
+        return (
+            f"the budget of ${budget:,.2f} would be crossed while serving (${spent:,.2f} spent, "
+            f"${spent_with_stop:,.2f} with stopping the machine); raise [budget] max_usd to serve longer"
+        )
     return (
         f"the budget of ${budget:,.2f} would be crossed before training started (${spent:,.2f} spent, "
         f"${spent_with_stop:,.2f} with stopping the machine while the run was {record.state.value}); raise "

@@ -207,7 +207,10 @@ class RentalDriver:
         if main.done() and not main.cancelled():
             return main.result()
         why = guard.result()
-        if self.ctx.store.get(run_id).state not in ENDED:
+        record = self.ctx.store.get(run_id)
+        if record.state is RunState.SERVING:  # trained and home: the budget ends serving, not the run's success
+            self.ctx.end(run_id, RunState.FINISHED, f"adapter at {record.adapter}; serving stopped: {why}")
+        elif record.state not in ENDED:
             self.ctx.fail(run_id, why)
         await self.release(run_id, why)
         return self.ctx.store.get(run_id)
@@ -304,6 +307,12 @@ class RentalDriver:
 
     async def _machine_lost(self, run_id: str, rental: Rental, why: str) -> RunRecord | None:
         """Terminates a lost (or idle) machine and moves the run to a new one; None means: drive again."""
+        record = self.ctx.store.get(run_id)
+        if record.spec.get("serve_started") and record.adapter:  # trained and home: serving ends, nothing moves
+            await self._release(run_id, rental, why)
+            if self.ctx.store.get(run_id).state not in ENDED:
+                self.ctx.end(run_id, RunState.FINISHED, f"adapter at {record.adapter}; served until {why}")
+            return self.ctx.store.get(run_id)
         self.report(f"{why}: terminating it and continuing on a new machine from the newest checkpoint at home")
         await self._release(run_id, rental, why)
         used = len(self.ledger.machines(run_id))  # a cluster counts as one: it is rented as one
@@ -342,7 +351,7 @@ class RentalDriver:
     def _idle_seconds(self, run_id: str, rental: Rental) -> float:
         """Seconds since the run last moved (0 during the final pull, which the idle guard never interrupts)."""
         record = self.ctx.store.get(run_id)
-        if record.state in PULL_STATES:
+        if record.state in PULL_STATES or record.state is RunState.SERVING:  # serving has its own idle limit
             return 0.0
         moved = last_progress(record, self.ctx.store.transitions(run_id), self.ctx.folder(run_id))
         return max(0.0, time.time() - max(moved, rental.ready or rental.created))

@@ -38,6 +38,7 @@ from desktop.services.runs import (
     remote_export,
     run_keys,
     self_stop,
+    serve_on_machine,
     transfer,
 )
 from desktop.services.runs.actions import resume_refusal
@@ -101,6 +102,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         "compute": asdict(spec.compute) if spec.compute else None,
         **({"predicted": dict(spec.estimate)} if spec.estimate else {}),
         **({"export_on_machine": list(spec.export_on_machine)} if spec.export_on_machine else {}),
+        **({"serve": spec.serve.to_dict()} if spec.serve else {}),
     }
 
 
@@ -434,6 +436,8 @@ class RunEngine:
             await _first_problem(others.prepare())  # a node's trainer followed, or (after a lost launch) started
             await others.start_trainers()
         await self_stop.ensure_self_stop(self.ctx, run_id, machine)
+        if self.store.get(run_id).state is RunState.SERVING:  # reconnected, or restarted: serving goes on
+            return await self._serve(run_id, machine)
         if self.store.get(run_id).state in {RunState.SYNCING, RunState.PULLING}:
             # The final pull was under way when the last driver went (a crash, a kill): finish it now instead of
             # waiting for news from a trainer that has already said its last word.
@@ -564,7 +568,17 @@ class RunEngine:
         if record.spec.get("export_on_machine"):
             async with self._heartbeat_while_pulling(run_id, machine):  # the self-stop waits for the export too
                 await remote_export.export_on_machine(self.ctx, run_id, machine)
+        if record.spec.get("serve") and not self.store.get(run_id).spec.get("stop_requested"):
+            self.store.transition(run_id, RunState.SERVING)
+            return await self._serve(run_id, machine)
         return self.ctx.end(run_id, RunState.FINISHED, f"adapter at {local}")
+
+    async def _serve(self, run_id: str, machine: Machine) -> RunRecord:
+        """Serves the tuned model from the machine (``[serve]``) until idle or stopped, then ends the run."""
+        async with self._heartbeat_while_pulling(run_id, machine):  # the self-stop ends it once nobody follows
+            words = await serve_on_machine.serve_on_machine(self.ctx, run_id, machine)
+        self.report(f"serving ended: {words}")
+        return self.ctx.end(run_id, RunState.FINISHED, f"adapter at {self.store.get(run_id).adapter}; {words}")
 
     @contextlib.asynccontextmanager
     async def _heartbeat_while_pulling(self, run_id: str, machine: Machine) -> AsyncIterator[None]:
@@ -697,7 +711,10 @@ class RunEngine:
         try:
             return await self.drive(run_id)
         except RunBusyError:
-            self.report("stop requested; the process following this run pulls the checkpoint and ends it")
+            if record.state is RunState.SERVING:
+                self.report("stop requested; the process following this run ends serving, then the machine")
+            else:
+                self.report("stop requested; the process following this run pulls the checkpoint and ends it")
             return self.store.get(run_id)
 
     async def request_stop(self, run_id: str) -> None:
@@ -708,7 +725,10 @@ class RunEngine:
         self.ctx.set_spec(run_id, stop_requested=True)  # remembered: a trainer that dies of it is not relaunched
         machine = await connection.connect(self.ctx, run_id)
         try:
-            await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
+            if record.state is RunState.SERVING:  # trained and home: the stop ends serving, and the run finishes
+                await serve_on_machine.stop_serving(machine, str(record.remote_dir))
+            else:
+                await machine.run(f"kill -TERM {int(record.pid)} 2>/dev/null || true")
         finally:
             await quietly_close(machine)
 

@@ -194,7 +194,7 @@ async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: l
     job: dict[str, Any] = {"adapter": ADAPTER_DIR_NAME, "merged": "merged" in asked, "gguf": gguf}
     if gguf:
         job["converters"] = f"{remote}/{REMOTE_CONVERTERS}"
-        await _upload_llama_cpp(ctx, run_id, machine, remote, quantize=bool(set(gguf) & set(QUANTIZE_GGUF_TYPES)))
+        await upload_llama_cpp(ctx, run_id, machine, remote, quantize=bool(set(gguf) & set(QUANTIZE_GGUF_TYPES)))
         if set(gguf) & set(QUANTIZE_GGUF_TYPES):
             job["build_sources"] = f"{remote}/{REMOTE_BUILD_SOURCES}"
     await machine.run(f"cat > {shlex.quote(f'{remote}/out/{EXPORT_JOB_FILE_NAME}')}", stdin=json.dumps(job))
@@ -207,7 +207,7 @@ async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: l
     ctx.report(f"exporting on the machine (pid {output[-1] if output else '?'}): {', '.join(asked)}")
 
 
-async def _upload_llama_cpp(ctx: RunContext, run_id: str, machine: Machine, remote: str, *, quantize: bool) -> None:
+async def upload_llama_cpp(ctx: RunContext, run_id: str, machine: Machine, remote: str, *, quantize: bool) -> None:
     """Sends llama.cpp's converters (the copy the local export runs) to the machine, and its source for K-quants."""
     from desktop.services.local.llama_cpp_source import llama_cpp_build_sources, llama_cpp_converters
     from desktop.services.runs.transfer import send_files

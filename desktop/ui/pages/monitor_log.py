@@ -30,6 +30,7 @@ _TRANSITION_WORDS = {
     RunState.TRAINING: "Starting the trainer",
     RunState.SYNCING: "Training done: bringing the newest checkpoint home",
     RunState.PULLING: "Bringing the adapter home",
+    RunState.SERVING: "Serving the tuned model from the machine",
 }
 
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 import asyncssh
 import shiboken6
 from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QHideEvent, QShowEvent
 from PySide6.QtWidgets import QStackedWidget, QWidget
 from qasync import asyncSlot
 
@@ -64,7 +64,7 @@ _READING = "reading"
 ACTION_ERRORS = (RunError, RemoteError, OSError, asyncssh.Error, asyncio.TimeoutError)
 
 #: Before the trainer's final work (syncing, pulling) a run can be stopped; a paused one too: its machine may answer.
-STOPPABLE = flow_through(RunState.TRAINING) | {RunState.PAUSED}
+STOPPABLE = flow_through(RunState.TRAINING) | {RunState.PAUSED, RunState.SERVING}
 PULLABLE = frozenset({RunState.TRAINING})
 
 
@@ -134,7 +134,7 @@ class MonitorPage(BasePage):
         self.log_view, self.action_label = view.log_view, view.action_label
         self.stop_button, self.pull_button, self.resume_button = view.stop_button, view.pull_button, view.resume_button
         self.move_button, self.folder_button = view.move_button, view.folder_button
-        self.models_button = view.models_button
+        self.models_button, self.copy_address_button = view.models_button, view.copy_address_button
 
     def _connect_actions(self) -> None:
         for button, handler in (
@@ -144,6 +144,7 @@ class MonitorPage(BasePage):
             (self.move_button, self.on_resume_elsewhere_clicked),
             (self.folder_button, self.on_open_folder_clicked),
             (self.models_button, self.on_models_clicked),
+            (self.copy_address_button, self.on_copy_address_clicked),
         ):
             button.clicked.connect(lambda _checked=False, handler=handler: handler())
 
@@ -396,6 +397,7 @@ class MonitorPage(BasePage):
             button.setEnabled(idle and usable)
         self.resume_button.setToolTip(f"Resume is not possible: {refusal}." if refusal else "")
         self.folder_button.setEnabled(self.run_id is not None)
+        self.copy_address_button.setVisible(bool(self._served_url()))
         adapter_home = self._usable_adapter() is not None
         self.models_button.setVisible(adapter_home)
         self.models_button.setEnabled(adapter_home)
@@ -410,6 +412,20 @@ class MonitorPage(BasePage):
         if not files.checkpoint_steps:
             return None
         return self.context.store.runs_dir / self.run_id / "checkpoints" / f"checkpoint-{files.checkpoint_steps[-1]}"
+
+    def _served_url(self) -> str:
+        """The address the machine serves the tuned model at, while it does ("" otherwise)."""
+        record = self.record
+        if record is None or record.state is not RunState.SERVING:
+            return ""
+        return str((record.spec.get("serving") or {}).get("url") or "")
+
+    def on_copy_address_clicked(self) -> None:
+        """Copies the serving address, for a program's ``base_url``."""
+        url = self._served_url()
+        if url:
+            QGuiApplication.clipboard().setText(url)
+            self.action_label.setText(f"Copied {url} to the clipboard.")
 
     def on_models_clicked(self) -> None:
         """Opens the Models page on the run's adapter, or its newest checkpoint, to export, compare or chat."""
@@ -434,6 +450,8 @@ class MonitorPage(BasePage):
         if run_id is None:
             return
         busy = "Stopping: saving a checkpoint and bringing it home…"
+        if self.record is not None and self.record.state is RunState.SERVING:
+            busy = "Stopping: serving ends, then the machine…"
         ok, record = await self._act(run_id, busy, self.context.manager.stop(run_id))
         if ok and record is not None:
             self._done_acting(run_id, _stopped_words(record))

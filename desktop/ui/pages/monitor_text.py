@@ -61,6 +61,7 @@ BUSY_TEXT = {
     RunState.BOOTSTRAPPING: "Setting up the machine: the trainer's packages and the model…",
     RunState.SYNCING: "Bringing the newest checkpoint home…",
     RunState.PULLING: "Bringing the adapter home and verifying it…",
+    RunState.SERVING: "The adapter is home; the machine serves the tuned model…",
 }
 #: What the trainer is busy with before and after its steps.
 JOB_TEXT = {
@@ -260,6 +261,7 @@ NODE_STATE_WORDS = {
     RunState.TRAINING: "training",
     RunState.SYNCING: "finishing",
     RunState.PULLING: "finishing",
+    RunState.SERVING: "finishing",
     RunState.FINISHED: "done, cleaned up",
     RunState.PAUSED: "stopped with the run (paused)",
     RunState.FAILED: "stopped (the run failed)",
@@ -461,11 +463,45 @@ def notice(progress: RunProgress, snapshot: RunSnapshot) -> Notice | None:
         )
     if record.state is RunState.CANCELLED:
         return stopped_notice(progress, snapshot)
+    if record.state is RunState.SERVING:
+        return serving_notice(record.spec)
     if record.state is RunState.FAILED or progress.errors:
         return failure_notice(
             progress, record.error, record.spec.get("oom_advice"), machine_log=record.spec.get("machine_log")
         )
     return None
+
+
+def serving_notice(spec: dict[str, Any]) -> Notice:
+    """While the machine serves the tuned model: where programs reach it, what it answered, and when it stops."""
+    serving, serve = spec.get("serving") or {}, spec.get("serve") or {}
+    idle = f"{float(serve.get('idle_minutes', 0)):g} min"
+    if not serving.get("url"):
+        return Notice("info", "Starting the server on the machine", f"The adapter is home. {SERVE_BILLS.format(idle)}")
+    count = int(serving.get("requests", 0))
+    answered = f"{count} request{'' if count == 1 else 's'} answered so far."
+    return Notice(
+        "info",
+        f"Serving {serving.get('model', '')} at {serving['url']}",
+        f"OpenAI-compatible ({serving.get('backend', '')} on the machine; the model name is "
+        f"{serving.get('model', '')}). {answered} {SERVE_BILLS.format(idle)}",
+    )
+
+
+#: What serving costs, said wherever it is shown.
+SERVE_BILLS = "The machine bills while it serves: it stops after {} without a request, or when you press Stop."
+
+
+def served_words(spec: dict[str, Any]) -> str:
+    """How serving after training ended ("" when the run did not serve)."""
+    if spec.get("serve_error"):
+        return f" Serving from the machine failed ({app_sentence(str(spec['serve_error'])).rstrip('.')})."
+    served = spec.get("served")
+    if not isinstance(served, dict):
+        return ""
+    count = int(served.get("requests", 0))
+    why = str(served.get("reason", "")).rstrip(".")
+    return f" The machine served {count} request{'' if count == 1 else 's'}, then stopped ({why})."
 
 
 def finished_details(snapshot: RunSnapshot) -> str:
@@ -475,7 +511,8 @@ def finished_details(snapshot: RunSnapshot) -> str:
     checkpoints = {0: " No checkpoint was kept.", 1: " 1 checkpoint was kept."}.get(
         kept, f" {kept} checkpoints were kept."
     )
-    return (where + checkpoints + machine_export_words(snapshot.record.spec)).strip()
+    spec = snapshot.record.spec
+    return (where + checkpoints + machine_export_words(spec) + served_words(spec)).strip()
 
 
 def machine_export_words(spec: dict[str, Any]) -> str:
@@ -551,6 +588,11 @@ def stop_question(snapshot: RunSnapshot) -> tuple[str, str]:
     if cluster:
         machine = " Every rented machine of the cluster is terminated, so none bills."
         resume = "rents a new cluster and continues"
+    if record.state is RunState.SERVING:
+        return (
+            "Stop serving?",
+            "The adapter is already home. Serving ends and the machine is terminated, so it stops billing. Stop now?",
+        )
     if record.state is RunState.PAUSED:
         return (
             "Stop this run?",

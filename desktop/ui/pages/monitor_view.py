@@ -68,6 +68,11 @@ class MonitorView(QWidget):
         layout.setSpacing(METRICS.gap)
         layout.addLayout(self._build_header())
         self.banner = Banner()
+        self.copy_address_button = plain_button(
+            "&Copy address", "copy", "Copy the served model's OpenAI-compatible address to the clipboard"
+        )
+        self.copy_address_button.hide()  # only while the machine serves the tuned model
+        self.banner.add_action(self.copy_address_button)
         layout.addWidget(self.banner)
         layout.addWidget(self._build_progress())
         middle = QHBoxLayout()

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QScrollArea,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -287,8 +288,58 @@ class ReviewStep(WizardStep):
         self.export_words.setAccessibleName("Where the fine-tuned model is made")
         self.export_card.body.addWidget(self.export_box)
         self.export_card.body.addWidget(self.export_words)
+        self.export_card.body.addWidget(self._build_serve())
         self.export_card.hide()  # shown once the facts say there is an adapter to merge
         return self.export_card
+
+    def _build_serve(self) -> QWidget:
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 8, 0, 0)
+        self.serve_box = QCheckBox("Keep &serving after training: the tuned model answers here, from the machine")
+        self.serve_box.setAccessibleName("Keep serving after training")
+        self.serve_box.toggled.connect(self.on_serve_toggled)
+        row = QHBoxLayout()
+        self.serve_idle_spin = QSpinBox()
+        self.serve_idle_spin.setRange(1, 1440)
+        self.serve_idle_spin.setSuffix(" min")
+        self.serve_idle_spin.setAccessibleName("Stop serving after this long without a request")
+        self.serve_idle_spin.valueChanged.connect(self.on_serve_idle_changed)
+        idle_label = QLabel("Stop after")
+        idle_label.setBuddy(self.serve_idle_spin)
+        row.addWidget(idle_label)
+        row.addWidget(self.serve_idle_spin)
+        row.addWidget(QLabel("without a request"))
+        row.addStretch(1)
+        self.serve_words = caption(
+            "An OpenAI-compatible address on this computer (forwarded to the machine over SSH), for any program that "
+            "calls an OpenAI API. The machine keeps billing while it serves, shown in the tray and on Costs; Stop on "
+            "the monitor ends it at once."
+        )
+        self.serve_words.setWordWrap(True)
+        column.addWidget(self.serve_box)
+        column.addLayout(row)
+        column.addWidget(self.serve_words)
+        return box
+
+    def _show_serve(self) -> None:
+        for widget, value in ((self.serve_box, self.draft.serve_after_training),):
+            widget.blockSignals(True)
+            widget.setChecked(value)
+            widget.blockSignals(False)
+        self.serve_idle_spin.blockSignals(True)
+        self.serve_idle_spin.setValue(round(self.draft.serve_idle_minutes))
+        self.serve_idle_spin.blockSignals(False)
+        self.serve_idle_spin.setEnabled(self.draft.serve_after_training)
+
+    def on_serve_toggled(self, checked: bool) -> None:
+        """The user's choice: the machine serves the tuned model after training, or goes once the adapter is home."""
+        self.draft.serve_after_training = checked
+        self.serve_idle_spin.setEnabled(checked)
+
+    def on_serve_idle_changed(self, minutes: int) -> None:
+        """How long serving waits for a request before it ends (and the machine with it)."""
+        self.draft.serve_idle_minutes = float(minutes)
 
     def _show_export(self) -> None:
         choice = export_choice(self.draft, self.facts.sizing, self.facts.room) if self.facts else None
@@ -300,6 +351,7 @@ class ReviewStep(WizardStep):
         self.export_box.setChecked(bool(choice.outputs))
         self.export_box.blockSignals(False)
         self.export_words.setText(export_choice_words(self.draft, choice))
+        self._show_serve()
 
     def accept_export_proposal(self) -> None:
         """At launch, a proposal the user left as shown (the box ticked) becomes the draft's choice."""
@@ -354,7 +406,8 @@ class ReviewStep(WizardStep):
 
     def _draft_json(self, draft: RunDraft | None = None) -> str:
         """The draft's choices as JSON: what the facts depend on (not the page, the launch, the export's place)."""
-        exclude = {"step", "launched_run", "launched_digest", "export_on_machine"}
+        exclude = {"step", "launched_run", "launched_digest", "export_on_machine", "serve_after_training"}
+        exclude |= {"serve_idle_minutes"}
         return (draft or self.draft).model_dump_json(exclude=exclude)
 
     async def refresh(self) -> None:
