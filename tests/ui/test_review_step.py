@@ -380,6 +380,10 @@ def test_the_question_before_renting_names_provider_gpu_rate_total_and_budget(
     assert f"${pick.total_usd:,.2f} in all" in summary
     assert "$25.00" in details and "terminated the moment the adapter is on this computer" in details
     assert step.context.store.all() == [], "answered no: nothing rented"
+    draft.serve_after_training, draft.serve_idle_minutes = True, 15
+    step.launch_button.click()
+    details = asked[-1][2]
+    assert "Then it serves the tuned model, at $0.29 per hour, until 15 min pass without a request" in details
 
 
 def test_the_evaluation_is_said_as_the_wizard_set_it() -> None:

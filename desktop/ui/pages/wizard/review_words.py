@@ -284,6 +284,12 @@ def _rent_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuestion
     export = _export_detail(draft, facts)
     if export:
         details[2] = f"{export} It is terminated the moment they are on this computer, and whenever the run ends."
+    if draft.serve_after_training:
+        details[2] = (
+            f"{export + ' ' if export else ''}Then it serves the tuned model, at ${compute.price_per_hour:,.2f} per "
+            f"hour, until {draft.serve_idle_minutes:g} min pass without a request or you press Stop; it is "
+            "terminated then, and whenever the run ends."
+        )
     return LaunchQuestion("Rent a machine and start training?", summary, "\n".join(details), "Rent and launch")
 
 
@@ -302,6 +308,10 @@ def _server_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuesti
     export = _export_detail(draft, facts)
     if export:
         details += f"\n{export.replace('the machine makes', 'your server makes')}"
+    if draft.serve_after_training:
+        details += (
+            f"\nThen your server serves the tuned model until {draft.serve_idle_minutes:g} min pass without a request."
+        )
     return LaunchQuestion("Start training on your server?", summary, details, "Launch")
 
 
