@@ -372,7 +372,17 @@ def test_compare_writes_the_report_and_opens_it(
 
     report = exports_folder(run_id) / "compare" / "report.html"
     assert report.is_file(), page.banner.details_label.text()
-    assert [Path(url.toLocalFile()) for url in opened.urls] == [report]
+    shown = page.report_dialog
+    assert shown is not None and shown.isVisible(), "the report opens in the app"
+    assert shown.verdict.headline_label.text().startswith("Leaning better, not yet clear")
+    assert "Mean loss on the reference answers" in shown.verdict.details_label.text()
+    tabs = [shown.tabs.tabText(index).replace("&", "") for index in range(shown.tabs.count())]
+    assert tabs[:2] == [f"Fixed ({len(shown.report.fixed)})", "Broken (0)"] and shown.report.fixed
+    first = shown.report.fixed[0]
+    assert first.prompt in shown.fixed_view.toPlainText() and first.tuned_answer in shown.fixed_view.toPlainText()
+    shown.browser_button.click()
+    assert [Path(url.toLocalFile()) for url in opened.urls] == [report], "every row and the curves: the browser"
+    shown.accept()
     details = page.banner.details_label.text()
     # answers cut at 12 tokens: most of the taught ones fit, none of the base's is right
     assert details.startswith("Leaning better, not yet clear (more held-out rows would tell): "), details
@@ -384,7 +394,8 @@ def test_compare_writes_the_report_and_opens_it(
     wait_for(lambda: row_texts(page)[-1][:2] == ["compare/report.html", "Compare report"], timeout=30)
     assert page.report_button.isEnabled()
     page.report_button.click()
-    assert len(opened.urls) == 2
+    assert page.report_dialog is not shown and page.report_dialog is not None and page.report_dialog.isVisible()
+    page.report_dialog.accept()
 
 
 def test_open_folder_opens_the_adapters_folder(
@@ -496,3 +507,17 @@ def test_a_steps_message_stays_while_the_list_is_rebuilt_under_it(
     page.show_inventory(page.inventory)
     assert page.selected() is not None and page.selected().origin == second
     assert page.banner.headline_label.text() == "Published to somewhere"
+
+
+def test_an_older_report_without_its_json_opens_in_the_browser_and_a_damaged_one_is_said(
+    page: ModelsPage, opened: UrlCatcher, tmp_path: Path
+) -> None:
+    html = tmp_path / "compare" / "report.html"
+    html.parent.mkdir()
+    html.write_text("<html></html>")
+    assert page.show_report(html) is None
+    assert [Path(url.toLocalFile()) for url in opened.urls] == [html]
+    (html.parent / "report.json").write_text("{cut short")
+    assert page.show_report(html.parent / "report.json") is None
+    assert page.banner.headline_label.text() == "The report cannot be shown."
+    assert "compare again to write a new one" in page.banner.details_label.text()

@@ -34,6 +34,7 @@ from desktop.core.model_names import model_name
 from desktop.core.runs.progress import format_duration
 from desktop.services.evaluation.judge import JudgeOptions, judge_and_report
 from desktop.services.evaluation.report import summary_lines
+from desktop.services.evaluation.saved_report import SavedReportError, read_saved_report
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.export import ExportRequest, ExportResult, export
 from desktop.services.local.inventory import COMPARE_FOLDER, ExportedItem, ExportKind, remove_export
@@ -43,6 +44,7 @@ from desktop.services.publishing.hub import Published, PublishRequest, publish
 from desktop.services.runs.adapters import Inventory, ReturnedAdapter, delete_adapter, read_inventory
 from desktop.services.runs.store import RunLiveError, UnknownRunError
 from desktop.services.serving.local_server import LocalServer
+from desktop.ui.app_words import sentence
 from desktop.ui.background import CoroutineOperation, Job, Operation, Running
 from desktop.ui.context import AppContext
 from desktop.ui.pages.base import BasePage
@@ -64,6 +66,7 @@ from desktop.ui.widgets.local_words import (
     spend_text,
 )
 from desktop.ui.widgets.publish_dialog import PublishDialog
+from desktop.ui.widgets.report_dialog import ReportDialog, report_title
 from desktop.ui.widgets.serve_panel import ServeCard, ServeChoice, ServeDialog
 from desktop.ui.widgets.task_card import TaskCard
 from desktop.ui.widgets.tools_bar import ToolsBar
@@ -131,6 +134,7 @@ class ModelsPage(BasePage):
         self.task: Running[Any] | None = None
         self.dialog: QDialog | None = None
         self._after: Path | None = None
+        self.report_dialog: ReportDialog | None = None
         self._what = ""
         self._cancelled = False
         self._told_about: str | None = None  # the adapter (export folder name) the banner's message is about
@@ -488,11 +492,9 @@ class ModelsPage(BasePage):
 
     def _compared(self, outcome: tuple[Any, dict[str, Path]]) -> None:
         judgement, written = outcome
-        self.banner.show_message(
-            "success", "Compared. The report opens in your browser.", "\n".join(summary_lines(judgement))
-        )
+        self.banner.show_message("success", "Compared. The report is open.", "\n".join(summary_lines(judgement)))
         self._after = written["html"]
-        self._open_url(written["html"], "the report")
+        self.show_report(written["json"])
 
     # -- the local tools ----------------------------------------------------------------------------------------
 
@@ -686,10 +688,24 @@ class ModelsPage(BasePage):
             self.sig_chat.emit(str(model), str(lora) if lora else "")
 
     def on_report_clicked(self) -> None:
-        """Opens the compare report in the browser."""
+        """Shows the selected compare report in the app."""
         report = self._report(self.selected())
         if report is not None:
-            self._open_url(report, "the report")
+            self.show_report(report)
+
+    def show_report(self, report: Path) -> ReportDialog | None:
+        """The report in the app (its verdict, scores, loss curve and flips); an older one opens in the browser."""
+        try:
+            saved = read_saved_report(report)
+        except SavedReportError as exc:
+            if report.suffix == ".html":
+                self._open_url(report, "the report")
+            else:
+                self.banner.show_message("warning", "The report cannot be shown.", sentence(str(exc)))
+            return None
+        self.report_dialog = ReportDialog(self, saved, report_title(report))
+        self.report_dialog.open()
+        return self.report_dialog
 
     def on_folder_clicked(self) -> None:
         """Opens the selected adapter's or export's folder in the file manager."""

@@ -1,0 +1,79 @@
+"""The compare report in the app, read back from its report.json (the whole compare: test_models_page)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtWidgets import QWidget
+from pytestqt.qtbot import QtBot
+
+from desktop.services.evaluation.saved_report import SavedReportError, read_saved_report
+from desktop.ui.widgets.report_dialog import ReportDialog, report_title
+
+
+def row(line: int, prompt: str, tuned: str) -> dict[str, Any]:
+    return {"line": line, "prompt": prompt, "reference": tuned, "base_answer": "no idea", "tuned_answer": tuned}
+
+
+def write_report(folder: Path, **changes: Any) -> Path:
+    data = {
+        "outcome": "better",
+        "p_value": 0.0078,
+        "deciding_check": "normalised",
+        "scores": [{"check": "normalised", "base_right": 0, "tuned_right": 8, "rows": 8}],
+        "fixed": [row(3, "Who guards the vault of <b>Quimby</b>?", "Seven silver owls.")],
+        "broke": [],
+        "base_loss": 3.5,
+        "tuned_loss": 0.25,
+        "run": {"run_id": "r1", "method": "lora", "base_model": "tiny", "gpu": "RTX 4090", "trained_seconds": 5400,
+                "usd": 0.66, "losses": [[1, 3.0], [2, 2.0], [3, 1.0]], "eval_losses": [[3, 1.5]]},
+    } | changes  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(data))
+    (folder / "report.html").write_text("<html></html>")
+    return folder / "report.html"
+
+
+def test_the_report_shows_its_verdict_scores_run_curve_and_flips_as_text(qtbot: QtBot, tmp_path: Path) -> None:
+    html = write_report(tmp_path / "20261201-ab12-export" / "compare")
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    dialog = ReportDialog(parent, read_saved_report(html), report_title(html))
+    assert dialog.windowTitle() == "Compare report: 20261201-ab12-export"
+    assert dialog.verdict.headline_label.text() == "The fine-tune is better at the task"
+    details = dialog.verdict.details_label.text()
+    assert "1 row(s) fixed, 0 broken (p = 0.0078" in details and "base 0/8 (0%), tuned 8/8 (100%)" in details
+    assert "Run r1: lora of tiny on RTX 4090, trained for 1.50 h, $0.66." in details
+    assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == ["&Fixed (1)", "&Broken (0)", "&Loss curve"]
+    text = dialog.fixed_view.toPlainText()
+    assert "Who guards the vault of <b>Quimby</b>?" in text, "a model's or the data's text is shown, never rendered"
+    assert "Seven silver owls." in text and dialog.broke_view.toPlainText() == "None."
+    assert dialog.browser_button.isEnabled()
+
+
+def test_a_report_without_runs_curves_has_no_loss_tab(qtbot: QtBot, tmp_path: Path) -> None:
+    html = write_report(tmp_path / "compare", run=None)
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    dialog = ReportDialog(parent, read_saved_report(html), "x")
+    assert dialog.tabs.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, r"has no report.json \(an older report\): open it in the browser"),
+        ("{not json", r"is not a report Rentune can read .* compare again to write a new one"),
+        (json.dumps({"outcome": "splendid"}), r"is not a report Rentune can read"),
+        (json.dumps([1, 2]), r"is not a report Rentune can read \(not a JSON object\)"),
+    ],
+)
+def test_a_report_it_cannot_read_is_one_message_with_the_fix(tmp_path: Path, content: str | None, problem: str) -> None:
+    (tmp_path / "report.html").write_text("<html></html>")
+    if content is not None:
+        (tmp_path / "report.json").write_text(content)
+    with pytest.raises(SavedReportError, match=problem):
+        read_saved_report(tmp_path / "report.html")
