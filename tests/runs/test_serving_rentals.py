@@ -73,6 +73,7 @@ async def test_the_machine_bills_while_it_serves_and_is_terminated_as_soon_as_se
     }
     assert world.runpod.live() == [] and world.runpod.terminated == ["runpod-1"]
     assert host.serve_starts == 1
+    assert not any("still coming up when Rentune last stopped" in line for line in world.lines), "one process"
     assert_books_balance(world, world.runpod, run_id)
 
 

@@ -240,6 +240,7 @@ class RentalDriver:
             rental = rental_of(record) or await self._rent_locked(run_id, compute)
             if rental is None:
                 return self.ctx.store.get(run_id)
+            record = self.ctx.store.get(run_id)  # renting pointed the run at its machine
             if rental.ready is None or not record.target:  # a process died while this machine came up
                 rental = await self._bring_up_again(run_id, compute)
                 if rental is None:
