@@ -109,7 +109,7 @@ async def _start(ctx: RunContext, run_id: str, machine: Machine, remote: str, se
         "backend": serve["backend"],
         "start_minutes": START_MINUTES,
     }
-    if serve["backend"] != "vllm" and not await _has_vllm(machine, remote):
+    if serve["backend"] == "llama.cpp" or (serve["backend"] == "auto" and not await _has_vllm(machine, remote)):
         ctx.report("no vLLM on the machine: its model is served by llama.cpp's server (merged, as a Q8_0 GGUF)")
         await upload_llama_cpp(ctx, run_id, machine, remote, quantize=False)
         job["converters"] = f"{remote}/{REMOTE_CONVERTERS}"
@@ -126,9 +126,11 @@ async def _start(ctx: RunContext, run_id: str, machine: Machine, remote: str, se
 
 
 async def _has_vllm(machine: Machine, remote: str) -> bool:
-    probe = "import importlib.util as u; print(u.find_spec('vllm') is not None)"
-    said = await machine.run(f"cd {shlex.quote(remote)} && {VENV_PYTHON} -c {shlex.quote(probe)}", check=False)
-    return said.strip().endswith("True")
+    """Whether the serving process will choose vLLM here (asked of the payload's own choice: vLLM and a GPU)."""
+    probe = "from trainer_payload.serve import choose_backend; print(choose_backend('auto'))"
+    command = f"cd {shlex.quote(remote)} && PYTHONPATH=payload {VENV_PYTHON} -c {shlex.quote(probe)}"
+    said = await machine.run(command, check=False)
+    return said.strip().endswith("vllm")
 
 
 async def _alive(machine: Machine, pid: int) -> bool:
