@@ -100,3 +100,18 @@ def test_gui_without_a_display_explains_instead_of_crashing() -> None:
     assert result.returncode == 2
     assert "no display found" in result.stderr and "--screenshot" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_detach_while_serving_says_the_address_is_gone_and_how_to_get_it_back(rentune_home: Path) -> None:
+    from desktop.cli.runs import _left_running
+    from desktop.core.runs.states import FLOW, RunState
+    from desktop.services.runs.store import RunStore
+
+    store = RunStore()
+    run_id = store.create({"serve": {"idle_minutes": 15.0}}, "ssh://me@gpu:22").id
+    assert _left_running(store.get(run_id)) == f"training goes on on the machine; rentune resume {run_id} reattaches"
+    for state in FLOW[FLOW.index(RunState.CONNECTING) : FLOW.index(RunState.SERVING) + 1]:
+        store.transition(run_id, state)
+    words = _left_running(store.get(run_id))
+    assert "its address here is gone; serving ends after 15 min without a request" in words
+    assert words.endswith(f"rentune resume {run_id} forwards the address again")

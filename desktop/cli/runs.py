@@ -194,7 +194,7 @@ class RunsCommands:
         try:
             record = self._on_machine(coroutine, self.engine.store.get(run_id), "follow")
         except KeyboardInterrupt:
-            print(f"\ndetached: training goes on on the machine; rentune resume {run_id} reattaches", flush=True)
+            print(f"\ndetached: {_left_running(self.engine.store.get(run_id))}", flush=True)
             rental = rental_of(self.engine.store.get(run_id))
             if rental is not None:
                 print(
@@ -469,6 +469,17 @@ class RunsCommands:
                 time.sleep(1)
             except KeyboardInterrupt:
                 return 0
+
+
+def _left_running(record: RunRecord) -> str:
+    """What goes on on the machine after a detach, and how to come back to it."""
+    if record.state is RunState.SERVING:
+        idle = (record.spec.get("serve") or {}).get("idle_minutes", 0)
+        return (
+            f"the machine still serves, but its address here is gone; serving ends after {idle:g} min without a "
+            f"request. rentune resume {record.id} forwards the address again"
+        )
+    return f"training goes on on the machine; rentune resume {record.id} reattaches"
 
 
 def _provider_label(value: str) -> str:
