@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: The soak's CI set: seeds and kill sweep (tests/soak/test_money_soak.py).
 SOAK = "tests/soak/test_money_soak.py"
+#: Serving from the rented machine after training, in process.
+SERVING = "tests/runs/test_serving_rentals.py"
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,50 @@ MUTATIONS = (
             ),
         ),
         ("tests/runs/test_rental_money.py",),
+    ),
+    Mutation(
+        "replace a machine lost while it serves",
+        (
+            Change(
+                "desktop/services/renting/driver.py",
+                'if record.spec.get("serve_started") and record.adapter:',
+                "if False:  # mutant: a serving run's lost machine is replaced like a training one's",
+            ),
+        ),
+        (SERVING, "-k", "lost"),
+    ),
+    Mutation(
+        "let the training idle guard end serving",
+        (
+            Change(
+                "desktop/services/renting/driver.py",
+                "if record.state in PULL_STATES or record.state is RunState.SERVING:",
+                "if record.state in PULL_STATES:  # mutant: serving counts as idle",
+            ),
+        ),
+        (SERVING, "-k", "idle_guard"),
+    ),
+    Mutation(
+        "fail a run whose serving hit the budget",
+        (
+            Change(
+                "desktop/services/renting/driver.py",
+                "if record.state is RunState.SERVING:  # trained and home",
+                "if False:  # mutant: trained and home",
+            ),
+        ),
+        (SERVING, "-k", "budget"),
+    ),
+    Mutation(
+        "bring a freshly rented machine up twice",
+        (
+            Change(
+                "desktop/services/renting/driver.py",
+                "            record = self.ctx.store.get(run_id)  # renting pointed the run at its machine\n",
+                "",
+            ),
+        ),
+        (SERVING, "-k", "bills_while"),
     ),
 )
 
