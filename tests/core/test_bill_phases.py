@@ -120,3 +120,19 @@ def test_the_phases_add_up_to_the_ledgers_dollars_whatever_the_history(
     assert sum(cost.usd for cost in split.phases) == pytest.approx(ledger, rel=1e-9, abs=1e-9)
     assert split.usd == pytest.approx(ledger, rel=1e-9, abs=1e-9)
     assert sum(c.seconds for c in split.phases) == pytest.approx(sum(s.end - s.start for s in stretches), abs=1e-6)
+
+
+def test_serving_after_training_is_its_own_phase_and_no_paid_idle() -> None:
+    history = _history(
+        (0, RunState.PROVISIONING),
+        (100, RunState.TRAINING),
+        (400, RunState.PULLING),
+        (430, RunState.SERVING),
+        (2230, RunState.FINISHED),
+    )
+    split = split_bill([BilledStretch(T0, T0 + 2260, 36.0)], history, [])
+    assert _by_phase(split)[BillPhase.SERVING] == pytest.approx((1800, 18.0))
+    assert split.usd == pytest.approx(22.60)
+    assert split.idle_usd == pytest.approx(1.00 + 0.30 + 0.30), "renting, pull and teardown; not the serving asked for"
+    hours = split.training_hours
+    assert split.effective_usd_per_training_hour == pytest.approx((22.60 - 18.0) / hours), "serving is no training"

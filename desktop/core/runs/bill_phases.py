@@ -6,7 +6,8 @@ where the trainer's own events say more: while it held at a step boundary for th
 waiting on the user, and between its first ``export`` event and its ``exported`` event it was exporting; while it
 trained and a checkpoint was coming home (the transfers the engine logs), those seconds are checkpoint transfers.
 
-The effective training hour is what each hour of training really cost: all the dollars over the hours of training.
+The effective training hour is what each hour of training really cost: all the dollars over the hours of training,
+but for serving after training (work the user asked for, not a cost of training).
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ class BillSplit:
 
     @property
     def effective_usd_per_training_hour(self) -> float | None:
-        """All the dollars over the hours of training: what an hour of training really cost (None before any)."""
-        return self.usd / self.training_hours if self.training_hours > 0 else None
+        """What an hour of training really cost: its dollars (all but serving after it) over its hours (None before)."""
+        serving = sum(cost.usd for cost in self.phases if cost.phase is BillPhase.SERVING)
+        return (self.usd - serving) / self.training_hours if self.training_hours > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
         """The split as the CLI's JSON gives it (dollars unrounded)."""
