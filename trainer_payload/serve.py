@@ -15,6 +15,7 @@ reads a pipe from this process and exits when the pipe closes, even when this pr
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.util
 import json
 import os
@@ -52,9 +53,21 @@ _LIFELINE = (
     "import os, runpy, sys, threading\n"
     "threading.Thread(target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start()\n"
     "sys.argv[0] = sys.argv[1]; del sys.argv[1]\n"
-    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "code = 1\n"
+    "try:\n"
+    "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True); code = 0\n"
+    "except SystemExit as exc:\n"
+    "    code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)\n"
+    "except BaseException:\n"
+    "    import traceback; traceback.print_exc()\n"
+    "finally:\n"  # never finalise with the lifeline thread holding stdin: that hangs the interpreter's exit
+    "    sys.stdout.flush(); sys.stderr.flush(); os._exit(code)\n"
 )
 _BACKENDS = ("auto", "vllm", "llama.cpp")
+#: How many ports are tried when another program takes the chosen one before the server binds it.
+PORT_TRIES = 3
+#: Why a start ended when its port was taken: the next port is tried.
+PORT_TAKEN = "port taken"
 
 
 class StoppedWhilePreparingError(Exception):
@@ -196,6 +209,7 @@ class ModelServer:
         self.stopping = threading.Event()
         self.child: subprocess.Popen[str] | None = None
         self.last_lines: deque[str] = deque(maxlen=8)
+        self.port_taken = threading.Event()  # the server could not bind its port: another program took it
 
     def on_sigterm(self, _signum: int, _frame: object) -> None:
         """The app's Stop: the server ends now; while the model is still being prepared, preparing ends too."""
@@ -204,10 +218,22 @@ class ModelServer:
             raise StoppedWhilePreparingError
 
     def serve(self) -> str:
-        """Serves until idle, stopped or failed; returns why it ended."""
+        """Serves until idle, stopped or failed; returns why it ended.
+
+        A port is free when it is chosen and bound by the server a moment later: when another program took it in
+        between (the server says its address is in use), the server starts again on another.
+        """
         backend = choose_backend(str(self.job.get("backend", "auto")))
         self.keeper.update(backend=backend, detail=f"preparing the model for {backend}")
-        command = self._command(backend, free_port())
+        for _ in range(PORT_TRIES):
+            reason = self._serve_on(self._command(backend, free_port()), backend)
+            if reason is not PORT_TAKEN:
+                return reason
+            self.last_lines.clear()
+            self.port_taken.clear()
+        return f"the server found no free port in {PORT_TRIES} tries"
+
+    def _serve_on(self, command: list[str], backend: str) -> str:
         self.keeper.update(phase=ServePhase.STARTING, detail=f"{backend} loads the model")
         with (self.out / SERVE_LOG_NAME).open("a", encoding="utf-8") as log:
             self.child = subprocess.Popen(
@@ -218,11 +244,17 @@ class ModelServer:
                 text=True,
                 env=os.environ | {"HF_HUB_OFFLINE": "1"},
             )
-            threading.Thread(target=self._read_output, args=(self.child.stdout, log), daemon=True).start()
+            reader = threading.Thread(target=self._read_output, args=(self.child.stdout, log), daemon=True)
+            reader.start()
             try:
                 return self._watch()
             finally:
                 self._end_child()
+                reader.join(10)  # the child is gone: its output ends
+                for stream in (self.child.stdin, self.child.stdout):
+                    if stream is not None:
+                        with contextlib.suppress(OSError):
+                            stream.close()
 
     def _command(self, backend: str, port: int) -> list[str]:
         from trainer_payload.export import base_folder
@@ -263,6 +295,8 @@ class ModelServer:
             log.write(line)
             log.flush()
             self.last_lines.append(line.rstrip()[-300:])
+            if not self.keeper.state.ready_at and ("address already in use" in line.lower() or "errno 98" in line):
+                self.port_taken.set()
             if SERVED_REQUEST.search(line):
                 state = self.keeper.state
                 self.keeper.update(requests=state.requests + 1, last_request_at=time.time())
@@ -272,6 +306,8 @@ class ModelServer:
         started = time.monotonic()
         while not self.stopping.wait(1.0):
             assert self.child is not None
+            if self.port_taken.is_set():
+                return PORT_TAKEN
             if self.child.poll() is not None:
                 said = " | ".join(self.last_lines)[-600:]
                 return f"the server ended (exit {self.child.returncode}): {said or 'no output'}"
@@ -288,11 +324,13 @@ class ModelServer:
         return "stopped"
 
     def _answers(self, state: ServeState) -> bool:
+        """Whether our server answers on its port: an OpenAI model list (anything else there is not it)."""
         try:
             with urllib.request.urlopen(f"http://{HOST}:{state.port}/v1/models", timeout=5) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+                listed = json.loads(answer.read(1 << 20)) if answer.status == 200 else None
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+            return False  # not up yet, or another program on the port (an SSH server answers with its banner)
+        return isinstance(listed, dict) and isinstance(listed.get("data"), list)
 
     def _end_child(self) -> None:
         child = self.child

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -196,3 +197,46 @@ def test_a_state_a_machine_wrote_is_checked_field_by_field() -> None:
             ServeState.parse(json.dumps(json.loads(good.to_json()) | bad))
     with pytest.raises(ValueError):
         ServeState.parse("[1, 2]")
+
+
+def test_a_port_another_program_takes_first_is_left_for_the_next_and_its_answer_is_not_mistaken_for_ours(
+    gguf_pattern_adapter: TrainedAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: between choosing a free port and the server binding it, another program (an sshd) took it."""
+    import socket
+    import threading
+
+    from trainer_payload import serve
+    from trainer_payload.protocol import JobSpec
+
+    squatter = socket.create_server(("127.0.0.1", 0))
+    taken = squatter.getsockname()[1]
+
+    def banner() -> None:
+        while True:
+            try:
+                connection, _ = squatter.accept()
+            except OSError:
+                return
+            connection.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u10\r\n")
+            connection.close()
+
+    threading.Thread(target=banner, daemon=True).start()
+    ports = iter([taken, serve.free_port()])
+    monkeypatch.setattr(serve, "free_port", lambda: next(ports))
+    job, serve_job = _run_folder(tmp_path, gguf_pattern_adapter)
+    out = serve_job.parent
+    keeper = serve.StateKeeper(out / SERVE_STATE_FILE_NAME, ServeState(ServePhase.PREPARING))
+    server = serve.ModelServer(JobSpec.load(job), serve.read_serve_job(serve_job), keeper)
+    assert not server._answers(replace(keeper.state, port=taken)), "an SSH banner is no model list"
+    ended: list[str] = []
+    thread = threading.Thread(target=lambda: ended.append(server.serve()), daemon=True)
+    thread.start()
+    try:
+        state = _until(out, ServePhase.SERVING)
+        assert state.port != taken and _answers(f"http://127.0.0.1:{state.port}/v1")
+    finally:
+        server.stopping.set()
+        thread.join(60)
+        squatter.close()
+    assert ended == ["stopped"]
