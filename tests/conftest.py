@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -181,8 +183,6 @@ def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
     and so does every ``qtbot`` click. The loop therefore stays registered as running for the whole test, as in the
     app, so those steps can find it.
     """
-    import gc
-
     from qasync import QEventLoop
 
     class AlwaysRunningLoop(QEventLoop):  # type: ignore[misc]
@@ -190,7 +190,7 @@ def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
             super()._after_run_forever()
             asyncio.events._set_running_loop(self)
 
-    gc.collect()  # collect earlier tests' Qt objects here, not later from a worker thread ("Timers cannot be stopped")
+    _collect_earlier_tests_garbage()
     loop = AlwaysRunningLoop(qapp)
     asyncio.set_event_loop(loop)
     asyncio.events._set_running_loop(loop)
@@ -199,6 +199,31 @@ def qloop(qapp: object) -> Iterator[asyncio.AbstractEventLoop]:
     asyncio.events._set_running_loop(None)
     loop.close()
     asyncio.set_event_loop(None)
+
+
+def _collect_earlier_tests_garbage() -> None:
+    """Frees earlier tests' Qt objects now, not later from a worker thread ("Timers cannot be stopped").
+
+    A plot window an earlier test dropped in a reference cycle is freed here; the collector may empty a pyqtgraph
+    item's attributes before Qt, deleting the scene, asks that item for its size, and pyqtgraph then raises
+    "'LabelItem' object has no attribute '_sizeHint'" (pyqtgraph issue 472). That error belongs to no test and is
+    dropped; any other error raised while collecting still fails this test.
+    """
+    import gc
+
+    from pytestqt.exceptions import capture_exceptions
+
+    with capture_exceptions() as raised:
+        gc.collect()
+    for error in raised:
+        if not _in_pyqtgraph_teardown(error[1]):
+            sys.excepthook(*error)
+
+
+def _in_pyqtgraph_teardown(error: BaseException) -> bool:
+    """Whether ``error`` is an attribute missing inside pyqtgraph's own code (an item the collector emptied)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return isinstance(error, AttributeError) and bool(frames) and f"{os.sep}pyqtgraph{os.sep}" in frames[-1].filename
 
 
 def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
