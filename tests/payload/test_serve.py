@@ -18,10 +18,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.fixtures.adapters import PATTERN, TrainedAdapter
+from tests.fixtures.serving import lists_models
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     SERVE_DIR_NAME,
@@ -90,13 +90,6 @@ def _until(out: Path, phase: ServePhase, limit_s: float = 240) -> ServeState:
     raise AssertionError(f"no {phase.value} within {limit_s} s: {_state(out)}")
 
 
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/models", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def test_the_tuned_model_is_served_counted_and_ended_after_its_idle_minutes(
     gguf_pattern_adapter: TrainedAdapter, tmp_path: Path
 ) -> None:
@@ -123,7 +116,7 @@ def test_the_tuned_model_is_served_counted_and_ended_after_its_idle_minutes(
         ended = _state(out)
         assert ended is not None and ended.phase is ServePhase.ENDED and ended.reason == "no request for 0.1 min"
         assert time.time() - asked >= 6 * 0.99, "not before its idle minutes"
-        assert not _answers(url), "the server ended with it"
+        assert not lists_models(url), "the server ended with it"
     finally:
         process.kill()
 
@@ -139,7 +132,7 @@ def test_a_stop_ends_the_server_and_a_killed_wrapper_takes_its_server_along(
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
         ended = _state(out)
-        assert ended is not None and ended.reason == "stopped" and not _answers(f"http://127.0.0.1:{state.port}/v1")
+        assert ended is not None and ended.reason == "stopped" and not lists_models(f"http://127.0.0.1:{state.port}/v1")
         made = out / SERVE_DIR_NAME / "model-Q8_0.gguf"
         assert made.is_file()
 
@@ -151,9 +144,9 @@ def test_a_stop_ends_the_server_and_a_killed_wrapper_takes_its_server_along(
         process.kill()
         process.wait(10)
         deadline = time.monotonic() + 30
-        while _answers(f"http://127.0.0.1:{state.port}/v1") and time.monotonic() < deadline:
+        while lists_models(f"http://127.0.0.1:{state.port}/v1") and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _answers(f"http://127.0.0.1:{state.port}/v1"), "no server outlives its wrapper"
+        assert not lists_models(f"http://127.0.0.1:{state.port}/v1"), "no server outlives its wrapper"
     finally:
         process.kill()
 
@@ -234,7 +227,7 @@ def test_a_port_another_program_takes_first_is_left_for_the_next_and_its_answer_
     thread.start()
     try:
         state = _until(out, ServePhase.SERVING)
-        assert state.port != taken and _answers(f"http://127.0.0.1:{state.port}/v1")
+        assert state.port != taken and lists_models(f"http://127.0.0.1:{state.port}/v1")
     finally:
         server.stopping.set()
         thread.join(60)

@@ -7,10 +7,8 @@ terminated. The machine's Q4_K_M is byte for byte the file llama-cpp-python's fu
 from __future__ import annotations
 
 import asyncio
-import getpass
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,44 +19,17 @@ from desktop.services.local.common import no_progress
 from desktop.services.local.gguf import convert_to_gguf, quantize_gguf
 from desktop.services.local.inventory import exports_folder
 from desktop.services.runs.store import RunStore
-from tests.fixtures.adapters import PATTERN, TARGET_MODULES
+from tests.fixtures.adapters import PATTERN
 from tests.fixtures.tiny_models import TinyModel
+from tests.runs.pattern_spec import write_pattern_spec
 from tests.runs.test_rented_runs import CloudUnderTest, _assert_ledger_matches, _nothing_left, runpod  # noqa: F401
 
 # The machine builds its quantise tool (about 140 CPU seconds) besides training.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def _pattern_spec(folder: Path, base: Path, cloud: CloudUnderTest, on_machine: list[str]) -> Path:
-    """A SPEC.toml renting from ``cloud`` to teach ``base`` the pattern, with ``[export] on_machine``."""
-    train = folder / "pattern.jsonl"
-    rows = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in PATTERN]
-    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    training = {
-        "method": "lora",
-        "lora_r": 8,
-        "lora_alpha": 16,
-        "lora_dropout": 0.0,
-        "target_modules": TARGET_MODULES,
-        "seq_len": 64,
-        "micro_batch": len(PATTERN),
-        "grad_accum": 1,
-        "learning_rate": 0.003,
-        "max_steps": 60,
-        "warmup_ratio": 0.0,
-        "lr_scheduler": "constant",
-        "checkpoint_steps": 20,
-        "checkpoint_minutes": 0,
-        "calibration_steps": 0,
-    }
-    compute = {"provider": cloud.name, "gpu": cloud.gpu, "python": sys.executable, "user": getpass.getuser()}
-    lines = ["[model]", f'base = "{base}"', "", "[data]", f'train = "{train}"', "", "[training]"]
-    lines += [f"{key} = {json.dumps(value)}" for key, value in training.items()]
-    lines += ["", "[compute]", *(f"{k} = {json.dumps(v)}" for k, v in compute.items()), "", "[export]"]
-    lines += [f"on_machine = {json.dumps(on_machine)}", ""]
-    spec = folder / "SPEC.toml"
-    spec.write_text("\n".join(lines))
-    return spec
+def _exporting_spec(folder: Path, base: Path, cloud: CloudUnderTest, on_machine: list[str]) -> Path:
+    return write_pattern_spec(folder, base, cloud, extra=f"[export]\non_machine = {json.dumps(on_machine)}\n")
 
 
 def _greedy(model: object, tokenizer: object) -> list[str]:
@@ -112,7 +83,7 @@ def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_termina
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    spec = _pattern_spec(tmp_path, gguf_tiny_model, runpod, ["merged", "gguf:Q8_0", "gguf:Q4_K_M"])
+    spec = _exporting_spec(tmp_path, gguf_tiny_model, runpod, ["merged", "gguf:Q8_0", "gguf:Q4_K_M"])
     assert main(["run", str(spec)]) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "on the machine: merging" in out and "on the machine: building llama.cpp's quantise tool" in out
@@ -152,7 +123,7 @@ def test_a_gguf_the_converter_would_refuse_is_refused_before_anything_is_rented(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    spec = _pattern_spec(tmp_path, tiny_model.path, runpod, ["merged", "gguf:Q8_0"])  # a tokenizer llama.cpp lacks
+    spec = _exporting_spec(tmp_path, tiny_model.path, runpod, ["merged", "gguf:Q8_0"])  # a tokenizer llama.cpp lacks
     assert main(["run", str(spec)]) != 0
     err = capsys.readouterr().err
     assert "[export] on_machine asks for a GGUF, and llama.cpp does not recognise the tokenizer" in err

@@ -11,25 +11,22 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from desktop.cli import main
 from desktop.core.runs.states import RunState
 from desktop.services.runs.store import RunRecord, RunStore
 from tests.fixtures.adapters import PATTERN
-from tests.runs.test_export_on_machine import _pattern_spec
+from tests.fixtures.serving import lists_models
+from tests.runs.pattern_spec import write_pattern_spec
 from tests.runs.test_rented_runs import CloudUnderTest, _assert_ledger_matches, _nothing_left, runpod  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _serving_spec(tmp_path: Path, base: Path, cloud: CloudUnderTest, idle_minutes: float, steps: int) -> Path:
-    spec = _pattern_spec(tmp_path, base, cloud, [])
-    text = spec.read_text().replace("max_steps = 60", f"max_steps = {steps}")
     serve = f'[serve]\nafter_training = true\nname = "pattern"\nidle_minutes = {idle_minutes}\ncontext = 256\n'
-    spec.write_text(text + serve)
-    return spec
+    return write_pattern_spec(tmp_path, base, cloud, max_steps=steps, extra=serve)
 
 
 def _in_background(spec: Path) -> tuple[threading.Thread, dict[str, int]]:
@@ -48,13 +45,6 @@ def _until_serving(thread: threading.Thread, limit_s: float = 600) -> RunRecord:
             return runs[0]
         time.sleep(0.5)
     raise AssertionError(f"not serving: {[(r.state, r.error, r.spec.get('serve_error')) for r in RunStore().all()]}")
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/models", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.mark.longest
@@ -92,7 +82,7 @@ def test_the_machine_serves_the_tuned_model_here_until_idle_then_it_is_terminate
     assert ended.spec["served"] == {"requests": 2, "reason": "no request for 0.25 min"}
     assert instance.terminated is not None and instance.terminated - asked >= 15 * 0.99, "not before its idle minutes"
     assert instance.terminated - asked <= 15 + 60, "and soon after them"
-    assert not _answers(serving["url"]), "the forwarded port closed with it"
+    assert not lists_models(serving["url"]), "the forwarded port closed with it"
     _nothing_left(runpod.fake)
     _assert_ledger_matches(runpod.fake, run.id)
 
