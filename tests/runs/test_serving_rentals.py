@@ -7,6 +7,7 @@ would). The same life with real parts (sshd, the payload's serve, llama.cpp's se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -142,6 +143,33 @@ async def test_a_lost_connection_finds_the_same_server_again_at_the_same_address
     final = await asyncio.wait_for(drive, 20)
     assert final.state is RunState.FINISHED and final.spec["served"]["requests"] == 1
     assert world.runpod.live() == []
+
+
+async def test_an_app_killed_while_it_serves_finds_the_server_again_at_its_next_start_and_ends_the_machine(
+    tmp_path: Path,
+) -> None:
+    world, hosts = serving_world(tmp_path)
+    run_id = world.create(RENTED, serve=ServeSpec(idle_minutes=30))
+    first = asyncio.ensure_future(world.driver.drive(run_id))
+    url = (await until_serving(run_id)).spec["serving"]["url"]
+    first.cancel()  # the process dies: nothing is said to the machine, the forwarded port closes
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    assert [i.instance_id for i in world.runpod.live()] == ["runpod-1"], "still serving, still billing"
+    restarted = world.driver_for(world)
+    drive = asyncio.ensure_future(restarted.drive(run_id))
+    async with asyncio.timeout(20):
+        while RunStore().get(run_id).spec["serving"].get("checks") != 2:
+            await asyncio.sleep(0.02)
+    assert RunStore().get(run_id).spec["serving"]["url"] == url, "the same address on this computer again"
+    assert await ask(url) == "hi"
+    [host] = hosts
+    assert host.serve_starts == 1, "found again, never started twice"
+    host.end_serving("no request for 30 min")
+    final = await asyncio.wait_for(drive, 20)
+    assert final.state is RunState.FINISHED and final.spec["served"]["requests"] == 1
+    assert world.runpod.live() == [] and world.runpod.terminated == ["runpod-1"]
+    assert_books_balance(world, world.runpod, run_id)
 
 
 async def test_a_server_that_does_not_start_is_said_and_the_run_finishes_with_its_adapter(tmp_path: Path) -> None:
