@@ -69,6 +69,10 @@ def test_a_report_without_runs_curves_has_no_loss_tab(qtbot: QtBot, tmp_path: Pa
         ("{not json", r"is not a report Rentune can read .* compare again to write a new one"),
         (json.dumps({"outcome": "splendid"}), r"is not a report Rentune can read"),
         (json.dumps([1, 2]), r"is not a report Rentune can read \(not a JSON object\)"),
+        (
+            json.dumps({"outcome": "better", "p_value": 1, "base_loss": 1, "tuned_loss": 1, "fixed": [1]}),
+            r"is not a report Rentune can read \(a flipped row is not a JSON object\)",
+        ),
     ],
 )
 def test_a_report_it_cannot_read_is_one_message_with_the_fix(tmp_path: Path, content: str | None, problem: str) -> None:

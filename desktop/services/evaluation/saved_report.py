@@ -118,6 +118,8 @@ def _score(item: Any) -> CheckScore:
 def _rows(items: Any) -> list[FlippedRow]:
     if not isinstance(items, list):
         return []
+    if not all(isinstance(item, dict) for item in items):
+        raise ValueError("a flipped row is not a JSON object")
     keys = ("prompt", "reference", "base_answer", "tuned_answer")
     return [FlippedRow(int(item.get("line", 0)), *(str(item.get(key, "")) for key in keys)) for item in items]
 
