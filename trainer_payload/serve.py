@@ -227,7 +227,7 @@ class ModelServer:
         self.keeper.update(backend=backend, detail=f"preparing the model for {backend}")
         for _ in range(PORT_TRIES):
             reason = self._serve_on(self._command(backend, free_port()), backend)
-            if reason is not PORT_TAKEN:
+            if reason != PORT_TAKEN:
                 return reason
             self.last_lines.clear()
             self.port_taken.clear()

@@ -703,6 +703,8 @@ class ModelsPage(BasePage):
             else:
                 self.banner.show_message("warning", "The report cannot be shown.", sentence(str(exc)))
             return None
+        if self.report_dialog is not None:
+            self.report_dialog.deleteLater()  # each report opened made a new window the page kept until it closed
         self.report_dialog = ReportDialog(self, saved, report_title(report))
         self.report_dialog.open()
         return self.report_dialog
