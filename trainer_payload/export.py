@@ -23,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from trainer_payload.checkpoints import sha256_file
+from trainer_payload.compare import compare_rows
+from trainer_payload.dataset import load_messages
 from trainer_payload.merge import merge
 from trainer_payload.protocol import (
     CONVERTER_GGUF_TYPES,
     EVENTS_FILE_NAME,
     EXPORT_DIR_NAME,
+    JUDGE_FILE_NAME,
     ON_MACHINE_GGUF_TYPES,
     QUANTIZE_GGUF_TYPES,
     EventKind,
@@ -48,6 +51,8 @@ class ExportJobError(ValueError):
 def read_export_job(path: Path) -> dict[str, Any]:
     """The export job: ``adapter`` (relative to ``out/``), ``merged`` (bool), ``gguf`` (types), ``converters``.
 
+    ``judge`` (``max_examples``, ``max_new_tokens``) asks for base against tuned on the job's held-out rows first.
+
     Raises:
         ExportJobError: A field is missing, of the wrong type, or names a GGUF type the converter cannot write.
     """
@@ -62,7 +67,16 @@ def read_export_job(path: Path) -> dict[str, Any]:
         raise ExportJobError("a GGUF export needs the folder of llama.cpp's converters")
     if set(types) & set(QUANTIZE_GGUF_TYPES) and not isinstance(job.get("build_sources"), str):
         raise ExportJobError("a K-quant GGUF export needs the folder of llama.cpp's source to build its quantise tool")
+    judge = job.get("judge")
+    if judge is not None and not (
+        isinstance(judge, dict) and all(_whole(judge.get(key), 1, 10_000) for key in ("max_examples", "max_new_tokens"))
+    ):
+        raise ExportJobError("judge needs max_examples and max_new_tokens, whole numbers from 1 to 10000")
     return job
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def base_folder(base_model: str) -> Path:
@@ -97,6 +111,7 @@ class MachineExport:
     def __init__(self, spec: JobSpec, job: dict[str, Any], events: EventWriter, folder: str = EXPORT_DIR_NAME) -> None:
         self.out = Path(spec.output_dir)
         self.base_model, self.job, self.events = spec.base_model, job, events
+        self.eval_file = spec.eval_file
         self.folder = self.out / folder
         self.scratch = self.folder / ".work"
         self.outputs: dict[str, str] = {}
@@ -115,14 +130,44 @@ class MachineExport:
         """
         shutil.rmtree(self.folder, ignore_errors=True)  # a half-made export of an earlier try is never sent
         self.folder.mkdir(parents=True)
-        merged = self.folder / "merged" if self.job.get("merged") else self.scratch / "merged"
-        check = self._merge(merged)
-        if self.job.get("merged"):
-            self.outputs["merged"] = f"{EXPORT_DIR_NAME}/merged"
-        notes = self._ggufs(merged, list(self.job.get("gguf") or []))
+        notes = self._judge()
+        check = None
+        if self.job.get("merged") or self.job.get("gguf"):
+            merged = self.folder / "merged" if self.job.get("merged") else self.scratch / "merged"
+            check = self._merge(merged)
+            if self.job.get("merged"):
+                self.outputs["merged"] = f"{EXPORT_DIR_NAME}/merged"
+            notes += self._ggufs(merged, list(self.job.get("gguf") or []))
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.say(0.95, "hashing the files for the download")
         return {"files": self._hashes(), "outputs": self.outputs, "merge_check": check, "notes": notes}
+
+    def _judge(self) -> list[str]:
+        """Base against tuned on the held-out rows (``judge``) into ``judge.json``; a failure is a note, not an end."""
+        asked = self.job.get("judge")
+        if not asked:
+            return []
+        if not self.eval_file:
+            return ["judging was asked for, and the run has no held-out rows on the machine: judge it at home"]
+        try:
+            rows = list(enumerate(load_messages(Path(self.eval_file)), start=1))
+            counted = {"usable_rows": len(rows)}
+            result = compare_rows(
+                base_folder(self.base_model),
+                self.out / self.job["adapter"],
+                [(line, row["messages"]) for line, row in rows[: asked["max_examples"]]],
+                asked["max_new_tokens"],
+                self._judge_progress,
+            )
+        except Exception as exc:  # noqa: BLE001 - the export's other outputs still come; the reason is said
+            return [f"judging on the machine failed ({type(exc).__name__}: {str(exc)[:300]}): judge it at home"]
+        target = self.folder / JUDGE_FILE_NAME
+        target.write_text(json.dumps(counted | result), encoding="utf-8")
+        self.outputs["judge"] = target.relative_to(self.out).as_posix()
+        return []
+
+    def _judge_progress(self, fraction: float | None, text: str) -> None:
+        self.say(0.0 if fraction is None else fraction * 0.2, f"judging: {text}")
 
     def _merge(self, merged: Path) -> dict[str, Any]:
         """The checked merge into ``merged``; returns its logit check.

@@ -40,6 +40,9 @@ ADAPTER_DIR_NAME = "adapter"
 #: tool writes (built on the machine from llama.cpp's source first).
 EXPORT_JOB_FILE_NAME = "export-job.json"
 EXPORT_DIR_NAME = "export"
+#: In the export's folder: base against tuned on the held-out rows, when the export job asks to judge (the
+#: :mod:`trainer_payload.compare` result, with ``usable_rows``).
+JUDGE_FILE_NAME = "judge.json"
 CONVERTER_GGUF_TYPES = ("F16", "BF16", "Q8_0")
 QUANTIZE_GGUF_TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K")
 ON_MACHINE_GGUF_TYPES = (*CONVERTER_GGUF_TYPES, *QUANTIZE_GGUF_TYPES)

@@ -18,6 +18,7 @@ from desktop.services.evaluation.judge import Judgement, JudgeOptions, check_opt
 from desktop.services.evaluation.report import report_json, summary_lines
 from desktop.services.local.common import LocalInputError, LocalToolError
 from desktop.services.runs.outputs import AdapterSource, AdapterSourceError, resolve_adapter
+from desktop.services.runs.run_facts import run_facts_of
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -31,17 +32,7 @@ def run_eval(args: argparse.Namespace) -> int:
     out: Path = args.out or source.default_out("eval")
     try:
         check_options(options)  # a bad regex or schema is said before any model loads
-        judgement, written = asyncio.run(
-            judge_and_report(
-                args.base or source.base,
-                source.adapter,
-                eval_file,
-                out,
-                options=options,
-                run_id=source.run_id,
-                progress=_show_progress,
-            )
-        )
+        judgement, written = asyncio.run(_judge(args.base or source.base, source, eval_file, out, options))
     except LocalToolError as exc:
         raise CliError(str(exc), EXIT_USAGE if isinstance(exc, LocalInputError) else EXIT_FAILED) from exc
     _print_result(judgement, written, as_json=args.json)
@@ -52,6 +43,15 @@ def _positive(value: int, flag: str) -> int:
     if value < 1:
         raise CliError(f"{flag} {value} is not a row count: give 1 or more")
     return value
+
+
+async def _judge(
+    base: str | None, source: AdapterSource, eval_file: Path, out: Path, options: JudgeOptions
+) -> tuple[Judgement, dict[str, Path]]:
+    run = await run_facts_of(None, source.run_id)
+    return await judge_and_report(
+        base, source.adapter, eval_file, out, options=options, run=run, progress=_show_progress
+    )
 
 
 def _eval_file(given: Path | None, source: AdapterSource) -> Path:

@@ -1,16 +1,20 @@
 """Evaluation speed: rows judged per second by rentune eval against the plain transformers + peft loop it runs.
 
-The baseline is what any script would do for the same verdict: load the base with the adapter, and for each held-out
-row generate greedily with the adapter off and on and score the reference with each; then compare the answers.
-rentune's evaluation adds the data check of the rows, the worker thread, the checks, the verdict and the report.
+The baseline is what any script would do for the same verdict: start Python, load the base with the adapter, and for
+each held-out row generate greedily with the adapter off and on and score the reference with each. rentune's
+evaluation adds the data check of the rows, its child Python (the comparison a rented machine runs too), the checks,
+the verdict and the report.
 SmolLM2-135M-Instruct with a pattern adapter trained for the benchmark, 20 rows, answers of up to 16 tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,25 +30,33 @@ TARGET_RATIO = 0.9
 RUNS = 3
 
 
-def _baseline(base: Path, adapter: Path) -> float:
-    """Seconds for the plain loop over every row (load included, as in rentune's)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+_BASELINE = """
+import contextlib, json, sys, torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+base, adapter, rows, max_new_tokens = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+tokenizer = AutoTokenizer.from_pretrained(base)
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter).eval()
+for question, answer in rows:
+    prompt = [{"role": "user", "content": question}]
+    prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt")
+    prompt_ids = prompt_ids["input_ids"] if not isinstance(prompt_ids, torch.Tensor) else prompt_ids
+    full = tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": answer}], return_tensors="pt")
+    full = full["input_ids"] if not isinstance(full, torch.Tensor) else full
+    for tuned in (False, True):
+        with torch.inference_mode(), model.disable_adapter() if not tuned else contextlib.nullcontext():
+            model.generate(input_ids=prompt_ids, max_new_tokens=max_new_tokens, do_sample=False)
+            model(input_ids=full)
+"""
+
+
+def _baseline(base: Path, adapter: Path) -> float:
+    """Seconds for the plain loop over every row as a script of its own (Python's start and load included, as in
+    rentune's, whose models run in a child Python)."""
     start = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter).eval()
-    for question, answer in ROWS:
-        prompt = [{"role": "user", "content": question}]
-        prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt")
-        prompt_ids = prompt_ids["input_ids"] if not isinstance(prompt_ids, torch.Tensor) else prompt_ids
-        full = tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": answer}], return_tensors="pt")
-        full = full["input_ids"] if not isinstance(full, torch.Tensor) else full
-        for tuned in (False, True):
-            with torch.inference_mode(), model.disable_adapter() if not tuned else contextlib.nullcontext():
-                model.generate(input_ids=prompt_ids, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
-                model(input_ids=full)
+    command = [sys.executable, "-c", _BASELINE, str(base), str(adapter), json.dumps(ROWS), str(MAX_NEW_TOKENS)]
+    subprocess.run(command, check=True, env=os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     return time.perf_counter() - start
 
 

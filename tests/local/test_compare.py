@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,6 @@ import pytest
 
 from desktop.services.evaluation.judge import JudgeOptions, judge_comparison
 from desktop.services.evaluation.report import html_report, markdown_report, write_reports
-from desktop.services.local import compare as compare_module
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.compare import CompareExample, CompareResult, compare_adapter, read_eval_rows
 from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
@@ -110,19 +110,19 @@ def test_a_corrupt_adapter_is_refused(pattern_adapter: TrainedAdapter, tmp_path:
         _compare(damaged, write_pattern_jsonl(tmp_path / "eval.jsonl"))
 
 
-def test_cancelling_stops_between_examples(
+def test_cancelling_kills_the_comparison_child_at_once(
     pattern_adapter: TrainedAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
     seen: list[str] = []
-    answered: list[bool] = []
-    answer = compare_module._answer
+    children: list[asyncio.subprocess.Process] = []
+    start_child = asyncio.create_subprocess_exec
 
-    def counted(*args: Any, **kwargs: Any) -> str:
-        answered.append(True)
-        return answer(*args, **kwargs)
+    async def recorded(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        children.append(await start_child(*args, **kwargs))
+        return children[-1]
 
-    monkeypatch.setattr(compare_module, "_answer", counted)
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded)
 
     async def cancel_at_first_example() -> None:
         started = asyncio.Event()
@@ -140,9 +140,9 @@ def test_cancelling_stops_between_examples(
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(cancel_at_first_example())  # returns once the worker thread has stopped
+    asyncio.run(cancel_at_first_example())
     assert "compared 4 examples" not in seen
-    assert len(answered) <= 4  # two answers per example: the first, and at most the one under way at the cancel
+    assert [child.returncode for child in children] == [-signal.SIGKILL]  # killed, and waited for
 
 
 def test_an_adapter_whose_weights_do_not_fit_the_base_is_refused(

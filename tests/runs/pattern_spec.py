@@ -19,12 +19,16 @@ class Cloud(Protocol):
     gpu: str
 
 
-def write_pattern_spec(folder: Path, base: Path, cloud: Cloud, *, max_steps: int = 60, extra: str = "") -> Path:
+def write_pattern_spec(
+    folder: Path, base: Path, cloud: Cloud, *, max_steps: int = 60, extra: str = "", held_out: bool = False
+) -> Path:
     """Writes ``folder/SPEC.toml`` training ``base`` on the pattern for ``max_steps`` on ``cloud``; ``extra`` is TOML
-    appended as it is (an ``[export]`` or ``[serve]`` table)."""
+    appended as it is (an ``[export]`` or ``[serve]`` table); ``held_out`` adds the pattern as ``[data] eval``."""
     train = folder / "pattern.jsonl"
     rows = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in PATTERN]
     train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if held_out:
+        (folder / "held-out.jsonl").write_text(train.read_text())
     training = {
         "method": "lora",
         "lora_r": 8,
@@ -43,7 +47,9 @@ def write_pattern_spec(folder: Path, base: Path, cloud: Cloud, *, max_steps: int
         "calibration_steps": 0,
     }
     compute = {"provider": cloud.name, "gpu": cloud.gpu, "python": sys.executable, "user": getpass.getuser()}
-    lines = ["[model]", f'base = "{base}"', "", "[data]", f'train = "{train}"', "", "[training]"]
+    lines = ["[model]", f'base = "{base}"', "", "[data]", f'train = "{train}"']
+    lines += [f'eval = "{folder / "held-out.jsonl"}"'] if held_out else []
+    lines += ["", "[training]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in training.items()]
     lines += ["", "[compute]", *(f"{k} = {json.dumps(v)}" for k, v in compute.items()), "", extra]
     spec = folder / "SPEC.toml"

@@ -1,7 +1,8 @@
 """Export on the machine, end to end: a rented machine (a real sshd behind the fake RunPod) trains a tiny Llama with
-the real payload, merges the adapter, writes a Q8_0 GGUF with llama.cpp's converter and a Q4_K_M one with a quantise
-tool it builds over llama.cpp's library (about 140 CPU seconds), and all come home verified before the machine is
-terminated. The machine's Q4_K_M is byte for byte the file llama-cpp-python's full build writes at home.
+the real payload, judges base against tuned on the held-out rows, merges the adapter, writes a Q8_0 GGUF with
+llama.cpp's converter and a Q4_K_M one with a quantise tool it builds over llama.cpp's library (about 140 CPU
+seconds), and all come home verified before the machine is terminated. The machine's Q4_K_M is byte for byte the
+file llama-cpp-python's full build writes at home.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from tests.runs.test_rented_runs import CloudUnderTest, _assert_ledger_matches, 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def _exporting_spec(folder: Path, base: Path, cloud: CloudUnderTest, on_machine: list[str]) -> Path:
-    return write_pattern_spec(folder, base, cloud, extra=f"[export]\non_machine = {json.dumps(on_machine)}\n")
+def _exporting_spec(folder: Path, base: Path, cloud: CloudUnderTest, on_machine: list[str], judge: str = "") -> Path:
+    extra = f"[export]\non_machine = {json.dumps(on_machine)}\n{judge}"
+    return write_pattern_spec(folder, base, cloud, extra=extra, held_out=bool(judge))
 
 
 def _greedy(model: object, tokenizer: object) -> list[str]:
@@ -83,10 +85,13 @@ def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_termina
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    spec = _exporting_spec(tmp_path, gguf_tiny_model, runpod, ["merged", "gguf:Q8_0", "gguf:Q4_K_M"])
+    judge = "[judge]\non_machine = true\nmax_new_tokens = 32\n"
+    spec = _exporting_spec(tmp_path, gguf_tiny_model, runpod, ["merged", "gguf:Q8_0", "gguf:Q4_K_M"], judge)
     assert main(["run", str(spec)]) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "on the machine: merging" in out and "on the machine: building llama.cpp's quantise tool" in out
+    assert "on the machine: judging: example 4 of 4" in out
+    assert "judged on the machine: Leaning better" in out or "judged on the machine: The fine-tune is better" in out
     assert "made on the machine and verified at home: merged, gguf:Q8_0, gguf:Q4_K_M" in out
     # 64-wide rows cannot be K-quantised: said as the local export says it, from the file that came home
     fallbacks = [line for line in out.splitlines() if "weight tensors are stored as" in line]
@@ -97,10 +102,14 @@ def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_termina
     folder = exports_folder(run.id)
     merged, gguf, q4 = folder / "merged", folder / "model-Q8_0.gguf", folder / "model-Q4_K_M.gguf"
     assert (merged / "config.json").is_file() and gguf.is_file() and q4.is_file()
-    assert sorted(p.name for p in folder.iterdir()) == ["merged", "model-Q4_K_M.gguf", "model-Q8_0.gguf"]
+    assert sorted(p.name for p in folder.iterdir()) == ["compare", "merged", "model-Q4_K_M.gguf", "model-Q8_0.gguf"]
+    report = json.loads((folder / "compare" / "report.json").read_text())
+    assert [row["tuned_answer"] for row in report["rows"]] == [answer for _, answer in PATTERN]
+    assert not any(row["base_answer"] == row["reference"] for row in report["rows"])
+    assert report["tuned_loss"] < report["base_loss"] and report["judged_on"].startswith("the rented machine")
 
     [instance] = runpod.fake.instances.values()
-    arrived = max(p.stat().st_mtime for p in [gguf, q4, *merged.iterdir()])
+    arrived = max(p.stat().st_mtime for p in [gguf, q4, *merged.iterdir(), *(folder / "compare").iterdir()])
     assert instance.terminated is not None and arrived <= instance.terminated, "terminated after they arrived"
     _nothing_left(runpod.fake)
     _assert_ledger_matches(runpod.fake, run.id)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop.core.runs.spec import RunSpec, RunSpecError, SshTarget, run_spec_from_dict
+from desktop.core.runs.spec import JudgeSpec, RunSpec, RunSpecError, SshTarget, run_spec_from_dict
 from desktop.core.runs.states import RunState
 from desktop.services.local.inventory import exports_folder
 from desktop.services.runs.engine import RunEngine
@@ -177,3 +177,91 @@ async def test_an_app_closed_while_the_machine_exports_follows_that_export_when_
     final = await asyncio.wait_for(second, 30)
     assert final.state is RunState.FINISHED and final.spec["exported_on_machine"] == {"merged": "export/merged"}
     assert host.exports == 1 and (exports_folder(run_id) / "merged" / "model.safetensors").is_file()
+
+
+# -- judging on the machine ------------------------------------------------------------------------------------------
+
+ANSWERS = {
+    "usable_rows": 9,
+    "base_loss": 3.2,
+    "tuned_loss": 0.4,
+    "examples": [
+        {"line": n, "prompt": f"q{n}", "reference": f"a{n}", "base_answer": "no idea", "tuned_answer": f"a{n}"}
+        for n in range(1, 9)
+    ],
+}
+
+
+def judged(answers: bytes) -> Script:
+    """The machine's export when only judging is asked: its answers file, hashed, and the ``exported`` event."""
+
+    def script(machine: FakeHost, folder: str) -> None:
+        machine.files[f"{folder}/out/export/judge.json"] = answers
+        machine.emit(EventKind.EXPORT, phase="judging: example 1 of 2", fraction=0.0)
+        digest = hashlib.sha256(answers).hexdigest()
+        machine.emit(EventKind.EXPORTED, files={"export/judge.json": digest}, outputs={"judge": "export/judge.json"})
+
+    return script
+
+
+async def judged_run(machine: FakeHost, tmp_path: Path, answers: bytes) -> tuple[RunRecord, list[str]]:
+    """Drives a run with ``[judge] on_machine`` (and no export) whose machine answers with ``answers``."""
+    lines: list[str] = []
+    engine = make_engine(machine, lines)
+    train, held_out = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    for path in (train, held_out):
+        path.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    target = SshTarget("trainer", "gpu.example", 22)
+    spec = RunSpec("org/tiny-model", train, held_out, {"max_steps": 4}, target, judge=JudgeSpec(8, 16))
+    run_id = engine.create(spec).id
+    machine.on_launch, machine.on_export = trains_to_the_end, judged(answers)
+    return await asyncio.wait_for(engine.drive(run_id), 30), lines
+
+
+async def test_a_run_judged_on_its_machine_ends_with_the_compare_report_and_the_data_deleted_after(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    final, lines = await judged_run(host, tmp_path, json.dumps(ANSWERS).encode())
+    assert final.state is RunState.FINISHED, final.error
+    compare = exports_folder(final.id) / "compare"
+    assert sorted(p.name for p in exports_folder(final.id).iterdir()) == ["compare"]
+    assert sorted(p.name for p in compare.iterdir()) == ["answers.json", "report.html", "report.json", "report.md"]
+    report = json.loads((compare / "report.json").read_text())
+    assert (report["outcome"], report["usable_rows"]) == ("better", 9)
+    assert [(s["base_right"], s["tuned_right"]) for s in report["scores"]] == [(0, 8), (0, 8)]
+    assert report["judged_on"] == "the rented machine, before it was let go"
+    assert final.spec["judged_on_machine"] == str(compare / "report.md")
+    assert any(line.startswith("judged on the machine: The fine-tune is better") for line in lines), lines
+    job = json.loads(next(stdin for stdin in host.stdins if '"adapter"' in stdin))
+    assert job == {
+        "adapter": "adapter",
+        "merged": False,
+        "gguf": [],
+        "judge": {"max_examples": 8, "max_new_tokens": 16},
+    }
+    export_at = next(i for i, c in enumerate(host.commands) if "trainer_payload export" in c)
+    data_removed_at = next(i for i, c in enumerate(host.commands) if c.startswith("rm -rf") and c.endswith("/data"))
+    assert export_at < data_removed_at, "the held-out rows stay on the machine until judged"
+
+
+@pytest.mark.parametrize(
+    ("answers", "why"),
+    [
+        (b"[1, 2]", "is not a JSON object"),
+        (json.dumps({**ANSWERS, "examples": [{"line": "x"}]}).encode(), "not one Rentune wrote"),
+        (json.dumps({**ANSWERS, "base_loss": "low"}).encode(), "not one Rentune wrote"),
+        (b"\xff not json", "codec can't decode"),
+    ],
+)
+async def test_answers_the_machine_garbled_are_said_and_the_run_still_finishes(
+    host: FakeHost,  # noqa: F811
+    tmp_path: Path,
+    answers: bytes,
+    why: str,
+) -> None:
+    final, lines = await judged_run(host, tmp_path, answers)
+    assert final.state is RunState.FINISHED and final.adapter is not None
+    said = [line for line in lines if line.startswith("the machine's answers could not be read")]
+    assert said and why in said[0] and said[0].endswith("compare on the Models page instead"), lines
+    assert not (exports_folder(final.id) / "compare").exists() and "judged_on_machine" not in final.spec

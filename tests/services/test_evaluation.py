@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from desktop.services.evaluation.judge import JudgeOptions, judge_and_report, ju
 from desktop.services.evaluation.report import html_report, markdown_report, report_json, summary_lines
 from desktop.services.local.common import LocalInputError
 from desktop.services.local.compare import CompareExample, CompareResult
+from desktop.services.runs.run_facts import read_run_facts
 from desktop.services.runs.store import RunStore
 from tests.fixtures.adapters import PATTERN, TrainedAdapter, write_pattern_jsonl
 from tests.fixtures.exported_models import record_returned_run
@@ -37,7 +39,11 @@ def test_the_taught_adapter_is_judged_better_with_its_flips_loss_curve_and_cost(
     shutil.copy(EVENTS, store.folder(run_id) / "events.jsonl")
     judgement, written = asyncio.run(
         judge_and_report(
-            str(pattern_adapter.base), pattern_adapter.path, eval_file, tmp_path / "out", run_id=run_id, store=store
+            str(pattern_adapter.base),
+            pattern_adapter.path,
+            eval_file,
+            tmp_path / "out",
+            run=read_run_facts(store, run_id, time.time()),
         )
     )
     verdict = judgement.verdict

@@ -47,11 +47,17 @@ def test_the_report_shows_its_verdict_scores_run_curve_and_flips_as_text(qtbot: 
     details = dialog.verdict.details_label.text()
     assert "1 row(s) fixed, 0 broken (p = 0.0078" in details and "base 0/8 (0%), tuned 8/8 (100%)" in details
     assert "Run r1: lora of tiny on RTX 4090, trained for 1.50 h, $0.66." in details
+    assert "Answered on" not in details, "judged on this computer: nothing to say"
     assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == ["&Fixed (1)", "&Broken (0)", "&Loss curve"]
     text = dialog.fixed_view.toPlainText()
     assert "Who guards the vault of <b>Quimby</b>?" in text, "a model's or the data's text is shown, never rendered"
     assert "Seven silver owls." in text and dialog.broke_view.toPlainText() == "None."
     assert dialog.browser_button.isEnabled()
+
+
+def test_a_report_judged_on_the_rented_machine_says_so(tmp_path: Path) -> None:
+    html = write_report(tmp_path / "compare", judged_on="the rented machine, before it was let go")
+    assert "Answered on the rented machine, before it was let go." in read_saved_report(html).lines
 
 
 def test_a_report_without_runs_curves_has_no_loss_tab(qtbot: QtBot, tmp_path: Path) -> None:

@@ -499,3 +499,32 @@ def test_keep_serving_after_training_goes_into_the_launched_run_with_its_idle_mi
     spec = run_spec_from_dict(tomllib.loads(spec_path.read_text()), spec_path.parent, spec_path)
     assert spec.serve is not None and spec.serve.idle_minutes == 12.0
     assert step.context.store.get(run_id).spec["serve"]["idle_minutes"] == 12.0, "the engine reads it from the run"
+
+
+def test_judging_on_the_machine_is_offered_with_its_price_and_goes_into_the_launched_spec(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None], qtbot: QtBot
+) -> None:
+    checked(step, wait_for)
+    assert step.judge_box.isVisibleTo(step) and step.judge_box.isEnabled() and not step.judge_box.isChecked()
+    assert step.judge_box.text() == "&Judge base against tuned on the held-out rows, on the server after training"
+    assert re.search(
+        r"answer up to 50 held-out rows there \(at most (\d+ h )?\d+ min, \$\d+\.\d\d\)", step.judge_words.text()
+    )
+    assert "[judge]" not in review_step.write_launch_spec(draft, step.facts)[0].read_text(), "off unless asked"
+    qtbot.mouseClick(step.judge_box, Qt.MouseButton.LeftButton, pos=QPoint(8, step.judge_box.height() // 2))
+    assert step.judge_box.isChecked() and draft.judge_on_machine
+    question = review_step.launch_question(draft, step.facts, [])
+    assert "After training, base and tuned answer the held-out rows on your server (at most" in question.details
+    _path, spec = review_step.write_launch_spec(draft, step.facts)
+    assert spec.judge is not None and spec.judge.max_examples == 50 and spec.eval_file is not None
+
+
+def test_judging_on_the_machine_cannot_be_chosen_without_held_out_rows(
+    step: ReviewStep, draft: RunDraft, wait_for: Callable[..., None]
+) -> None:
+    draft.judge_on_machine = True  # chosen once, then the held-out rows went away
+    draft.eval_file = ""
+    checked(step, wait_for)
+    assert not step.judge_box.isEnabled() and not step.judge_box.isChecked()
+    assert step.judge_words.text().startswith("Needs held-out rows: the data step sets them aside")
+    assert review_step.write_launch_spec(draft, step.facts)[1].judge is None

@@ -209,6 +209,8 @@ class RunDraft(BaseModel):
         export_on_machine: What the machine makes after training (``merged``, ``gguf:Q8_0``); empty: everything at
             home; None: not chosen (the review proposes the machine when the merge does not fit this computer).
         serve_after_training: Keep the machine after training and serve the tuned model from it (``[serve]``).
+        judge_on_machine: Judge base against tuned on the held-out rows on the machine before it goes (``[judge]``;
+            written only with an eval file).
         serve_idle_minutes: Serving ends, and the machine with it, after this long without a request.
         launched_run: The run last launched from this draft ("" for none).
         launched_digest: :meth:`content_digest` when it was launched: the draft is "launched" only while its
@@ -235,6 +237,7 @@ class RunDraft(BaseModel):
     step: str = "data"
     export_on_machine: list[str] | None = None
     serve_after_training: bool = False
+    judge_on_machine: bool = False
     serve_idle_minutes: float = Field(default=30.0, ge=1.0, le=1440.0)
     launched_run: str = ""
     launched_digest: str = ""
@@ -278,6 +281,8 @@ class RunDraft(BaseModel):
             spec["export"] = {"on_machine": list(self.export_on_machine)}
         if self.serve_after_training:
             spec["serve"] = {"after_training": True, "idle_minutes": self.serve_idle_minutes}
+        if self.judge_on_machine and self.eval_file:
+            spec["judge"] = {"on_machine": True}
         return spec | (self._rented_sections() if self.renting else self._own_sections())
 
     def _rented_sections(self) -> dict[str, Any]:

@@ -10,8 +10,9 @@ hour; a rented one's price is known) and ``max_usd`` (the run is stopped, its ch
 reaches it); ``[export] on_machine = ["merged", "gguf:Q8_0"]`` (what the machine makes from the adapter after
 training, before it is let go: for a model whose merge does not fit this computer); ``[serve] after_training = true``
 (the machine then serves the tuned model, OpenAI-compatible, through a port forwarded to this computer, until
-``idle_minutes`` pass without a request or the run is stopped; see :class:`ServeSpec`). Relative paths are relative
-to the spec file.
+``idle_minutes`` pass without a request or the run is stopped; see :class:`ServeSpec`); ``[judge] on_machine = true``
+(base against tuned on the held-out rows, on the machine before it goes; see :class:`JudgeSpec`). Relative paths are
+relative to the spec file.
 """
 
 from __future__ import annotations
@@ -227,6 +228,48 @@ def serve_from_dict(section: dict[str, Any]) -> ServeSpec | None:
 
 
 @dataclass(frozen=True)
+class JudgeSpec:
+    """``[judge] on_machine = true``: base against tuned on the held-out rows, on the machine before it is let go.
+
+    The GPU is paid for already, and answering twice per row there takes minutes where a laptop takes hours; the
+    answers come home and are scored here (the report on the Models page, as ``rentune eval`` writes it).
+
+    Attributes:
+        max_examples: Held-out rows judged at most (the first ones).
+        max_new_tokens: Longest answer generated per model and row, in tokens.
+    """
+
+    max_examples: int = 50
+    max_new_tokens: int = 128
+
+    def to_dict(self) -> dict[str, int]:
+        """The section as the run record (and the machine's export job) keeps it."""
+        return {"max_examples": self.max_examples, "max_new_tokens": self.max_new_tokens}
+
+
+def judge_from_dict(section: dict[str, Any]) -> JudgeSpec | None:
+    """``[judge]``: None unless ``on_machine = true``.
+
+    Raises:
+        RunSpecError: An unknown key, or a value of the wrong kind or range; the message names it and the fix.
+    """
+    known = {"on_machine", "max_examples", "max_new_tokens"}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise RunSpecError(f"[judge] does not know {', '.join(unknown)}; it takes {', '.join(sorted(known))}")
+    on_machine = section.get("on_machine", False)
+    if on_machine not in (True, False) or type(on_machine) is not bool:
+        raise RunSpecError("[judge] on_machine must be true or false")
+    if not on_machine:
+        return None
+    values = {key: section.get(key, getattr(JudgeSpec, key)) for key in ("max_examples", "max_new_tokens")}
+    for key, value in values.items():
+        if type(value) is not int or not 1 <= value <= 10_000:
+            raise RunSpecError(f"[judge] {key} = {value!r}: give a whole number from 1 to 10000")
+    return JudgeSpec(**values)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A run as the user described it.
 
@@ -248,6 +291,7 @@ class RunSpec:
         head_port: The port they meet on there.
         serve: Serve the tuned model from the machine after training (None: the machine goes once the adapter is
             home).
+        judge: Judge base against tuned on the machine before it goes (None: judged at home, when asked).
     """
 
     base_model: str
@@ -266,6 +310,7 @@ class RunSpec:
     head_address: str | None = None
     head_port: int = DEFAULT_HEAD_PORT
     serve: ServeSpec | None = None
+    judge: JudgeSpec | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -428,6 +473,13 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         raise RunSpecError("[serve] serves the trained adapter: it needs [training] method qlora or lora")
     if serve is not None and (hosts[1:] or (compute is not None and compute.nodes > 1)):
         raise RunSpecError("[serve] serves from one machine: remove it, or train on one machine")
+    judge = judge_from_dict(_section(data, "judge"))
+    if judge is not None and training.get("method", JobSpec.method) not in ("qlora", "lora"):
+        raise RunSpecError("[judge] on_machine compares base and adapter: it needs [training] method qlora or lora")
+    if judge is not None and evaluation is None:
+        raise RunSpecError(
+            "[judge] on_machine judges the held-out rows: give [data] eval (rows set aside when the data is prepared)"
+        )
     return RunSpec(
         model,
         train,
@@ -444,6 +496,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         head_address=(head_address or hosts[0].host).strip() if hosts else None,
         head_port=_head_port(target_section),
         serve=serve,
+        judge=judge,
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,11 @@ from typing import Any
 from desktop.core.judging.checks import CheckKind, choose_checks, parse_json, passes, regex_problem
 from desktop.core.judging.verdict import RowScore, Verdict, judge
 from desktop.services.evaluation.report import write_reports
-from desktop.services.evaluation.run_facts import RunFacts, read_run_facts
+from desktop.services.evaluation.run_facts import RunFacts
 from desktop.services.local.base_model import local_base
 from desktop.services.local.common import LocalInputError, Progress, no_progress
 from desktop.services.local.compare import CompareResult, compare_adapter
 from desktop.services.platform.secrets import SecretStore
-from desktop.services.runs.store import RunStore
 
 
 @dataclass(frozen=True)
@@ -143,8 +141,7 @@ async def judge_and_report(
     out: Path,
     *,
     options: JudgeOptions = JudgeOptions(),
-    run_id: str | None = None,
-    store: RunStore | None = None,
+    run: RunFacts | None = None,
     progress: Progress = no_progress,
     secrets: SecretStore | None = None,
 ) -> tuple[Judgement, dict[str, Path]]:
@@ -169,8 +166,6 @@ async def judge_and_report(
         max_new_tokens=options.max_new_tokens,
         progress=progress,
     )
-    now = time.time()
-    run = await asyncio.to_thread(read_run_facts, store or RunStore(), run_id, now) if run_id else None
     judgement = judge_comparison(result, options, schema, run)
     written = await asyncio.to_thread(write_reports, judgement, out)
     return judgement, written

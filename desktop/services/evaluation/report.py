@@ -79,7 +79,8 @@ def summary_lines(judgement: Judgement) -> list[str]:
         *(score_line(score) for score in verdict.scores),
         f"Mean loss on the reference answers (lower is better): base {result.base_loss:.4f}, "
         f"tuned {result.tuned_loss:.4f}.",
-        f"Rows judged: {len(result.examples)} of {result.usable_rows} usable rows.",
+        f"Rows judged: {len(result.examples)} of {result.usable_rows} usable rows"
+        + (f", answered on {result.judged_on}." if result.judged_on else "."),
     ]
     if result.cut:
         lines.append(f"The evaluation was cut to the first {len(result.examples)} rows to keep it short.")
@@ -117,6 +118,7 @@ def report_json(judgement: Judgement) -> dict[str, Any]:
         "base": str(result.base),
         "adapter": str(result.adapter),
         "eval_file": str(result.eval_file),
+        "judged_on": result.judged_on or "this computer",
         "run": None if run is None else {**vars(run), "losses": run.losses, "eval_losses": run.eval_losses},
     }
 

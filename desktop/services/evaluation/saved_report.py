@@ -94,6 +94,9 @@ def _parsed(data: Any, path: Path) -> SavedReport:
         f"Mean loss on the reference answers (lower is better): base {float(data['base_loss']):.4f}, "
         f"tuned {float(data['tuned_loss']):.4f}.",
     ]
+    judged_on = data.get("judged_on")
+    if isinstance(judged_on, str) and judged_on != "this computer":
+        lines.append(f"Answered on {judged_on[:200]}.")
     found = data.get("run")
     run: dict[str, Any] = found if isinstance(found, dict) else {}
     html = path.with_name(REPORT_FILES["html"])

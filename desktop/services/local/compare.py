@@ -1,16 +1,16 @@
 """Base vs fine-tuned on held-out chats: each example's two greedy answers and each model's mean loss.
 
-The base weights load once; the adapter sits on top as a PEFT model, and base answers are taken with the adapter
-switched off (``disable_adapter``). The loss is teacher-forced on the reference answer's tokens only (the last
-assistant turn, through the end-of-turn marker), averaged over those tokens across all rows. Everything heavy runs
-in a worker thread and stops between examples when the awaiting task is cancelled.
+The rows are read and checked here (any format the data check accepts); the models answer in a child Python
+(:mod:`trainer_payload.compare`, the same comparison a rented machine runs before it is let go, described there),
+so a cancel kills it at once and torch's memory leaves with it. A ``result`` the machine sent is read field by
+field (:func:`result_from_json`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
+import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,9 @@ from desktop.services.data.check import CheckOutcome, iter_conversations
 from desktop.services.data.reader import DatasetFileError
 from desktop.services.local.common import LocalInputError, LocalToolError, Progress, no_progress
 from desktop.services.local.fit import ensure_fits
+from desktop.services.local.toolenv import run_python
 
 Messages = list[dict[str, Any]]
-
-#: Config fields that must agree between the base an adapter was trained on and the base it is used with.
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,7 @@ class CompareResult:
         tuned_loss: The fine-tuned model's mean loss per reference token.
         examples: One per row used, in file order.
         usable_rows: Rows of the file without errors; more than ``len(examples)`` when the comparison was cut.
+        judged_on: Where the models answered, when not on this computer (``the rented machine``).
     """
 
     base: Path
@@ -67,6 +67,7 @@ class CompareResult:
     tuned_loss: float
     examples: list[CompareExample]
     usable_rows: int
+    judged_on: str | None = None
 
     @property
     def cut(self) -> bool:
@@ -127,19 +128,6 @@ def _no_rows_message(path: Path, report: DataReport) -> str:
     return f'{path} has no chat rows; pass --eval a JSONL file of {{"messages": [...]}} rows'
 
 
-def split_row(messages: Messages) -> tuple[Messages, str]:
-    """The conversation before the last assistant turn, and that turn's text (the reference answer)."""
-    last = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
-    return messages[:last], str(messages[last].get("content") or "")
-
-
-def prompt_text(prompt: Messages) -> str:
-    """A prompt as readable text: a lone user message is its content, else ``role: content`` per message."""
-    if len(prompt) == 1 and prompt[0].get("role") == "user":
-        return str(prompt[0].get("content") or "")
-    return "\n\n".join(f"{m.get('role')}: {m.get('content') or ''}" for m in prompt)
-
-
 # -- the comparison --------------------------------------------------------------------------------------------------
 
 
@@ -154,6 +142,9 @@ async def compare_adapter(
 ) -> CompareResult:
     """Answers each held-out row with the base and the fine-tuned model and measures each model's mean loss.
 
+    The models run in a child Python (:mod:`trainer_payload.compare`, the comparison a rented machine runs before
+    it is let go); cancelling the awaiting task kills it at once.
+
     Args:
         base: The base model folder (weights, tokenizer with a chat template).
         adapter: The PEFT LoRA adapter folder trained on ``base``.
@@ -166,148 +157,83 @@ async def compare_adapter(
         LocalToolError: Unusable eval file, a base or adapter that does not load, or an adapter for another base.
     """
     rows, usable = read_eval_rows(eval_file, max_examples)
-    loop = asyncio.get_running_loop()
-    stop = threading.Event()
-
-    def report(text: str, fraction: float | None) -> None:
-        if not stop.is_set():
-            with contextlib.suppress(RuntimeError):  # the loop closed after a cancel
-                loop.call_soon_threadsafe(progress, text, fraction)
-
-    work = _Comparison(base, adapter, max_new_tokens, report, stop)
-    try:
-        losses, examples = await asyncio.to_thread(work.run, rows)
-    except asyncio.CancelledError:
-        stop.set()  # the worker stops before its next example
-        raise
-    return CompareResult(base, adapter, eval_file, losses[0], losses[1], examples, usable)
+    ensure_fits(adapter, base)
+    with tempfile.TemporaryDirectory(prefix="rentune-compare-") as scratch:
+        rows_file = Path(scratch) / "rows.jsonl"
+        lines = (json.dumps({"line": line, "messages": messages}) for line, messages in rows)
+        rows_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        job = {"base": str(base), "adapter": str(adapter), "rows": str(rows_file), "max_new_tokens": max_new_tokens}
+        result = await _run_child(job, base, adapter, progress)
+    return result_from_json(result, base, adapter, eval_file, usable)
 
 
-class _StoppedError(Exception):
-    """The comparison was cancelled between examples."""
-
-
-class _Comparison:
-    """The blocking part: loads the models once, then answers and scores each row (runs in a worker thread)."""
-
-    def __init__(
-        self, base: Path, adapter: Path, max_new_tokens: int, progress: Progress, stop: threading.Event
-    ) -> None:
-        self.base, self.adapter, self.max_new_tokens = base, adapter, max_new_tokens
-        self.progress, self.stop = progress, stop
-
-    def run(self, rows: list[tuple[int, Messages]]) -> tuple[tuple[float, float], list[CompareExample]]:
-        """Loads, then goes through ``rows``; returns (base loss, tuned loss) and the examples."""
-        self.progress("loading the base model and the adapter", None)
-        model, tokenizer = load_tuned(self.base, self.adapter)
-        sums, tokens, examples = [0.0, 0.0], 0, []
-        for index, (line, messages) in enumerate(rows):
-            if self.stop.is_set():
-                raise _StoppedError
-            self.progress(f"example {index + 1} of {len(rows)}", index / len(rows))
-            prompt, reference = split_row(messages)
-            prompt_ids, full_ids = _token_ids(tokenizer, prompt, messages)
-            answers = []
-            for slot, tuned in enumerate((False, True)):
-                loss, count = _scored(model, tuned, prompt_ids, full_ids)
-                sums[slot] += loss
-                answers.append(_answer(model, tokenizer, tuned, prompt_ids, self.max_new_tokens))
-            tokens += count
-            examples.append(CompareExample(prompt_text(prompt), reference, answers[0], answers[1], line))
-        self.progress(f"compared {len(rows)} examples", 1.0)
-        return (sums[0] / max(1, tokens), sums[1] / max(1, tokens)), examples
-
-
-# -- models (torch, transformers and peft are imported here only) -----------------------------------------------------
-
-
-def load_tuned(base: Path, adapter: Path) -> tuple[Any, Any]:
-    """The base model with the adapter on top (float32, CPU, eval mode) and the base's tokenizer.
+def result_from_json(
+    result: dict[str, Any], base: Path, adapter: Path, eval_file: Path, usable: int, *, judged_on: str | None = None
+) -> CompareResult:
+    """The :class:`CompareResult` of a comparison's ``result`` JSON (at home, or brought home from the machine).
 
     Raises:
-        LocalToolError: The base or adapter does not load, or the adapter was trained on another base model.
+        ValueError: A field is missing or of the wrong type (the JSON came from a machine: untrusted).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    ensure_fits(adapter, base)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(base)
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    except (OSError, ValueError, KeyError) as exc:
-        raise LocalInputError(f"the base model {base} does not load ({_first_line(exc)}); pass --base FOLDER") from exc
-    if not tokenizer.chat_template:
-        raise LocalInputError(f"the base model {base} has no chat template; pass the --base it was trained on")
-    return _with_adapter(model, base, adapter), tokenizer
+        examples = [
+            CompareExample(
+                str(e["prompt"]), str(e["reference"]), str(e["base_answer"]), str(e["tuned_answer"]), int(e["line"])
+            )
+            for e in result["examples"]
+        ]
+        losses = float(result["base_loss"]), float(result["tuned_loss"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the comparison's result is not one Rentune wrote ({type(exc).__name__}: {exc})") from None
+    return CompareResult(
+        base, adapter, eval_file, losses[0], losses[1], examples, max(usable, len(examples)), judged_on=judged_on
+    )
 
 
-def _with_adapter(model: Any, base: Path, adapter: Path) -> Any:
-    from peft import PeftModel
+async def _run_child(job: dict[str, Any], base: Path, adapter: Path, progress: Progress) -> dict[str, Any]:
+    """Runs the comparison's child and returns its result; its refusal becomes the message naming the fix."""
+    result: dict[str, Any] = {}
+    refused: list[tuple[str, str]] = []
 
+    def on_line(line: str) -> None:
+        kind, _, rest = line.partition(" ")
+        if kind == "progress":
+            fraction, _, text = rest.partition(" ")
+            progress(text, None if fraction == "-" else float(fraction))
+        elif kind == "result":
+            result.update(json.loads(rest))
+        elif kind == "refused":
+            what, _, detail = rest.partition(" ")
+            refused.append((what, detail))
+
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     try:
-        tuned = PeftModel.from_pretrained(model, adapter)
-    except Exception as exc:  # peft and safetensors raise many types; each becomes one line
-        mismatch = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
-        if mismatch:
-            raise LocalInputError(
-                f"this adapter was trained on another base model: its weights do not fit {base} "
-                f"({mismatch[0][:400]}); pass the --base it was trained on"
-            ) from exc
-        raise LocalInputError(
-            f"the adapter {adapter} does not load ({_first_line(exc)[:200]}); its files are damaged: bring it home "
-            "again (rentune pull RUN) or pass another adapter"
-        ) from exc
-    tuned.eval()
-    return tuned
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
-def _token_ids(tokenizer: Any, prompt: Messages, messages: Messages) -> tuple[list[int], list[int]]:
-    """Token ids of the prompt (with the assistant's opening) and of the whole conversation."""
-    try:
-        chat_prompt = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-        full_text = tokenizer.apply_chat_template(messages, tokenize=False)
-    except Exception as exc:  # a template's own errors (jinja) vary
-        raise LocalToolError(f"the base model's chat template cannot format a row ({_first_line(exc)})") from exc
-    prompt_ids = tokenizer(chat_prompt, add_special_tokens=False)["input_ids"]
-    full_ids = tokenizer(full_text, add_special_tokens=False)["input_ids"]
-    if full_ids[: len(prompt_ids)] != prompt_ids:  # a template that rewrites earlier turns: score the answer alone
-        answer = str(messages[-1].get("content") or "") + (tokenizer.eos_token or "")
-        full_ids = prompt_ids + tokenizer(answer, add_special_tokens=False)["input_ids"]
-    return prompt_ids, full_ids
-
-
-def _scored(model: Any, tuned: bool, prompt_ids: list[int], full_ids: list[int]) -> tuple[float, int]:
-    """The summed cross-entropy over the reference tokens (after the prompt), and how many there are."""
-    import torch
-
-    ids = torch.tensor([full_ids])
-    with torch.inference_mode(), _adapter_state(model, tuned):
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
-    targets = ids[0, len(prompt_ids) :]
-    loss = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-    return float(loss), int(targets.numel())
-
-
-def _answer(model: Any, tokenizer: Any, tuned: bool, prompt_ids: list[int], max_new_tokens: int) -> str:
-    """The greedy answer to the prompt, without special tokens."""
-    import torch
-
-    ids = torch.tensor([prompt_ids])
-    with torch.inference_mode(), _adapter_state(model, tuned):
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        await run_python(
+            ["-m", "trainer_payload.compare", json.dumps(job)], env=env, on_line=on_line, what="the comparison"
         )
-    return str(tokenizer.decode(out[0, len(prompt_ids) :], skip_special_tokens=True)).strip()
+    except LocalToolError:
+        if refused:
+            raise LocalInputError(refusal_words(*refused[-1], base, adapter)) from None
+        raise
+    if not result:
+        raise LocalToolError("the comparison ended without a result; see the log for its output")
+    return result
 
 
-def _adapter_state(model: Any, tuned: bool) -> Any:
-    return contextlib.nullcontext() if tuned else model.disable_adapter()
+def refusal_words(kind: str, detail: str, base: Path, adapter: Path) -> str:
+    """What the comparison's ``refused`` line means for the user, and the fix."""
+    if kind == "mismatch":
+        return (
+            f"this adapter was trained on another base model: its weights do not fit {base} ({detail}); pass the "
+            "--base it was trained on"
+        )
+    if kind == "adapter":
+        return (
+            f"the adapter {adapter} does not load ({detail}); its files are damaged: bring it home again "
+            "(rentune pull RUN) or pass another adapter"
+        )
+    if kind == "template":
+        return f"the base model {base} has no chat template; pass the --base it was trained on"
+    if kind == "format":
+        return f"the base model's chat template cannot format a row ({detail})"
+    return f"the base model {base} does not load ({detail}); pass --base FOLDER"

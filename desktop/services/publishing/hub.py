@@ -19,7 +19,7 @@ from typing import Any
 
 from desktop.core.redaction import redact
 from desktop.services.evaluation.report import loss_svg
-from desktop.services.evaluation.run_facts import RunFacts, read_run_facts
+from desktop.services.evaluation.run_facts import RunFacts
 from desktop.services.local.common import LocalInputError, LocalToolError, Progress, no_progress
 from desktop.services.local.inventory import COMPARE_FOLDER, exports_folder
 from desktop.services.local.toolenv import job_file, local_python
@@ -27,6 +27,7 @@ from desktop.services.platform.secrets import SecretName, SecretStore, without_s
 from desktop.services.publishing import upload_job
 from desktop.services.publishing.card import model_card, read_evaluation
 from desktop.services.runs.outputs import AdapterSource
+from desktop.services.runs.run_facts import read_run_facts
 from desktop.services.runs.store import RunStore
 from trainer_payload.protocol import CHECKPOINT_MARKER
 

@@ -103,6 +103,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         **({"predicted": dict(spec.estimate)} if spec.estimate else {}),
         **({"export_on_machine": list(spec.export_on_machine)} if spec.export_on_machine else {}),
         **({"serve": spec.serve.to_dict()} if spec.serve else {}),
+        **({"judge_on_machine": spec.judge.to_dict()} if spec.judge else {}),
     }
 
 
@@ -562,12 +563,12 @@ class RunEngine:
             await checkpoints.pull_newest_checkpoint(self.ctx, run_id, machine, self._nodes.get(run_id))
             record = self.store.transition(run_id, RunState.PULLING)
             local = await checkpoints.pull_adapter(self.ctx, run_id, machine, event)
-        await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)
         self.store.update(run_id, adapter=str(local), error=None)
         self.report(f"adapter verified and saved to {local}")
-        if record.spec.get("export_on_machine"):
+        if record.spec.get("export_on_machine") or record.spec.get("judge_on_machine"):
             async with self._heartbeat_while_pulling(run_id, machine):  # the self-stop waits for the export too
                 await remote_export.export_on_machine(self.ctx, run_id, machine)
+        await machine.run(f"rm -rf {shlex.quote(str(record.remote_dir))}/data", check=False)  # judged, if asked
         if record.spec.get("serve") and not self.store.get(run_id).spec.get("stop_requested"):
             self.store.transition(run_id, RunState.SERVING)
             return await self._serve(run_id, machine)

@@ -147,7 +147,7 @@ def _fit_words(event: Mapping[str, Any]) -> str:
 def _exported_words(event: Mapping[str, Any]) -> str:
     if event.get("error"):
         return f"the export on the machine failed: {event['error']}"
-    return f"exported on the machine: {', '.join(event.get('outputs') or {}) or 'nothing'}"
+    return f"made on the machine: {', '.join(event.get('outputs') or {}) or 'nothing'}"
 
 
 def _hold_words(event: Mapping[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """Where the fine-tuned model is made after training: at home (the default), or on the machine when it must be.
 
 The review proposes the export on the machine when merging would not fit this computer's memory or disk, with the
-machine's paid minutes and dollars; the user's own choice (the draft's ``export_on_machine``) always wins.
+machine's paid minutes and dollars; the user's own choice (the draft's ``export_on_machine``) always wins. Judging
+base against tuned on the machine (:func:`judge_estimate`) is the user's choice alone, with its price beside it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from desktop.core.export.on_machine import (
     on_machine_cost,
     why_on_machine,
 )
+from desktop.core.judging.on_machine import judge_cost
 from desktop.core.runs.draft import RunDraft
+from desktop.core.runs.spec import JudgeSpec
 from desktop.services.local.inventory import exports_root
 from desktop.services.models.sizing import Sizing
 
@@ -68,3 +71,15 @@ def export_choice(draft: RunDraft, sizing: Sizing | None, room: HomeRoom | None)
     return ExportChoice(
         outputs, chosen is None and bool(reason), reason, on_machine_cost(params, ON_MACHINE_OUTPUTS, price)
     )
+
+
+def judge_estimate(draft: RunDraft, sizing: Sizing | None) -> OnMachineCost | None:
+    """The machine's paid minutes (at most) and dollars for judging the draft's held-out rows there.
+
+    None for a full fine-tune (no adapter to switch off for the base's answers) or an unsized draft.
+    """
+    if sizing is None or draft.method not in ("qlora", "lora"):
+        return None
+    price = draft.compute.price_per_hour if draft.renting else draft.hourly_rate_usd
+    judge = JudgeSpec()
+    return judge_cost(sizing.plan.arch.total_params, judge.max_examples, judge.max_new_tokens, price)

@@ -25,6 +25,7 @@ from desktop.services.runs.checkpoints import inside
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.errors import RunError
 from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.machine_judgement import score_machine_answers
 from desktop.services.runs.monitor import read_events
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
@@ -86,29 +87,34 @@ async def export_on_machine(ctx: RunContext, run_id: str, machine: Machine) -> P
     Raises:
         RemoteError: The connection was lost (the engine reconnects; a running export is followed, not restarted).
     """
-    asked = [str(item) for item in ctx.store.get(run_id).spec.get("export_on_machine") or []]
-    if not asked:
+    spec = ctx.store.get(run_id).spec
+    asked = [str(item) for item in spec.get("export_on_machine") or []]
+    judge = spec.get("judge_on_machine")
+    if not asked and not judge:
         return None
     try:
-        ended = await _ended_export(ctx, run_id) or await _run_export(ctx, run_id, machine, asked)
+        ended = await _ended_export(ctx, run_id) or await _run_export(ctx, run_id, machine, asked, judge)
         if ended.get("error"):
             raise ExportOnMachineError(str(ended["error"]))
         folder = await _pull_outputs(ctx, run_id, machine, ended)
     except ExportOnMachineError as exc:
-        ctx.report(f"the export on the machine failed: {exc}; the adapter is home, export it on the Models page")
+        what, fix = ("the export", "export it") if asked else ("judging", "compare it with its base")
+        ctx.report(f"{what} on the machine failed: {exc}; the adapter is home, {fix} on the Models page")
         ctx.set_spec(run_id, export_error=str(exc))
         return None
+    await score_machine_answers(ctx, run_id, folder)
     await _arrived(ctx, run_id, machine, ended, folder)
     return folder
 
 
 async def _arrived(ctx: RunContext, run_id: str, machine: Machine, ended: dict[str, Any], folder: Path) -> None:
     """Says and records what came home (and what could not be made), then frees the machine's disk of it."""
-    outputs = dict(ended.get("outputs") or {})
+    outputs = {name: path for name, path in dict(ended.get("outputs") or {}).items() if name != "judge"}
     said = [str(note)[:500] for note in (ended.get("notes") or [])[:MAX_NOTES]]  # the machine's words, bounded
     notes = said + await _fallbacks(folder, outputs)
     ctx.set_spec(run_id, exported_on_machine=outputs, export_notes=notes, export_error=None)
-    ctx.report(f"made on the machine and verified at home: {', '.join(outputs)} in {folder}")
+    if outputs:
+        ctx.report(f"made on the machine and verified at home: {', '.join(outputs)} in {folder}")
     for note in notes:
         ctx.report(note)
     remote = shlex.quote(str(ctx.store.get(run_id).remote_dir))
@@ -144,7 +150,9 @@ async def _ended_export(ctx: RunContext, run_id: str) -> dict[str, Any] | None:
     return dict(ended) if ended is not None else None
 
 
-async def _run_export(ctx: RunContext, run_id: str, machine: Machine, asked: list[str]) -> dict[str, Any]:
+async def _run_export(
+    ctx: RunContext, run_id: str, machine: Machine, asked: list[str], judge: dict[str, Any] | None
+) -> dict[str, Any]:
     """Starts the export on the machine (unless it runs, or ended, already) and follows it to its ``exported`` event."""
     remote = shlex.quote(str(ctx.store.get(run_id).remote_dir))
     running = await _running_export(machine, remote)  # asked before the events: its last words are read next
@@ -152,7 +160,7 @@ async def _run_export(ctx: RunContext, run_id: str, machine: Machine, asked: lis
     if ended is not None:
         return ended
     if running is None:
-        await _start_export(ctx, run_id, machine, asked)
+        await _start_export(ctx, run_id, machine, asked, judge)
     while True:
         await asyncio.sleep(ctx.options.poll_seconds)
         running = await _running_export(machine, remote)
@@ -186,12 +194,16 @@ async def _running_export(machine: Machine, remote: str) -> int | None:
     return int(output) if output.isdigit() else None
 
 
-async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: list[str]) -> None:
+async def _start_export(
+    ctx: RunContext, run_id: str, machine: Machine, asked: list[str], judge: dict[str, Any] | None
+) -> None:
     """Uploads the converters when GGUF is asked for and the export job, then starts the export detached."""
     record = ctx.store.get(run_id)
     remote = str(record.remote_dir)
     gguf = [item.removeprefix("gguf:") for item in asked if item.startswith("gguf:")]
     job: dict[str, Any] = {"adapter": ADAPTER_DIR_NAME, "merged": "merged" in asked, "gguf": gguf}
+    if judge:
+        job["judge"] = {key: int(judge[key]) for key in ("max_examples", "max_new_tokens")}
     if gguf:
         job["converters"] = f"{remote}/{REMOTE_CONVERTERS}"
         await upload_llama_cpp(ctx, run_id, machine, remote, quantize=bool(set(gguf) & set(QUANTIZE_GGUF_TYPES)))
@@ -204,7 +216,8 @@ async def _start_export(ctx: RunContext, run_id: str, machine: Machine, asked: l
         f'echo "$!" > {EXPORT_PID_FILE}; echo "$!"'
     )
     output = (await machine.run(start)).strip().splitlines()
-    ctx.report(f"exporting on the machine (pid {output[-1] if output else '?'}): {', '.join(asked)}")
+    work = ", ".join([*(["judging base against tuned"] if judge else []), *asked])
+    ctx.report(f"working on the machine after training (pid {output[-1] if output else '?'}): {work}")
 
 
 async def upload_llama_cpp(ctx: RunContext, run_id: str, machine: Machine, remote: str, *, quantize: bool) -> None:

@@ -42,6 +42,7 @@ from desktop.services.local.toolenv import ToolsStatus, frozen, install_tools, r
 from desktop.services.local.tools import LocalStep, missing_tools
 from desktop.services.publishing.hub import Published, PublishRequest, publish
 from desktop.services.runs.adapters import Inventory, ReturnedAdapter, delete_adapter, read_inventory
+from desktop.services.runs.run_facts import run_facts_of
 from desktop.services.runs.store import RunLiveError, UnknownRunError
 from desktop.services.serving.local_server import LocalServer
 from desktop.ui.app_words import sentence
@@ -475,15 +476,15 @@ class ModelsPage(BasePage):
         options = JudgeOptions(choice.regex, choice.schema_file, choice.max_examples, choice.max_new_tokens)
         store = self.context.store
 
-        def work(job: Job) -> Awaitable[Any]:
-            return judge_and_report(
+        async def work(job: Job) -> Any:
+            run = await run_facts_of(store, adapter.run_id)
+            return await judge_and_report(
                 choice.base,
                 adapter.source.adapter,
                 choice.eval_file,
                 out,
                 options=options,
-                run_id=adapter.run_id,
-                store=store,
+                run=run,
                 progress=_progress(job),
                 secrets=self.context.secrets,
             )

@@ -34,7 +34,7 @@ from desktop.services.platform.logs import get_logger
 from desktop.services.platform.paths import app_paths
 from desktop.services.runs.drafts import fresh_draft, write_spec_toml
 from desktop.services.runs.engine import RunError
-from desktop.services.runs.export_choice import export_choice
+from desktop.services.runs.export_choice import export_choice, judge_estimate
 from desktop.services.runs.preflight import (
     Check,
     ReviewFacts,
@@ -51,6 +51,8 @@ from desktop.ui.pages.wizard.review_words import (
     data_rows,
     export_box_text,
     export_choice_words,
+    judge_box_text,
+    judge_words,
     launch_question,
     model_rows,
     sizing_rows,
@@ -288,9 +290,40 @@ class ReviewStep(WizardStep):
         self.export_words.setAccessibleName("Where the fine-tuned model is made")
         self.export_card.body.addWidget(self.export_box)
         self.export_card.body.addWidget(self.export_words)
+        self.export_card.body.addWidget(self._build_judge())
         self.export_card.body.addWidget(self._build_serve())
         self.export_card.hide()  # shown once the facts say there is an adapter to merge
         return self.export_card
+
+    def _build_judge(self) -> QWidget:
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 8, 0, 0)
+        self.judge_box = QCheckBox()
+        self.judge_box.setAccessibleName("Judge base against tuned on the machine before it stops")
+        self.judge_box.toggled.connect(self.on_judge_toggled)
+        self.judge_words = caption()
+        self.judge_words.setAccessibleName("What judging on the machine gives and costs")
+        self.judge_words.setWordWrap(True)
+        column.addWidget(self.judge_box)
+        column.addWidget(self.judge_words)
+        return box
+
+    def _show_judge(self) -> None:
+        cost = judge_estimate(self.draft, self.facts.sizing) if self.facts else None
+        if cost is None:
+            return
+        self.judge_box.blockSignals(True)  # showing the choice is not making one
+        self.judge_box.setText(judge_box_text(self.draft))
+        self.judge_box.setChecked(self.draft.judge_on_machine and bool(self.draft.eval_file))
+        self.judge_box.setEnabled(bool(self.draft.eval_file))
+        self.judge_box.blockSignals(False)
+        self.judge_words.setText(judge_words(self.draft, cost))
+
+    def on_judge_toggled(self, checked: bool) -> None:
+        """The user's choice: the machine judges base against tuned before it goes, or it is judged at home."""
+        self.draft.judge_on_machine = checked
+        self._show_judge()
 
     def _build_serve(self) -> QWidget:
         box = QWidget()
@@ -351,6 +384,7 @@ class ReviewStep(WizardStep):
         self.export_box.setChecked(bool(choice.outputs))
         self.export_box.blockSignals(False)
         self.export_words.setText(export_choice_words(self.draft, choice))
+        self._show_judge()
         self._show_serve()
 
     def accept_export_proposal(self) -> None:
@@ -406,7 +440,14 @@ class ReviewStep(WizardStep):
 
     def _draft_json(self, draft: RunDraft | None = None) -> str:
         """The draft's choices as JSON: what the facts depend on (not the page, the launch, the export's place)."""
-        exclude = {"step", "launched_run", "launched_digest", "export_on_machine", "serve_after_training"}
+        exclude = {
+            "step",
+            "launched_run",
+            "launched_digest",
+            "export_on_machine",
+            "serve_after_training",
+            "judge_on_machine",
+        }
         exclude |= {"serve_idle_minutes"}
         return (draft or self.draft).model_dump_json(exclude=exclude)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from desktop.core.export.on_machine import HOME_MB_PER_S, ON_MACHINE_OUTPUTS, outputs_words
+from desktop.core.export.on_machine import HOME_MB_PER_S, ON_MACHINE_OUTPUTS, OnMachineCost, outputs_words
 from desktop.core.runs.draft import ComputeDraft, RunDraft, gpu_pick_training
 from desktop.core.sizing.plan import GpuOption
 from desktop.core.sizing.report import format_hours
@@ -19,7 +19,7 @@ from desktop.services.data.prepare import manifest_tokens
 from desktop.services.models.sizing import Sizing, option_label
 from desktop.services.models.sizing_words import fit_text
 from desktop.services.providers.base import ProviderName
-from desktop.services.runs.export_choice import ExportChoice, export_choice
+from desktop.services.runs.export_choice import ExportChoice, export_choice, judge_estimate
 from desktop.services.runs.preflight import Check, ReviewFacts
 from desktop.ui.pages.wizard.compute_words import estimate_words, kind_words, machine_words
 
@@ -281,7 +281,7 @@ def _rent_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuestion
     ]
     if compute.spot:
         details.append("Spot: the provider may take it away; the run then continues on another machine.")
-    export = _export_detail(draft, facts)
+    export = _after_training_detail(draft, facts)
     if export:
         details[2] = f"{export} It is terminated the moment they are on this computer, and whenever the run ends."
     if draft.serve_after_training:
@@ -305,9 +305,9 @@ def _server_question(draft: RunDraft, facts: ReviewFacts | None) -> LaunchQuesti
     details = f"Budget: {budget_line(draft)}." if draft.budget_usd > 0 else "No budget set."
     if rate <= 0:
         details += " No hourly rate: the cost is not metered."
-    export = _export_detail(draft, facts)
+    export = _after_training_detail(draft, facts)
     if export:
-        details += f"\n{export.replace('the machine makes', 'your server makes')}"
+        details += f"\n{export.replace('the machine makes', 'your server makes').replace('there', 'on your server')}"
     if draft.serve_after_training:
         details += (
             f"\nThen your server serves the tuned model until {draft.serve_idle_minutes:g} min pass without a request."
@@ -340,6 +340,45 @@ def export_choice_words(draft: RunDraft, choice: ExportChoice) -> str:
     if reason:
         return f"{reason}: the export on the Models page may not work here. On the machine instead: {how}."
     return f"After training, export on the Models page (the merge fits this computer). On the machine instead: {how}."
+
+
+def judge_box_text(draft: RunDraft) -> str:
+    """The review's choice to judge base against tuned on the machine."""
+    where = "rented machine before it is terminated" if draft.renting else "server after training"
+    return f"&Judge base against tuned on the held-out rows, on the {where}"
+
+
+def judge_words(draft: RunDraft, cost: OnMachineCost) -> str:
+    """What judging on the machine gives and costs, or why it cannot be chosen (no held-out rows)."""
+    if not draft.eval_file:
+        return (
+            "Needs held-out rows: the data step sets them aside when it prepares the data. Without them, compare on "
+            "the Models page after training."
+        )
+    at_most = format_hours(cost.minutes / 60)
+    paid = f"at most {at_most} more of paid time" if draft.renting else f"at most {at_most}"
+    money = f", ${cost.usd:,.2f}" if cost.usd is not None else ""
+    return (
+        f"The GPU is paid for already: both models answer up to 50 held-out rows there ({paid}{money}), and the "
+        "report (scores, the rows that flipped, the loss curves, the cost) is on the Models page when the run ends."
+    )
+
+
+def _judge_detail(draft: RunDraft, facts: ReviewFacts | None) -> str | None:
+    cost = judge_estimate(draft, facts.sizing) if facts else None
+    if cost is None or not (draft.judge_on_machine and draft.eval_file):
+        return None
+    money = f", ${cost.usd:,.2f}" if cost.usd is not None else ""
+    at_most = format_hours(cost.minutes / 60)
+    return f"After training, base and tuned answer the held-out rows there (at most {at_most}{money})."
+
+
+def _after_training_detail(draft: RunDraft, facts: ReviewFacts | None) -> str | None:
+    """What the machine does after training before it goes: judging, then the export (each when asked)."""
+    judge, export = _judge_detail(draft, facts), _export_detail(draft, facts)
+    if judge and export:
+        return f"{judge} {export.replace('After training, the machine makes', 'Then the machine makes')}"
+    return judge or export
 
 
 def _export_detail(draft: RunDraft, facts: ReviewFacts | None) -> str | None:
