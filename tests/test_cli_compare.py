@@ -153,3 +153,24 @@ def test_bad_checks_are_named_before_any_model_loads(
     line = _error(capsys, [*argv, "--out", str(tmp_path / "out")])
     assert expected in line, line  # said instead of the missing base: nothing was loaded
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_general_check_runs_the_harness_offline_on_both_models_row_by_row(
+    pattern_adapter: TrainedAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_file = write_pattern_jsonl(tmp_path / "eval.jsonl")
+    out = tmp_path / "out"
+    argv = ["eval", str(pattern_adapter.path), "--base", str(pattern_adapter.base), "--eval", str(eval_file)]
+    assert main([*argv, "--general", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "lm-evaluation-harness: rentune_arithmetic, rentune_capitals with the base model" in captured.err
+    assert "General ability (lm-evaluation-harness 0.4.13, shipped tasks, offline):" in captured.out
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    tasks = {task["task"]: task for task in report["general"]["tasks"]}
+    assert sorted(tasks) == ["rentune_arithmetic", "rentune_capitals"]
+    assert (tasks["rentune_arithmetic"]["rows"], tasks["rentune_capitals"]["rows"]) == (60, 68), "every shipped row"
+    for task in tasks.values():
+        assert task["low"] <= task["difference"] <= task["high"]
+        assert task["drift"] in ("regressed", "improved", "no clear change")
+    assert "## General ability (lm-evaluation-harness 0.4.13)" in (out / "report.md").read_text(encoding="utf-8")

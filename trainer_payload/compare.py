@@ -207,7 +207,8 @@ def read_rows(path: Path) -> list[tuple[int, Messages]]:
     return rows
 
 
-def _print_progress(fraction: float | None, text: str) -> None:
+def print_progress(fraction: float | None, text: str) -> None:
+    """Prints a ``progress FRACTION TEXT`` line for the app (``-`` for an unknown fraction)."""
     shown = "-" if fraction is None else f"{fraction:.3f}"
     print(f"progress {shown} {text}", flush=True)
 
@@ -221,9 +222,7 @@ def main(argv: list[str]) -> int:
     job = json.loads(argv[1])
     rows = read_rows(Path(job["rows"]))
     try:
-        result = compare_rows(
-            Path(job["base"]), Path(job["adapter"]), rows, int(job["max_new_tokens"]), _print_progress
-        )
+        result = compare_rows(Path(job["base"]), Path(job["adapter"]), rows, int(job["max_new_tokens"]), print_progress)
     except CompareRefusedError as exc:
         print(f"refused {exc.kind} {exc.detail}", flush=True)
         return REFUSED_EXIT

@@ -22,13 +22,15 @@ from desktop.services.runs.run_facts import run_facts_of
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """``rentune eval ADAPTER_DIR_OR_RUN_ID [--base] [--eval FILE] [--regex RE] [--json-schema FILE] [--json]``."""
+    """``rentune eval ADAPTER_DIR_OR_RUN_ID [--base] [--eval FILE] [--regex RE] [--json-schema FILE] [--general]``."""
     try:
         source = resolve_adapter(args.adapter)
     except AdapterSourceError as exc:
         raise CliError(str(exc)) from exc
     eval_file = _eval_file(args.eval, source)
-    options = JudgeOptions(args.regex, args.json_schema, _positive(args.max_examples, "--max-examples"))
+    options = JudgeOptions(
+        args.regex, args.json_schema, _positive(args.max_examples, "--max-examples"), general=args.general
+    )
     out: Path = args.out or source.default_out("eval")
     try:
         check_options(options)  # a bad regex or schema is said before any model loads

@@ -412,5 +412,10 @@ def _add_eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     judge.add_argument("--regex", metavar="RE", help="a right answer also matches this regular expression")
     judge.add_argument("--json-schema", type=Path, metavar="FILE", help="a right JSON answer satisfies this schema")
     judge.add_argument("--max-examples", type=int, default=50, metavar="N", help="rows judged at most (default 50)")
+    judge.add_argument(
+        "--general",
+        action="store_true",
+        help="also check general ability: lm-evaluation-harness on shipped tasks (arithmetic, capitals), offline",
+    )
     judge.add_argument("--out", type=Path, help="folder for the report (default: ./RUN_OR_ADAPTER-eval)")
     judge.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from desktop.cli.app import main
+from desktop.core.judging.general import task_score
+from desktop.services.evaluation.general import GeneralCheck
 from desktop.services.evaluation.judge import JudgeOptions, judge_comparison
 from desktop.services.evaluation.report import write_reports
 from desktop.services.local.compare import CompareExample, CompareResult
@@ -58,7 +61,11 @@ def _finished_run(adapter: TrainedAdapter) -> str:
     (folder / "merged" / "model.safetensors").write_bytes(hashlib.sha256(b"w").digest() * (LFS_FROM_BYTES // 16))
     rows = [CompareExample(q, a, "no idea", a, i + 1) for i, (q, a) in enumerate(PATTERN)]
     result = CompareResult(adapter.base, adapter.path, Path("eval.jsonl"), 6.1, 0.4, rows, len(rows))
-    write_reports(judge_comparison(result, JudgeOptions(), None, None), folder / COMPARE_FOLDER)
+    general = GeneralCheck(
+        [task_score("rentune_capitals", [1.0] * 8, [1.0] * 6 + [0.0] * 2)], "lm-evaluation-harness 0.4.13"
+    )
+    judgement = replace(judge_comparison(result, JudgeOptions(), None, None), general=general)
+    write_reports(judgement, folder / COMPARE_FOLDER)
     return run_id
 
 
@@ -94,6 +101,8 @@ def test_a_run_is_published_private_with_every_file_and_a_card_from_the_run(
         assert fact in card, fact
     assert "| Cost | $" in card and "![Loss during training](loss.svg)" in card
     assert "Leaning better, not yet clear (more held-out rows would tell): 4 held-out rows fixed, 0 broken" in card
+    assert "General ability (lm-evaluation-harness 0.4.13, small offline tasks):" in card
+    assert "| world capitals | 100% | 75% | -25 points (" in card
     assert "| normalised | 0/4 | 4/4 |" in card and 'from_pretrained("ada/tuned-pattern")' in card
     assert not any(question in card or answer in card for question, answer in PATTERN), "no row of the data"
     assert repo.files["loss.svg"].startswith(b"<svg")

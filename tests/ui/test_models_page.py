@@ -366,7 +366,8 @@ def test_compare_writes_the_report_and_opens_it(
     dialog.regex_edit.setText("(unclosed")  # a broken check is named and blocks the start
     assert "does not compile" in dialog.hint_label.text() and not dialog.start_button.isEnabled()
     dialog.regex_edit.setText(r"\.$")  # every taught answer ends with a full stop
-    assert dialog.start_button.isEnabled()
+    assert dialog.start_button.isEnabled() and not dialog.general_box.isChecked(), "the general check is asked for"
+    dialog.general_box.setChecked(True)
     dialog.start_button.click()
     wait_for(lambda: page.task is None, timeout=300)
 
@@ -376,6 +377,7 @@ def test_compare_writes_the_report_and_opens_it(
     assert shown is not None and shown.isVisible(), "the report opens in the app"
     assert shown.verdict.headline_label.text().startswith("Leaning better, not yet clear")
     assert "Mean loss on the reference answers" in shown.verdict.details_label.text()
+    assert "world capitals: base " in shown.verdict.details_label.text(), "the general check, from report.json"
     tabs = [shown.tabs.tabText(index).replace("&", "") for index in range(shown.tabs.count())]
     assert tabs[:2] == [f"Fixed ({len(shown.report.fixed)})", "Broken (0)"] and shown.report.fixed
     first = shown.report.fixed[0]

@@ -60,6 +60,27 @@ def test_a_report_judged_on_the_rented_machine_says_so(tmp_path: Path) -> None:
     assert "Answered on the rented machine, before it was let go." in read_saved_report(html).lines
 
 
+def test_a_fine_tune_better_at_its_task_that_lost_general_ability_is_a_warning(qtbot: QtBot, tmp_path: Path) -> None:
+    lost = {"task": "rentune_capitals", "rows": 68, "base": 0.94, "tuned": 0.76, "low": -0.27, "high": -0.09}
+    kept = {"task": "rentune_arithmetic", "rows": 60, "base": 0.83, "tuned": 0.78, "low": -0.11, "high": 0.01}
+    html = write_report(
+        tmp_path / "compare", general={"harness": "lm-evaluation-harness 0.4.13", "tasks": [kept, lost]}
+    )
+    report = read_saved_report(html)
+    assert report.general_regressed
+    assert "Lost general ability beyond chance: world capitals (-18 points)." in report.lines
+    assert (
+        "arithmetic: base 83%, tuned 78% (-5 points, 95% interval -11 to +1, 60 rows): no clear change" in report.lines
+    )
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    dialog = ReportDialog(parent, report, "x")
+    assert dialog.verdict.property("severity") == "warning"
+    assert not read_saved_report(
+        write_report(tmp_path / "kept", general={"harness": "h", "tasks": [kept]})
+    ).general_regressed
+
+
 def test_a_report_without_runs_curves_has_no_loss_tab(qtbot: QtBot, tmp_path: Path) -> None:
     html = write_report(tmp_path / "compare", run=None)
     parent = QWidget()

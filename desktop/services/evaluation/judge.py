@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from desktop.core.judging.checks import CheckKind, choose_checks, parse_json, passes, regex_problem
 from desktop.core.judging.verdict import RowScore, Verdict, judge
+from desktop.services.evaluation.general import GeneralCheck, check_general_ability
 from desktop.services.evaluation.report import write_reports
 from desktop.services.evaluation.run_facts import RunFacts
 from desktop.services.local.base_model import local_base
@@ -33,23 +34,26 @@ class JudgeOptions:
         schema_file: A JSON Schema file a right JSON answer satisfies, or None.
         max_examples: Held-out rows used at most.
         max_new_tokens: Longest answer generated, in tokens.
+        general: Also check general ability with lm-evaluation-harness (:mod:`.general`).
     """
 
     regex: str | None = None
     schema_file: Path | None = None
     max_examples: int = 50
     max_new_tokens: int = 128
+    general: bool = False
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """The evaluation as a whole: the answers and losses, the checks, every row scored, the verdict, the run."""
+    """The evaluation as a whole: answers and losses, checks, rows scored, verdict, run, general-ability check."""
 
     comparison: CompareResult
     checks: list[CheckKind]
     rows: list[RowScore]
     verdict: Verdict
     run: RunFacts | None
+    general: GeneralCheck | None = None
 
 
 def read_schema(path: Path) -> dict[str, Any]:
@@ -167,5 +171,7 @@ async def judge_and_report(
         progress=progress,
     )
     judgement = judge_comparison(result, options, schema, run)
+    if options.general:
+        judgement = replace(judgement, general=await check_general_ability(folder, adapter, progress))
     written = await asyncio.to_thread(write_reports, judgement, out)
     return judgement, written

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from desktop.core.judging.checks import CHECK_WORDS
 from desktop.core.judging.verdict import CheckScore, Outcome, RowScore, Verdict
 from desktop.core.runs.progress import format_duration
+from desktop.services.evaluation.general import general_json, general_lines, table_rows
 from desktop.services.local.common import finished_file
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ def summary_lines(judgement: Judgement) -> list[str]:
         lines.append(f"The evaluation was cut to the first {len(result.examples)} rows to keep it short.")
     if judgement.run is not None:
         lines.append(_run_line(judgement.run))
+    if judgement.general is not None:
+        lines += general_lines(judgement.general)
     return lines
 
 
@@ -120,6 +123,7 @@ def report_json(judgement: Judgement) -> dict[str, Any]:
         "eval_file": str(result.eval_file),
         "judged_on": result.judged_on or "this computer",
         "run": None if run is None else {**vars(run), "losses": run.losses, "eval_losses": run.eval_losses},
+        "general": None if judgement.general is None else general_json(judgement.general),
     }
 
 
@@ -167,6 +171,10 @@ def markdown_report(judgement: Judgement) -> str:
         for s in verdict.scores
     ]
     lines += [f"| Mean loss (lower is better) | {result.base_loss:.4f} | {result.tuned_loss:.4f} |", ""]
+    if judgement.general is not None:
+        lines += [f"## General ability ({judgement.general.harness})", ""]
+        lines += ["| Task | Base | Fine-tuned | Difference, points (95% interval) | |", "|---|---|---|---|---|"]
+        lines += [f"| {' | '.join(cells)} |" for cells in table_rows(judgement.general)] + [""]
     if verdict.labels:
         lines += ["## Per label", "", "| Label | Rows | Base right | Fine-tuned right |", "|---|---|---|---|"]
         lines += [f"| {_inline_code(x.label)} | {x.rows} | {x.base_right} | {x.tuned_right} |" for x in verdict.labels]
@@ -243,6 +251,14 @@ def html_report(judgement: Judgement) -> str:
             f"<tr><td><code>{esc(x.label)}</code></td><td>{x.rows}</td><td>{x.base_right}</td>"
             f"<td>{x.tuned_right}</td></tr>"
             for x in verdict.labels
+        ]
+        parts.append("</table>")
+    if judgement.general is not None:
+        parts.append(f"<h2>General ability ({esc(judgement.general.harness)})</h2><table><tr><th>Task</th>")
+        parts.append("<th>Base</th><th>Fine-tuned</th><th>Difference, points (95% interval)</th><th></th></tr>")
+        parts += [
+            "<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>"
+            for cells in table_rows(judgement.general)
         ]
         parts.append("</table>")
     if judgement.run is not None and judgement.run.losses:

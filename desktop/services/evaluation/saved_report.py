@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from desktop.core.judging.checks import CheckKind
+from desktop.core.judging.general import TaskScore
 from desktop.core.judging.verdict import CheckScore, Outcome
+from desktop.services.evaluation.general import GeneralCheck, general_lines
 from desktop.services.evaluation.report import REPORT_FILES, outcome_words, score_line
 
 #: The most flipped rows the view lists (the JSON and the HTML report hold them all).
@@ -46,6 +48,7 @@ class SavedReport:
         losses: The run's (step, training loss) curve, when the adapter came from a recorded run.
         eval_losses: Its (step, held-out loss) curve.
         html: The HTML report beside it (the loss curves drawn, every row), when it is there.
+        general_regressed: The general-ability check found a task the fine-tune lost beyond chance.
     """
 
     headline: str
@@ -56,6 +59,7 @@ class SavedReport:
     losses: list[tuple[int, float]] = field(default_factory=list)
     eval_losses: list[tuple[int, float]] = field(default_factory=list)
     html: Path | None = None
+    general_regressed: bool = False
 
 
 def report_json_path(report: Path) -> Path:
@@ -99,6 +103,8 @@ def _parsed(data: Any, path: Path) -> SavedReport:
         lines.append(f"Answered on {judged_on[:200]}.")
     found = data.get("run")
     run: dict[str, Any] = found if isinstance(found, dict) else {}
+    general = _general_lines(data.get("general"))
+    lines += general
     html = path.with_name(REPORT_FILES["html"])
     return SavedReport(
         headline=outcome_words(outcome, len(fixed), len(broke)),
@@ -109,6 +115,7 @@ def _parsed(data: Any, path: Path) -> SavedReport:
         losses=_curve(run.get("losses")),
         eval_losses=_curve(run.get("eval_losses")),
         html=html if html.is_file() else None,
+        general_regressed=bool(general) and general[0].startswith("Lost general ability"),
     )
 
 
@@ -131,6 +138,19 @@ def _curve(points: Any) -> list[tuple[int, float]]:
     if not isinstance(points, list):
         return []
     return [(int(step), float(loss)) for step, loss in points]
+
+
+def _general_lines(general: Any) -> list[str]:
+    """The general-ability check's lines, rebuilt from the JSON (none when it was not run)."""
+    if not isinstance(general, dict):
+        return []
+    scores = [
+        TaskScore(
+            str(t["task"]), int(t["rows"]), float(t["base"]), float(t["tuned"]), float(t["low"]), float(t["high"])
+        )
+        for t in general.get("tasks") or []
+    ]
+    return general_lines(GeneralCheck(scores, str(general.get("harness") or "lm-evaluation-harness")))
 
 
 def _run_lines(run: dict[str, Any]) -> list[str]:

@@ -163,7 +163,7 @@ async def compare_adapter(
         lines = (json.dumps({"line": line, "messages": messages}) for line, messages in rows)
         rows_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
         job = {"base": str(base), "adapter": str(adapter), "rows": str(rows_file), "max_new_tokens": max_new_tokens}
-        result = await _run_child(job, base, adapter, progress)
+        result = await run_model_child("trainer_payload.compare", job, base, adapter, progress, what="the comparison")
     return result_from_json(result, base, adapter, eval_file, usable)
 
 
@@ -190,8 +190,24 @@ def result_from_json(
     )
 
 
-async def _run_child(job: dict[str, Any], base: Path, adapter: Path, progress: Progress) -> dict[str, Any]:
-    """Runs the comparison's child and returns its result; its refusal becomes the message naming the fix."""
+async def run_model_child(
+    module: str,
+    job: dict[str, Any],
+    base: Path,
+    adapter: Path,
+    progress: Progress,
+    *,
+    what: str,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Runs ``python -m MODULE JOB`` (a payload module that loads base + adapter) and returns its ``result``.
+
+    Its ``progress`` lines go to ``progress``; its refusal (the base or adapter does not load) becomes the message
+    naming the fix (:func:`refusal_words`).
+
+    Raises:
+        LocalToolError: The child failed, refused, or ended without a result.
+    """
     result: dict[str, Any] = {}
     refused: list[tuple[str, str]] = []
 
@@ -206,17 +222,15 @@ async def _run_child(job: dict[str, Any], base: Path, adapter: Path, progress: P
             what, _, detail = rest.partition(" ")
             refused.append((what, detail))
 
-    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"} | (extra_env or {})
     try:
-        await run_python(
-            ["-m", "trainer_payload.compare", json.dumps(job)], env=env, on_line=on_line, what="the comparison"
-        )
+        await run_python(["-m", module, json.dumps(job)], env=env, on_line=on_line, what=what)
     except LocalToolError:
         if refused:
             raise LocalInputError(refusal_words(*refused[-1], base, adapter)) from None
         raise
     if not result:
-        raise LocalToolError("the comparison ended without a result; see the log for its output")
+        raise LocalToolError(f"{what} ended without a result; see the log for its output")
     return result
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from desktop.core.judging.verdict import Outcome
 from desktop.core.runs.progress import format_duration
+from desktop.services.evaluation.general import task_title
 from desktop.services.evaluation.report import outcome_words
 from desktop.services.evaluation.run_facts import RunFacts
 
@@ -91,6 +92,25 @@ def _evaluation(report: dict[str, Any]) -> list[str]:
     base_loss, tuned_loss = report.get("base_loss"), report.get("tuned_loss")
     if isinstance(base_loss, (int, float)) and isinstance(tuned_loss, (int, float)):
         lines.append(f"| mean loss on the references | {base_loss:.4f} | {tuned_loss:.4f} |")
+    return [*lines, "", *_general(report.get("general"))]
+
+
+def _general(general: Any) -> list[str]:
+    """The general-ability check's table (lm-evaluation-harness), when the evaluation ran it."""
+    tasks = general.get("tasks") if isinstance(general, dict) else None
+    if not isinstance(tasks, list) or not tasks:
+        return []
+    lines = [f"General ability ({general.get('harness')}, small offline tasks):", ""]
+    lines += ["| Task | Base | Fine-tuned | Difference (95% interval) |", "|---|---|---|---|"]
+    for task in tasks:
+        try:
+            base, tuned, low, high = (float(task[key]) for key in ("base", "tuned", "low", "high"))
+        except (KeyError, TypeError, ValueError):
+            continue
+        lines.append(
+            f"| {task_title(str(task.get('task')))} | {base:.0%} | {tuned:.0%} | "
+            f"{(tuned - base) * 100:+.0f} points ({low * 100:+.0f} to {high * 100:+.0f}) |"
+        )
     return [*lines, ""]
 
 

@@ -473,7 +473,9 @@ class ModelsPage(BasePage):
     def start_compare(self, adapter: ReturnedAdapter, choice: CompareChoice) -> None:
         """Judges base against fine-tuned on ``choice`` with progress and Cancel; opens the report when written."""
         out = adapter.export_folder / COMPARE_FOLDER
-        options = JudgeOptions(choice.regex, choice.schema_file, choice.max_examples, choice.max_new_tokens)
+        options = JudgeOptions(
+            choice.regex, choice.schema_file, choice.max_examples, choice.max_new_tokens, general=choice.general
+        )
         store = self.context.store
 
         async def work(job: Job) -> Any:

@@ -368,6 +368,7 @@ class CompareChoice:
         max_new_tokens: Longest answer per row.
         regex: A regular expression right answers match, or None.
         schema_file: A JSON Schema right JSON answers satisfy, or None.
+        general: Also check general ability (lm-evaluation-harness on the shipped tasks).
     """
 
     base: str | None
@@ -376,6 +377,7 @@ class CompareChoice:
     max_new_tokens: int
     regex: str | None = None
     schema_file: Path | None = None
+    general: bool = False
 
 
 class CompareDialog(_LocalStepDialog):
@@ -409,6 +411,13 @@ class CompareDialog(_LocalStepDialog):
         form.addRow("Right answers &match", self.regex_edit)
         words = ("JSON &Schema", "JSON Schema file", "Optional: a JSON Schema file right JSON answers satisfy")
         self.schema_edit = self._path_row(form, words, "Choose schema fil&e…")
+        self.general_box = QCheckBox("Also check &general ability (arithmetic, world capitals)")
+        self.general_box.setAccessibleName("Also check general ability with lm-evaluation-harness")
+        self.general_box.setToolTip(
+            "EleutherAI's lm-evaluation-harness on small tasks shipped with Rentune (offline): did the fine-tune lose "
+            "what the base could do? Adds a few minutes on a laptop for a small model."
+        )
+        form.addRow("", self.general_box)
         return form
 
     def _path_row(self, form: QFormLayout, words: tuple[str, str, str], button: str, text: str = "") -> QLineEdit:
@@ -464,6 +473,7 @@ class CompareDialog(_LocalStepDialog):
             self.tokens_spin.value(),
             self.regex_edit.text() or None,
             Path(self.schema_edit.text().strip()).expanduser() if self.schema_edit.text().strip() else None,
+            self.general_box.isChecked(),
         )
 
 

@@ -34,7 +34,10 @@ class ReportDialog(QDialog):
         self.setAccessibleName("Compare report")
         self.resize(860, 640)
         layout = QVBoxLayout(self)
-        self.verdict = Banner(_SEVERITY[report.outcome], report.headline, "\n".join(report.lines))
+        severity = _SEVERITY[report.outcome]
+        if report.general_regressed and report.outcome is not Outcome.WORSE:
+            severity = "warning"  # better at the task, and worse at what it was not trained for
+        self.verdict = Banner(severity, report.headline, "\n".join(report.lines))
         layout.addWidget(self.verdict)
         self.tabs = QTabWidget()
         self.fixed_view = self._rows_view(report.fixed, "Fixed: the base got these wrong, the fine-tune right")
