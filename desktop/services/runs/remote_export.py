@@ -6,6 +6,8 @@ copy the local export runs) are uploaded, ``python -m trainer_payload export`` r
 does not stop it), its ``export`` events say what it does, and its ``exported`` event names every file with its
 SHA-256. Each comes home verified into the run's export folder (where the Models page finds it); only then does the
 run finish and a rented machine go. A failed export never fails the run: the adapter is home, and the reason is said.
+The same job judges base against tuned on the held-out rows first when ``[judge] on_machine`` asks (its answers are
+scored at home: :mod:`desktop.services.runs.machine_judgement`), with or without an export.
 """
 
 from __future__ import annotations
