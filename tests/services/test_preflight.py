@@ -20,6 +20,7 @@ from desktop.services.runs.offers_for_draft import DraftOffer
 from desktop.services.runs.preflight import (
     ReviewFacts,
     Severity,
+    after_training_usd,
     is_gated,
     preflight,
     read_review_facts,
@@ -236,3 +237,25 @@ def test_a_malformed_key_in_the_environment_blocks_the_launch_naming_the_variabl
     facts = read_review_facts(draft, SecretStore())
     (check,) = [check for check in preflight(draft, facts) if check.headline.startswith("A key")]
     assert check.required and check.details.startswith("VAST_API_KEY holds a Vast.ai API key with a space inside")
+
+
+def test_work_after_training_that_the_budget_would_cut_off_is_amber_and_says_what_happens() -> None:
+    draft = rented_draft(provider="vast")
+    draft.method, draft.eval_file = "qlora", "/data/eval.jsonl"
+    facts = read_review_facts(draft, None)
+    assert facts.sizing is not None and facts.pick is not None and facts.pick.total_usd is not None
+    train = facts.pick.total_usd
+    draft.budget_usd = train + 0.04  # the training fits with 4 cents to spare
+    draft.export_on_machine = []  # everything at home: nothing after training
+    assert after_training_usd(draft, facts) == 0.0 and preflight(draft, facts) == []
+    draft.judge_on_machine = True  # a 7 B model's 50 rows, twice: a few cents at $0.40 per hour
+    judging = after_training_usd(draft, facts)
+    assert judging > 0.04
+    [check] = [check for check in preflight(draft, facts) if "budget" in check.headline]
+    assert (check.severity, check.headline) == (Severity.WARNING, "The work after training is above your budget")
+    assert f"About ${train:,.2f} to train and ${judging:,.2f} for what the machine does after it" in check.details
+    assert "the adapter comes home, then the budget stops the machine before that work ends" in check.details
+    draft.budget_usd = train - 0.5  # the training itself is over: the old words
+    assert "The estimate is above your budget" in [c.headline for c in preflight(draft, facts)]
+    draft.budget_usd = train + judging + 0.01
+    assert not [c for c in preflight(draft, facts) if "budget" in c.headline], "room for both"

@@ -30,7 +30,7 @@ from desktop.services.providers.base import ProviderName
 from desktop.services.providers.registry import PROVIDERS
 from desktop.services.providers.words import without_terminal_advice
 from desktop.services.runs.drafts import size_draft
-from desktop.services.runs.export_choice import home_room
+from desktop.services.runs.export_choice import export_choice, home_room, judge_estimate
 from desktop.services.runs.offers_for_draft import DraftOffer, judge_pick, sentence
 from desktop.services.runs.store import RunStore
 
@@ -261,7 +261,7 @@ def _rented_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
         )
     if pick.offer.spot:
         found.append(_spot(draft))
-    found += _budget_checks(draft, pick.total_usd)
+    found += _budget_checks(draft, pick.total_usd, after_training_usd(draft, facts))
     return found
 
 
@@ -286,9 +286,32 @@ def _spot(draft: RunDraft) -> Check:
     )
 
 
-def _budget_checks(draft: RunDraft, total_usd: float | None) -> list[Check]:
-    if draft.budget_usd <= 0 or total_usd is None or total_usd <= draft.budget_usd:
+def after_training_usd(draft: RunDraft, facts: ReviewFacts) -> float:
+    """What the machine's work after training costs, as chosen: the export there, judging there (0 for none)."""
+    usd = 0.0
+    choice = export_choice(draft, facts.sizing, facts.room)
+    if choice is not None and choice.outputs and choice.cost.usd is not None:
+        usd += choice.cost.usd
+    judge = judge_estimate(draft, facts.sizing) if draft.judge_on_machine and draft.eval_file else None
+    if judge is not None and judge.usd is not None:
+        usd += judge.usd
+    return usd
+
+
+def _budget_checks(draft: RunDraft, total_usd: float | None, after_usd: float = 0.0) -> list[Check]:
+    if draft.budget_usd <= 0 or total_usd is None or total_usd + after_usd <= draft.budget_usd:
         return []
+    if total_usd <= draft.budget_usd:  # training fits; the work after it would be cut off
+        return [
+            Check(
+                Severity.WARNING,
+                "The work after training is above your budget",
+                f"About ${total_usd:,.2f} to train and ${after_usd:,.2f} for what the machine does after it, against "
+                f"a budget of ${draft.budget_usd:,.2f}: the adapter comes home, then the budget stops the machine "
+                "before that work ends. Raise the budget, or leave that work for this computer.",
+                "compute",
+            )
+        ]
     return [
         Check(
             Severity.WARNING,
@@ -333,7 +356,7 @@ def _server_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
         elif need > usable * 0.9:
             found.append(_tight(need, f"about {memory_text(usable)} usable on your server's GPU"))
     if draft.hourly_rate_usd > 0 and option is not None:
-        found += _budget_checks(draft, option.hours * draft.hourly_rate_usd)
+        found += _budget_checks(draft, option.hours * draft.hourly_rate_usd, after_training_usd(draft, facts))
     return found
 
 
