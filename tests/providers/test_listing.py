@@ -5,17 +5,18 @@ out. The real clients against the fake clouds, in process; no machine boots."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from desktop.services.providers.base import OfferQuery, ProviderError, ProviderName, RentRequest
 from desktop.services.providers.http import RetryPolicy
-from desktop.services.providers.lambda_cloud import LambdaProvider
+from desktop.services.providers.lambda_cloud import LambdaProvider, Pacer
 from desktop.services.providers.listing import Listing, Unread, listed_apart, read_rows
 from desktop.services.providers.runpod import RunPodProvider, instance_from
 from desktop.services.providers.vast import VastProvider
-from tests.fakes.lambda_cloud import FakeLambda
+from tests.fakes.lambda_cloud import FakeLambda, ManualClock
 from tests.fakes.runpod import FakeRunPod
 from tests.fakes.vast import FakeVast
 
@@ -41,9 +42,23 @@ async def vast(fake_vast: FakeVast) -> AsyncIterator[VastProvider]:
 
 
 @pytest.fixture
-async def lam(fake_lambda: FakeLambda) -> AsyncIterator[LambdaProvider]:
+def clock() -> ManualClock:
+    """Lambda's limits on one clock for the fake and the client's pacer: the 12 s between launches pass at once."""
+    return ManualClock()
+
+
+@pytest.fixture
+def fake_lambda(tmp_path: Path, clock: ManualClock) -> Iterator[FakeLambda]:
+    cloud = FakeLambda(tmp_path / "fake-lambda", clock=clock.now)
+    yield cloud
+    cloud.close()
+
+
+@pytest.fixture
+async def lam(fake_lambda: FakeLambda, clock: ManualClock) -> AsyncIterator[LambdaProvider]:
     fake_lambda.faults.never_ready = True
-    client = LambdaProvider(fake_lambda.valid_key, transport=fake_lambda.transport(), retry=FAST)
+    pacer = Pacer(clock=clock.now, sleep=clock.sleep)
+    client = LambdaProvider(fake_lambda.valid_key, transport=fake_lambda.transport(), retry=FAST, pacer=pacer)
     yield client
     await client.aclose()
 
