@@ -10,7 +10,9 @@ the fitted setup is then started afresh: the peak the fit's calibration reports 
 attempt still held). It also shows that the image's torch, transformers and peft are the ones in use after the carried
 wheels were installed. On a machine with two GPUs or more, the FSDP pass (tests/gpu/fsdp_check.py) shows rank 0 alone
 reading the weights, the other ranks starting empty and filled by FSDP, QLoRA's ranks each on their own GPU, and a
-LoRA run under FSDP; with fewer GPUs the report says it was skipped and why.
+LoRA run under FSDP; with fewer GPUs the report says it was skipped and why. Where vLLM is installed, the serving
+pass (tests/gpu/serve_check.py) serves a LoRA the payload trained with vLLM as the app's ``[serve]`` does, asks it
+and stops it; elsewhere the report says it was skipped and why.
 
 ``--smoke`` runs the same logic on a tiny model for a few steps, so it can be tested on a CPU (the fit checks then run
 under the payload's test memory limit); QLoRA is then reported as skipped. The report is Markdown, on stdout and in
@@ -41,6 +43,7 @@ from desktop.core.sizing.plan import Workload, evaluate
 from desktop.core.sizing.setup import Method, TrainingSetup
 from tests.fixtures.chat_data import corpus_texts
 from tests.gpu.fsdp_check import FSDP_GPUS, FsdpRow, cuda_count, probe_rows, render_fsdp, skip_reason
+from tests.gpu.serve_check import NO_VLLM, ServeRow, render_serve, serve_adapter, vllm_installed
 from tests.gpu.wheels import SITE_DIR
 from trainer_payload.protocol import EVENTS_FILE_NAME, read_event_file
 
@@ -152,6 +155,7 @@ class Report:
     oom_note: str = ""
     fsdp: list[FsdpRow] = field(default_factory=list)
     fsdp_note: str = ""
+    serve: ServeRow | None = None
     problems: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -602,6 +606,27 @@ class Check:
         self.keep_log(folder / "payload.log", f"{arch.name}-lora-fsdp", outcome)
         self.report.rows.append(Row(arch.name, name, shape, None, outcome))
 
+    def run_serve(self, model_dir: Path, arch: Architecture, shape: Shape) -> None:
+        """The serving pass (tests/gpu/serve_check.py): a LoRA trained here, served by vLLM, asked, stopped."""
+        env = python_env(self.site)
+        reason = NO_CUDA if not self.cuda else None if vllm_installed(env) else NO_VLLM
+        if reason is None and self.elapsed() > self.budget_s:
+            reason = f"skipped: time budget of {self.budget_s:.0f} s spent"
+        if reason is not None:
+            self.report.serve = ServeRow(reason)
+            return
+        folder = self.workdir / f"{arch.name}-lora-served"
+        job = write_job(folder, model_dir, "lora", shape, job_rows(shape))
+        code, _seconds, log = run_payload(job, env, self.run_timeout_s)
+        if code != 0:
+            self.report.serve = ServeRow(f"failed: training the adapter to serve exited {code}: {log_tail(log, 3)}")
+            return
+        try:
+            self.report.serve = serve_adapter(job, env, self.run_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a failed request is the pass's verdict, not the check's crash
+            self.report.serve = ServeRow(f"failed: {type(exc).__name__}: {exc}")
+        self.keep_log(folder / "serve-wrapper.log", f"{arch.name}-served", Outcome(status=self.report.serve.status))
+
     def save(self) -> None:
         """Writes the report so far (a check cut short still leaves what it measured)."""
         self.report.elapsed_s = round(self.elapsed(), 1)
@@ -628,12 +653,14 @@ def run_model(check: Check, model: str, methods: tuple[str, ...], shape: Shape, 
     if fsdp:
         check.run_fsdp(folder, arch, shape)
         check.save()
+        check.run_serve(folder, arch, shape)
+        check.save()
     shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], shape: Shape) -> None:
-    """Every model and method in order; the fit checks (on a CPU: under the test limit) and the FSDP pass (two GPUs
-    or more) ride on the first model."""
+    """Every model and method in order; the fit checks (on a CPU: under the test limit), the FSDP pass (two GPUs or
+    more) and the vLLM serving pass (vLLM and a GPU) ride on the first model."""
     oom_wanted = check.cuda or check.smoke
     if not oom_wanted:
         check.report.oom_note = NO_CUDA
@@ -646,10 +673,12 @@ def run_all(check: Check, models: tuple[str, ...], methods: tuple[str, ...], sha
 
 
 def exit_code(report: Report) -> int:
-    """1 when a run failed, the OOM or FSDP check failed, a model could not be built or torch was replaced; else 0."""
+    """1 when a run failed, the OOM, FSDP or serving check failed, a model could not be built or torch was replaced;
+    else 0."""
     rows = [*report.rows, *(row for row in (report.fit, report.fit_afresh, report.no_fit) if row)]
     failed = any(row.outcome.status.startswith("failed") for row in rows)
     failed = failed or any(row.status.startswith("failed") for row in report.fsdp)
+    failed = failed or (report.serve is not None and report.serve.status.startswith("failed"))
     return 1 if failed or report.problems or replaced(report) else 0
 
 
@@ -818,7 +847,7 @@ def render(report: Report) -> str:
     lines += [f"**Problem:** {problem}" for problem in report.problems]
     lines += [""] if report.problems else []
     sections = [*render_packages(report), *render_training(report), *render_calibration(report), *render_fits(report)]
-    sections += render_fsdp(report.fsdp, report.fsdp_note)
+    sections += [*render_fsdp(report.fsdp, report.fsdp_note), *render_serve(report.serve)]
     return "\n".join([*lines, *sections])
 
 

@@ -97,3 +97,9 @@ def test_smoke_mode_says_the_fsdp_pass_needs_two_gpus(smoke_report) -> None:
     section = path.read_text().split("## FSDP on 2 GPUs", 1)[1]
     assert "skipped: FSDP needs 2 CUDA GPUs or more, this machine has 0" in section
     assert result.returncode == 0
+
+
+def test_smoke_mode_says_the_vllm_serving_pass_needs_a_gpu(smoke_report) -> None:
+    _, path = smoke_report
+    section = path.read_text().split("## Serving on the machine: vLLM with the adapter as a LoRA module", 1)[1]
+    assert section.strip().splitlines()[0] == "skipped (no CUDA)"

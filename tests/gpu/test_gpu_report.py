@@ -23,6 +23,7 @@ from tests.gpu.gpu_check import (
     render,
     run_all,
 )
+from tests.gpu.serve_check import ServeRow
 
 
 def step(number: int, allocated: float, reserved: float, rate: float | None) -> dict[str, object]:
@@ -159,3 +160,13 @@ def test_models_past_the_time_budget_are_listed_as_skipped_not_failed(tmp_path: 
     ]
     assert "| qwen2.5-7b | lora | seq 2048 x batch 2, 20 steps | skipped: time budget" in render(report)
     assert exit_code(report) == 0
+
+
+def test_the_vllm_serving_pass_is_a_table_on_a_gpu_and_its_failure_fails_the_check() -> None:
+    report = gpu_report()
+    report.serve = ServeRow("ok: served 'tuned' with vllm, both counted", 41.5, 812.3, 2, "128 tokens in 0.2 s")
+    assert "| ok: served 'tuned' with vllm, both counted | 41.5 s | 812.3 | 2 | 128 tokens in 0.2 s |" in render(report)
+    assert exit_code(report) == 0
+    report.serve = ServeRow("failed: it never served (vLLM exited: CUDA out of memory)")
+    assert "failed: it never served (vLLM exited: CUDA out of memory)" in render(report)
+    assert exit_code(report) == 1
