@@ -122,7 +122,7 @@ def test_the_machine_merges_and_converts_and_both_come_home_before_it_is_termina
     assert _gguf_greedy(gguf) == expected
     # 5-bit weights of a random 64-wide model may flip a token; most answers must still be the pattern's
     assert sum(a == b for a, b in zip(_gguf_greedy(q4), expected, strict=True)) >= 3
-    # the machine's slim build (no compute backend, llama.cpp's own sources at -O1) quantises exactly as the full one
+    # the machine's slim build (no compute backend, llama.cpp's own sources at -O0) quantises exactly as the full one
     assert _sha256(q4) == _sha256(_quantized_at_home(merged, tmp_path / "home")), "the same Q4_K_M as at home"
 
 
