@@ -283,20 +283,38 @@ class _StepFields(_Stamped):
 
 
 class StepEvent(_StepFields, total=False):
-    """A logged training step; GPU readings and ``tokens`` are free fields."""
+    """A logged training step; GPU readings and ``tokens`` are free fields.
+
+    A preference objective (DPO, ORPO) adds its rewards over the step's pairs: the chosen and rejected answers'
+    (``reward_chosen``, ``reward_rejected``), their mean difference (``reward_margin``) and the share of pairs whose
+    chosen answer is rewarded more (``reward_accuracy``, 0 to 1).
+    """
 
     total_steps: int | None
     epoch: float | None
     lr: float | None
     tokens_per_s: float | None
+    reward_chosen: float | None
+    reward_rejected: float | None
+    reward_margin: float | None
+    reward_accuracy: float | None
 
 
-class EvalEvent(_Stamped):
-    """An evaluation's loss at a step."""
-
+class _EvalFields(_Stamped):
     event: Literal[EventKind.EVAL]
     step: int
     eval_loss: float
+
+
+class EvalEvent(_EvalFields, total=False):
+    """An evaluation's loss at a step.
+
+    A preference objective adds the held-out pairs' ``reward_margin`` and ``reward_accuracy`` (as in
+    :class:`StepEvent`).
+    """
+
+    reward_margin: float | None
+    reward_accuracy: float | None
 
 
 class CheckpointEvent(_Stamped):
@@ -696,6 +714,12 @@ def read_event_file(path: Path, offset: int = 0, limit: int | None = None) -> Ev
 
 
 METHODS = ("qlora", "lora", "full", "full-8bit")
+#: What the training optimises: supervised fine-tuning on chats, or a preference objective on prompt / chosen /
+#: rejected pairs (DPO against a reference model, ORPO without one).
+OBJECTIVES = ("sft", "dpo", "orpo")
+PREFERENCE_OBJECTIVES = frozenset({"dpo", "orpo"})
+#: DPO's losses offered (TRL's names): the sigmoid loss of the DPO paper, IPO, the hinge loss of SLiC, robust DPO.
+DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
 ENGINES = ("trl", "unsloth")
 STRATEGIES = ("ddp", "fsdp")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
@@ -731,6 +755,9 @@ class JobSpec:
     version: int = PROTOCOL_VERSION
     eval_file: str | None = None
     method: str = "qlora"
+    objective: str = "sft"
+    beta: float = 0.1
+    loss_type: str = "sigmoid"
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
@@ -818,6 +845,8 @@ class JobSpec:
         if self.version != PROTOCOL_VERSION:
             raise JobSpecError(f"version {self.version} is not supported (this payload speaks {PROTOCOL_VERSION})")
         _choice("method", self.method, METHODS)
+        _choice("objective", self.objective, OBJECTIVES)
+        _choice("loss_type", self.loss_type, DPO_LOSSES)
         _choice("engine", self.engine, ENGINES)
         _choice("strategy", self.strategy, STRATEGIES)
         _choice("lr_scheduler", self.lr_scheduler, SCHEDULERS)
@@ -830,6 +859,10 @@ class JobSpec:
             raise JobSpecError(f"learning_rate {self.learning_rate} must be above 0 and below 1")
         if not 0 <= self.lora_dropout < 1:
             raise JobSpecError(f"lora_dropout {self.lora_dropout} must be at least 0 and below 1")
+        if not 0 < self.beta <= 10:
+            raise JobSpecError(f"beta {self.beta} must be above 0 and at most 10 (DPO and ORPO use about 0.1)")
+        if self.objective in PREFERENCE_OBJECTIVES and self.engine != "trl":
+            raise JobSpecError(f'objective "{self.objective}" trains with TRL: set engine "trl"')
         if self.checkpoint_minutes < 0 or self.idle_stop_minutes < 0 or self.calibration_minutes < 0:
             raise JobSpecError("checkpoint_minutes, idle_stop_minutes and calibration_minutes must not be negative")
         if not (

@@ -34,10 +34,12 @@ from trainer_payload.hardware import cuda_available, gpu_readings, peak_memory_g
 from trainer_payload.labels import label_rows
 from trainer_payload.loading import empty_model, join_process_group, load_options, sharded_with_fsdp, starts_empty
 from trainer_payload.pause import PauseWatch, hold, say
+from trainer_payload.preferences import load_pairs
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     EVENTS_FILE_NAME,
     PAUSE_FILE_NAME,
+    PREFERENCE_OBJECTIVES,
     STOP_MARKER_NAME,
     TRAINER_EXIT_FILE_NAME,
     ErrorKind,
@@ -119,6 +121,27 @@ def _all_ranks_saved() -> None:
         dist.barrier()
 
 
+#: What the loss is computed on, by objective (the ``training`` state says it).
+LOSS_ON = {
+    "sft": "every assistant turn",
+    "dpo": "the chosen against the rejected answer, beside the reference model",
+    "orpo": "the chosen answer, and its odds against the rejected one",
+}
+#: TRL's logged preference metrics and the step event's names for them.
+REWARD_FIELDS = {
+    "rewards/chosen": "reward_chosen",
+    "rewards/rejected": "reward_rejected",
+    "rewards/margins": "reward_margin",
+    "rewards/accuracies": "reward_accuracy",
+}
+
+
+def _rewards(logs: dict[str, Any], prefix: str, wanted: tuple[str, ...]) -> dict[str, float]:
+    """The preference metrics among TRL's ``logs`` (``prefix`` ``eval_`` for the held-out pairs), as event fields."""
+    found = {name: logs.get(prefix + key) for key, name in REWARD_FIELDS.items() if name in wanted}
+    return {name: float(value) for name, value in found.items() if isinstance(value, int | float)}
+
+
 def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration: Calibration) -> Any:
     from transformers import TrainerCallback
 
@@ -135,7 +158,8 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
             logs = logs or {}
             if "eval_loss" in logs:
-                events.emit(EventKind.EVAL, step=state.global_step, eval_loss=logs["eval_loss"])
+                rewards = _rewards(logs, "eval_", ("reward_margin", "reward_accuracy"))
+                events.emit(EventKind.EVAL, step=state.global_step, eval_loss=logs["eval_loss"], **rewards)
             if "loss" not in logs:
                 return
             now, tokens = time.monotonic(), float(logs.get("num_tokens", 0.0))
@@ -152,6 +176,7 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
                 lr=logs.get("learning_rate"),
                 tokens_per_s=rate,
                 tokens=tokens,
+                **_rewards(logs, "", tuple(REWARD_FIELDS.values())),
                 **gpu_readings(),
             )
             measured = calibration.on_log(state.global_step, tokens)
@@ -249,47 +274,93 @@ def _peft_config(spec: JobSpec) -> Any:
 DEFAULT_EVAL_RATIO = 0.1
 
 
+def _common_args(spec: JobSpec, bf16: bool, has_eval: bool) -> dict[str, Any]:
+    """The training arguments every objective shares (transformers' ``TrainingArguments``)."""
+    return {
+        "output_dir": str(Path(spec.output_dir) / CHECKPOINT_DIR_NAME),
+        "per_device_train_batch_size": spec.micro_batch,
+        "gradient_accumulation_steps": spec.grad_accum,
+        "num_train_epochs": spec.epochs,
+        "max_steps": spec.max_steps if spec.max_steps > 0 else -1,
+        "learning_rate": spec.learning_rate,
+        "lr_scheduler_type": spec.lr_scheduler,
+        "warmup_steps": spec.warmup_ratio,  # below 1: a fraction of the steps (transformers 5)
+        "seed": spec.seed,
+        "data_seed": spec.seed,
+        "logging_steps": 1,
+        "logging_first_step": True,
+        "save_strategy": "steps" if spec.checkpoint_steps else "no",
+        "save_steps": spec.checkpoint_steps or 500,
+        "save_total_limit": spec.keep_checkpoints,
+        "bf16": bf16,
+        "use_cpu": not cuda_available(),
+        "report_to": "none",
+        "gradient_checkpointing": spec.gradient_checkpointing,
+        "gradient_checkpointing_kwargs": {"use_reentrant": False},
+        "eval_strategy": "steps" if has_eval else "no",
+        "eval_steps": spec.eval_steps or DEFAULT_EVAL_RATIO,
+        # 8-bit AdamW for full-8bit; otherwise the fused AdamW transformers defaults to (faster than adamw_torch).
+        "optim": "adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch_fused",
+        # FSDP reduce-scatters every micro-batch: accumulating under no_sync would hold whole, unsharded gradients
+        # on every GPU (138 GB of a 70 B model's 230 GB per GPU at accumulation 4); the sizing counts them sharded.
+        "accelerator_config": {"gradient_accumulation_kwargs": {"sync_each_batch": spec.strategy == "fsdp"}},
+        # Every machine keeps whole checkpoints, so any of them can resume (each rank reads its own disk).
+        "save_on_each_node": spec.num_nodes > 1,
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "log_level": "warning",
+    }
+
+
 def _sft_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=str(Path(spec.output_dir) / CHECKPOINT_DIR_NAME),
-        per_device_train_batch_size=spec.micro_batch,
-        gradient_accumulation_steps=spec.grad_accum,
-        num_train_epochs=spec.epochs,
-        max_steps=spec.max_steps if spec.max_steps > 0 else -1,
-        learning_rate=spec.learning_rate,
-        lr_scheduler_type=spec.lr_scheduler,
-        warmup_steps=spec.warmup_ratio,  # below 1: a fraction of the steps (transformers 5)
-        seed=spec.seed,
-        data_seed=spec.seed,
-        logging_steps=1,
-        logging_first_step=True,
-        save_strategy="steps" if spec.checkpoint_steps else "no",
-        save_steps=spec.checkpoint_steps or 500,
-        save_total_limit=spec.keep_checkpoints,
-        bf16=bf16,
-        use_cpu=not cuda_available(),
-        report_to="none",
-        gradient_checkpointing=spec.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False},
+        **_common_args(spec, bf16, has_eval),
         max_length=spec.seq_len,
         # The datasets come tokenised with their labels (trainer_payload.labels): TRL trains on them as they are.
         assistant_only_loss=False,
         completion_only_loss=False,
-        eval_strategy="steps" if has_eval else "no",
-        eval_steps=spec.eval_steps or DEFAULT_EVAL_RATIO,
-        # 8-bit AdamW for full-8bit; otherwise the fused AdamW transformers defaults to (faster than adamw_torch).
-        optim="adamw_bnb_8bit" if spec.method == "full-8bit" else "adamw_torch_fused",
-        # FSDP reduce-scatters every micro-batch: accumulating under no_sync would hold whole, unsharded gradients
-        # on every GPU (138 GB of a 70 B model's 230 GB per GPU at accumulation 4); the sizing counts them sharded.
-        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": spec.strategy == "fsdp"}},
-        # Every machine keeps whole checkpoints, so any of them can resume (each rank reads its own disk).
-        save_on_each_node=spec.num_nodes > 1,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        log_level="warning",
     )
+
+
+def _preference_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
+    """DPO's or ORPO's arguments: ``beta``, DPO's loss, and pairs cut to ``seq_len`` tokens (prompt and answer)."""
+    if spec.objective == "orpo":
+        from trl.experimental.orpo import ORPOConfig
+
+        return ORPOConfig(**_common_args(spec, bf16, has_eval), beta=spec.beta, max_length=spec.seq_len)
+    from trl import DPOConfig
+
+    return DPOConfig(
+        **_common_args(spec, bf16, has_eval), beta=spec.beta, loss_type=[spec.loss_type], max_length=spec.seq_len
+    )
+
+
+def training_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
+    """The trainer's arguments for the job's objective."""
+    if spec.objective in PREFERENCE_OBJECTIVES:
+        return _preference_config(spec, bf16, has_eval)
+    return _sft_config(spec, bf16, has_eval)
+
+
+def trainer_class(objective: str) -> Any:
+    """TRL's trainer for ``objective``: SFT, DPO or ORPO.
+
+    DPO's reference model is the base with the adapter switched off (no second copy), or for a full fine-tune a copy
+    of the base TRL loads; ORPO has none.
+    """
+    if objective == "dpo":
+        from trl import DPOTrainer
+
+        return DPOTrainer
+    if objective == "orpo":
+        from trl.experimental.orpo import ORPOTrainer
+
+        return ORPOTrainer
+    from trl import SFTTrainer
+
+    return SFTTrainer
 
 
 def _labelled(path: str, tokenizer: Any, seq_len: int) -> tuple[Any, int]:
@@ -300,8 +371,19 @@ def _labelled(path: str, tokenizer: Any, seq_len: int) -> tuple[Any, int]:
     return Dataset.from_list(examples), dropped
 
 
+def _pairs(path: str) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list(load_pairs(Path(path)))
+
+
 def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, int]:
-    """Train and eval datasets labelled on every assistant turn, and how many training rows had nothing to train on."""
+    """Train and eval datasets labelled on every assistant turn, and how many training rows had nothing to train on.
+
+    Preference pairs go to TRL as read (:mod:`.preferences`): its trainers tokenise prompt and answers themselves.
+    """
+    if spec.objective in PREFERENCE_OBJECTIVES:
+        return _pairs(spec.train_file), _pairs(spec.eval_file) if spec.eval_file else None, 0
     train, dropped = _labelled(spec.train_file, tokenizer, spec.seq_len)
     evaluation = _labelled(spec.eval_file, tokenizer, spec.seq_len)[0] if spec.eval_file else None
     return train, evaluation, dropped
@@ -343,7 +425,7 @@ class PayloadRun:
         engine, engine_note = choose_engine(self.spec)  # before transformers: Unsloth patches it on import
         if engine == "trl":
             leave_out_unused_quantisation(self.spec)
-        from trl import SFTTrainer
+        trainer_type = trainer_class(self.spec.objective)
 
         self.state(
             JobState.PREPARING, detail=f"loading {self.spec.base_model} for {self.spec.method}", engine=engine_note
@@ -356,14 +438,14 @@ class PayloadRun:
         self.state(
             JobState.TRAINING,
             resume_from=resume.name if resume else None,
-            loss_on="every assistant turn",
+            loss_on=LOSS_ON.get(self.spec.objective, LOSS_ON["sft"]),
             examples=len(train),
             dropped_examples=dropped,
             bf16=bf16,
         )
         train_started = time.monotonic()
         for attempt in itertools.count(1):
-            trainer = self._trainer(SFTTrainer, engine, model, tokenizer, (train, evaluation), bf16)
+            trainer = self._trainer(trainer_type, engine, model, tokenizer, (train, evaluation), bf16)
             try:
                 resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
                 result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -384,9 +466,9 @@ class PayloadRun:
     def _trainer(  # noqa: PLR0917 - the trainer's parts
         self, trainer_class: Any, engine: str, model: Any, tokenizer: Any, data: tuple[Any, Any], bf16: bool
     ) -> Any:
-        """An SFT trainer for the job as it is now (its micro-batch may have been made smaller to fit)."""
+        """The objective's trainer for the job as it is now (its micro-batch may have been made smaller to fit)."""
         train, evaluation = data
-        config = _sft_config(self.spec, bf16, evaluation is not None)
+        config = training_config(self.spec, bf16, evaluation is not None)
         if engine == "unsloth":
             config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
         callbacks = [_events_callback(self.spec, self.events, self.stop, self.calibration)]
@@ -442,7 +524,7 @@ class PayloadRun:
 
         tokenizer = AutoTokenizer.from_pretrained(self.spec.base_model)
         data = _datasets(self.spec, tokenizer)
-        join_process_group(_sft_config(self.spec, bf16, has_eval=data[1] is not None))  # ranks told apart first
+        join_process_group(training_config(self.spec, bf16, has_eval=data[1] is not None))  # ranks told apart first
         return _load_model(self.spec, bf16), tokenizer, data
 
     def _terminated(self, step: int | None) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
-from trainer_payload.protocol import ON_MACHINE_GGUF_TYPES, JobSpec, JobSpecError
+from trainer_payload.protocol import ON_MACHINE_GGUF_TYPES, PREFERENCE_OBJECTIVES, JobSpec, JobSpecError
 
 _TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version"}
 #: Job keys of a run across machines: each machine's own, set from ``[target] hosts`` (never by hand).
@@ -427,6 +427,21 @@ def _check_training_types(training: dict[str, Any]) -> None:
             raise RunSpecError(f"[training] {key} = {value!r} must be {_KIND_WORDS[kind]}, like {key} = {example}")
 
 
+def _check_judge(training: dict[str, Any], evaluation: Path | None) -> None:
+    """Refuses ``[judge] on_machine`` where it cannot judge: no adapter, pairs instead of chats, no held-out rows."""
+    if training.get("method", JobSpec.method) not in ("qlora", "lora"):
+        raise RunSpecError("[judge] on_machine compares base and adapter: it needs [training] method qlora or lora")
+    if training.get("objective", JobSpec.objective) in PREFERENCE_OBJECTIVES:
+        raise RunSpecError(
+            "[judge] on_machine asks chat rows held out from training: a preference run (objective "
+            f'"{training["objective"]}") holds pairs out instead; remove [judge]'
+        )
+    if evaluation is None:
+        raise RunSpecError(
+            "[judge] on_machine judges the held-out rows: give [data] eval (rows set aside when the data is prepared)"
+        )
+
+
 def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None = None) -> RunSpec:
     """Validates a decoded ``SPEC.toml``.
 
@@ -474,12 +489,8 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     if serve is not None and (hosts[1:] or (compute is not None and compute.nodes > 1)):
         raise RunSpecError("[serve] serves from one machine: remove it, or train on one machine")
     judge = judge_from_dict(_section(data, "judge"))
-    if judge is not None and training.get("method", JobSpec.method) not in ("qlora", "lora"):
-        raise RunSpecError("[judge] on_machine compares base and adapter: it needs [training] method qlora or lora")
-    if judge is not None and evaluation is None:
-        raise RunSpecError(
-            "[judge] on_machine judges the held-out rows: give [data] eval (rows set aside when the data is prepared)"
-        )
+    if judge is not None:
+        _check_judge(training, evaluation)
     return RunSpec(
         model,
         train,

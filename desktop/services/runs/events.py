@@ -116,7 +116,21 @@ def _event_text(event: Mapping[str, Any]) -> str:
 
 def _step_words(event: Mapping[str, Any]) -> str:
     rate = event.get("tokens_per_s")
-    return f"step {event['step']}: loss {event['loss']:.4f}" + (f", {rate:,.0f} tok/s" if rate else "")
+    speed = f", {rate:,.0f} tok/s" if rate else ""
+    return f"step {event['step']}: loss {event['loss']:.4f}" + _preference_words(event) + speed
+
+
+def _eval_words(event: Mapping[str, Any]) -> str:
+    return f"held-out loss {event['eval_loss']:.4f} at step {event['step']}" + _preference_words(event)
+
+
+def _preference_words(event: Mapping[str, Any]) -> str:
+    """A preference objective's rewards (DPO, ORPO): how often the chosen answer wins, and by how much."""
+    accuracy, margin = event.get("reward_accuracy"), event.get("reward_margin")
+    if not isinstance(accuracy, int | float) or isinstance(accuracy, bool):
+        return ""
+    by = f", margin {margin:+.3f}" if isinstance(margin, int | float) and not isinstance(margin, bool) else ""
+    return f", chosen preferred {accuracy:.0%}{by}"
 
 
 def _state_words(event: Mapping[str, Any]) -> str:
@@ -159,6 +173,7 @@ def _hold_words(event: Mapping[str, Any]) -> str:
 #: How the terminal shows each kind of event (others as their JSON).
 _TERMINAL_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     EventKind.STEP: _step_words,
+    EventKind.EVAL: _eval_words,
     EventKind.STATE: _state_words,
     EventKind.EXPORT: lambda e: f"on the machine: {e.get('phase')}",
     EventKind.EXPORTED: _exported_words,

@@ -1,0 +1,37 @@
+"""A DPO run end to end: ``rentune run`` trains preference pairs on the machine (a real sshd, the real payload), the
+terminal shows how often the chosen answer wins, and the adapter comes home verified."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from desktop.cli import main
+from desktop.services.runs.events import mirrored_events
+from tests.fixtures.preference_data import write_preference_dataset
+from tests.fixtures.sshd import SshHost
+from tests.runs.conftest import SpecFactory
+from trainer_payload.checkpoints import is_complete
+
+pytestmark = pytest.mark.slow
+
+
+def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
+    ssh_host: SshHost, make_spec: SpecFactory, chat_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairs = write_preference_dataset(tmp_path / "pairs.jsonl", 64)
+    spec = make_spec(ssh_host, objective="dpo", beta=0.1, max_steps=20)
+    spec.write_text(spec.read_text().replace(str(chat_dataset), str(pairs)))
+    assert main(["run", str(spec)]) == 0, capsys.readouterr().out[-3000:]
+    out = capsys.readouterr().out
+    assert "adapter verified" in out and "chosen preferred" in out, out[-2000:]
+    assert main(["runs", "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert run["state"] == "finished"
+    adapter = Path(run["adapter"])
+    assert is_complete(adapter) and (adapter / "adapter_model.safetensors").is_file()
+    steps = [e for e in mirrored_events(adapter.parent) if e["event"] == "step"]
+    assert len(steps) == 20 and steps[-1]["reward_margin"] > steps[0]["reward_margin"]
+    assert sum(e["reward_accuracy"] for e in steps[-5:]) / 5 >= 0.8, "the machine's run learned the preference"
