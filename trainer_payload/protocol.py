@@ -725,6 +725,117 @@ STRATEGIES = ("ddp", "fsdp")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 
 
+# -- preference pairs: read the same way by the app's data check and by the payload ----------------------------------
+
+#: The roles a chat message may have.
+CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
+Pair = dict[str, Any]
+
+
+class PairProblem(StrEnum):
+    """Why a row is not a usable preference pair."""
+
+    SHAPE = "shape"  # not an object, a field of the wrong type, an unknown role, no answer at the end
+    MISSING = "missing"  # the chosen or the rejected side is missing
+    EMPTY = "empty"  # an answer is empty
+    PROMPT_DIFFERS = "prompt-differs"  # two whole conversations that differ before their answers
+
+
+class PairError(ValueError):
+    """A row is not a usable pair: ``problem`` says which kind, the message what exactly."""
+
+    def __init__(self, problem: PairProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+def is_pair_row(row: object) -> bool:
+    """Whether a decoded row is laid out as a preference pair: it names a ``chosen`` or a ``rejected`` side.
+
+    A pair missing one side is still a pair (a defective one).
+    """
+    return isinstance(row, dict) and ("chosen" in row or "rejected" in row)
+
+
+def _pair_messages(value: Any, side: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise PairError(PairProblem.SHAPE, f"'{side}' must be text or a non-empty list of messages")
+    for index, message in enumerate(value, start=1):
+        if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+            raise PairError(
+                PairProblem.SHAPE, f"'{side}' message {index} needs a role of system, user, assistant or tool"
+            )
+        if not isinstance(message.get("content"), str):
+            raise PairError(PairProblem.SHAPE, f"'{side}' message {index} needs string content")
+    return value
+
+
+def _pair_answer(messages: list[dict[str, str]], side: str) -> list[dict[str, str]]:
+    if messages[-1]["role"] != "assistant":
+        raise PairError(PairProblem.SHAPE, f"'{side}' must end with the assistant's answer")
+    if not messages[-1]["content"].strip():
+        raise PairError(PairProblem.EMPTY, f"the {side} answer is empty")
+    return messages
+
+
+def _plain_pair(row: dict[str, Any]) -> Pair:
+    prompt, chosen, rejected = row.get("prompt", ""), row["chosen"], row["rejected"]
+    if not isinstance(prompt, str):
+        raise PairError(PairProblem.SHAPE, "'prompt' must be text when the answers are text")
+    for side, text in (("chosen", chosen), ("rejected", rejected)):
+        if not text.strip():
+            raise PairError(PairProblem.EMPTY, f"the {side} answer is empty")
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+
+
+def _after_prompt(prompt: list[dict[str, str]], answer: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The answer without the prompt's turns, when it repeats them first (a whole conversation per side)."""
+    return answer[len(prompt) :] if len(answer) > len(prompt) and answer[: len(prompt)] == prompt else answer
+
+
+def _chat_pair(row: dict[str, Any]) -> Pair:
+    chosen = _pair_answer(_pair_messages(row["chosen"], "chosen"), "chosen")
+    rejected = _pair_answer(_pair_messages(row["rejected"], "rejected"), "rejected")
+    if "prompt" in row:
+        prompt = _pair_messages(row["prompt"], "prompt")
+        return {"prompt": prompt, "chosen": _after_prompt(prompt, chosen), "rejected": _after_prompt(prompt, rejected)}
+    if chosen[:-1] != rejected[:-1]:
+        raise PairError(
+            PairProblem.PROMPT_DIFFERS,
+            "the conversations differ before their answers: chosen and rejected need the same prompt",
+        )
+    if len(chosen) < 2:
+        raise PairError(
+            PairProblem.SHAPE, "each conversation needs the prompt before its answer, or give 'prompt' on its own"
+        )
+    return {"prompt": chosen[:-1], "chosen": chosen[-1:], "rejected": rejected[-1:]}
+
+
+def pair_from_row(row: object) -> Pair:
+    """The pair of one decoded row in TRL's ``prompt`` / ``chosen`` / ``rejected`` shape.
+
+    Rows take TRL's shapes, as plain text or chat messages: ``prompt`` / ``chosen`` / ``rejected`` (an answer that
+    repeats the prompt's turns first, as UltraFeedback's binarised rows do, has them taken off), or ``chosen`` /
+    ``rejected`` alone as whole conversations sharing their turns before the answer.
+
+    Raises:
+        PairError: The row is not a usable pair; its ``problem`` and message say why.
+    """
+    if not isinstance(row, dict):
+        raise PairError(PairProblem.SHAPE, "expected an object with 'chosen' and 'rejected'")
+    missing = [side for side in ("chosen", "rejected") if row.get(side) is None]
+    if missing:
+        raise PairError(PairProblem.MISSING, f"the {' and '.join(missing)} side is missing")
+    if isinstance(row["chosen"], str) and isinstance(row["rejected"], str):
+        return _plain_pair(row)
+    return _chat_pair(row)
+
+
+def pair_form(pair: Pair) -> str:
+    """``plain text`` or ``chat messages``: a file's pairs must all take one form."""
+    return "plain text" if isinstance(pair["chosen"], str) else "chat messages"
+
+
 def sharded_checkpoints(method: str, strategy: str) -> bool:
     """Whether a job's checkpoints are sharded (each rank writes its part) rather than whole on rank 0.
 

@@ -29,6 +29,11 @@ class Code(StrEnum):
     TOO_LONG = "too-long"
     SECRET = "secret"  # noqa: S105 - the name of a finding, not a password
     EMAIL = "email"
+    # preference pairs (DPO, ORPO)
+    PAIR_SHAPE = "pair-shape"
+    MISSING_SIDE = "missing-side"
+    PROMPT_DIFFERS = "prompt-differs"
+    SAME_ANSWERS = "same-answers"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,25 @@ CODE_INFO: dict[Code, CodeInfo] = {
         "remove secrets before training: a model can learn and repeat them",
     ),
     Code.EMAIL: CodeInfo(Severity.WARNING, "e-mail addresses", "check the data may be used; anonymise if needed"),
+    Code.PAIR_SHAPE: CodeInfo(
+        Severity.ERROR,
+        "not a usable pair",
+        "give 'chosen' and 'rejected' as text, or as message lists ending with the assistant's answer, and every "
+        "pair of a file in one form",
+    ),
+    Code.MISSING_SIDE: CodeInfo(
+        Severity.ERROR, "a side of the pair missing", "give both a 'chosen' and a 'rejected' answer, or drop the row"
+    ),
+    Code.PROMPT_DIFFERS: CodeInfo(
+        Severity.ERROR,
+        "chosen and rejected differ before their answers",
+        "give both conversations the same turns before the answer, or give the prompt once as 'prompt'",
+    ),
+    Code.SAME_ANSWERS: CodeInfo(
+        Severity.WARNING,
+        "chosen the same as rejected",
+        "give a worse rejected answer, or drop the pair (preparing the data does): it teaches nothing",
+    ),
 }
 
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from trainer_payload.protocol import is_pair_row
+
 Message = dict[str, Any]
 
 
@@ -22,6 +24,7 @@ class DataFormat(StrEnum):
     SHAREGPT = "sharegpt"
     PROMPT_COMPLETION = "prompt-completion"
     COLUMNS = "columns"
+    PAIRS = "pairs"
 
 
 FORMAT_NAMES = {
@@ -30,6 +33,7 @@ FORMAT_NAMES = {
     DataFormat.SHAREGPT: "ShareGPT (conversations from/value)",
     DataFormat.PROMPT_COMPLETION: "prompt/completion",
     DataFormat.COLUMNS: "table columns mapped to roles",
+    DataFormat.PAIRS: "preference pairs (prompt / chosen / rejected)",
 }
 
 SHAREGPT_ROLES = {
@@ -54,6 +58,8 @@ class ConversionError(ValueError):
 
 def detect_format(row: Mapping[str, Any]) -> DataFormat | None:
     """Guesses the format from one row's keys; ``None`` when it matches none."""
+    if is_pair_row(row):
+        return DataFormat.PAIRS
     if "messages" in row:
         return DataFormat.MESSAGES
     if "conversations" in row:
@@ -144,6 +150,8 @@ def to_messages(row: Mapping[str, Any], fmt: DataFormat, mapping: Mapping[str, s
         return from_sharegpt(row)
     if fmt is DataFormat.PROMPT_COMPLETION:
         return from_prompt_completion(row)
+    if fmt is DataFormat.PAIRS:
+        raise ConversionError("a preference pair is not one conversation: it is read as a pair")
     return from_columns(row, mapping or {})
 
 

@@ -106,6 +106,7 @@ class DataReport:
         summaries: Findings per kind.
         tokens: Length statistics of the valid rows, when counted.
         fatal: Why the file is unusable as a whole ("" when it is usable).
+        notes: What holds for the file as a whole and is worth knowing (a preference file's length bias).
     """
 
     path: str
@@ -115,6 +116,7 @@ class DataReport:
     summaries: dict[Code, CodeSummary] = field(default_factory=dict)
     tokens: TokenStats | None = None
     fatal: str = ""
+    notes: list[str] = field(default_factory=list)
 
     def add(self, finding: Finding) -> None:
         """Records one finding."""
@@ -146,6 +148,7 @@ class DataReport:
             "fatal": self.fatal or None,
             "rows": self.rows,
             "valid_rows": self.valid,
+            "notes": self.notes,
             "findings": [
                 {
                     "code": code.value,
@@ -200,6 +203,7 @@ def report_text(report: DataReport) -> str:
             f"  {t.too_long:,} examples longer than {t.seq_len} lose {t.cut:,} tokens to truncation",
             "  " + "  ".join(f"{label}:{n}" for label, n in t.histogram if n),
         ]
+    lines += [f"Note: {note}" for note in report.notes]
     verdict = {
         0: "clean",
         1: "errors found: fix them, or prepare the data to drop those rows",

@@ -73,6 +73,11 @@ def _content_findings(messages: list[dict[str, Any]], line: int) -> Iterator[Fin
         content = message.get("content")
         if isinstance(content, str) and not content.strip() and not message.get("tool_calls"):
             yield Finding(Code.EMPTY_CONTENT, line, f"message {index + 1} ({message['role']}) is empty")
+    yield from private_text_findings(messages, line)
+
+
+def private_text_findings(messages: list[dict[str, Any]], line: int) -> Iterator[Finding]:
+    """Suspected secrets and e-mail addresses anywhere in the messages' texts."""
     text = "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
     if _may_hold_secret(text) and _SECRET.search(text):
         yield Finding(Code.SECRET, line)

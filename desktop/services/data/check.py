@@ -13,10 +13,12 @@ from typing import Any
 
 from desktop.core.data.findings import CODE_INFO, Code, Finding, Severity
 from desktop.core.data.formats import FORMAT_NAMES, ConversionError, DataFormat, to_messages
+from desktop.core.data.pairs import LengthBias, answer_only, check_pair, pair_messages, side_conversation
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.rules import check_messages, exact_key, near_key
 from desktop.services.data.reader import DatasetFileError, FileProblem, RawRow, choose_format, iter_rows
 from desktop.services.data.tokens import Conversation, EstimatedTokenCounter, TokenCounter
+from trainer_payload.protocol import pair_form
 
 Progress = Callable[[int, int], None]
 BATCH = 512
@@ -35,6 +37,9 @@ class CheckOutcome:
         secrets: Row numbers without errors that hold a suspected secret.
         fields: The fields of the first readable row (a table's columns).
         fatal_kind: Why the file is unusable as a whole, when ``report.fatal`` is set.
+        pair_form: A preference file's form (``plain text`` or ``chat messages``, its first pair's).
+        length_bias: A preference file's answer lengths, chosen against rejected.
+        same_answers: Row numbers of pairs whose chosen answer is the rejected one (they teach nothing).
     """
 
     report: DataReport
@@ -45,10 +50,18 @@ class CheckOutcome:
     secrets: set[int] = field(default_factory=set)
     fields: list[str] = field(default_factory=list)
     fatal_kind: FileProblem | None = None
+    pair_form: str | None = None
+    length_bias: LengthBias = field(default_factory=LengthBias)
+    same_answers: set[int] = field(default_factory=set)
 
     def kept_lengths(self, leave_out_secrets: bool = False) -> dict[int, int]:
-        """Lengths of the rows ``prepare`` keeps: no errors, first of their duplicates, secrets left out if asked."""
-        dropped = self.duplicates | self.secrets if leave_out_secrets else self.duplicates
+        """Lengths of the rows ``prepare`` keeps.
+
+        That is: no errors, the first of their duplicates, no pair whose two answers are the same, and no suspected
+        secret when asked.
+        """
+        dropped = self.duplicates | self.same_answers
+        dropped |= self.secrets if leave_out_secrets else set()
         return {line: n for line, n in self.lengths.items() if line not in dropped}
 
     def problems(self, severity: Severity) -> int:
@@ -81,10 +94,28 @@ def _converted(raw: RawRow, fmt: DataFormat, mapping: Mapping[str, str] | None) 
         return None, Finding(Code.WRONG_TYPE, raw.line, str(exc))
 
 
-def iter_conversations(
+def _chat_row(raw: RawRow, outcome: CheckOutcome) -> tuple[dict[str, Any] | None, list[Finding], Conversation]:
+    assert outcome.fmt is not None
+    messages, problem = _converted(raw, outcome.fmt, outcome.mapping)
+    findings = [problem] if problem else check_messages(messages, raw.line)
+    return {"messages": messages}, findings, messages
+
+
+def _pair_row(raw: RawRow, outcome: CheckOutcome) -> tuple[dict[str, Any] | None, list[Finding], Conversation]:
+    pair, findings = check_pair(raw.data, raw.line, outcome.pair_form)
+    if pair is None:
+        return None, findings, []
+    outcome.pair_form = outcome.pair_form or pair_form(pair)
+    return pair, findings, pair_messages(pair)
+
+
+def iter_training_rows(
     path: Path, outcome: CheckOutcome, columns: Mapping[str, str] | None, progress: Progress | None
-) -> Iterator[tuple[int, Conversation]]:
-    """Yields (line, messages) for every row without errors, recording every finding in ``outcome``."""
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields (line, row) for every row without errors, as the trainer reads it; records every finding in ``outcome``.
+
+    A chat row is ``{"messages": [...]}``, a preference pair TRL's ``prompt`` / ``chosen`` / ``rejected``.
+    """
     rows = iter_rows(path)
     total = max(1, path.stat().st_size)
     duplicates = _DuplicateFinder()
@@ -101,31 +132,64 @@ def iter_conversations(
             outcome.fields = [str(name) for name in raw.data]
             outcome.fmt, outcome.mapping = choose_format(raw.data, columns)
             report.format = FORMAT_NAMES[outcome.fmt]
-        messages, problem = _converted(raw, outcome.fmt, outcome.mapping)
-        findings = [problem] if problem else check_messages(messages, raw.line)
+        reader = _pair_row if outcome.fmt is DataFormat.PAIRS else _chat_row
+        row, findings, messages = reader(raw, outcome)
         for finding in findings:
             report.add(finding)
-        if any(f.severity is Severity.ERROR for f in findings):
+        if row is None or any(f.severity is Severity.ERROR for f in findings):
             continue
         if any(f.code is Code.SECRET for f in findings):
             outcome.secrets.add(raw.line)
+        if any(f.code is Code.SAME_ANSWERS for f in findings):
+            outcome.same_answers.add(raw.line)
         repeat = duplicates.check(messages, raw.line)
         if repeat is not None:
             report.add(repeat)
             outcome.duplicates.add(raw.line)
         report.valid += 1
-        yield raw.line, messages
+        yield raw.line, row
     if progress:
         progress(total, total)
 
 
+def iter_conversations(
+    path: Path, outcome: CheckOutcome, columns: Mapping[str, str] | None, progress: Progress | None
+) -> Iterator[tuple[int, Conversation]]:
+    """Yields (line, messages) for every chat row without errors (see :func:`iter_training_rows`)."""
+    for line, row in iter_training_rows(path, outcome, columns, progress):
+        if "messages" in row:
+            yield line, row["messages"]
+
+
 def _count_batch(
-    batch: list[tuple[int, Conversation]], counter: TokenCounter, outcome: CheckOutcome, seq_len: int
+    batch: list[tuple[int, dict[str, Any]]], counter: TokenCounter, outcome: CheckOutcome, seq_len: int
 ) -> None:
-    for (line, _), length in zip(batch, counter.count([m for _, m in batch]), strict=True):
+    if outcome.fmt is DataFormat.PAIRS:
+        _count_pairs(batch, counter, outcome, seq_len)
+        return
+    for (line, _), length in zip(batch, counter.count([row["messages"] for _, row in batch]), strict=True):
         outcome.lengths[line] = length
         if length > seq_len:
             outcome.report.add(Finding(Code.TOO_LONG, line, f"{length} tokens, {length - seq_len} cut"))
+
+
+def _count_pairs(
+    batch: list[tuple[int, dict[str, Any]]], counter: TokenCounter, outcome: CheckOutcome, seq_len: int
+) -> None:
+    """Each pair's two sides (prompt and answer) against ``seq_len``, and its answers alone for the length bias."""
+    conversations = []
+    for _, pair in batch:
+        conversations += [side_conversation(pair, "chosen"), side_conversation(pair, "rejected")]
+        conversations += [answer_only(pair, "chosen"), answer_only(pair, "rejected")]
+    counts = counter.count(conversations)
+    for index, (line, _) in enumerate(batch):
+        chosen, rejected, chosen_answer, rejected_answer = counts[4 * index : 4 * index + 4]
+        outcome.lengths[line] = max(chosen, rejected)
+        outcome.length_bias.add(chosen_answer, rejected_answer)
+        cut = [f"{side} {n} tokens, {n - seq_len} cut" for side, n in (("chosen", chosen), ("rejected", rejected))]
+        sides = [words for words, n in zip(cut, (chosen, rejected), strict=True) if n > seq_len]
+        if sides:
+            outcome.report.add(Finding(Code.TOO_LONG, line, "; ".join(sides)))
 
 
 def check_dataset(
@@ -150,9 +214,9 @@ def check_dataset(
     """
     counter = counter or EstimatedTokenCounter()
     outcome = CheckOutcome(DataReport(str(path)))
-    batch: list[tuple[int, Conversation]] = []
+    batch: list[tuple[int, dict[str, Any]]] = []
     try:
-        for item in iter_conversations(path, outcome, columns, progress):
+        for item in iter_training_rows(path, outcome, columns, progress):
             batch.append(item)
             if len(batch) == BATCH:
                 _count_batch(batch, counter, outcome, seq_len)
@@ -173,4 +237,6 @@ def check_dataset(
         outcome.report.fatal = "no row is usable; fix the errors listed"
         outcome.fatal_kind = FileProblem.NO_USABLE_ROW
     outcome.report.tokens = token_stats(list(outcome.lengths.values()), seq_len, counter.description)
+    note = outcome.length_bias.note()
+    outcome.report.notes += [note] if note else []
     return outcome

@@ -19,7 +19,7 @@ import msgspec
 from desktop.core.data.findings import Severity
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.split import eval_indices
-from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_conversations
+from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_training_rows
 from desktop.services.data.tokens import EstimatedTokenCounter, TokenCounter
 from desktop.services.platform.files import atomic_write_text, atomic_writer, commit_file_set, sha256_file
 from desktop.services.platform.logs import get_logger
@@ -67,11 +67,11 @@ def _write_splits(
     counts = [0, 0]
     replay = CheckOutcome(DataReport(str(path)))
     with atomic_writer(staging / TRAIN_NAME) as train, atomic_writer(staging / EVAL_NAME) as evaluation:
-        for line, messages in iter_conversations(path, replay, columns, progress):
+        for line, row in iter_training_rows(path, replay, columns, progress):
             if line not in kept:
                 continue
             target = evaluation if line in evals else train
-            target.write(encoder.encode({"messages": messages}) + b"\n")
+            target.write(encoder.encode(row) + b"\n")
             counts[target is evaluation] += 1
     return counts[0], counts[1]
 

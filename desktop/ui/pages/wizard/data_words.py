@@ -203,6 +203,12 @@ def file_problem(check: DatasetCheck) -> tuple[str, str]:
             "Its rows are not in a chat layout Rentune knows. Choose the column with the user's message and the "
             "one with the answer below.",
         ),
+        FileProblem.PREFERENCE_PAIRS.value: (
+            f"{name} holds preference pairs, not conversations",
+            "The wizard trains on conversations. Pairs of a chosen and a rejected answer train with DPO or ORPO from "
+            'the command line: set [training] objective = "dpo" in a SPEC.toml, then run rentune run (see the '
+            "README). rentune data check lists what needs fixing in them.",
+        ),
         FileProblem.EMPTY.value: (f"{name} holds no rows", "Choose a file with at least one conversation."),
         FileProblem.NO_USABLE_ROW.value: (
             f"No row of {name} can be used",
