@@ -714,9 +714,9 @@ def read_event_file(path: Path, offset: int = 0, limit: int | None = None) -> Ev
 
 
 METHODS = ("qlora", "lora", "full", "full-8bit")
-#: What the training optimises: supervised fine-tuning on chats, or a preference objective on prompt / chosen /
-#: rejected pairs (DPO against a reference model, ORPO without one).
-OBJECTIVES = ("sft", "dpo", "orpo")
+#: What the training optimises: supervised fine-tuning on chats, a preference objective on prompt / chosen /
+#: rejected pairs (DPO against a reference model, ORPO without one), or continued pre-training on raw text.
+OBJECTIVES = ("sft", "dpo", "orpo", "cpt")
 PREFERENCE_OBJECTIVES = frozenset({"dpo", "orpo"})
 #: DPO's losses offered (TRL's names): the sigmoid loss of the DPO paper, IPO, the hinge loss of SLiC, robust DPO.
 DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")

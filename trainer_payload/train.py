@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -52,6 +53,7 @@ from trainer_payload.protocol import (
     StopCause,
     sharded_checkpoints,
 )
+from trainer_payload.texts import load_texts
 
 EXIT_DONE, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
 CHECKPOINT_DIR_NAME = "checkpoints"
@@ -126,6 +128,7 @@ LOSS_ON = {
     "sft": "every assistant turn",
     "dpo": "the chosen against the rejected answer, beside the reference model",
     "orpo": "the chosen answer, and its odds against the rejected one",
+    "cpt": "every token of the text, packed into sequences",
 }
 #: TRL's logged preference metrics and the step event's names for them.
 REWARD_FIELDS = {
@@ -337,10 +340,29 @@ def _preference_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
     )
 
 
+def _cpt_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
+    """Continued pre-training: the documents concatenated and cut into sequences of ``seq_len`` tokens.
+
+    The loss is on every token; held-out text is measured once before the first step too (the base's perplexity).
+    """
+    from trl import SFTConfig
+
+    return SFTConfig(
+        **_common_args(spec, bf16, has_eval),
+        max_length=spec.seq_len,
+        packing=True,
+        packing_strategy="wrapped",
+        dataset_text_field="text",
+        eval_on_start=has_eval,
+    )
+
+
 def training_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
     """The trainer's arguments for the job's objective."""
     if spec.objective in PREFERENCE_OBJECTIVES:
         return _preference_config(spec, bf16, has_eval)
+    if spec.objective == "cpt":
+        return _cpt_config(spec, bf16, has_eval)
     return _sft_config(spec, bf16, has_eval)
 
 
@@ -377,6 +399,12 @@ def _pairs(path: str) -> Any:
     return Dataset.from_list(load_pairs(Path(path)))
 
 
+def _texts(path: str) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list(load_texts(Path(path)))
+
+
 def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, int]:
     """Train and eval datasets labelled on every assistant turn, and how many training rows had nothing to train on.
 
@@ -384,6 +412,8 @@ def _datasets(spec: JobSpec, tokenizer: Any) -> tuple[Any, Any, int]:
     """
     if spec.objective in PREFERENCE_OBJECTIVES:
         return _pairs(spec.train_file), _pairs(spec.eval_file) if spec.eval_file else None, 0
+    if spec.objective == "cpt":
+        return _texts(spec.train_file), _texts(spec.eval_file) if spec.eval_file else None, 0
     train, dropped = _labelled(spec.train_file, tokenizer, spec.seq_len)
     evaluation = _labelled(spec.eval_file, tokenizer, spec.seq_len)[0] if spec.eval_file else None
     return train, evaluation, dropped
@@ -553,6 +583,7 @@ class PayloadRun:
             bytes=sum(p.stat().st_size for p in checkpoint_files(target)),
             metrics={
                 **metrics,
+                **held_out_perplexity(trainer.state.log_history),
                 "final_loss": last_loss,
                 "steps": trainer.state.global_step,
                 "peak_gpu_gb": peak_memory_gb(),
@@ -562,6 +593,14 @@ class PayloadRun:
         )
         self.state(JobState.DONE)
         return EXIT_DONE
+
+
+def held_out_perplexity(history: list[dict[str, Any]]) -> dict[str, float]:
+    """The held-out text's perplexity before training (an eval at step 0) and after, when both were measured."""
+    losses = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h and "step" in h]
+    if len(losses) < 2 or losses[0][0] != 0:
+        return {}
+    return {"base_perplexity": round(math.exp(losses[0][1]), 3), "perplexity": round(math.exp(losses[-1][1]), 3)}
 
 
 def gather_whole_weights(trainer: Any, spec: JobSpec) -> None:

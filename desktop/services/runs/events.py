@@ -133,6 +133,17 @@ def _preference_words(event: Mapping[str, Any]) -> str:
     return f", chosen preferred {accuracy:.0%}{by}"
 
 
+def _done_words(event: Mapping[str, Any]) -> str:
+    metrics = event.get("metrics")
+    base, tuned = (
+        (metrics.get("base_perplexity"), metrics.get("perplexity")) if isinstance(metrics, Mapping) else (None, None)
+    )
+    text = f"done in {event.get('train_seconds')} s of training"
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (base, tuned)):
+        text += f"; held-out perplexity {base:,.2f} before training, {tuned:,.2f} after"
+    return text
+
+
 def _state_words(event: Mapping[str, Any]) -> str:
     details = (f"{k}={v}" for k, v in event.items() if k not in {"ts", "seq", "event", "state"} and v is not None)
     return f"[{event['state']}] " + " ".join(details)
@@ -179,7 +190,7 @@ _TERMINAL_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     EventKind.EXPORTED: _exported_words,
     EventKind.ERROR: lambda e: f"error ({e.get('kind')}): {e.get('message')}\n  hint: {e.get('hint')}",
     EventKind.CHECKPOINT: lambda e: f"checkpoint at step {e['step']} ({e['bytes'] / 1e6:,.1f} MB)",
-    EventKind.DONE: lambda e: f"done in {e.get('train_seconds')} s of training",
+    EventKind.DONE: _done_words,
     EventKind.CALIBRATION: _calibration_words,
     EventKind.FIT: _fit_words,
     EventKind.HOLD: _hold_words,

@@ -117,6 +117,14 @@ def read_upload_progress(folder: Path) -> UploadProgress | None:
         return None
 
 
+def remote_data_name(source: Path, role: str) -> str:
+    """Where a data file goes in the run's folder: ``data/train.jsonl``, or ``data/train.txt`` for raw text.
+
+    The trainer reads a ``.txt`` file as one document, a ``.jsonl`` file row by row.
+    """
+    return f"data/{role}{'.txt' if source.suffix.lower() == '.txt' else '.jsonl'}"
+
+
 async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     """Uploads everything the run needs to its remote folder and writes the job file (moves the run to uploading).
 
@@ -127,15 +135,17 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     record = ctx.store.transition(run_id, RunState.UPLOADING)
     remote, spec, local = str(record.remote_dir), record.spec, ctx.folder(run_id)
     files: list[tuple[Path, str]] = [(Path(str(p)), f"payload/trainer_payload/{p.name}") for p in payload_files()]
-    files.append((Path(spec["train_file"]), "data/train.jsonl"))
-    if spec.get("eval_file"):
-        files.append((Path(spec["eval_file"]), "data/eval.jsonl"))
+    train_name = remote_data_name(Path(spec["train_file"]), "train")
+    eval_name = remote_data_name(Path(spec["eval_file"]), "eval") if spec.get("eval_file") else None
+    files.append((Path(spec["train_file"]), train_name))
+    if eval_name:
+        files.append((Path(spec["eval_file"]), eval_name))
     model_files = local_model_files(spec["base_model"])
     files += model_files
     job = {
         "base_model": LOCAL_MODEL if model_files else spec["base_model"],
-        "train_file": "data/train.jsonl",
-        "eval_file": "data/eval.jsonl" if spec.get("eval_file") else None,
+        "train_file": train_name,
+        "eval_file": eval_name,
         "output_dir": "out",
         **spec["training"],
         **node_job_keys(spec),

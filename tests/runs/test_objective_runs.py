@@ -1,15 +1,18 @@
-"""A DPO run end to end: ``rentune run`` trains preference pairs on the machine (a real sshd, the real payload), the
-terminal shows how often the chosen answer wins, and the adapter comes home verified."""
+"""Objectives beyond SFT end to end: ``rentune run`` trains on the machine (a real sshd, the real payload) preference
+pairs with DPO (the terminal shows how often the chosen answer wins) and raw text with continued pre-training (the
+terminal shows the held-out perplexity before and after); each adapter comes home verified."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from desktop.cli import main
 from desktop.services.runs.events import mirrored_events
+from tests.fixtures.domain_text import write_domain_text
 from tests.fixtures.preference_data import write_preference_dataset
 from tests.fixtures.sshd import SshHost
 from tests.runs.conftest import SpecFactory
@@ -35,3 +38,20 @@ def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     steps = [e for e in mirrored_events(adapter.parent) if e["event"] == "step"]
     assert len(steps) == 20 and steps[-1]["reward_margin"] > steps[0]["reward_margin"]
     assert sum(e["reward_accuracy"] for e in steps[-5:]) / 5 >= 0.8, "the machine's run learned the preference"
+
+
+def test_rentune_run_continues_pretraining_on_a_text_file_and_says_the_perplexity_before_and_after(
+    ssh_host: SshHost, make_spec: SpecFactory, chat_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus, held_out = write_domain_text(tmp_path / "corpus.txt", 30), write_domain_text(tmp_path / "held.txt", 3, 1)
+    spec = make_spec(ssh_host, objective="cpt", max_steps=20, eval_steps=10)
+    text = spec.read_text().replace(f'train = "{chat_dataset}"', f'train = "{corpus}"\neval = "{held_out}"')
+    spec.write_text(text)
+    assert main(["run", str(spec)]) == 0, capsys.readouterr().out[-3000:]
+    out = capsys.readouterr().out
+    before, after = (
+        float(n) for n in re.search(r"perplexity ([\d,.]+) before training, ([\d,.]+) after", out).groups()
+    )
+    assert after < before and "adapter verified" in out
+    (job,) = (tmp_path / "remote").glob("*/job.json")
+    assert json.loads(job.read_text())["train_file"] == "data/train.txt", "the text keeps its suffix on the machine"

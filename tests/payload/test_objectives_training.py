@@ -1,5 +1,6 @@
-"""Preference tuning through the real payload on the CPU: DPO learns to reward the chosen answer (and survives a
-kill -9 mid-run), the tuned model prefers the chosen answers more often than its base, ORPO trains and reports."""
+"""The objectives beyond SFT through the real payload on the CPU: DPO learns to reward the chosen answer (and survives
+a kill -9 mid-run), the tuned model prefers the chosen answers more often than its base, ORPO trains and reports,
+and continued pre-training on raw text lowers the held-out perplexity."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.domain_text import write_domain_text
 from tests.fixtures.preference_data import preference_pairs, write_preference_dataset
 from tests.fixtures.tiny_models import TINY_TRAINING, TinyModel
 from tests.payload.conftest import events_of, run_payload, start_payload
@@ -99,3 +101,23 @@ def test_orpo_trains_on_plain_text_pairs_and_reports_its_rewards(tiny_model: Tin
     assert steps[-1]["loss"] < steps[0]["loss"], "ORPO's loss (the chosen answer's, and its odds) goes down"
     assert "odds" in next(e for e in events if e["event"] == "state" and e["state"] == "training")["loss_on"]
     assert events[-1]["state"] == "done"
+
+
+def test_continued_pretraining_on_raw_text_lowers_the_held_out_perplexity(
+    tiny_model: TinyModel, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cpt"
+    folder.mkdir()
+    write_domain_text(folder / "train.txt", 30, seed=0)
+    write_domain_text(folder / "eval.txt", 3, seed=1)
+    job = {"base_model": str(tiny_model.path), "train_file": "train.txt", "eval_file": "eval.txt", "output_dir": "out"}
+    job |= {**TINY_TRAINING, "objective": "cpt", "max_steps": 30, "eval_steps": 10}
+    (folder / "job.json").write_text(json.dumps(job))
+    result = run_payload(folder / "job.json")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    events = events_of(folder / "job.json")
+    assert [e["step"] for e in events if e["event"] is EventKind.EVAL] == [0, 10, 20, 30], "the base is measured first"
+    steps = [e for e in events if e["event"] is EventKind.STEP]
+    assert steps[-1]["tokens"] >= 0.98 * 30 * 4 * 128, "sequences packed full (only a document's last one is short)"
+    metrics = next(e for e in events if e["event"] is EventKind.DONE)["metrics"]
+    assert metrics["perplexity"] < 0.8 * metrics["base_perplexity"], metrics
