@@ -43,6 +43,7 @@ def test_defaults_follow_the_seeds(capsys: pytest.CaptureFixture[str]) -> None:
         "grad_ckpt": True,
         "num_gpus": 1,
         "strategy": "ddp",
+        "objective": "sft",
     }
 
 

@@ -11,7 +11,7 @@ from typing import NoReturn
 from desktop import __version__
 from desktop.cli.errors import EXIT_USAGE, redacted
 from desktop.core.sizing.plan import NODE_COUNTS
-from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Strategy, Targets
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Objective, Strategy, Targets
 from desktop.services.providers.base import ProviderName
 from trainer_payload.protocol import PROTOCOL_VERSION
 
@@ -233,6 +233,13 @@ def _add_sizing_flags(parser: argparse.ArgumentParser) -> None:
     """The flags that say what is trained and how (``plan`` and ``offers``)."""
     parser.add_argument("--model", help="catalog name, Hub id (org/name), model folder or config.json")
     parser.add_argument("--method", choices=[m.value for m in Method], default=Method.QLORA.value)
+    parser.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        default=Objective.SFT.value,
+        help="sft (chats), dpo or orpo (preference pairs: both answers and, for DPO, a reference model counted), "
+        "cpt (raw text)",
+    )
     parser.add_argument("--seq-len", type=int, default=DEFAULT_SETUP.seq_len)
     parser.add_argument("--micro-batch", type=int, default=DEFAULT_SETUP.micro_batch)
     parser.add_argument("--grad-accum", type=int, default=DEFAULT_SETUP.grad_accum)
@@ -240,8 +247,10 @@ def _add_sizing_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--targets", choices=[Targets.ALL_LINEAR.value, Targets.ATTENTION.value], default="all-linear")
     parser.add_argument("--no-grad-ckpt", action="store_true", help="turn gradient checkpointing off")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--tokens", type=int, help="training tokens per epoch (default 15,000,000)")
-    source.add_argument("--dataset", type=Path, help="JSONL chat dataset to count tokens from")
+    source.add_argument(
+        "--tokens", type=int, help="training tokens per epoch, both answers of every pair (default 15,000,000)"
+    )
+    source.add_argument("--dataset", type=Path, help="JSONL chat or pair dataset to count tokens from")
     parser.add_argument("--epochs", type=float, default=3.0)
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from desktop.cli.errors import CliError, about
 from desktop.core.sizing.plan import Workload
-from desktop.core.sizing.setup import Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import Method, Objective, SetupError, Strategy, Targets, TrainingSetup
 
 #: The flag of each training setting (a suggestion or an error names it so).
 FLAGS = {
@@ -38,6 +38,7 @@ def training_setup(args: argparse.Namespace, num_gpus: int = 1, strategy: str = 
             grad_ckpt=not args.no_grad_ckpt,
             num_gpus=num_gpus,
             strategy=Strategy(strategy),
+            objective=Objective(args.objective),
         )
     except SetupError as exc:
         raise CliError(f"{FLAGS.get(exc.setting, exc.setting)} {exc.value!r} {exc.problem}") from exc
@@ -53,6 +54,7 @@ def workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
         raise CliError(f"--epochs {args.epochs:g} is out of range: use a number above 0 and at most 100")
     if args.dataset is not None:
         # Only a plan from a dataset reads one: `rentune plan` alone stays a quick command.
+        from desktop.core.data.formats import DataFormat
         from desktop.services.data.check import check_dataset
         from desktop.services.data.tokens import load_token_counter
 
@@ -61,7 +63,8 @@ def workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
         if report.fatal or report.tokens is None:
             raise CliError(f"{about(args.dataset, report.fatal)}; run rentune data check {args.dataset}")
         kept = outcome.kept_lengths()
-        trained = sum(min(n, seq_len) for n in kept.values())
+        sides = 2 if outcome.fmt is DataFormat.PAIRS else 1  # both answers of a pair, each padded to the longer
+        trained = sides * sum(min(n, seq_len) for n in kept.values())
         source = f"{len(kept):,} usable examples in {args.dataset.name} (duplicates and rows with errors left out), "
         return Workload(tokens=max(1, trained), epochs=args.epochs), source + report.tokens.method
     tokens = 15_000_000 if args.tokens is None else args.tokens

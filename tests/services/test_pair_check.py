@@ -89,6 +89,18 @@ def test_prepared_pairs_are_whole_deduplicated_and_read_by_the_machine_as_writte
         "every pair whole, the same-answer one out"
     )
     assert len(load_pairs(prepared.train)) == counts["train"], "the machine reads the prepared file as it is"
+    lengths = check_dataset(tmp_path / "pairs.jsonl").kept_lengths()
+    tokens = prepared.manifest_data["tokens"]
+    assert tokens["sequences_per_example"] == 2, "the planner counts both answers of a pair"
+    assert tokens["trained_per_epoch"] == 2 * sum(min(n, 2048) for n in lengths.values())
+
+
+def test_rentune_plan_counts_both_answers_of_each_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pairs = write_rows(tmp_path / "pairs.jsonl", distinct_pairs(40))
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--objective", "dpo", "--dataset", str(pairs), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    lengths = check_dataset(pairs).kept_lengths()
+    assert plan["tokens"]["per_epoch"] == 2 * sum(lengths.values()) and plan["setup"]["objective"] == "dpo"
 
 
 def test_rentune_data_check_lists_a_pairs_findings_and_its_note(

@@ -32,21 +32,30 @@ class JobKind:
         params_b: Its size in billions of parameters (two decimals).
         method: ``qlora``, ``lora``, ``full`` or ``full-8bit``.
         seq_len: The sequence length.
+        objective: ``sft``, ``dpo``, ``orpo`` or ``cpt`` (a DPO step does more per token than an SFT step).
     """
 
     model: str
     params_b: float
     method: str
     seq_len: int
+    objective: str = "sft"
 
     @classmethod
     def of(cls, arch: Architecture, setup: TrainingSetup) -> JobKind:
         """The kind of the job ``setup`` trains on ``arch``."""
-        return cls(arch.name, round(arch.total_params / 1e9, 2), setup.method.value, setup.seq_len)
+        params_b = round(arch.total_params / 1e9, 2)
+        return cls(arch.name, params_b, setup.method.value, setup.seq_len, setup.objective.value)
 
     def as_dict(self) -> dict[str, str | float | int]:
         """JSON fields, as a run's record stores them."""
-        return {"model": self.model, "params_b": self.params_b, "method": self.method, "seq_len": self.seq_len}
+        return {
+            "model": self.model,
+            "params_b": self.params_b,
+            "method": self.method,
+            "seq_len": self.seq_len,
+            "objective": self.objective,
+        }
 
     @classmethod
     def from_dict(cls, fields: object) -> JobKind | None:
@@ -54,7 +63,13 @@ class JobKind:
         if not isinstance(fields, dict):
             return None
         try:
-            return cls(str(fields["model"]), float(fields["params_b"]), str(fields["method"]), int(fields["seq_len"]))
+            return cls(
+                str(fields["model"]),
+                float(fields["params_b"]),
+                str(fields["method"]),
+                int(fields["seq_len"]),
+                str(fields.get("objective", "sft")),  # runs recorded before objectives were
+            )
         except (KeyError, TypeError, ValueError):
             return None
 

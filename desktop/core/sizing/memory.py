@@ -129,6 +129,13 @@ def weights_gb(arch: Architecture, setup: TrainingSetup) -> float:
     return total / _shards(setup) / GB
 
 
+def reference_gb(arch: Architecture, setup: TrainingSetup) -> float:
+    """DPO's frozen reference model beside a full fine-tune (with an adapter, the base with it switched off serves)."""
+    if not setup.objective.has_reference or setup.method.is_peft:
+        return 0.0
+    return arch.total_params * 2.0 / _shards(setup) / GB  # bf16, sharded like the model under FSDP
+
+
 def _shards(setup: TrainingSetup) -> int:
     return setup.world_size if setup.strategy is Strategy.FSDP else 1
 
@@ -276,6 +283,7 @@ def estimate_memory(
     """
     items = {
         "weights": weights_gb(arch, setup),
+        "reference_model": reference_gb(arch, setup),
         "lora_adapter": adapter_gb(arch, setup),
         "gradients": gradients_gb(arch, setup),
         "optimizer": optimizer_gb(arch, setup),

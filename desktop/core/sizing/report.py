@@ -11,6 +11,7 @@ from desktop.core.units import count_text, gib, memory_text
 
 _ITEM_LABELS = {
     "weights": "base weights",
+    "reference_model": "DPO reference model (frozen)",
     "lora_adapter": "LoRA adapter + grads + AdamW",
     "gradients": "gradients",
     "optimizer": "optimizer states",
@@ -20,6 +21,11 @@ _ITEM_LABELS = {
     "allocator_overhead": "allocator fragmentation",
     "cuda_context": "CUDA context",
     "measured": "measured on your runs",
+}
+#: What a plan's objective changes, said after its setup (SFT and CPT: nothing).
+_OBJECTIVE_WORDS = {
+    "dpo": "\nDPO: both answers of each pair through the model, and the reference model's forward pass",
+    "orpo": "\nORPO: both answers of each pair through the model (no reference model)",
 }
 _POLICY = {
     "bf16": "bf16 weights, gradients and AdamW states (TRL with a bf16 model)",
@@ -71,6 +77,7 @@ def plan_dict(plan: Plan, tokens_source: str) -> dict[str, Any]:
             "grad_ckpt": setup.grad_ckpt,
             "num_gpus": setup.num_gpus,
             "strategy": setup.strategy.value,
+            "objective": setup.objective.value,
         },
         "tokens": {"per_epoch": plan.workload.tokens, "epochs": plan.workload.epochs, "source": tokens_source},
         "memory_gb": {**plan.memory.items, "per_gpu_total": plan.memory.per_gpu_total},
@@ -121,7 +128,8 @@ def plan_text(plan: Plan, tokens_source: str, describe: Callable[[Suggestion], s
         if setup.method.is_peft
         else f"{arch.name}: {count_text(arch.total_params)} parameters, all trainable ({setup.method.value})",
         f"seq {setup.seq_len} x micro-batch {setup.micro_batch} x grad-accum {setup.grad_accum}, "
-        f"checkpointing {'on' if setup.grad_ckpt else 'off'}; precision: {_POLICY[setup.precision.value]}",
+        f"checkpointing {'on' if setup.grad_ckpt else 'off'}; precision: {_POLICY[setup.precision.value]}"
+        + _OBJECTIVE_WORDS.get(setup.objective.value, ""),
         f"{plan.workload.tokens:,} tokens x {plan.workload.epochs:g} epochs ({tokens_source})",
         "",
         f"Peak memory per GPU ({setup.num_gpus} x {setup.strategy.value}), GiB:",

@@ -22,6 +22,28 @@ class Method(StrEnum):
         return self in {Method.QLORA, Method.LORA}
 
 
+class Objective(StrEnum):
+    """What the training optimises (the payload's ``objective``)."""
+
+    SFT = "sft"
+    DPO = "dpo"
+    ORPO = "orpo"
+    CPT = "cpt"
+
+    @property
+    def sequences_per_example(self) -> int:
+        """Sequences one example puts through the model: two for a preference pair, else one.
+
+        TRL puts a pair's chosen and rejected answers in one batch, each padded to the longer.
+        """
+        return 2 if self in {Objective.DPO, Objective.ORPO} else 1
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether a frozen reference model scores every pair too (DPO; ORPO needs none)."""
+        return self is Objective.DPO
+
+
 class Targets(StrEnum):
     """Which linear layers LoRA adapts."""
 
@@ -99,6 +121,9 @@ class TrainingSetup:
         sync_each_batch: FSDP reduce-scatters gradients after every micro-batch (the payload does); ``False`` is
             accumulation under ``no_sync`` (whole gradients on every GPU until the last micro-batch), what other
             trainers measured in published tables do.
+        objective: SFT, DPO, ORPO or continued pre-training. A preference pair's two answers both go through the
+            model: its tokens (the workload's, and ``seq_len``) count each side, so a micro-batch of pairs holds
+            twice the sequences; DPO's reference model adds a forward pass, and for a full fine-tune a frozen copy.
     """
 
     method: Method = Method.QLORA  # members, not lookups (RUF009): a test holds the enums equal to the payload's
@@ -117,6 +142,7 @@ class TrainingSetup:
     chunked_loss: bool = False
     num_nodes: int = job_default("num_nodes")
     sync_each_batch: bool = True
+    objective: Objective = Objective.SFT
 
     def __post_init__(self) -> None:
         for setting, (low, high) in SETTING_RANGES.items():
@@ -126,8 +152,8 @@ class TrainingSetup:
 
     @property
     def tokens_per_micro_batch(self) -> int:
-        """Tokens in one forward pass on one GPU."""
-        return self.seq_len * self.micro_batch
+        """Tokens in one forward pass on one GPU (both answers of each pair for a preference objective)."""
+        return self.seq_len * self.micro_batch * self.objective.sequences_per_example
 
     @property
     def tokens_per_step(self) -> int:

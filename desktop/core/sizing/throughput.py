@@ -37,11 +37,13 @@ _GRAD_BYTES = {True: 4.0, False: 2.0}
 
 
 def flops_per_token(arch: Architecture, setup: TrainingSetup) -> float:
-    """Training FLOPs per token (forward, backward and checkpoint recompute)."""
+    """Training FLOPs per token (forward, backward and checkpoint recompute; DPO's reference forward too)."""
     matmul_params = arch.num_layers * arch.active_block_linear_params() + arch.vocab_size * arch.hidden_size
     passes = 2 + (0 if setup.method.is_peft else 1) + (1 if setup.grad_ckpt else 0)
     attention_forward = 2 * arch.num_layers * setup.seq_len * arch.q_width  # QK^T and AV, causal half
     forward_passes = 3 + (1 if setup.grad_ckpt else 0)
+    if setup.objective.has_reference:  # the reference model's log-probabilities: one more forward, no backward
+        passes, forward_passes = passes + 1, forward_passes + 1
     return 2.0 * matmul_params * passes + attention_forward * forward_passes
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from desktop.core.data.findings import Severity
+from desktop.core.data.formats import DataFormat
 from desktop.core.data.report import DataReport, token_stats
 from desktop.core.data.split import eval_indices
 from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_training_rows
@@ -89,7 +90,9 @@ def _manifest(
 ) -> dict[str, Any]:
     report = outcome.report
     stats = token_stats(list(kept.values()), seq_len, counter.description)
-    train_tokens = sum(min(n, seq_len) for line, n in kept.items() if line not in evals)
+    # A pair's two answers both train, each padded to the longer: the planner counts the tokens of both.
+    sides = 2 if outcome.fmt is DataFormat.PAIRS else 1
+    train_tokens = sides * sum(min(n, seq_len) for line, n in kept.items() if line not in evals)
     return {
         "schema_version": MANIFEST_VERSION,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -109,7 +112,8 @@ def _manifest(
         "tokens": {
             "method": stats.method,
             "seq_len": seq_len,
-            "trained_per_epoch": stats.trained,
+            "trained_per_epoch": sides * stats.trained,
+            "sequences_per_example": sides,
             "train_per_epoch": train_tokens,
             "total": stats.total,
             "cut": stats.cut,

@@ -16,7 +16,7 @@ from desktop.core.sizing.architecture import ArchitectureError
 from desktop.core.sizing.calibration import JobKind, Learned
 from desktop.core.sizing.gpus import GIB_TO_GB, USABLE_FRACTION
 from desktop.core.sizing.plan import GPU_COUNTS, NODE_COUNTS, GpuOption, Plan, Workload, make_plan
-from desktop.core.sizing.setup import DEFAULT_SETUP, Method, SetupError, Strategy, Targets, TrainingSetup
+from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Objective, SetupError, Strategy, Targets, TrainingSetup
 from desktop.core.units import memory_text
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
 from desktop.services.platform.secrets import SecretStore
@@ -111,6 +111,7 @@ def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
             grad_ckpt=bool(keys.get("gradient_checkpointing", DEFAULT_SETUP.grad_ckpt)),
             num_gpus=int(keys.get("num_gpus", DEFAULT_SETUP.num_gpus)),
             strategy=Strategy(keys.get("strategy", DEFAULT_SETUP.strategy.value)),
+            objective=Objective(keys.get("objective", DEFAULT_SETUP.objective.value)),
         )
     except SetupError as exc:
         label = SETTING_LABELS.get(exc.setting, exc.setting)

@@ -50,6 +50,7 @@ from desktop.ui.widgets.tables import pick_one_table
 CARD_SIZES_GIB = (24, 48, 80, 141)
 ITEM_LABELS = {
     "weights": "Base weights",
+    "reference_model": "DPO reference model",
     "lora_adapter": "LoRA adapter, its gradients and AdamW",
     "gradients": "Gradients",
     "optimizer": "Optimizer states",
@@ -63,6 +64,7 @@ ITEM_LABELS = {
 #: full gradients never appear together; the CUDA context is the allocator's colour, hatched.
 COMPONENT_COLOURS = {
     "weights": 0,
+    "reference_model": 0,
     "lora_adapter": 1,
     "gradients": 1,
     "activations": 2,
