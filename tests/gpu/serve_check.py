@@ -105,7 +105,11 @@ def ask(port: int, max_tokens: int) -> tuple[int, float]:
 
 
 def answers(port: int) -> bool:
-    """Whether anything answers an OpenAI-compatible ``/v1/models`` on ``port``."""
+    """Whether anything answers an OpenAI-compatible ``/v1/models`` on ``port``.
+
+    :func:`tests.fixtures.serving.lists_models` asks the same with httpx; this check runs on the GPU machine's image,
+    which is only promised the standard library besides torch, transformers and peft.
+    """
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5):
             return True

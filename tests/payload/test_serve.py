@@ -22,6 +22,8 @@ import pytest
 
 from tests.fixtures.adapters import PATTERN, TrainedAdapter
 from tests.fixtures.serving import lists_models
+from tests.gpu.serve_check import read_state as _state
+from tests.gpu.serve_check import wait_for, wait_for_requests
 from trainer_payload.protocol import (
     ADAPTER_DIR_NAME,
     SERVE_DIR_NAME,
@@ -71,34 +73,23 @@ def _start(job: Path, serve_job: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _state(out: Path) -> ServeState | None:
-    try:
-        return ServeState.parse((out / SERVE_STATE_FILE_NAME).read_text())
-    except FileNotFoundError:
-        return None
-
-
 def _until(out: Path, phase: ServePhase, limit_s: float = 240) -> ServeState:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        state = _state(out)
-        if state is not None and state.phase is phase:
-            return state
-        if state is not None and state.phase is ServePhase.ENDED:
-            raise AssertionError(f"serving ended before {phase.value}: {state.reason}")
-        time.sleep(0.2)
-    raise AssertionError(f"no {phase.value} within {limit_s} s: {_state(out)}")
+    """The serve state once it reaches ``phase``; fails when serving ends first or ``limit_s`` passes."""
+    state = wait_for(out, {phase, ServePhase.ENDED}, limit_s)
+    if state is not None and state.phase is phase:
+        return state
+    if state is not None and state.phase is ServePhase.ENDED:
+        raise AssertionError(f"serving ended before {phase.value}: {state.reason}")
+    raise AssertionError(f"no {phase.value} within {limit_s} s: {state}")
 
 
 def _until_counted(out: Path, requests: int, limit_s: float = 30) -> ServeState:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        state = _state(out)
-        if state is not None and state.requests >= requests:
-            assert state.requests == requests, f"{state.requests} requests counted, {requests} made"
-            return state
-        time.sleep(0.1)
-    raise AssertionError(f"{requests} request(s) not counted within {limit_s} s: {_state(out)}")
+    """The serve state once it counts ``requests`` requests, exactly that many."""
+    counted = wait_for_requests(out, requests, limit_s)
+    assert counted == requests, f"{counted} request(s) counted within {limit_s} s, {requests} made"
+    state = _state(out)
+    assert state is not None
+    return state
 
 
 def test_the_tuned_model_is_served_counted_and_ended_after_its_idle_minutes(
