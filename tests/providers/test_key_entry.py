@@ -26,8 +26,9 @@ def test_an_address_that_is_not_the_providers_api_is_said_in_words(
     with pytest.raises(KeyEntryError) as caught:
         asyncio.run(add_key(name, cloud.valid_key, SecretStore()))
     said = str(caught.value)
+    words = said.replace(f"({address})", "(ADDRESS)")  # the address the user set is named; its port may hold "404"
     for raw in ("/not-the-api/", "GET ", "no route", "HTTP", "404"):
-        assert raw not in said, f"no raw request in the message ({raw!r}): {said}"
+        assert raw not in words, f"no raw request in the message ({raw!r}): {said}"
     assert said.startswith(f"{name.label} did not recognise Rentune's request to check the key"), said
     assert f"{PROVIDERS[name].url_env} ({address}) may not be {name.label}'s API" in said, said
 
