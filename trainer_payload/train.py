@@ -167,7 +167,8 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
                 return
             now, tokens = time.monotonic(), float(logs.get("num_tokens", 0.0))
             rate = None
-            if self.last_log and now > self.last_log[0]:
+            # ORPO's trainer counts no tokens: no rate then, rather than a rate of 0 tokens/s.
+            if self.last_log and now > self.last_log[0] and "num_tokens" in logs:
                 rate = round((tokens - self.last_log[1]) / (now - self.last_log[0]), 1)
             self.last_log = (now, tokens)
             events.emit(

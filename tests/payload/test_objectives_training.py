@@ -98,6 +98,7 @@ def test_orpo_trains_on_plain_text_pairs_and_reports_its_rewards(tiny_model: Tin
     events = events_of(job)
     steps = [e for e in events if e["event"] is EventKind.STEP]
     assert len(steps) == 12 and all({"reward_accuracy", "reward_margin"} <= set(e) for e in steps)
+    assert all(e["tokens_per_s"] is None for e in steps), "TRL's ORPO counts no tokens: no speed rather than 0/s"
     assert steps[-1]["loss"] < steps[0]["loss"], "ORPO's loss (the chosen answer's, and its odds) goes down"
     assert "odds" in next(e for e in events if e["event"] == "state" and e["state"] == "training")["loss_on"]
     assert events[-1]["state"] == "done"
