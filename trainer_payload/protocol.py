@@ -797,7 +797,9 @@ def _chat_pair(row: dict[str, Any]) -> Pair:
     chosen = _pair_answer(_pair_messages(row["chosen"], "chosen"), "chosen")
     rejected = _pair_answer(_pair_messages(row["rejected"], "rejected"), "rejected")
     if "prompt" in row:
-        prompt = _pair_messages(row["prompt"], "prompt")
+        # UltraFeedback's binarised rows give the prompt as text and each answer as the whole conversation.
+        given = row["prompt"]
+        prompt = [{"role": "user", "content": given}] if isinstance(given, str) else _pair_messages(given, "prompt")
         return {"prompt": prompt, "chosen": _after_prompt(prompt, chosen), "rejected": _after_prompt(prompt, rejected)}
     if chosen[:-1] != rejected[:-1]:
         raise PairError(

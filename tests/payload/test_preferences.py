@@ -30,7 +30,9 @@ def test_each_shape_becomes_trls_prompt_chosen_rejected(tmp_path: Path) -> None:
     expected = {"prompt": USER, "chosen": GOOD, "rejected": BAD}
     assert pairs_of(tmp_path, {"prompt": USER, "chosen": GOOD, "rejected": BAD}) == [expected]
     assert pairs_of(tmp_path, {"chosen": USER + GOOD, "rejected": USER + BAD}) == [expected], "prompt implied"
-    ultrafeedback = {"prompt": USER, "chosen": USER + GOOD, "rejected": USER + BAD}  # answers repeat the prompt
+    repeated = {"prompt": USER, "chosen": USER + GOOD, "rejected": USER + BAD}  # answers repeat the prompt
+    assert pairs_of(tmp_path, repeated) == [expected]
+    ultrafeedback = {"prompt": "Which is right?", "chosen": USER + GOOD, "rejected": USER + BAD}  # its binarised rows
     assert pairs_of(tmp_path, ultrafeedback) == [expected]
     plain = {"prompt": "Which?", "chosen": "This one.", "rejected": "That one."}
     assert pairs_of(tmp_path, plain) == [plain]
