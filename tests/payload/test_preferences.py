@@ -104,3 +104,16 @@ def test_the_terminal_shows_how_often_the_chosen_answer_wins() -> None:
     held_out = {"event": "eval", "step": 10, "eval_loss": 0.54, "reward_accuracy": 1.0, "reward_margin": 0.3}
     assert describe_event(held_out) == "held-out loss 0.5400 at step 10, chosen preferred 100%, margin +0.300"
     assert describe_event({"event": "eval", "step": 10, "eval_loss": 1.25}) == "held-out loss 1.2500 at step 10"
+
+
+def test_a_trial_of_a_preference_run_says_trials_try_chats_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from desktop.cli import main
+
+    (tmp_path / "pairs.jsonl").write_text(json.dumps({"prompt": USER, "chosen": GOOD, "rejected": BAD}) + "\n")
+    spec = tmp_path / "SPEC.toml"
+    spec.write_text('[model]\nbase = "m"\n[data]\ntrain = "pairs.jsonl"\n[training]\nobjective = "dpo"\n')
+    assert main(["trial", str(spec), "--on", "cpu"]) != 0
+    said = capsys.readouterr().err
+    assert 'tries chat fine-tunes (objective "sft"); this spec\'s objective is "dpo"' in said, said

@@ -12,6 +12,7 @@ from desktop.services.models.configs import ConfigFetcher
 from desktop.services.runs.drafts import write_spec_toml
 from desktop.services.runs.spec_file import read_run_spec
 from desktop.services.trial.data import count_rows
+from desktop.services.trial.errors import TrialError
 from desktop.services.trial.machine import this_machine
 from desktop.services.trial.planning import plan_for_spec
 from desktop.services.trial.runner import new_trial_folder
@@ -37,10 +38,16 @@ def plan_here(
     """Where ``spec``'s trial runs on this computer (blocking: counts the chats, may read the model's config).
 
     Raises:
-        TrialError: The training data cannot be read.
+        TrialError: The training data cannot be read, or the run's objective is not one a trial tries.
         ModelResolutionError: The base model cannot be found.
         ArchitectureError: Its config cannot be sized.
     """
+    objective = spec.training.get("objective", "sft")
+    if objective != "sft":
+        raise TrialError(
+            f'a trial on this computer tries chat fine-tunes (objective "sft"); this spec\'s objective is '
+            f'"{objective}": check its data with rentune data check, then rent the run (rentune run)'
+        )
     rows = count_rows(spec.train_file)
     return plan_for_spec(spec, this_machine(), rows, steps=steps, share=share, backend=backend, fetch=fetch)
 
