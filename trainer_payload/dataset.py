@@ -7,6 +7,7 @@ error with its line number instead of a crash mid-run.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,14 @@ def _row_problem(row: Any) -> str | None:
     return None
 
 
-def load_messages(path: Path) -> list[dict[str, Any]]:
-    """Reads every row of a ``messages`` JSONL file.
+def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of an uploaded JSONL file, decoded, with its line number.
 
     Raises:
-        DataError: The file is missing or empty, or a row is malformed (named with its line).
+        DataError: The file is missing, or a line is not JSON (named with its line).
     """
     if not path.is_file():
         raise DataError(f"{path} does not exist on the machine; upload the dataset again")
-    rows = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -46,10 +46,21 @@ def load_messages(path: Path) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path.name}:{number}: invalid JSON ({exc.msg})") from exc
-            problem = _row_problem(row)
-            if problem:
-                raise DataError(f"{path.name}:{number}: {problem}")
-            rows.append({"messages": row["messages"]})
+            yield number, row
+
+
+def load_messages(path: Path) -> list[dict[str, Any]]:
+    """Reads every row of a ``messages`` JSONL file.
+
+    Raises:
+        DataError: The file is missing or empty, or a row is malformed (named with its line).
+    """
+    rows = []
+    for number, row in jsonl_rows(path):
+        problem = _row_problem(row)
+        if problem:
+            raise DataError(f"{path.name}:{number}: {problem}")
+        rows.append({"messages": row["messages"]})
     if not rows:
         raise DataError(f"{path.name} holds no examples")
     return rows

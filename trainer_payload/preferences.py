@@ -7,9 +7,9 @@ differing before their answers) is a ``data`` error naming its line, before any 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from trainer_payload.dataset import jsonl_rows
 from trainer_payload.failures import DataError
 from trainer_payload.protocol import Pair, PairError, pair_form, pair_from_row
 
@@ -20,25 +20,18 @@ def load_pairs(path: Path) -> list[Pair]:
     Raises:
         DataError: The file is missing or empty, or a row is not a usable pair (named with its line).
     """
-    if not path.is_file():
-        raise DataError(f"{path} does not exist on the machine; upload the dataset again")
     pairs: list[Pair] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                pair = pair_from_row(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path.name}:{number}: invalid JSON ({exc.msg})") from exc
-            except PairError as exc:
-                raise DataError(f"{path.name}:{number}: {exc}") from None
-            if pairs and pair_form(pair) != pair_form(pairs[0]):
-                raise DataError(
-                    f"{path.name}:{number}: this pair is {pair_form(pair)} while the first is "
-                    f"{pair_form(pairs[0])}: give every pair in one form"
-                )
-            pairs.append(pair)
+    for number, row in jsonl_rows(path):
+        try:
+            pair = pair_from_row(row)
+        except PairError as exc:
+            raise DataError(f"{path.name}:{number}: {exc}") from None
+        if pairs and pair_form(pair) != pair_form(pairs[0]):
+            raise DataError(
+                f"{path.name}:{number}: this pair is {pair_form(pair)} while the first is "
+                f"{pair_form(pairs[0])}: give every pair in one form"
+            )
+        pairs.append(pair)
     if not pairs:
         raise DataError(f"{path.name} holds no pairs")
     return pairs

@@ -7,9 +7,9 @@ breaks (a whole corpus in one string would be tokenised in one call); a ``.jsonl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from trainer_payload.dataset import jsonl_rows
 from trainer_payload.failures import DataError
 
 #: The longest piece of a ``.txt`` document handed over at once, in characters.
@@ -39,18 +39,11 @@ def _plain(path: Path) -> list[dict[str, str]]:
 
 def _lines(path: Path) -> list[dict[str, str]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path.name}:{number}: invalid JSON ({exc.msg})") from exc
-            text = row.get("text") if isinstance(row, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                raise DataError(f"{path.name}:{number}: expected an object with a non-empty 'text'")
-            rows.append({"text": text})
+    for number, row in jsonl_rows(path):
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"{path.name}:{number}: expected an object with a non-empty 'text'")
+        rows.append({"text": text})
     if not rows:
         raise DataError(f"{path.name} holds no documents")
     return rows

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.benchmarks.bench_payload import run_bare
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.preference_data import write_preference_dataset
 from tests.fixtures.tiny_models import build_tiny_model
@@ -74,18 +75,6 @@ def run_payload(folder: Path) -> float:
     return float(done["metrics"]["train_samples_per_second"])
 
 
-def run_bare(folder: Path) -> float:
-    """One bare DPOTrainer run's pairs/s."""
-    out = subprocess.run(
-        [sys.executable, "-c", BARE, str(folder / "job.json"), str(folder / "train.jsonl"), str(folder / "bare-out")],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1"},
-    ).stdout
-    return float(next(line for line in out.splitlines() if line.startswith("RESULT")).split()[1])
-
-
 def run() -> bool:
     """Prints the table; True when the payload keeps at least 0.95 of bare TRL's speed."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +85,7 @@ def run() -> bool:
         ours, bare = [], []
         for _ in range(ROUNDS):
             ours.append(run_payload(folder))
-            bare.append(run_bare(folder))
+            bare.append(run_bare(folder, BARE))
     ratio = max(ours) / max(bare)
     print(
         "payload runs (pairs/s):",

@@ -81,9 +81,10 @@ def run_payload(folder: Path) -> tuple[float, float]:
     return tokens / done["metrics"]["train_runtime"], first_step - start
 
 
-def run_bare(folder: Path) -> float:
+def run_bare(folder: Path, script: str = BARE) -> float:
+    """One run of a bare TRL ``script`` on the folder's job and data; the number it prints after ``RESULT``."""
     out = subprocess.run(
-        [sys.executable, "-c", BARE, str(folder / "job.json"), str(folder / "train.jsonl"), str(folder / "bare-out")],
+        [sys.executable, "-c", script, str(folder / "job.json"), str(folder / "train.jsonl"), str(folder / "bare-out")],
         check=True,
         capture_output=True,
         text=True,
