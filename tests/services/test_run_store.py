@@ -84,3 +84,20 @@ def test_the_other_machines_of_a_run_are_listed_with_it_found_by_their_id_and_de
         store.transition(record.id, RunState.CANCELLED)
     store.delete(head.id)
     assert store.all(with_nodes=True) == [] and not list(store.runs_dir.iterdir())
+
+
+def test_runs_created_in_one_second_with_a_clashing_suffix_each_get_their_own_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sweep creates many runs per second; a drawn suffix that is taken is drawn again, never a crash."""
+    import desktop.services.runs.store as store_module
+
+    suffixes = iter(["ab12", "ab12", "ab12", "cd34", "ab12", "ef56"])
+    monkeypatch.setattr(store_module.secrets, "token_hex", lambda _n: next(suffixes))
+    monkeypatch.setattr(store_module.time, "strftime", lambda *_a: "20261207-101500-")
+    store = RunStore()
+    created = [store.create(SPEC, None).id, store.create(SPEC, None).id]
+    finished = store.record_finished(SPEC, started=1.0, trained=(2.0, 3.0)).id
+    assert [*created, finished] == ["20261207-101500-ab12", "20261207-101500-cd34", "20261207-101500-ef56"]
+    assert all((store.runs_dir / run_id).is_dir() for run_id in [*created, finished])
+    assert [t["note"] for t in store.transitions(created[1])] == ["created"]

@@ -66,6 +66,26 @@ DELETABLE = frozenset({*TERMINAL, RunState.FAILED})
 
 #: Separates a run's id from the rank of one of its other machines (``20261205-101500-ab12.n1``).
 NODE_ID_MARK = ".n"
+_INSERT_RUN = "INSERT INTO runs (id, state, spec, target, started, updated) VALUES (?, ?, ?, ?, ?, ?)"
+_ID_TRIES = 100
+
+
+def _insert_with_fresh_id(db: sqlite3.Connection, stamp: str, row: tuple[Any, ...]) -> str:
+    """Inserts ``row`` (every column after ``id``) under ``stamp`` plus 4 random hex digits, unused, and returns the id.
+
+    Runs created within one second (a sweep, a scripted batch) share the stamp, so the suffix is drawn again
+    while it is taken (by this or another process) rather than failing the run on a one-in-65,536 clash.
+    """
+    for _ in range(_ID_TRIES):
+        run_id = stamp + secrets.token_hex(2)
+        try:
+            db.execute(_INSERT_RUN, (run_id, *row))
+        except sqlite3.IntegrityError:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise
+            continue
+        return run_id
+    raise RuntimeError(f"no free run id under {stamp} after {_ID_TRIES} tries")
 
 
 class UnknownRunError(LookupError):
@@ -165,13 +185,14 @@ class RunStore:
         ``node_of``: the record is one more machine (of ``rank``) of that run across several: its id is the run's
         with ``.n<rank>``, and it is listed only with the run (:meth:`nodes_of`), never as a run of its own.
         """
-        run_id = f"{node_of}{NODE_ID_MARK}{rank}" if node_of else time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
         now = time.time()
+        row = (RunState.PLANNED.value, json.dumps(spec), target, now, now)
         with self._db() as db:
-            db.execute(
-                "INSERT INTO runs (id, state, spec, target, started, updated) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, RunState.PLANNED.value, json.dumps(spec), target, now, now),
-            )
+            if node_of:
+                run_id = f"{node_of}{NODE_ID_MARK}{rank}"
+                db.execute(_INSERT_RUN, (run_id, *row))
+            else:
+                run_id = _insert_with_fresh_id(db, time.strftime("%Y%m%d-%H%M%S-"), row)
             db.execute("INSERT INTO transitions VALUES (?, ?, NULL, ?, 'created')", (run_id, now, "planned"))
         self.folder(run_id)
         return self.get(run_id)
@@ -182,13 +203,12 @@ class RunStore:
         It was planned at ``started`` and trained over ``trained`` (start and end). Its adapter is set with
         :meth:`update` once it is in the run's folder.
         """
-        run_id = time.strftime("%Y%m%d-%H%M%S-", time.localtime(started)) + secrets.token_hex(2)
+        stamp = time.strftime("%Y%m%d-%H%M%S-", time.localtime(started))
         rows = [(started, None, RunState.PLANNED), (trained[0], RunState.PLANNED, RunState.TRAINING)]
         rows.append((trained[1], RunState.TRAINING, RunState.FINISHED))
         with self._db() as db:
-            db.execute(
-                "INSERT INTO runs (id, state, spec, target, started, updated) VALUES (?, ?, ?, NULL, ?, ?)",
-                (run_id, RunState.FINISHED.value, json.dumps(spec), started, trained[1]),
+            run_id = _insert_with_fresh_id(
+                db, stamp, (RunState.FINISHED.value, json.dumps(spec), None, started, trained[1])
             )
             for ts, before, after in rows:
                 note = "created" if before is None else ""
