@@ -1,6 +1,6 @@
 """The data check and preparation of preference pairs (DPO, ORPO): planted defects named by line and kind, the
-length bias said for the file, pairs prepared whole into the shape the machine trains, and the wizard stopping at a
-pair file with the way to train it."""
+length bias said for the file, pairs prepared whole into the shape the machine trains, and the wizard's workspace
+preparing a pair file and previewing both answers of each pair."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from desktop.cli import main
 from desktop.core.data.findings import Code
 from desktop.services.data.check import check_dataset
 from desktop.services.data.prepare import prepare_dataset
-from desktop.services.data.reader import FileProblem
 from desktop.services.data.workspace import check_and_prepare
 from tests.fixtures.preference_data import preference_pairs
 from trainer_payload.preferences import load_pairs
@@ -114,7 +113,13 @@ def test_rentune_data_check_lists_a_pairs_findings_and_its_note(
     assert "Note: length bias: the chosen answer is the longer one in 100% of 24 pairs" in out
 
 
-def test_the_wizard_stops_at_a_pair_file_and_says_how_pairs_train(tmp_path: Path) -> None:
-    check = check_and_prepare(write_rows(tmp_path / "pairs.jsonl", distinct_pairs(8)), seq_len=512)
-    assert check.fatal_kind == FileProblem.PREFERENCE_PAIRS and not check.train_file
-    assert 'objective = "dpo"' in check.fatal and "rentune run" in check.fatal
+def test_the_wizard_prepares_a_pair_file_whole_and_previews_each_pairs_two_answers(tmp_path: Path) -> None:
+    rows = [dict(p, chosen=answer(f"A longer answer than the other, {n}.")) for n, p in enumerate(distinct_pairs(30))]
+    check = check_and_prepare(write_rows(tmp_path / "pairs.jsonl", rows), seq_len=512)
+    assert check.usable and check.data_format == "pairs" and not check.fatal_kind
+    prepared = [*load_pairs(Path(check.train_file)), *load_pairs(Path(check.eval_file))]
+    assert sorted(p["prompt"][0]["content"] for p in prepared) == sorted(r["prompt"][0]["content"] for r in rows)
+    first = check.preview[0]
+    assert [m["role"] for m in first] == ["user", "chosen", "rejected"]
+    assert first[1]["content"] == "A longer answer than the other, 0." and first[2]["content"] == "Wrong 0."
+    assert any("length bias" in note for note in check.report["notes"])

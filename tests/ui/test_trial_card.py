@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 from desktop.core.runs.draft import ComputeDraft, RunDraft
 from desktop.core.runs.states import RunState
 from desktop.services.runs.store import RunStore
-from desktop.ui.widgets.trial_card import TrialCard
+from desktop.ui.widgets.trial_card import IDLE_WORDS, TrialCard
 from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.tiny_models import TinyModel
 
@@ -78,3 +78,15 @@ def test_a_model_too_big_for_this_computer_is_not_tried_and_stop_keeps_nothing(
 
     qloop.run_until_complete(asyncio.wait_for(stop_at_the_first_step(), 120))
     assert card.status_label.text() == "Trial stopped: nothing was kept." and RunStore().all() == []
+
+
+def test_a_preference_run_is_not_offered_a_trial_and_says_why_and_chats_get_it_back(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    card = _card(qtbot, _draft(tmp_path, "org/tiny"))
+    assert card.try_button.isEnabled()
+    card.offer_for("dpo")
+    assert not card.try_button.isEnabled()
+    assert "A DPO run on preference pairs" in card.status_label.text()
+    card.offer_for("sft")
+    assert card.try_button.isEnabled() and card.status_label.text() == IDLE_WORDS

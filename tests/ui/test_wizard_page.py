@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -225,3 +226,52 @@ def test_every_control_of_the_steps_has_an_accessible_name(wizard: WizardPage) -
             if takes_focus and widget.isVisibleTo(step):
                 label = widget.accessibleName() or (widget.text() if isinstance(widget, QAbstractButton) else "")
                 assert label, f"{name}: {type(widget).__name__} {widget.objectName()!r} has no accessible name"
+
+
+def test_a_file_of_preference_pairs_trains_with_dpo_or_orpo_chosen_on_the_model_step(
+    wizard: WizardPage, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path, tiny_model: TinyModel
+) -> None:
+    from desktop.core.runs.spec import run_spec_from_dict
+    from desktop.ui.pages.wizard.model_step import OBJECTIVE_NEEDS
+    from desktop.ui.pages.wizard.review_words import judge_words, model_rows
+    from tests.fixtures.preference_data import preference_pairs
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(row) + "\n" for row in preference_pairs(64)))
+    data, model, sizing = data_of(wizard), model_of(wizard), sizing_of(wizard)
+    type_and_enter(qtbot, data.path_edit, str(pairs))
+    wait_for(lambda: not data.running and data.check is not None, 60)
+    assert data.check is not None and data.check.usable, data.summary_label.text()
+    assert "training pair" in data.details_label.text() and "DPO" in data.details_label.text()
+    assert "chosen: " in data.preview_text.toPlainText() and "rejected: " in data.preview_text.toPlainText()
+    qtbot.keyClick(data.path_edit, Qt.Key.Key_Return)
+    assert wizard.current is model
+    # Pairs train with a preference objective: DPO is proposed, fine-tuning on chats is greyed and says why.
+    assert model.objective == "dpo" and model.beta_row.isVisibleTo(model)
+    assert not model.objective_buttons["sft"].isEnabled()
+    assert model.objective_notes["sft"].text() == OBJECTIVE_NEEDS["sft"]
+    model.objective_buttons["orpo"].setFocus()
+    qtbot.keyClick(model.objective_buttons["orpo"], Qt.Key.Key_Space)
+    model.beta_spin.setFocus()
+    model.beta_spin.selectAll()
+    qtbot.keyClicks(model.beta_spin, "0.2")
+    type_and_enter(qtbot, model.model_edit, str(tiny_model.path))
+    assert wizard.current is sizing
+    wait_for(lambda: not sizing.running and sizing.facts is not None, 60)
+    assert sizing.facts is not None and sizing.facts.sizing is not None
+    assert sizing.facts.sizing.plan.setup.objective.value == "orpo"
+    draft = wizard.context.draft
+    spec = draft.spec_dict()
+    assert spec["training"]["objective"] == "orpo" and spec["training"]["beta"] == pytest.approx(0.2)
+    draft.judge_on_machine = True
+    assert "judge" not in draft.spec_dict(), "a preference run is not judged on chats"
+    assert "held-out pairs" in judge_words(draft, None)  # type: ignore[arg-type]
+    assert dict(model_rows(draft))["Learns"].startswith("ORPO")
+    spec_read = run_spec_from_dict({**draft.spec_dict(), "target": {"ssh": "ssh://me@127.0.0.1:22"}}, tmp_path)
+    assert spec_read.training["objective"] == "orpo"
+    assert_words_for_people(wizard)
+    # Chats again: the objective follows the data back to supervised fine-tuning.
+    draft.data_format = "messages"
+    model.show_draft()
+    assert model.objective == "sft" and not model.objective_buttons["dpo"].isEnabled()
+    assert not model.beta_row.isVisibleTo(model)

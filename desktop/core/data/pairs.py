@@ -45,6 +45,16 @@ def pair_messages(pair: Pair) -> list[Message]:
     return side_conversation(pair, "chosen") + answer_only(pair, "rejected")
 
 
+def pair_preview(pair: Pair) -> list[Message]:
+    """A pair as the data step previews it: the prompt's messages, then each answer under its side's name."""
+    prompt = _messages(pair["prompt"], "user") if pair["prompt"] else []
+    answers = [
+        {"role": side, "content": "\n".join(str(m.get("content") or "") for m in answer_only(pair, side))}
+        for side in ("chosen", "rejected")
+    ]
+    return prompt + answers
+
+
 def check_pair(row: Any, line: int, form: str | None) -> tuple[Pair | None, list[Finding]]:
     """One row's pair and what is wrong with it; ``form`` is the file's (its first pair's), None before any.
 

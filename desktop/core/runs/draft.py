@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainer_payload.protocol import job_default
+from desktop.core.data.formats import DataFormat
+from trainer_payload.protocol import PREFERENCE_OBJECTIVES, job_default
 
 DRAFT_SCHEMA_VERSION = 1
 #: A rented machine's price may rise this much between the pick and the rental before the rental is refused.
@@ -191,6 +192,8 @@ class RunDraft(BaseModel):
         data_file: The dataset the user picked (JSONL, CSV or Parquet).
         train_file: The prepared ``messages`` JSONL to upload ("" until prepared).
         eval_file: The prepared eval split ("" for none).
+        data_format: The layout the data step found (a ``DataFormat`` value; ``pairs`` for preference pairs), "" until
+            checked: it decides which objectives the Model step offers.
         data_columns: For a table (CSV, Parquet): role (``user``, ``assistant``, ``system``) → column; empty means
             guessed from the column names.
         leave_out_secrets: Leave rows with a suspected secret (API key, token) out of the prepared data.
@@ -223,6 +226,7 @@ class RunDraft(BaseModel):
     data_file: str = ""
     train_file: str = ""
     eval_file: str = ""
+    data_format: str = ""
     data_columns: dict[str, str] = Field(default_factory=dict)
     leave_out_secrets: bool = False
     base_model: str = ""
@@ -251,6 +255,32 @@ class RunDraft(BaseModel):
             host = target.get("host") if isinstance(target, dict) else getattr(target, "host", "")
             return {**data, "renting": not host}
         return data
+
+    @property
+    def objective(self) -> str:
+        """What the training optimises: ``sft`` unless ``training`` names another (``dpo``, ``orpo``)."""
+        return str(self.training.get("objective", "sft"))
+
+    @property
+    def trains_pairs(self) -> bool:
+        """Whether the data is preference pairs (trained with DPO or ORPO, never SFT)."""
+        return self.data_format == DataFormat.PAIRS.value
+
+    @property
+    def can_judge_on_machine(self) -> bool:
+        """Whether the machine can judge base against tuned: held-out chats (a preference run holds out pairs)."""
+        return bool(self.eval_file) and self.objective not in PREFERENCE_OBJECTIVES
+
+    def fit_objective_to_data(self) -> None:
+        """Keeps the objective one the data can train: DPO for pairs (unless ORPO is chosen), SFT for chats.
+
+        A preference objective's ``beta`` goes with it when the data turns out to be chats.
+        """
+        if self.trains_pairs and self.objective not in PREFERENCE_OBJECTIVES:
+            self.training["objective"] = "dpo"
+        elif not self.trains_pairs and self.objective in PREFERENCE_OBJECTIVES:
+            for key in ("objective", "beta", "loss_type"):
+                self.training.pop(key, None)
 
     def content_digest(self) -> str:
         """A fingerprint of the choices (not the page shown nor the launch record): equal drafts launch equal runs."""
@@ -281,7 +311,7 @@ class RunDraft(BaseModel):
             spec["export"] = {"on_machine": list(self.export_on_machine)}
         if self.serve_after_training:
             spec["serve"] = {"after_training": True, "idle_minutes": self.serve_idle_minutes}
-        if self.judge_on_machine and self.eval_file:
+        if self.judge_on_machine and self.can_judge_on_machine:
             spec["judge"] = {"on_machine": True}
         return spec | (self._rented_sections() if self.renting else self._own_sections())
 

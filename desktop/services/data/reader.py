@@ -37,7 +37,6 @@ class FileProblem(StrEnum):
     NEEDS_PYARROW = "needs-pyarrow"
     NOT_PARQUET = "not-parquet"
     UNKNOWN_LAYOUT = "unknown-layout"
-    PREFERENCE_PAIRS = "preference-pairs"  # pairs where conversations are wanted (the wizard trains chats)
     UNREADABLE = "unreadable"
     EMPTY = "empty"
     NO_USABLE_ROW = "no-usable-row"

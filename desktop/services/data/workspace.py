@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from desktop.core.data.findings import Severity
-from desktop.core.data.formats import DataFormat
 from desktop.core.data.histogram import LengthBar, length_histogram
+from desktop.core.data.pairs import pair_preview
 from desktop.core.data.report import DataReport
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
-from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_conversations
+from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_training_rows
 from desktop.services.data.numbers import DataNumbers, numbers_from_manifest
 from desktop.services.data.prepare import prepare_dataset
-from desktop.services.data.reader import FileProblem
 from desktop.services.data.tokens import Conversation, TokenCounter, load_token_counter
 from desktop.services.platform.files import atomic_write_text, sha256_file
 from desktop.services.platform.logs import get_logger
@@ -158,13 +157,13 @@ def _phase(
 
 
 def _preview(path: Path, outcome: CheckOutcome, leave_out_secrets: bool) -> list[Conversation]:
-    """The first kept conversations (reads only as far as needed)."""
+    """The first kept conversations, or pairs (see :func:`pair_preview`); reads only as far as needed."""
     replay = CheckOutcome(DataReport(str(path)))
     kept = outcome.kept_lengths(leave_out_secrets)
     shown: list[Conversation] = []
-    for line, messages in iter_conversations(path, replay, outcome.mapping, None):
+    for line, row in iter_training_rows(path, replay, outcome.mapping, None):
         if line in kept:
-            shown.append(messages)
+            shown.append(row["messages"] if "messages" in row else pair_preview(row))
         if len(shown) == PREVIEW_EXAMPLES:
             break  # the generator is closed (and the file with it) when it goes out of scope
     return shown
@@ -262,13 +261,6 @@ def _prepared_before(source: Path, sha256: str, settings: _Settings) -> DatasetC
     return check
 
 
-#: Why the wizard stops at a file of preference pairs: it trains on conversations; pairs train from the command line.
-PAIRS_IN_THE_WIZARD = (
-    "it holds preference pairs (prompt / chosen / rejected), and the wizard trains on conversations: train pairs "
-    'with DPO or ORPO from the command line ([training] objective = "dpo" in SPEC.toml, then rentune run)'
-)
-
-
 def _checked(
     source: Path, *, sha256: str, settings: _Settings, counter: TokenCounter, progress: Progress
 ) -> tuple[DatasetCheck, CheckOutcome]:
@@ -276,9 +268,6 @@ def _checked(
     outcome = check_dataset(
         source, seq_len=settings.seq_len, counter=counter, columns=settings.columns, progress=progress
     )
-    if outcome.fmt is DataFormat.PAIRS and not outcome.report.fatal:
-        outcome.report.fatal = PAIRS_IN_THE_WIZARD
-        outcome.fatal_kind = FileProblem.PREFERENCE_PAIRS
     kept = outcome.kept_lengths(settings.leave_out_secrets)
     check = DatasetCheck(
         source=str(source),

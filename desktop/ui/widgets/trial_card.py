@@ -28,6 +28,18 @@ from desktop.ui.background import off_ui_thread, spawn
 from desktop.ui.widgets.blocks import Card, caption, plain_button
 from desktop.ui.widgets.loss_chart import LossChart
 
+#: The trial's line before it runs.
+IDLE_WORDS = "Trains a slice of your data on this computer; nothing is rented."
+
+
+def not_tried_words(objective: str) -> str:
+    """Why a run of another objective than SFT is not tried here."""
+    return (
+        f"A trial here tries fine-tunes on conversations. A {objective.upper()} run on preference pairs is watched on "
+        "the machine instead: its first steps show whether the chosen answers win more often."
+    )
+
+
 SUBTITLE = (
     "A few dozen steps on a slice of your data, here and free, before anything is rented: the loss must fall on "
     "your chat template and labels, and the first answers show what it learnt."
@@ -82,7 +94,7 @@ class TrialCard(Card):
         self.draft_of, self.store, self.secrets = draft_of, store, secrets
         self.task: asyncio.Task[None] | None = None
         self.result: TrialResult | None = None
-        self.status_label = caption("Trains a slice of your data on this computer; nothing is rented.")
+        self.status_label = caption(IDLE_WORDS)
         self.status_label.setWordWrap(True)
         self.status_label.setAccessibleName("Trial status")
         self.try_button = plain_button("Try it here first", "play", "Try the run on this computer first")
@@ -108,6 +120,17 @@ class TrialCard(Card):
         self.verdict_label.setFont(font)
         self._steps: list[TrialStep] = []
         self._planned_steps = 0
+        self._objective = "sft"
+
+    def offer_for(self, objective: str) -> None:
+        """Offers the trial for a chat fine-tune; a preference run (DPO, ORPO) says why it is not tried here."""
+        if self.running or objective == self._objective:
+            return
+        self._objective = objective
+        chats = objective == "sft"
+        self.try_button.setEnabled(chats)
+        if self.result is None:
+            self.status_label.setText(IDLE_WORDS if chats else not_tried_words(objective))
 
     @property
     def running(self) -> bool:

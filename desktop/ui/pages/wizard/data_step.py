@@ -188,7 +188,9 @@ class DataStep(WizardStep):
         row = QHBoxLayout()
         label = QLabel("Dataset &file")
         self.path_edit = QLineEdit()
-        self.path_edit.setPlaceholderText("Path to a .jsonl, .csv or .parquet file of conversations")
+        self.path_edit.setPlaceholderText(
+            "Path to a .jsonl, .csv or .parquet file of conversations or of preference pairs"
+        )
         self.path_edit.setAccessibleName("Dataset file path")
         label.setBuddy(self.path_edit)
         self.path_edit.returnPressed.connect(self.on_path_confirmed)
@@ -343,7 +345,8 @@ class DataStep(WizardStep):
         if not path:
             return StepProblem(
                 "Choose your dataset first",
-                "A JSONL, CSV or Parquet file of conversations: type its path and press Enter, or use Choose file….",
+                "A JSONL, CSV or Parquet file of conversations (or of preference pairs: prompt, chosen, rejected): "
+                "type its path and press Enter, or use Choose file….",
                 self.path_edit,
             )
         if path != self._checked_path:
@@ -375,6 +378,9 @@ class DataStep(WizardStep):
         usable = self.check is not None and self.check.usable and draft.data_file == self._checked_path
         draft.train_file = self.check.train_file if usable and self.check else ""
         draft.eval_file = self.check.eval_file if usable and self.check else ""
+        if usable and self.check:
+            draft.data_format = self.check.data_format
+            draft.fit_objective_to_data()
 
     async def load(self) -> None:
         """Waits for a check the draft started, so the first screen shows its report."""

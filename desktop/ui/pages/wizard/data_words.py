@@ -23,6 +23,7 @@ FORMAT_LABELS = {
     DataFormat.SHAREGPT.value: "ShareGPT conversations",
     DataFormat.PROMPT_COMPLETION.value: "prompt and completion",
     DataFormat.COLUMNS.value: "table columns mapped to roles",
+    DataFormat.PAIRS.value: "preference pairs: a prompt, a chosen and a rejected answer",
 }
 
 #: The fix the wizard gives for some kinds of findings, in its own words (others use the check's).
@@ -49,6 +50,13 @@ WARNING_NOUNS = {
 }
 #: Kinds of warning the Ready badge names; the others are counted, and all are in its tooltip.
 BADGE_KINDS = 2
+
+
+#: What a file of pairs trains with, said on the Data step (the Model step offers the choice).
+PAIRS_NEXT = (
+    "Preference pairs train with DPO (or ORPO): the model learns to prefer the chosen answer over the rejected one. "
+    "The Model step lets you choose."
+)
 
 
 @dataclass(frozen=True)
@@ -96,13 +104,15 @@ def counting_words(numbers: DataNumbers) -> str:
     )
 
 
-def tokens_words(numbers: DataNumbers) -> str:
-    """Tokens per epoch and the examples they come from."""
-    text = (
-        f"{numbers.train_tokens:,} tokens trained per epoch, from {counted(numbers.train_examples, 'training example')}"
-    )
+def tokens_words(numbers: DataNumbers, *, pairs: bool = False) -> str:
+    """Tokens per epoch and the examples (or preference pairs, both answers trained) they come from."""
+    example = "training pair" if pairs else "training example"
+    text = f"{numbers.train_tokens:,} tokens trained per epoch, from {counted(numbers.train_examples, example)}"
+    if pairs:
+        text += " (each pair's prompt is read with either answer)"
     if numbers.eval_examples:
-        text += f"; {counted(numbers.eval_examples, 'more example')} held out to evaluate the model"
+        held = counted(numbers.eval_examples, "more pair" if pairs else "more example")
+        text += f"; {held} held out to evaluate the model"
     return text + "."
 
 
@@ -164,8 +174,12 @@ def summary(check: DatasetCheck) -> DataSummary:
     severity, badge, tip = _badge(numbers, list(check.report.get("findings") or []))
     lines = [f"Layout: {FORMAT_LABELS.get(check.data_format, 'unknown')}."]
     lines += [line for line in (left_out_words(numbers), _problems_line(numbers)) if line]
-    lines += [tokens_words(numbers), counting_words(numbers)]
+    pairs = check.data_format == DataFormat.PAIRS.value
+    lines += [tokens_words(numbers, pairs=pairs), counting_words(numbers)]
     lines += [line for line in (truncation_words(numbers),) if line]
+    lines += [_sentence(f"Note: {note}") for note in check.report.get("notes") or []]
+    if pairs:
+        lines.append(PAIRS_NEXT)
     headline = f"{name}: {numbers.kept:,} of {counted(numbers.rows, 'row')} will be used"
     return DataSummary(severity, badge, headline, lines, tip)
 
@@ -202,12 +216,6 @@ def file_problem(check: DatasetCheck) -> tuple[str, str]:
             f"Which columns of {name} hold the conversation?",
             "Its rows are not in a chat layout Rentune knows. Choose the column with the user's message and the "
             "one with the answer below.",
-        ),
-        FileProblem.PREFERENCE_PAIRS.value: (
-            f"{name} holds preference pairs, not conversations",
-            "The wizard trains on conversations. Pairs of a chosen and a rejected answer train with DPO or ORPO from "
-            'the command line: set [training] objective = "dpo" in a SPEC.toml, then run rentune run (see the '
-            "README). rentune data check lists what needs fixing in them.",
         ),
         FileProblem.EMPTY.value: (f"{name} holds no rows", "Choose a file with at least one conversation."),
         FileProblem.NO_USABLE_ROW.value: (

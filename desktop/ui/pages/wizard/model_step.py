@@ -39,7 +39,7 @@ from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep, enter_app
 from desktop.ui.widgets.blocks import Card, caption, plain_button, set_role
 from desktop.ui.widgets.number_fields import CorrectionNote
 from desktop.ui.widgets.tables import pick_one_table
-from trainer_payload.protocol import JOB_INT_RANGES
+from trainer_payload.protocol import JOB_INT_RANGES, PREFERENCE_OBJECTIVES, job_default
 
 _log = get_logger("ui.model_step")
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
@@ -69,6 +69,36 @@ METHODS: list[tuple[str, str, str]] = [
     ),
 ]
 PEFT_METHODS = {"qlora", "lora"}
+
+#: (value, radio label, one-line explanation) for each objective the wizard trains.
+OBJECTIVES: list[tuple[str, str, str]] = [
+    (
+        "sft",
+        "S&upervised fine-tuning",
+        "Learns to answer like the conversations in your data. For a file of conversations.",
+    ),
+    (
+        "dpo",
+        "&DPO: prefer the chosen answer",
+        "Learns to prefer each pair's chosen answer over the rejected one: fixes tone and refusals that fine-tuning "
+        "on chats leaves. The usual choice for preference pairs.",
+    ),
+    (
+        "orpo",
+        "O&RPO: preference without a reference",
+        "Learns the chosen answers and the preference in one stage, with no reference model: less memory than a "
+        "full DPO. For preference pairs.",
+    ),
+]
+#: Why an objective cannot be chosen for the data at hand (pairs, or conversations).
+OBJECTIVE_NEEDS = {
+    "sft": "Needs conversations: your data holds preference pairs.",
+    "dpo": "Needs preference pairs (a prompt, a chosen and a rejected answer): your data holds conversations.",
+    "orpo": "Needs preference pairs (a prompt, a chosen and a rejected answer): your data holds conversations.",
+}
+#: The payload's preference strength: (lowest, highest) the box allows, and its default.
+BETA_RANGE = (0.001, 10.0)
+BETA_DEFAULT = float(job_default("beta"))
 
 
 @dataclass(frozen=True)
@@ -183,6 +213,7 @@ class ModelStep(WizardStep):
         #: Each setting's own line saying why a number typed there was changed.
         self.notes: dict[str, CorrectionNote] = {}
         self.body.addWidget(self._build_catalog())
+        self.body.addWidget(self._build_objectives())
         self.body.addWidget(self._build_methods())
         self.body.addWidget(self._build_advanced())
         self.body.addStretch(1)
@@ -231,6 +262,46 @@ class ModelStep(WizardStep):
         for widget in extra:
             row.addWidget(widget)
         return row
+
+    def _build_objectives(self) -> Card:
+        box = Card("What the model learns")
+        self.objective_group = QButtonGroup(self)
+        self.objective_buttons: dict[str, QRadioButton] = {}
+        self.objective_notes: dict[str, QLabel] = {}
+        for value, label, explanation in OBJECTIVES:
+            button = QRadioButton(label)
+            button.setAccessibleName(label.replace("&", "") + " objective")
+            button.setAccessibleDescription(explanation)
+            button.toggled.connect(self.on_objective_toggled)
+            note = caption(explanation)
+            note.setContentsMargins(28, 0, 0, 6)
+            self.objective_group.addButton(button)
+            self.objective_buttons[value], self.objective_notes[value] = button, note
+            box.body.addWidget(button)
+            box.body.addWidget(note)
+        self.beta_spin = ScientificSpinBox()
+        self.beta_spin.setDecimals(4)
+        self.beta_spin.setRange(*BETA_RANGE)
+        self.beta_spin.setSingleStep(0.05)
+        self.beta_spin.setAccessibleName("Preference strength (beta)")
+        set_role(self.beta_spin, "number")
+        self.beta_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
+        self.beta_row = QWidget()
+        row = self._labelled("Preference s&trength (beta)", self.beta_spin)
+        row.setContentsMargins(28, 0, 0, 0)
+        self.beta_row.setLayout(row)
+        self.beta_row.setToolTip(
+            "How far the model may move from its base to prefer the chosen answers: lower moves further. "
+            f"{BETA_DEFAULT:g} suits most pairs."
+        )
+        box.body.addWidget(self.beta_row)
+        box.body.addWidget(
+            caption(
+                'Continued pre-training on raw text runs from the command line: objective = "cpt" in a '
+                "SPEC.toml, then rentune run."
+            )
+        )
+        return box
 
     def _build_methods(self) -> Card:
         box = Card("Method")
@@ -303,11 +374,17 @@ class ModelStep(WizardStep):
         """The method chosen."""
         return next((value for value, button in self.method_buttons.items() if button.isChecked()), "qlora")
 
+    @property
+    def objective(self) -> str:
+        """The objective chosen."""
+        return next((value for value, button in self.objective_buttons.items() if button.isChecked()), "sft")
+
     def show_draft(self) -> None:
-        """Fills the model, method and settings from the draft."""
+        """Fills the model, objective, method and settings from the draft."""
         draft = self.draft
         self.model_edit.setText(draft.base_model)
         self._select_catalog_row(draft.base_model)
+        self._show_objectives(draft)
         self.method_buttons.get(draft.method, self.method_buttons["qlora"]).setChecked(True)
         for key, spin in self.spins.items():
             value = draft.training.get(key, DEFAULT_TRAINING[key])
@@ -352,6 +429,11 @@ class ModelStep(WizardStep):
         draft.base_model = self.model_edit.text().strip()
         draft.method = self.method
         draft.training = {**draft.training, **self.training_values()}
+        if self.objective in PREFERENCE_OBJECTIVES:
+            draft.training |= {"objective": self.objective, "beta": self.beta_spin.value()}
+        else:
+            for key in ("objective", "beta", "loss_type"):
+                draft.training.pop(key, None)
 
     def training_values(self) -> dict[str, Any]:
         """The advanced settings as training keys (whole numbers as ints)."""
@@ -468,6 +550,24 @@ class ModelStep(WizardStep):
             self.model_edit.setText(folder)
             self._select_catalog_row("")
             self.sig_changed.emit()
+
+    def _show_objectives(self, draft: RunDraft) -> None:
+        """Offers the objectives the data can train (the others greyed, saying what they need)."""
+        draft.fit_objective_to_data()
+        for value, button in self.objective_buttons.items():
+            usable = (value in PREFERENCE_OBJECTIVES) == draft.trains_pairs
+            button.setEnabled(usable)
+            explanation = next(text for key, _label, text in OBJECTIVES if key == value)
+            self.objective_notes[value].setText(explanation if usable else OBJECTIVE_NEEDS[value])
+            self.objective_notes[value].setEnabled(usable)
+        self.objective_buttons.get(draft.objective, self.objective_buttons["sft"]).setChecked(True)
+        self.beta_spin.setValue(float(draft.training.get("beta", BETA_DEFAULT)))
+        self.on_objective_toggled()
+
+    def on_objective_toggled(self) -> None:
+        """The preference strength applies to DPO and ORPO only: shown with them."""
+        self.beta_row.setVisible(self.objective in PREFERENCE_OBJECTIVES)
+        self.sig_changed.emit()
 
     def on_method_toggled(self) -> None:
         """LoRA settings only apply to LoRA and QLoRA: they are disabled for full fine-tunes."""

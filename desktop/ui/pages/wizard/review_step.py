@@ -315,8 +315,8 @@ class ReviewStep(WizardStep):
             return
         self.judge_box.blockSignals(True)  # showing the choice is not making one
         self.judge_box.setText(judge_box_text(self.draft))
-        self.judge_box.setChecked(self.draft.judge_on_machine and bool(self.draft.eval_file))
-        self.judge_box.setEnabled(bool(self.draft.eval_file))
+        self.judge_box.setChecked(self.draft.judge_on_machine and self.draft.can_judge_on_machine)
+        self.judge_box.setEnabled(self.draft.can_judge_on_machine)
         self.judge_box.blockSignals(False)
         self.judge_words.setText(judge_words(self.draft, cost))
 
@@ -425,6 +425,7 @@ class ReviewStep(WizardStep):
     def show_draft(self) -> None:
         """Shows the draft; when it changed, reads its facts again in the background (numbers never go stale)."""
         self._show_sections()
+        self.trial_card.offer_for(self.draft.objective)
         if self.draft.launched:  # launched before, maybe in an earlier session of the app
             self.launched_run = self.draft.launched_run
             self._show_launched_banner(self.draft.launched_run)

@@ -22,6 +22,7 @@ from desktop.services.providers.base import ProviderName
 from desktop.services.runs.export_choice import ExportChoice, export_choice, judge_estimate
 from desktop.services.runs.preflight import Check, ReviewFacts
 from desktop.ui.pages.wizard.compute_words import estimate_words, kind_words, machine_words
+from trainer_payload.protocol import PREFERENCE_OBJECTIVES
 
 Rows = list[tuple[str, str]]
 METHOD_WORDS = {
@@ -29,6 +30,15 @@ METHOD_WORDS = {
     "lora": "LoRA (a small adapter on the base model)",
     "full": "Full fine-tune (every weight trained)",
     "full-8bit": "Full fine-tune with 8-bit AdamW",
+}
+
+
+#: What the model learns, per objective (the wizard trains SFT, DPO and ORPO).
+OBJECTIVE_WORDS = {
+    "sft": "Supervised fine-tuning on the conversations",
+    "dpo": "DPO: to prefer each pair's chosen answer (beta {beta:g}; the reference is the base model)",
+    "orpo": "ORPO: the chosen answers and the preference in one stage (beta {beta:g})",
+    "cpt": "Continued pre-training on raw text",
 }
 
 
@@ -77,15 +87,19 @@ def model_rows(draft: RunDraft) -> Rows:
     """The Model section: the base model, the method and the settings that matter most, in words."""
     keys = {"method": draft.method, **draft.training}
     method = str(keys["method"])
-    rows: Rows = [("Base model", draft.base_model or "none chosen"), ("Method", METHOD_WORDS.get(method, method))]
+    rows: Rows = [("Base model", draft.base_model or "none chosen")]
+    beta = float(keys.get("beta", 0.1))
+    rows.append(("Learns", OBJECTIVE_WORDS.get(draft.objective, draft.objective).format(beta=beta)))
+    rows.append(("Method", METHOD_WORDS.get(method, method)))
     if method in {"qlora", "lora"}:
         rows.append(("Adapter", f"LoRA rank {keys.get('lora_r', 16)}, alpha {keys.get('lora_alpha', 32)}"))
     rows.append(("Sequence length", f"{int(keys.get('seq_len', 2048)):,} tokens"))
     micro, accumulate = int(keys.get("micro_batch", 2)), int(keys.get("grad_accum", 4))
+    unit = "pair" if draft.trains_pairs else "example"
     rows.append(
         (
             "Batch",
-            f"{micro} {_plural(micro, 'example')} per step, {accumulate} {_plural(accumulate, 'step')} accumulated: "
+            f"{micro} {_plural(micro, unit)} per step, {accumulate} {_plural(accumulate, 'step')} accumulated: "
             f"{micro * accumulate} per update",
         )
     )
@@ -350,6 +364,11 @@ def judge_box_text(draft: RunDraft) -> str:
 
 def judge_words(draft: RunDraft, cost: OnMachineCost) -> str:
     """What judging on the machine gives and costs, or why it cannot be chosen (no held-out rows)."""
+    if draft.objective in PREFERENCE_OBJECTIVES:
+        return (
+            "Judging compares answers to held-out conversations. A preference run is measured on its held-out pairs "
+            "instead: how often the tuned model prefers the chosen answer, shown on the monitor as it trains."
+        )
     if not draft.eval_file:
         return (
             "Needs held-out rows: the data step sets them aside when it prepares the data. Without them, compare on "
@@ -366,7 +385,7 @@ def judge_words(draft: RunDraft, cost: OnMachineCost) -> str:
 
 def _judge_detail(draft: RunDraft, facts: ReviewFacts | None) -> str | None:
     cost = judge_estimate(draft, facts.sizing) if facts else None
-    if cost is None or not (draft.judge_on_machine and draft.eval_file):
+    if cost is None or not (draft.judge_on_machine and draft.can_judge_on_machine):
         return None
     money = f", ${cost.usd:,.2f}" if cost.usd is not None else ""
     at_most = format_hours(cost.minutes / 60)
