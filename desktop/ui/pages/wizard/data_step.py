@@ -155,8 +155,9 @@ class DataStep(WizardStep):
     step_name = "data"
     title = "Data"
     purpose = (
-        "Choose your chat dataset (JSONL, CSV or Parquet). It is checked and prepared on this computer, before any "
-        "GPU is billing: problems are listed with their line and how to fix them."
+        "Choose your dataset of conversations or preference pairs (JSONL, CSV or Parquet). It is checked and "
+        "prepared on this computer, before any GPU is billing: problems are listed with their line and how to fix "
+        "them."
     )
 
     def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:

@@ -286,10 +286,15 @@ class ModelStep(WizardStep):
         self.beta_spin.setAccessibleName("Preference strength (beta)")
         set_role(self.beta_spin, "number")
         self.beta_spin.valueChanged.connect(lambda _value: self.sig_changed.emit())
+        self.beta_spin.setFixedWidth(120)
         self.beta_row = QWidget()
-        row = self._labelled("Preference s&trength (beta)", self.beta_spin)
+        row = QHBoxLayout(self.beta_row)
         row.setContentsMargins(28, 0, 0, 0)
-        self.beta_row.setLayout(row)
+        label = QLabel("Preference s&trength (beta)")
+        label.setBuddy(self.beta_spin)
+        row.addWidget(label)
+        row.addWidget(self.beta_spin)
+        row.addStretch(1)
         self.beta_row.setToolTip(
             "How far the model may move from its base to prefer the chosen answers: lower moves further. "
             f"{BETA_DEFAULT:g} suits most pairs."

@@ -81,7 +81,7 @@ class WizardPage(BasePage):
     title = "New fine-tune"
     icon_name = "wand-sparkles"
     scrolls = False
-    purpose = "From a chat dataset to a running fine-tune, one step at a time. Your choices are kept if you leave."
+    purpose = "From a dataset to a running fine-tune, one step at a time. Your choices are kept if you leave."
 
     #: Emitted with the run id when the review step has launched a run.
     sig_run_launched = Signal(str)
