@@ -745,3 +745,51 @@ def test_a_serving_run_says_where_programs_reach_it_what_it_answered_and_that_it
     assert QApplication.clipboard().text() == "http://127.0.0.1:8123/v1"
     assert page.models_button.isHidden() or page.models_button.isEnabled()
     assert monitor_page.monitor_text.stop_question(page.snapshot)[0] == "Stop serving?"  # type: ignore[arg-type]
+
+
+def test_a_dpo_run_shows_how_often_the_chosen_answer_wins_and_an_sft_run_shows_no_such_row(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    sft = make_run(context.store, FLOW)
+    append(events_of(context.store, sft), *(step_event(1 + i, time.time(), 10 * (i + 1)) for i in range(3)))
+    page.show_run(sft)
+    wait_for(lambda: page.chart.point_counts() == (3, 0))
+    view = page.view
+    assert not view.preference_chart.isVisibleTo(page) and not page.stats["preference"].isVisibleTo(page)
+    assert view.chart_card.title_label is not None and view.chart_card.title_label.text() == "Loss"
+
+    dpo = make_run(context.store, FLOW)
+    path = events_of(context.store, dpo)
+    now = time.time()
+    rewards = [
+        {"reward_accuracy": share, "reward_margin": margin, "reward_chosen": margin / 2, "reward_rejected": -margin / 2}
+        for share, margin in [(0.5, 0.0), (0.75, 0.12), (1.0, 0.44)]
+    ]
+    append(path, *(step_event(1 + i, now, 10 * (i + 1), **rewards[i]) for i in range(3)))
+    append(
+        path,
+        {
+            "ts": now,
+            "seq": 4,
+            "event": "eval",
+            "step": 30,
+            "eval_loss": 0.5,
+            "reward_accuracy": 0.875,
+            "reward_margin": 0.31,
+        },
+    )
+    page.show_run(dpo)
+    wait_for(lambda: view.preference_chart.point_counts() == (3, 1))
+    assert view.preference_chart.isVisibleTo(page) and view.chart_card.title_label.text() == "Loss and preference"
+    _, shares = view.preference_chart.train_curve.getData()
+    assert list(shares) == [50.0, 75.0, 100.0]
+    assert page.stats["preference"].isVisibleTo(page)
+    assert page.stats["preference"].text() == (
+        "100 %, margin +0.44 (chosen +0.22, rejected -0.22) · held-out 88 %, margin +0.31"
+    )
+    # A resumed session retrains from step 20: the points from there on are replaced, not doubled.
+    append(path, step_event(5, now, 20, reward_accuracy=0.625, reward_margin=0.05))
+    wait_for(lambda: view.preference_chart.point_counts() == (2, 1))  # its eval is replaced when it comes again
+    page.show_run(sft)
+    wait_for(lambda: not view.preference_chart.isVisibleTo(page))
+    assert not page.stats["preference"].isVisibleTo(page)

@@ -61,6 +61,34 @@ class StopInfo:
 
 
 @dataclass(frozen=True)
+class RewardPoint:
+    """A preference objective's rewards at one step (DPO, ORPO), over that step's pairs or the held-out ones.
+
+    Attributes:
+        step: The step.
+        accuracy: Share of pairs whose chosen answer got the higher reward (0 to 1).
+        margin: Mean reward of chosen minus rejected.
+        chosen: Mean reward of the chosen answers (None where the trainer did not log it).
+        rejected: Mean reward of the rejected answers.
+    """
+
+    step: int
+    accuracy: float
+    margin: float | None
+    chosen: float | None
+    rejected: float | None
+
+
+def reward_point(step: int, event: Mapping[str, Any]) -> RewardPoint | None:
+    """The rewards a step or eval event carries, None for an objective without them (SFT, CPT)."""
+    accuracy = _number(event.get("reward_accuracy"))
+    if accuracy is None:
+        return None
+    fields = ("reward_margin", "reward_chosen", "reward_rejected")
+    return RewardPoint(step, accuracy, *(_number(event.get(name)) for name in fields))
+
+
+@dataclass(frozen=True)
 class DoneInfo:
     """The trainer's final report: where the adapter is (under the output folder), metrics and timings."""
 
@@ -79,6 +107,8 @@ class RunProgress:
         losses: Training loss at each of ``loss_steps``.
         eval_steps: Steps of the eval-loss points (parallel to ``eval_losses``).
         eval_losses: Eval loss at each of ``eval_steps``.
+        rewards: A preference objective's rewards at each step that logged them (empty for SFT and CPT).
+        eval_rewards: Its rewards on the held-out pairs at each evaluation.
         job_state: The trainer's latest phase (installing, downloading, preparing, training, saving, done, failed).
         step: The latest step reported.
         total_steps: Steps the trainer will run in all (0 until known).
@@ -110,6 +140,8 @@ class RunProgress:
     losses: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
     eval_losses: list[float] = field(default_factory=list)
+    rewards: list[RewardPoint] = field(default_factory=list)
+    eval_rewards: list[RewardPoint] = field(default_factory=list)
     job_state: str | None = None
     step: int = 0
     total_steps: int = 0
@@ -198,6 +230,7 @@ class RunProgress:
             _drop_from(self.step, self.loss_steps, self.losses)  # a resumed run retrained these steps
             self.loss_steps.append(self.step)
             self.losses.append(loss)
+        _add_reward(self.rewards, reward_point(self.step, event))
         rate = _number(event.get("tokens_per_s"))
         self.tokens_per_s = rate if rate is not None else self.tokens_per_s
         self.tokens = _number(event.get("tokens")) or self.tokens
@@ -217,6 +250,7 @@ class RunProgress:
             _drop_from(step, self.eval_steps, self.eval_losses)
             self.eval_steps.append(step)
             self.eval_losses.append(loss)
+            _add_reward(self.eval_rewards, reward_point(step, event))
             self.milestones.append(event)
 
     def _on_checkpoint(self, event: Mapping[str, Any]) -> None:
@@ -287,6 +321,15 @@ def _drop_from(step: int, steps: list[int], values: list[float]) -> None:
     if steps and steps[-1] >= step:
         keep = next((i for i in range(len(steps) - 1, -1, -1) if steps[i] < step), -1) + 1
         del steps[keep:], values[keep:]
+
+
+def _add_reward(points: list[RewardPoint], point: RewardPoint | None) -> None:
+    """Appends ``point``, first dropping the points at its step and after (a resumed session retrains them)."""
+    if point is None:
+        return
+    while points and points[-1].step >= point.step:
+        points.pop()
+    points.append(point)
 
 
 def _number(value: Any) -> float | None:

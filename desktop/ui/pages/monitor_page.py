@@ -102,7 +102,7 @@ class MonitorPage(BasePage):
         self._refreshing = False
         self._ledger: Ledger | None = None
         self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull, Resume)
-        self._shown_points = (-1, -1)
+        self._shown_points: tuple[int, ...] = (-1,)
         self._lines: dict[str, deque[monitor_log.LogEntry]] = {}
         self._log_key: object = None
         self._metered: tuple[dict[str, RunSpend], float] = ({}, 0.0)  # the cost meter's last count, and when
@@ -163,7 +163,7 @@ class MonitorPage(BasePage):
         """
         cancel_group(self, _READING)  # a reading started for an earlier choice is dropped
         self.run_id, self.snapshot = run_id, None
-        self.progress, self._offset, self._shown_points = RunProgress(), 0, (-1, -1)
+        self.progress, self._offset, self._shown_points = RunProgress(), 0, (-1,)
         self.view.clear(f"Run {run_id}")
         self._log_key = None
         self._rebuild_log()
@@ -263,7 +263,7 @@ class MonitorPage(BasePage):
                 self.view.subtitle_label.setText(f"Cannot read {path} now ({exc}); trying again")
                 return False
             if chunk.restarted:
-                self.progress, self._shown_points = RunProgress(), (-1, -1)
+                self.progress, self._shown_points = RunProgress(), (-1,)
             self._offset = chunk.offset
             self.progress.apply_all(chunk.events)
             if not chunk.more:
@@ -334,13 +334,14 @@ class MonitorPage(BasePage):
         self.view.show_nodes(monitor_text.node_lines(snapshot))
 
     def _show_chart(self) -> None:
-        counts = (len(self.progress.losses), len(self.progress.eval_losses))
+        progress = self.progress
+        counts = (len(progress.losses), len(progress.eval_losses), len(progress.rewards), len(progress.eval_rewards))
         if counts == self._shown_points:
             return
-        progress = self.progress
         self.chart.show_points(
             progress.loss_steps, progress.losses, progress.eval_steps, progress.eval_losses, progress.total_steps
         )
+        self.view.show_preference(progress.rewards, progress.eval_rewards, progress.total_steps)
         self._shown_points = counts
 
     def _rebuild_log(self) -> None:

@@ -12,7 +12,14 @@ from typing import Any
 
 from desktop.core.model_names import model_name
 from desktop.core.runs.bill_phases import BilledStretch, split_bill
-from desktop.core.runs.progress import Estimate, RunProgress, format_duration, run_duration, stored_estimate
+from desktop.core.runs.progress import (
+    Estimate,
+    RewardPoint,
+    RunProgress,
+    format_duration,
+    run_duration,
+    stored_estimate,
+)
 from desktop.core.runs.spec import parse_ssh_url
 from desktop.core.runs.states import RunState
 from desktop.core.runs.timeline import MachineMark
@@ -34,6 +41,7 @@ TRAINING_ROWS = (
     ("step", "Step"),
     ("eta", "Time left"),
     ("loss", "Loss"),
+    ("preference", "Chosen wins"),
     ("speed", "Throughput"),
     ("gpu_memory", "GPU memory"),
     ("gpu_util", "GPU use"),
@@ -41,6 +49,8 @@ TRAINING_ROWS = (
     ("checkpoints", "Checkpoints"),
     ("adapter", "Adapter"),
 )
+#: Rows of the "Training" card shown only when they have something to say (a preference run's rewards).
+OPTIONAL_TRAINING_ROWS = frozenset({"preference"})
 #: The rows of the "Machine and cost" card: (key, label).
 MACHINE_ROWS = (
     ("machine", "Machine"),
@@ -154,6 +164,7 @@ def training_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str
         "step": step_text(progress),
         "eta": eta_text(progress, state, snapshot.now),
         "loss": loss_text(progress),
+        "preference": preference_text(progress),
         "speed": f"{progress.tokens_per_s:,.0f} tokens/s" if progress.tokens_per_s is not None else "—",
         "gpu_memory": gpu_memory_text(progress),
         "gpu_util": f"{progress.gpu_util:.0f} %" if progress.gpu_util is not None else "—",
@@ -186,6 +197,28 @@ def loss_text(progress: RunProgress) -> str:
         return "—"
     text = f"{progress.losses[-1]:.4f}"
     return text + (f" · eval {progress.eval_losses[-1]:.4f}" if progress.eval_losses else "")
+
+
+def preference_text(progress: RunProgress) -> str:
+    """A preference run's latest rewards: how often the chosen answer wins, by what margin; "" for other runs.
+
+    ``72 %, margin +0.44 (chosen +0.21, rejected -0.23) · held-out 67 %, margin +0.31``
+    """
+    if not progress.rewards and not progress.eval_rewards:
+        return ""
+    parts = [_reward_words(progress.rewards[-1])] if progress.rewards else []
+    if progress.eval_rewards:
+        parts.append("held-out " + _reward_words(progress.eval_rewards[-1], sides=False))
+    return " · ".join(parts)
+
+
+def _reward_words(point: RewardPoint, *, sides: bool = True) -> str:
+    text = f"{point.accuracy:.0%}".replace("%", " %")
+    if point.margin is not None:
+        text += f", margin {point.margin:+.2f}"
+    if sides and point.chosen is not None and point.rejected is not None:
+        text += f" (chosen {point.chosen:+.2f}, rejected {point.rejected:+.2f})"
+    return text
 
 
 def gpu_memory_text(progress: RunProgress) -> str:

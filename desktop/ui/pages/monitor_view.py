@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.core.runs.progress import RewardPoint
 from desktop.ui.design.palette import METRICS
-from desktop.ui.pages.monitor_text import MACHINE_ROWS, TRAINING_ROWS, Busy, Notice
+from desktop.ui.pages.monitor_text import MACHINE_ROWS, OPTIONAL_TRAINING_ROWS, TRAINING_ROWS, Busy, Notice
 from desktop.ui.widgets.blocks import (
     Badge,
     Banner,
@@ -37,6 +38,7 @@ from desktop.ui.widgets.blocks import (
 )
 from desktop.ui.widgets.loss_chart import LossChart
 from desktop.ui.widgets.phase_timeline import PhaseTimeline
+from desktop.ui.widgets.preference_chart import PreferenceChart
 
 #: Lines the log keeps (older ones scroll away).
 LOG_LINES = 500
@@ -77,14 +79,17 @@ class MonitorView(QWidget):
         layout.addWidget(self._build_progress())
         middle = QHBoxLayout()
         middle.setSpacing(METRICS.gap)
-        chart_card = Card("Loss")
+        self.chart_card = chart_card = Card("Loss")
         self.chart = LossChart()
         chart_card.body.addWidget(self.chart, 1)
+        self.preference_chart = PreferenceChart()
+        self.preference_chart.hide()  # a preference run's (DPO, ORPO) only, once its trainer logs rewards
+        chart_card.body.addWidget(self.preference_chart, 1)
         middle.addWidget(chart_card, 3)
-        training, self.stats = _rows_card("Training", TRAINING_ROWS, columns=1)
+        training, self.stats, self._row_names = _rows_card("Training", TRAINING_ROWS, columns=1)
         middle.addWidget(training, 2)
         layout.addLayout(middle)
-        machine, self.machine = _rows_card("Machine and cost", MACHINE_ROWS, columns=2)
+        machine, self.machine, _names = _rows_card("Machine and cost", MACHINE_ROWS, columns=2)
         layout.addWidget(machine)
         self.nodes_card = Card("Machines of this run", "It trains on several machines as one; rank 0 reports.")
         self.nodes_label = QLabel()
@@ -214,10 +219,25 @@ class MonitorView(QWidget):
         bar.setAccessibleDescription(busy.text)
 
     def show_rows(self, labels: dict[str, QLabel], texts: dict[str, str]) -> None:
-        """Sets the rows of a card whose text changed."""
+        """Sets the rows of a card whose text changed; an optional row without text is hidden, name and all."""
         for key, text in texts.items():
-            if labels[key].text() != text:
-                labels[key].setText(text)
+            label = labels[key]
+            if label.text() != text:
+                label.setText(text)
+            if labels is self.stats and key in OPTIONAL_TRAINING_ROWS:
+                label.setVisible(bool(text))
+                self._row_names[key].setVisible(bool(text))
+
+    def show_preference(self, rewards: Sequence[RewardPoint], eval_rewards: Sequence[RewardPoint], total: int) -> None:
+        """The preference chart under the loss chart, once a preference run logged rewards (hidden otherwise)."""
+        shown = bool(rewards or eval_rewards)
+        title = "Loss and preference" if shown else "Loss"
+        if self.chart_card.title_label is not None and self.chart_card.title_label.text() != title:
+            self.chart_card.title_label.setText(title)
+            self.chart_card.setAccessibleName(title)
+        self.preference_chart.setVisible(shown)
+        if shown:
+            self.preference_chart.show_points(rewards, eval_rewards, total)
 
     def show_nodes(self, lines: Sequence[str]) -> None:
         """One line per machine of a run across several (the card is hidden for a run on one machine)."""
@@ -242,13 +262,19 @@ class MonitorView(QWidget):
         self._log_lines = lines
 
 
-def _rows_card(title: str, rows: Sequence[tuple[str, str]], columns: int) -> tuple[Card, dict[str, QLabel]]:
-    """A card of label/value rows in ``columns`` pairs of columns; the values wrap and can be selected (paths)."""
+def _rows_card(
+    title: str, rows: Sequence[tuple[str, str]], columns: int
+) -> tuple[Card, dict[str, QLabel], dict[str, QLabel]]:
+    """A card of label/value rows in ``columns`` pairs of columns; the values wrap and can be selected (paths).
+
+    Returns the card, each row's value label and each row's name label.
+    """
     card = Card(title)
     grid = QGridLayout()
     grid.setHorizontalSpacing(12)
     grid.setVerticalSpacing(6)
     labels: dict[str, QLabel] = {}
+    names: dict[str, QLabel] = {}
     for index, (key, text) in enumerate(rows):
         row, column = divmod(index, columns)
         value = QLabel("—")
@@ -258,12 +284,15 @@ def _rows_card(title: str, rows: Sequence[tuple[str, str]], columns: int) -> tup
         value.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         name = caption(text)
         name.setWordWrap(False)
+        if key in OPTIONAL_TRAINING_ROWS:  # hidden, name and all, while it has nothing to say
+            value.hide()
+            name.hide()
         name.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         grid.addWidget(name, row, 2 * column, Qt.AlignmentFlag.AlignTop)
         grid.addWidget(value, row, 2 * column + 1, Qt.AlignmentFlag.AlignTop)
-        labels[key] = value
+        labels[key], names[key] = value, name
     for column in range(columns):
         grid.setColumnStretch(2 * column + 1, 1)
     card.body.addLayout(grid)
     card.body.addStretch(1)
-    return card, labels
+    return card, labels, names

@@ -74,6 +74,7 @@ class LossChart(QWidget):
         plot.setLabel("left", "Loss")
         plot.setClipToView(True)
         plot.disableAutoRange()
+        plot.hideButtons()  # pyqtgraph's auto-range "A": the axes are this chart's to set
         self._step_end, self._loss_range = 0.0, (0.0, 0.0)
         plot.setDownsampling(auto=True, mode="peak")
         self.legend = plot.addLegend(offset=(-10, 10))

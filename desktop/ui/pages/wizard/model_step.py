@@ -290,9 +290,9 @@ class ModelStep(WizardStep):
         self.beta_row = QWidget()
         row = QHBoxLayout(self.beta_row)
         row.setContentsMargins(28, 0, 0, 0)
-        label = QLabel("Preference s&trength (beta)")
-        label.setBuddy(self.beta_spin)
-        row.addWidget(label)
+        beta_label = QLabel("Preference s&trength (beta)")
+        beta_label.setBuddy(self.beta_spin)
+        row.addWidget(beta_label)
         row.addWidget(self.beta_spin)
         row.addStretch(1)
         self.beta_row.setToolTip(
