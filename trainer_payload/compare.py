@@ -75,10 +75,10 @@ def compare_rows(
     for index, (line, messages) in enumerate(rows):
         say(index / len(rows), f"example {index + 1} of {len(rows)}")
         prompt, reference = split_row(messages)
-        prompt_ids, full_ids = _token_ids(tokenizer, prompt, messages)
+        prompt_ids, full_ids = token_ids(tokenizer, prompt, messages)
         answers = []
         for slot, tuned in enumerate((False, True)):
-            loss, count = _scored(model, tuned, prompt_ids, full_ids)
+            loss, count = answer_loss(model, tuned, prompt_ids, full_ids)
             sums[slot] += loss
             answers.append(_answer(model, tokenizer, tuned, prompt_ids, max_new_tokens))
         tokens += count
@@ -147,7 +147,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _token_ids(tokenizer: Any, prompt: Messages, messages: Messages) -> tuple[list[int], list[int]]:
+def token_ids(tokenizer: Any, prompt: Messages, messages: Messages) -> tuple[list[int], list[int]]:
     """Token ids of the prompt (with the assistant's opening) and of the whole conversation."""
     try:
         chat_prompt = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
@@ -162,7 +162,7 @@ def _token_ids(tokenizer: Any, prompt: Messages, messages: Messages) -> tuple[li
     return prompt_ids, full_ids
 
 
-def _scored(model: Any, tuned: bool, prompt_ids: list[int], full_ids: list[int]) -> tuple[float, int]:
+def answer_loss(model: Any, tuned: bool, prompt_ids: list[int], full_ids: list[int]) -> tuple[float, int]:
     """The summed cross-entropy over the reference tokens (after the prompt), and how many there are."""
     import torch
 

@@ -838,6 +838,20 @@ def pair_form(pair: Pair) -> str:
     return "plain text" if isinstance(pair["chosen"], str) else "chat messages"
 
 
+def _as_messages(value: str | list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    return [{"role": role, "content": value}] if isinstance(value, str) else list(value)
+
+
+def pair_prompt(pair: Pair) -> list[dict[str, Any]]:
+    """A pair's prompt as chat messages (plain text as the user's message; none for a pair without prompt)."""
+    return _as_messages(pair["prompt"], "user") if pair["prompt"] else []
+
+
+def pair_answer(pair: Pair, side: str) -> list[dict[str, Any]]:
+    """One side's answer (``chosen`` or ``rejected``) as chat messages (plain text as the assistant's message)."""
+    return _as_messages(pair[side], "assistant")
+
+
 def sharded_checkpoints(method: str, strategy: str) -> bool:
     """Whether a job's checkpoints are sharded (each rank writes its part) rather than whole on rank 0.
 

@@ -25,8 +25,10 @@ def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     ssh_host: SshHost, make_spec: SpecFactory, chat_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pairs = write_preference_dataset(tmp_path / "pairs.jsonl", 64)
-    spec = make_spec(ssh_host, objective="dpo", beta=0.1, max_steps=20)
-    spec.write_text(spec.read_text().replace(str(chat_dataset), str(pairs)))
+    held_out = write_preference_dataset(tmp_path / "held-out.jsonl", 12)  # one pair per question of the pattern
+    spec = make_spec(ssh_host, objective="dpo", beta=0.1, max_steps=20, eval_steps=10)
+    train_line = f'train = "{chat_dataset}"'
+    spec.write_text(spec.read_text().replace(train_line, f'train = "{pairs}"\neval = "{held_out}"'))
     assert main(["run", str(spec)]) == 0, capsys.readouterr().out[-3000:]
     out = capsys.readouterr().out
     assert "adapter verified" in out and "chosen preferred" in out, out[-2000:]
@@ -38,6 +40,15 @@ def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     steps = [e for e in mirrored_events(adapter.parent) if e["event"] == "step"]
     assert len(steps) == 20 and steps[-1]["reward_margin"] > steps[0]["reward_margin"]
     assert sum(e["reward_accuracy"] for e in steps[-5:]) / 5 >= 0.8, "the machine's run learned the preference"
+    evals = [e for e in mirrored_events(adapter.parent) if e["event"] == "eval"]
+    assert [e["step"] for e in evals][-1] == 20 and all("reward_accuracy" in e for e in evals)
+    # The comparison after training: on the held-out pairs the tuned model prefers the chosen answer more often.
+    assert main(["eval", run["id"], "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    preference = report["preference"]
+    assert json.loads(Path(report["report"]["json"]).read_text())["preference"] == preference
+    assert preference["rows"] == 12 and preference["tuned"] > preference["base"], preference
+    assert preference["tuned"] >= 0.75 and preference["fixed"] > preference["broke"], preference
 
 
 def test_rentune_run_continues_pretraining_on_a_text_file_and_says_the_perplexity_before_and_after(

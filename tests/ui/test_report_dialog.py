@@ -108,3 +108,30 @@ def test_a_report_it_cannot_read_is_one_message_with_the_fix(tmp_path: Path, con
         (tmp_path / "report.json").write_text(content)
     with pytest.raises(SavedReportError, match=problem):
         read_saved_report(tmp_path / "report.html")
+
+
+def test_a_preference_runs_report_leads_with_how_often_each_model_prefers_the_chosen_answer(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    from desktop.core.judging.preference import PairScore, preference_check
+    from desktop.services.evaluation.preference import preference_json
+
+    # 12 held-out pairs (mean log-probability per token of chosen, rejected): the base prefers chosen in pairs 1-6,
+    # the tuned model in every pair but the 6th: 6 turned to the chosen answer, 1 away from it.
+    pairs = [
+        PairScore(n, (-2.0, -2.5) if n <= 6 else (-2.5, -2.0), (-1.0, -1.5) if n != 6 else (-1.5, -1.0))
+        for n in range(1, 13)
+    ]
+    html = write_report(tmp_path / "compare", outcome="no clear difference", preference=preference_json(
+        preference_check(pairs)))  # fmt: skip
+    report = read_saved_report(html)
+    assert report.headline == "The fine-tune prefers the chosen answers more often than its base"
+    assert report.lines[0] == (
+        "Preference on 12 held-out pairs: the tuned model finds the chosen answer the likelier in 11 (92%), its base "
+        "in 6 (50%): +42 points (95% interval +4 to +79), improved."
+    )
+    assert report.lines[1].startswith("6 pair(s) turned to the chosen answer, 1 away from it;")
+    assert "judged against each pair's chosen answer" in report.lines[2]
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    assert ReportDialog(parent, report, "x").verdict.property("severity") == "success"

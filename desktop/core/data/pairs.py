@@ -13,7 +13,7 @@ from typing import Any
 
 from desktop.core.data.findings import Code, Finding
 from desktop.core.data.rules import private_text_findings
-from trainer_payload.protocol import Pair, PairError, PairProblem, pair_form, pair_from_row
+from trainer_payload.protocol import Pair, PairError, PairProblem, pair_answer, pair_form, pair_from_row, pair_prompt
 
 Message = dict[str, Any]
 
@@ -25,19 +25,14 @@ _CODES = {
 }
 
 
-def _messages(value: str | list[Message], role: str) -> list[Message]:
-    return [{"role": role, "content": value}] if isinstance(value, str) else value
-
-
 def side_conversation(pair: Pair, side: str) -> list[Message]:
     """The prompt and one answer (``chosen`` or ``rejected``) as one conversation, as the model reads it."""
-    prompt = _messages(pair["prompt"], "user") if pair["prompt"] else []
-    return prompt + _messages(pair[side], "assistant")
+    return pair_prompt(pair) + pair_answer(pair, side)
 
 
 def answer_only(pair: Pair, side: str) -> list[Message]:
     """One side's answer alone, for measuring its length."""
-    return _messages(pair[side], "assistant")
+    return pair_answer(pair, side)
 
 
 def pair_messages(pair: Pair) -> list[Message]:
@@ -47,7 +42,7 @@ def pair_messages(pair: Pair) -> list[Message]:
 
 def pair_preview(pair: Pair) -> list[Message]:
     """A pair as the data step previews it: the prompt's messages, then each answer under its side's name."""
-    prompt = _messages(pair["prompt"], "user") if pair["prompt"] else []
+    prompt = pair_prompt(pair)
     answers = [
         {"role": side, "content": "\n".join(str(m.get("content") or "") for m in answer_only(pair, side))}
         for side in ("chosen", "rejected")

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from desktop.core.judging.checks import CheckKind, choose_checks, parse_json, passes, regex_problem
+from desktop.core.judging.preference import PreferenceCheck
 from desktop.core.judging.verdict import RowScore, Verdict, judge
 from desktop.services.evaluation.general import GeneralCheck, check_general_ability
+from desktop.services.evaluation.preference import check_preferences, read_pairs
 from desktop.services.evaluation.report import write_reports
 from desktop.services.evaluation.run_facts import RunFacts
 from desktop.services.local.base_model import local_base
@@ -46,7 +48,11 @@ class JudgeOptions:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The evaluation as a whole: answers and losses, checks, rows scored, verdict, run, general-ability check."""
+    """The evaluation as a whole: answers, losses, checks, rows scored, verdict, run and the optional checks.
+
+    ``general`` is the general-ability check (when asked for); ``preference`` the preference check, made whenever
+    the held-out rows are preference pairs (a DPO or ORPO run).
+    """
 
     comparison: CompareResult
     checks: list[CheckKind]
@@ -54,6 +60,7 @@ class Judgement:
     verdict: Verdict
     run: RunFacts | None
     general: GeneralCheck | None = None
+    preference: PreferenceCheck | None = None
 
 
 def read_schema(path: Path) -> dict[str, Any]:
@@ -171,6 +178,9 @@ async def judge_and_report(
         progress=progress,
     )
     judgement = judge_comparison(result, options, schema, run)
+    pairs = read_pairs(eval_file, options.max_examples)
+    if pairs:
+        judgement = replace(judgement, preference=await check_preferences(folder, adapter, pairs, progress))
     if options.general:
         judgement = replace(judgement, general=await check_general_ability(folder, adapter, progress))
     written = await asyncio.to_thread(write_reports, judgement, out)

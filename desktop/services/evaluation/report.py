@@ -17,6 +17,7 @@ from desktop.core.judging.checks import CHECK_WORDS
 from desktop.core.judging.verdict import CheckScore, Outcome, RowScore, Verdict
 from desktop.core.runs.progress import format_duration
 from desktop.services.evaluation.general import general_json, general_lines, table_rows
+from desktop.services.evaluation.preference import ANSWERS_HEADING, preference_json, preference_lines
 from desktop.services.local.common import finished_file
 
 if TYPE_CHECKING:
@@ -74,7 +75,10 @@ def outcome_words(outcome: Outcome, fixed: int, broke: int) -> str:
 def summary_lines(judgement: Judgement) -> list[str]:
     """The verdict and its facts, one per line (plain text)."""
     verdict, result = judgement.verdict, judgement.comparison
-    lines = [
+    lines = preference_lines(judgement.preference) if judgement.preference is not None else []
+    if judgement.preference is not None:
+        lines.append(ANSWERS_HEADING)
+    lines += [
         f"{verdict_words(verdict)}: {len(verdict.fixed)} row(s) fixed, {len(verdict.broke)} broken "
         f"(p = {verdict.p_value:.3g}, exact McNemar test on the rows that flipped).",
         *(score_line(score) for score in verdict.scores),
@@ -124,6 +128,7 @@ def report_json(judgement: Judgement) -> dict[str, Any]:
         "judged_on": result.judged_on or "this computer",
         "run": None if run is None else {**vars(run), "losses": run.losses, "eval_losses": run.eval_losses},
         "general": None if judgement.general is None else general_json(judgement.general),
+        "preference": None if judgement.preference is None else preference_json(judgement.preference),
     }
 
 

@@ -15,6 +15,12 @@ from desktop.core.judging.checks import CheckKind
 from desktop.core.judging.general import TaskScore
 from desktop.core.judging.verdict import CheckScore, Outcome
 from desktop.services.evaluation.general import GeneralCheck, general_lines
+from desktop.services.evaluation.preference import (
+    ANSWERS_HEADING,
+    preference_from_json,
+    preference_headline,
+    preference_lines,
+)
 from desktop.services.evaluation.report import REPORT_FILES, outcome_words, score_line
 
 #: The most flipped rows the view lists (the JSON and the HTML report hold them all).
@@ -104,10 +110,16 @@ def _parsed(data: Any, path: Path) -> SavedReport:
     found = data.get("run")
     run: dict[str, Any] = found if isinstance(found, dict) else {}
     general = _general_lines(data.get("general"))
+    headline = outcome_words(outcome, len(fixed), len(broke))
+    preference = data.get("preference")
+    if isinstance(preference, dict):  # a preference run (DPO, ORPO): its pairs lead, the answers follow
+        check = preference_from_json(preference)
+        headline, outcome = preference_headline(check)
+        lines = [*preference_lines(check), ANSWERS_HEADING, *lines]
     lines += general
     html = path.with_name(REPORT_FILES["html"])
     return SavedReport(
-        headline=outcome_words(outcome, len(fixed), len(broke)),
+        headline=headline,
         outcome=outcome,
         lines=lines + _run_lines(run),
         fixed=fixed[:SHOWN_FLIPS],

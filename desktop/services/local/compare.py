@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from desktop.core.data.findings import CODE_INFO, Severity
+from desktop.core.data.pairs import side_conversation
 from desktop.core.data.report import DataReport
-from desktop.services.data.check import CheckOutcome, iter_conversations
+from desktop.services.data.check import CheckOutcome, iter_training_rows
 from desktop.services.data.reader import DatasetFileError
 from desktop.services.local.common import LocalInputError, LocalToolError, Progress, no_progress
 from desktop.services.local.fit import ensure_fits
@@ -97,7 +98,8 @@ class CompareResult:
 def read_eval_rows(path: Path, max_examples: int) -> tuple[list[tuple[int, Messages]], int]:
     """The first ``max_examples`` usable conversations of ``path`` (with their lines), and how many are usable.
 
-    Rows are read and checked by the data service, so any format ``rentune data check`` accepts works here.
+    Rows are read and checked by the data service, so any format ``rentune data check`` accepts works here; a
+    preference pair is its prompt with the chosen answer as the reference.
 
     Raises:
         LocalToolError: The file is unreadable or has no usable row (the message names the first bad line).
@@ -106,7 +108,8 @@ def read_eval_rows(path: Path, max_examples: int) -> tuple[list[tuple[int, Messa
     rows: list[tuple[int, Messages]] = []
     usable = 0
     try:
-        for line, messages in iter_conversations(path, outcome, None, None):
+        for line, row in iter_training_rows(path, outcome, None, None):
+            messages = row["messages"] if "messages" in row else side_conversation(row, "chosen")
             usable += 1
             if len(rows) < max_examples:
                 rows.append((line, messages))
