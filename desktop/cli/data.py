@@ -58,8 +58,10 @@ def run_data(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     counts = prepared.manifest_data["counts"]
     print(report_text(prepared.report))
+    units = {"text": "paragraphs or documents", "pairs": "pairs"}
+    unit = units.get(str(prepared.manifest_data.get("format", "")), "examples")
     print(
-        f"Wrote {counts['train']:,} training and {counts['eval']:,} eval examples to {args.out} "
+        f"Wrote {counts['train']:,} training and {counts['eval']:,} eval {unit} to {args.out} "
         f"({counts['with_errors']:,} rows with errors and {counts['duplicates_removed']:,} duplicates left out)"
     )
     return EXIT_OK

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,30 @@ async def test_an_app_closed_while_the_adapter_comes_home_finishes_on_reattach_w
     assert final.state is RunState.FINISHED and final.adapter
     assert final.relaunches == 0 and host.launches == 1, "the trainer that had finished was not started again"
     assert (engine.folder(record.id) / "adapter" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("rows", "objective", "problem"),
+    [
+        ('{"messages": [{"role": "user", "content": "hi"}]}', "dpo", 'objective "dpo" trains on preference pairs'),
+        ('{"prompt": "Q?", "chosen": "yes", "rejected": "no"}', "sft", 'set [training] objective = "dpo"'),
+        ('{"text": "Raw text to continue pre-training on."}', "sft", 'set [training] objective = "cpt"'),
+        ('{"prompt": "Q?", "chosen": "yes", "rejected": "no"}', "cpt", 'objective "cpt" trains on raw text'),
+    ],
+)
+def test_data_the_objective_cannot_train_on_is_refused_before_anything_is_recorded_or_rented(
+    host: FakeHost, tmp_path: Path, rows: str, objective: str, problem: str
+) -> None:
+    from desktop.services.runs.errors import RunError
+
+    engine = make_engine(host, [])
+    train = tmp_path / "train.jsonl"
+    train.write_text(rows + "\n")
+    spec = RunSpec("org/tiny", train, None, {"objective": objective}, SshTarget("trainer", "gpu.example", 22), 0, 0)
+    with pytest.raises(RunError, match=re.escape(problem)):
+        engine.create(spec)
+    assert engine.store.all() == [] and host.commands == []
+    for fits, fitting in (("dpo", '{"prompt": "Q?", "chosen": "y", "rejected": "n"}'), ("orpo", None)):
+        if fitting:
+            train.write_text(fitting + "\n")
+        assert engine.create(RunSpec("org/tiny", train, None, {"objective": fits}, spec.target, 0, 0)).id

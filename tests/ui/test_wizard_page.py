@@ -232,7 +232,7 @@ def test_a_file_of_preference_pairs_trains_with_dpo_or_orpo_chosen_on_the_model_
     wizard: WizardPage, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     from desktop.core.runs.spec import run_spec_from_dict
-    from desktop.ui.pages.wizard.model_step import OBJECTIVE_NEEDS
+    from desktop.ui.pages.wizard.model_step import objective_needs
     from desktop.ui.pages.wizard.review_words import judge_words, model_rows
     from tests.fixtures.preference_data import preference_pairs
 
@@ -249,7 +249,9 @@ def test_a_file_of_preference_pairs_trains_with_dpo_or_orpo_chosen_on_the_model_
     # Pairs train with a preference objective: DPO is proposed, fine-tuning on chats is greyed and says why.
     assert model.objective == "dpo" and model.beta_row.isVisibleTo(model)
     assert not model.objective_buttons["sft"].isEnabled()
-    assert model.objective_notes["sft"].text() == OBJECTIVE_NEEDS["sft"]
+    assert model.objective_notes["sft"].text() == objective_needs("sft", "pairs")
+    assert model.objective_notes["sft"].text() == "Needs conversations: your data holds preference pairs."
+    assert not model.objective_buttons["cpt"].isEnabled()
     model.objective_buttons["orpo"].setFocus()
     qtbot.keyClick(model.objective_buttons["orpo"], Qt.Key.Key_Space)
     model.beta_spin.setFocus()
@@ -275,3 +277,36 @@ def test_a_file_of_preference_pairs_trains_with_dpo_or_orpo_chosen_on_the_model_
     model.show_draft()
     assert model.objective == "sft" and not model.objective_buttons["dpo"].isEnabled()
     assert not model.beta_row.isVisibleTo(model)
+
+
+def test_a_text_file_trains_with_continued_pretraining_and_its_paragraphs_count_as_packed(
+    wizard: WizardPage, qtbot: QtBot, wait_for: Callable[..., None], tmp_path: Path, tiny_model: TinyModel
+) -> None:
+    from desktop.ui.pages.wizard.review_words import judge_words, model_rows
+    from tests.fixtures.domain_text import write_domain_text
+
+    corpus = write_domain_text(tmp_path / "corpus.txt", 30)
+    data, model, sizing = data_of(wizard), model_of(wizard), sizing_of(wizard)
+    type_and_enter(qtbot, data.path_edit, str(corpus))
+    wait_for(lambda: not data.running and data.check is not None, 60)
+    assert data.check is not None and data.check.usable, data.summary_label.text()
+    details = data.details_label.text()
+    assert "Layout: raw text" in details and "paragraphs or documents (packed into full sequences" in details
+    assert "continued pre-training" in details and "Packed into sequences of" in data.histogram_caption.text()
+    assert data.preview_text.toPlainText().startswith("— Example 1 —\ntext: The ")
+    qtbot.keyClick(data.path_edit, Qt.Key.Key_Return)
+    assert wizard.current is model
+    assert model.objective == "cpt" and not model.beta_row.isVisibleTo(model)
+    assert [v for v, b in model.objective_buttons.items() if b.isEnabled()] == ["cpt"]
+    assert model.objective_notes["dpo"].text() == "Needs preference pairs: your data holds raw text."
+    type_and_enter(qtbot, model.model_edit, str(tiny_model.path))
+    assert wizard.current is sizing
+    wait_for(lambda: not sizing.running and sizing.facts is not None, 60)
+    assert sizing.facts is not None and sizing.facts.sizing is not None
+    assert sizing.facts.sizing.plan.setup.objective.value == "cpt"
+    draft = wizard.context.draft
+    assert draft.spec_dict()["training"]["objective"] == "cpt" and "beta" not in draft.spec_dict()["training"]
+    draft.judge_on_machine = True
+    assert "judge" not in draft.spec_dict() and "perplexity before and after" in judge_words(draft, None)  # type: ignore[arg-type]
+    assert dict(model_rows(draft))["Learns"] == "Continued pre-training on raw text"
+    assert_words_for_people(wizard)

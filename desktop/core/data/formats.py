@@ -1,8 +1,9 @@
-"""Chat dataset formats and their conversion to ``messages`` rows (the format of TRL, Unsloth and Axolotl).
+"""Dataset formats and the conversion of chat rows to ``messages`` rows (the format of TRL, Unsloth and Axolotl).
 
 Supported: ``messages`` (OpenAI/TRL chat), Alpaca (``instruction``/``input``/``output``), ShareGPT
 (``conversations`` with ``from``/``value``), prompt/completion (strings or message lists), and tabular rows with a
-column mapping (CSV, Parquet).
+column mapping (CSV, Parquet); preference pairs (prompt / chosen / rejected); raw text for continued pre-training
+(``{"text": ...}`` rows, or the paragraphs of a ``.txt`` file).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class DataFormat(StrEnum):
     PROMPT_COMPLETION = "prompt-completion"
     COLUMNS = "columns"
     PAIRS = "pairs"
+    TEXT = "text"
 
 
 FORMAT_NAMES = {
@@ -34,7 +36,11 @@ FORMAT_NAMES = {
     DataFormat.PROMPT_COMPLETION: "prompt/completion",
     DataFormat.COLUMNS: "table columns mapped to roles",
     DataFormat.PAIRS: "preference pairs (prompt / chosen / rejected)",
+    DataFormat.TEXT: "raw text (documents for continued pre-training)",
 }
+
+#: The chat fields whose presence makes a row with a ``text`` field something else than a raw text document.
+_CHAT_FIELDS = frozenset({"messages", "conversations", "instruction", "prompt", "completion", "output"})
 
 SHAREGPT_ROLES = {
     "system": "system",
@@ -52,23 +58,55 @@ SHAREGPT_ROLES = {
 }
 
 
+#: The objective each kind of data trains with when none is chosen (chats: ``sft``).
+_OBJECTIVE_OF = {DataFormat.PAIRS: "dpo", DataFormat.TEXT: "cpt"}
+#: What each objective trains on, in words.
+_OBJECTIVE_NEEDS = {
+    "sft": "conversations",
+    "dpo": "preference pairs (prompt, chosen, rejected)",
+    "orpo": "preference pairs (prompt, chosen, rejected)",
+    "cpt": "raw text",
+}
+
+
+def objective_for(fmt: DataFormat) -> str:
+    """The objective data of this format trains with by default: DPO for pairs, CPT for raw text, else SFT."""
+    return _OBJECTIVE_OF.get(fmt, "sft")
+
+
+def objective_data_problem(objective: str, fmt: DataFormat) -> str:
+    """Why data of format ``fmt`` cannot train ``objective``, with the fix ("" when it can)."""
+    wanted = objective_for(fmt)
+    if wanted == objective or (fmt is DataFormat.PAIRS and objective == "orpo"):
+        return ""
+    needs = _OBJECTIVE_NEEDS.get(objective, objective)
+    return (
+        f'objective "{objective}" trains on {needs}, and the data holds {FORMAT_NAMES[fmt]}: set [training] '
+        f'objective = "{wanted}", or give [data] train a file of {needs}'
+    )
+
+
 class ConversionError(ValueError):
     """A row does not have the fields of its format; the message names the missing or mistyped field."""
+
+
+#: Each format and the fields that make a row one, tried in order (pairs are told apart first).
+_FORMAT_FIELDS = (
+    (DataFormat.MESSAGES, {"messages"}),
+    (DataFormat.SHAREGPT, {"conversations"}),
+    (DataFormat.ALPACA, {"instruction", "output"}),
+    (DataFormat.PROMPT_COMPLETION, {"prompt", "completion"}),
+)
 
 
 def detect_format(row: Mapping[str, Any]) -> DataFormat | None:
     """Guesses the format from one row's keys; ``None`` when it matches none."""
     if is_pair_row(row):
         return DataFormat.PAIRS
-    if "messages" in row:
-        return DataFormat.MESSAGES
-    if "conversations" in row:
-        return DataFormat.SHAREGPT
-    if "instruction" in row and "output" in row:
-        return DataFormat.ALPACA
-    if "prompt" in row and "completion" in row:
-        return DataFormat.PROMPT_COMPLETION
-    return None
+    found = next((fmt for fmt, fields in _FORMAT_FIELDS if fields <= row.keys()), None)
+    if found is None and "text" in row and not _CHAT_FIELDS & set(row):
+        return DataFormat.TEXT
+    return found
 
 
 def _text(row: Mapping[str, Any], key: str, *, required: bool = True) -> str:

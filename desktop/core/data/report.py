@@ -8,6 +8,7 @@ from enum import IntEnum
 from typing import Any
 
 from desktop.core.data.findings import CODE_INFO, Code, Finding, Severity
+from desktop.core.data.formats import FORMAT_NAMES, DataFormat
 
 LINES_KEPT = 20
 DETAILS_KEPT = 3
@@ -69,8 +70,12 @@ def _percentile(sorted_values: list[int], q: float) -> int:
     return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
 
 
-def token_stats(lengths: list[int], seq_len: int, method: str) -> TokenStats:
-    """Summarises example lengths against the sequence length."""
+def token_stats(lengths: list[int], seq_len: int, method: str, *, packed: bool = False) -> TokenStats:
+    """Summarises example lengths against the sequence length.
+
+    ``packed``: the examples are raw text packed into full sequences (continued pre-training): a document longer
+    than the sequence length runs on into the next sequence, so nothing is cut.
+    """
     ordered = sorted(lengths) or [0]
     buckets = [0] * (len(HISTOGRAM_EDGES) + 1)
     for length in lengths:
@@ -80,9 +85,9 @@ def token_stats(lengths: list[int], seq_len: int, method: str) -> TokenStats:
         method=method,
         seq_len=seq_len,
         total=sum(lengths),
-        trained=sum(min(n, seq_len) for n in lengths),
-        cut=sum(max(0, n - seq_len) for n in lengths),
-        too_long=sum(n > seq_len for n in lengths),
+        trained=sum(lengths) if packed else sum(min(n, seq_len) for n in lengths),
+        cut=0 if packed else sum(max(0, n - seq_len) for n in lengths),
+        too_long=0 if packed else sum(n > seq_len for n in lengths),
         mean=round(sum(lengths) / len(lengths), 1) if lengths else 0.0,
         percentiles={
             "p50": _percentile(ordered, 0.5),
@@ -185,8 +190,10 @@ def report_text(report: DataReport) -> str:
     """The report for a terminal."""
     if report.fatal and not report.summaries:
         return f"{report.path}: unusable: {report.fatal}"
+    text = report.format == FORMAT_NAMES[DataFormat.TEXT]
+    rows = "paragraphs or documents" if text else "rows"
     lines = [
-        f"{report.path}: {report.format or 'format unknown'}; {report.rows:,} rows, {report.valid:,} without errors"
+        f"{report.path}: {report.format or 'format unknown'}; {report.rows:,} {rows}, {report.valid:,} without errors"
     ]
     for code, summary in sorted(report.summaries.items(), key=_severity_order):
         info = CODE_INFO[code]
@@ -200,7 +207,9 @@ def report_text(report: DataReport) -> str:
         lines += [
             f"Tokens ({t.method}): {t.total:,} in all, {t.trained:,} trained per epoch at seq-len {t.seq_len}; "
             f"mean {t.mean:g}, p50 {p['p50']}, p90 {p['p90']}, p99 {p['p99']}, max {p['max']}",
-            f"  {t.too_long:,} examples longer than {t.seq_len} lose {t.cut:,} tokens to truncation",
+            f"  packed into sequences of {t.seq_len} tokens: a long document runs on into the next, nothing is cut"
+            if text
+            else f"  {t.too_long:,} examples longer than {t.seq_len} lose {t.cut:,} tokens to truncation",
             "  " + "  ".join(f"{label}:{n}" for label, n in t.histogram if n),
         ]
     lines += [f"Note: {note}" for note in report.notes]

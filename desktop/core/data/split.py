@@ -1,4 +1,8 @@
-"""Deterministic train/eval split, stratified by length so both sets see short and long examples alike."""
+"""Deterministic train/eval splits.
+
+Examples are split stratified by length, so both sets see short and long examples alike; a running text holds out
+its tail (its paragraphs are not independent examples: held-out text must be text the model did not train on).
+"""
 
 from __future__ import annotations
 
@@ -31,3 +35,21 @@ def eval_indices(lengths: dict[int, int], eval_fraction: float, seed: int) -> se
         rng.shuffle(stratum)
         chosen.update(stratum[:take])
     return chosen
+
+
+def tail_indices(lengths: dict[int, int], eval_fraction: float) -> set[int]:
+    """The last rows (by row id) holding about ``eval_fraction`` of the tokens: held-out text from a running text.
+
+    At least one row is held out (when asked and there are two or more), and never every row.
+    """
+    if eval_fraction <= 0 or len(lengths) < 2:
+        return set()
+    budget = sum(lengths.values()) * eval_fraction
+    chosen: set[int] = set()
+    held = 0
+    for row in sorted(lengths, reverse=True):
+        if chosen and held + lengths[row] > budget:
+            break
+        chosen.add(row)
+        held += lengths[row]
+    return chosen if len(chosen) < len(lengths) else set(sorted(lengths)[-1:])

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from desktop.core.data.formats import DataFormat
-from trainer_payload.protocol import PREFERENCE_OBJECTIVES, job_default
+from desktop.core.data.formats import DataFormat, objective_data_problem, objective_for
+from trainer_payload.protocol import job_default
 
 DRAFT_SCHEMA_VERSION = 1
 #: A rented machine's price may rise this much between the pick and the rental before the rental is refused.
@@ -192,8 +192,8 @@ class RunDraft(BaseModel):
         data_file: The dataset the user picked (JSONL, CSV or Parquet).
         train_file: The prepared ``messages`` JSONL to upload ("" until prepared).
         eval_file: The prepared eval split ("" for none).
-        data_format: The layout the data step found (a ``DataFormat`` value; ``pairs`` for preference pairs), "" until
-            checked: it decides which objectives the Model step offers.
+        data_format: The layout the data step found (a ``DataFormat`` value: ``pairs`` for preference pairs, ``text``
+            for raw text), "" until checked: it decides which objectives the Model step offers.
         data_columns: For a table (CSV, Parquet): role (``user``, ``assistant``, ``system``) → column; empty means
             guessed from the column names.
         leave_out_secrets: Leave rows with a suspected secret (API key, token) out of the prepared data.
@@ -268,19 +268,23 @@ class RunDraft(BaseModel):
 
     @property
     def can_judge_on_machine(self) -> bool:
-        """Whether the machine can judge base against tuned: held-out chats (a preference run holds out pairs)."""
-        return bool(self.eval_file) and self.objective not in PREFERENCE_OBJECTIVES
+        """Whether the machine can judge base against tuned: held-out chats (pairs and raw text are measured else)."""
+        return bool(self.eval_file) and self.objective == "sft"
 
     def fit_objective_to_data(self) -> None:
-        """Keeps the objective one the data can train: DPO for pairs (unless ORPO is chosen), SFT for chats.
+        """Keeps the objective one the data can train: DPO for pairs (unless ORPO is chosen), CPT for text, else SFT.
 
-        A preference objective's ``beta`` goes with it when the data turns out to be chats.
+        A preference objective's ``beta`` goes with it when the data is no longer pairs.
         """
-        if self.trains_pairs and self.objective not in PREFERENCE_OBJECTIVES:
-            self.training["objective"] = "dpo"
-        elif not self.trains_pairs and self.objective in PREFERENCE_OBJECTIVES:
-            for key in ("objective", "beta", "loss_type"):
-                self.training.pop(key, None)
+        known = {fmt.value for fmt in DataFormat}
+        fmt = DataFormat(self.data_format) if self.data_format in known else DataFormat.MESSAGES
+        if not objective_data_problem(self.objective, fmt):
+            return
+        wanted = objective_for(fmt)
+        for key in ("objective", "beta", "loss_type"):
+            self.training.pop(key, None)
+        if wanted != "sft":
+            self.training["objective"] = wanted
 
     def content_digest(self) -> str:
         """A fingerprint of the choices (not the page shown nor the launch record): equal drafts launch equal runs."""

@@ -428,13 +428,19 @@ def _check_training_types(training: dict[str, Any]) -> None:
 
 
 def _check_judge(training: dict[str, Any], evaluation: Path | None) -> None:
-    """Refuses ``[judge] on_machine`` where it cannot judge: no adapter, pairs instead of chats, no held-out rows."""
+    """Refuses ``[judge] on_machine`` where it cannot judge: no adapter, pairs or text instead of chats, no eval."""
     if training.get("method", JobSpec.method) not in ("qlora", "lora"):
         raise RunSpecError("[judge] on_machine compares base and adapter: it needs [training] method qlora or lora")
-    if training.get("objective", JobSpec.objective) in PREFERENCE_OBJECTIVES:
+    objective = training.get("objective", JobSpec.objective)
+    if objective in PREFERENCE_OBJECTIVES:
         raise RunSpecError(
             "[judge] on_machine asks chat rows held out from training: a preference run (objective "
-            f'"{training["objective"]}") holds pairs out instead; remove [judge]'
+            f'"{objective}") holds pairs out instead; remove [judge]'
+        )
+    if objective == "cpt":
+        raise RunSpecError(
+            "[judge] on_machine asks chat rows held out from training: continued pre-training holds out text, and "
+            "says its perplexity before and after when it ends; remove [judge]"
         )
     if evaluation is None:
         raise RunSpecError(

@@ -15,7 +15,7 @@ from desktop.core.data.findings import CODE_INFO, Code, Finding, Severity
 from desktop.core.data.formats import FORMAT_NAMES, ConversionError, DataFormat, to_messages
 from desktop.core.data.pairs import LengthBias, answer_only, check_pair, pair_messages, side_conversation
 from desktop.core.data.report import DataReport, token_stats
-from desktop.core.data.rules import check_messages, exact_key, near_key
+from desktop.core.data.rules import check_messages, exact_key, near_key, private_text_findings
 from desktop.services.data.reader import DatasetFileError, FileProblem, RawRow, choose_format, iter_rows
 from desktop.services.data.tokens import Conversation, EstimatedTokenCounter, TokenCounter
 from trainer_payload.protocol import pair_form
@@ -109,12 +109,28 @@ def _pair_row(raw: RawRow, outcome: CheckOutcome) -> tuple[dict[str, Any] | None
     return pair, findings, pair_messages(pair)
 
 
+def _text_row(raw: RawRow, outcome: CheckOutcome) -> tuple[dict[str, Any] | None, list[Finding], Conversation]:
+    """A raw text document (``{"text": ...}``): it must be text, not empty; secrets and addresses are said."""
+    assert raw.data is not None
+    text = raw.data.get("text")
+    if not isinstance(text, str):
+        return None, [Finding(Code.WRONG_TYPE, raw.line, f"'text' must be a string, got {type(text).__name__}")], []
+    if not text.strip():
+        return None, [Finding(Code.EMPTY_CONTENT, raw.line, "the document is empty")], []
+    messages = [{"role": "text", "content": text}]
+    return {"text": text}, list(private_text_findings(messages, raw.line)), messages
+
+
+_READERS = {DataFormat.PAIRS: _pair_row, DataFormat.TEXT: _text_row}
+
+
 def iter_training_rows(
     path: Path, outcome: CheckOutcome, columns: Mapping[str, str] | None, progress: Progress | None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line, row) for every row without errors, as the trainer reads it; records every finding in ``outcome``.
 
-    A chat row is ``{"messages": [...]}``, a preference pair TRL's ``prompt`` / ``chosen`` / ``rejected``.
+    A chat row is ``{"messages": [...]}``, a preference pair TRL's ``prompt`` / ``chosen`` / ``rejected``, a raw text
+    document ``{"text": ...}``.
     """
     rows = iter_rows(path)
     total = max(1, path.stat().st_size)
@@ -132,7 +148,7 @@ def iter_training_rows(
             outcome.fields = [str(name) for name in raw.data]
             outcome.fmt, outcome.mapping = choose_format(raw.data, columns)
             report.format = FORMAT_NAMES[outcome.fmt]
-        reader = _pair_row if outcome.fmt is DataFormat.PAIRS else _chat_row
+        reader = _READERS.get(outcome.fmt, _chat_row)
         row, findings, messages = reader(raw, outcome)
         for finding in findings:
             report.add(finding)
@@ -166,6 +182,10 @@ def _count_batch(
 ) -> None:
     if outcome.fmt is DataFormat.PAIRS:
         _count_pairs(batch, counter, outcome, seq_len)
+        return
+    if outcome.fmt is DataFormat.TEXT:  # packed into full sequences: a long document is never cut
+        for (line, _), length in zip(batch, counter.count_text([row["text"] for _, row in batch]), strict=True):
+            outcome.lengths[line] = length
         return
     for (line, _), length in zip(batch, counter.count([row["messages"] for _, row in batch]), strict=True):
         outcome.lengths[line] = length
@@ -236,7 +256,8 @@ def check_dataset(
     elif outcome.report.valid == 0:
         outcome.report.fatal = "no row is usable; fix the errors listed"
         outcome.fatal_kind = FileProblem.NO_USABLE_ROW
-    outcome.report.tokens = token_stats(list(outcome.lengths.values()), seq_len, counter.description)
+    packed = outcome.fmt is DataFormat.TEXT
+    outcome.report.tokens = token_stats(list(outcome.lengths.values()), seq_len, counter.description, packed=packed)
     note = outcome.length_bias.note()
     outcome.report.notes += [note] if note else []
     return outcome

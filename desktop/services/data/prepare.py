@@ -1,7 +1,8 @@
 """Preparing a checked dataset for upload.
 
-Drops rows with errors and duplicates, splits train/eval, and writes ``messages`` JSONL plus a manifest, so that a
-run uploads exactly what was checked.
+Drops rows with errors and duplicates, splits train/eval, and writes JSONL (``messages`` rows, preference pairs, or
+raw text documents) plus a manifest, so that a run uploads exactly what was checked. A running text (a ``.txt``
+file) holds out its last paragraphs and is written back as whole documents, not one per paragraph.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import msgspec
 from desktop.core.data.findings import Severity
 from desktop.core.data.formats import DataFormat
 from desktop.core.data.report import DataReport, token_stats
-from desktop.core.data.split import eval_indices
+from desktop.core.data.split import eval_indices, tail_indices
 from desktop.services.data.check import CheckOutcome, Progress, check_dataset, iter_training_rows
+from desktop.services.data.reader import TEXT_SUFFIXES
 from desktop.services.data.tokens import EstimatedTokenCounter, TokenCounter
 from desktop.services.platform.files import atomic_write_text, atomic_writer, commit_file_set, sha256_file
 from desktop.services.platform.logs import get_logger
@@ -29,6 +31,9 @@ MANIFEST_NAME = "manifest.json"
 TRAIN_NAME = "train.jsonl"
 EVAL_NAME = "eval.jsonl"
 MANIFEST_VERSION = 1
+#: The longest document written from a running text (a ``.txt`` file's paragraphs), in characters: the payload's
+#: own piece size for a ``.txt`` it reads (see ``trainer_payload.texts``).
+PIECE_CHARS = 1_000_000
 _log = get_logger("datasets")
 
 
@@ -63,18 +68,49 @@ def _write_splits(
     evals: set[int],
     columns: Mapping[str, str] | None,
     progress: Progress | None,
+    running_text: bool = False,
 ) -> tuple[int, int]:
     encoder = msgspec.json.Encoder()
     counts = [0, 0]
     replay = CheckOutcome(DataReport(str(path)))
     with atomic_writer(staging / TRAIN_NAME) as train, atomic_writer(staging / EVAL_NAME) as evaluation:
+        joined = {id(train): _Joiner(train, encoder), id(evaluation): _Joiner(evaluation, encoder)}
         for line, row in iter_training_rows(path, replay, columns, progress):
             if line not in kept:
                 continue
             target = evaluation if line in evals else train
-            target.write(encoder.encode(row) + b"\n")
+            if running_text:
+                joined[id(target)].add(row["text"])
+            else:
+                target.write(encoder.encode(row) + b"\n")
             counts[target is evaluation] += 1
+        for joiner in joined.values():
+            joiner.flush()
     return counts[0], counts[1]
+
+
+class _Joiner:
+    """Writes a running text's kept paragraphs back as documents of up to :data:`PIECE_CHARS` characters.
+
+    A paragraph is not a document: the trainer puts an end-of-text token between documents. Joined, the text runs on
+    as it did in the file (repeated paragraphs left out); pieces keep each document small enough to tokenise.
+    """
+
+    def __init__(self, handle: Any, encoder: msgspec.json.Encoder) -> None:
+        self.handle, self.encoder = handle, encoder
+        self.parts: list[str] = []
+        self.size = 0
+
+    def add(self, paragraph: str) -> None:
+        if self.size + len(paragraph) > PIECE_CHARS:
+            self.flush()
+        self.parts.append(paragraph)
+        self.size += len(paragraph) + 2
+
+    def flush(self) -> None:
+        if self.parts:
+            self.handle.write(self.encoder.encode({"text": "\n\n".join(self.parts)}) + b"\n")
+        self.parts, self.size = [], 0
 
 
 def _manifest(
@@ -89,10 +125,12 @@ def _manifest(
     seq_len: int,
 ) -> dict[str, Any]:
     report = outcome.report
-    stats = token_stats(list(kept.values()), seq_len, counter.description)
+    packed = outcome.fmt is DataFormat.TEXT  # raw text runs on into the next sequence: nothing is cut
+    stats = token_stats(list(kept.values()), seq_len, counter.description, packed=packed)
     # A pair's two answers both train, each padded to the longer: the planner counts the tokens of both.
     sides = 2 if outcome.fmt is DataFormat.PAIRS else 1
-    train_tokens = sides * sum(min(n, seq_len) for line, n in kept.items() if line not in evals)
+    trained = [n if packed else min(n, seq_len) for line, n in kept.items() if line not in evals]
+    train_tokens = sides * sum(trained)
     return {
         "schema_version": MANIFEST_VERSION,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -192,13 +230,20 @@ def prepare_dataset(
         raise PrepareError(f"{path}: {outcome.report.fatal}")
     _make_out_dir(out_dir)
     kept = outcome.kept_lengths(leave_out_secrets)
-    evals = eval_indices(kept, eval_fraction, seed)
+    running_text = outcome.fmt is DataFormat.TEXT and path.suffix.lower() in TEXT_SUFFIXES
+    evals = tail_indices(kept, eval_fraction) if running_text else eval_indices(kept, eval_fraction, seed)
     options = {"seed": seed, "eval_fraction": eval_fraction, "leave_out_secrets": leave_out_secrets}
     try:
         with tempfile.TemporaryDirectory(prefix=".prepare-", dir=out_dir, ignore_cleanup_errors=True) as folder:
             written = progress if checked is not None else None
             counts = _write_splits(
-                path, Path(folder), kept=kept, evals=evals, columns=outcome.mapping or columns, progress=written
+                path,
+                Path(folder),
+                kept=kept,
+                evals=evals,
+                columns=outcome.mapping or columns,
+                progress=written,
+                running_text=running_text,
             )
             manifest = _manifest(
                 path,

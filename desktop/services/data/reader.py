@@ -203,8 +203,41 @@ def iter_parquet(path: Path) -> Iterator[RawRow]:
             yield RawRow(number, row, None, total * number // rows)
 
 
+#: Extensions read as plain text: the file's paragraphs are documents for continued pre-training.
+TEXT_SUFFIXES = frozenset({".txt", ".text", ".md"})
+#: The longest paragraph row, in characters: a text without blank lines is cut at a line break past this.
+PARAGRAPH_CHARS = 20_000
+
+
+def iter_text(path: Path) -> Iterator[RawRow]:
+    """Yields the paragraphs of a plain-text file (blank lines between them) as ``{"text": ...}`` rows.
+
+    Each row is numbered by its first line; a line that is not UTF-8 is a finding of its own (the rest of its
+    paragraph is kept); a paragraph longer than :data:`PARAGRAPH_CHARS` is cut at a line break.
+    """
+    done, start, size = 0, 0, 0
+    paragraph: list[str] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            done += len(raw)
+            try:
+                line = raw.decode("utf-8").removeprefix("\ufeff" if number == 1 else "").replace("\r\n", "\n")
+            except UnicodeDecodeError as bad:
+                yield RawRow(number, None, Finding(Code.NOT_UTF8, number, f"byte {bad.start + 1} of the line"), done)
+                continue
+            if line.strip():
+                start = start if paragraph else number
+                paragraph.append(line)
+                size += len(line)
+            if paragraph and (not line.strip() or size > PARAGRAPH_CHARS):
+                yield RawRow(start, {"text": "".join(paragraph).rstrip("\n")}, None, done)
+                paragraph, size = [], 0
+    if paragraph:
+        yield RawRow(start, {"text": "".join(paragraph).rstrip("\n")}, None, done)
+
+
 def iter_rows(path: Path) -> Iterator[RawRow]:
-    """Yields the rows of a dataset file, chosen by its extension (.jsonl/.json, .csv, .parquet).
+    """Yields the rows of a dataset file, chosen by its extension (.jsonl/.json, .csv, .parquet, .txt).
 
     Raises:
         DatasetFileError: The file is missing, of an unknown type, or unreadable as a whole.
@@ -224,8 +257,11 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
         return iter_csv(path)
     if suffix in {".parquet", ".pq"}:
         return iter_parquet(path)
+    if suffix in TEXT_SUFFIXES:
+        return iter_text(path)
     raise DatasetFileError(
-        f"{path.name}: unknown file type {suffix!r}; use .jsonl, .csv or .parquet", FileProblem.UNKNOWN_TYPE
+        f"{path.name}: unknown file type {suffix!r}; use .jsonl, .csv or .parquet (or .txt of raw text)",
+        FileProblem.UNKNOWN_TYPE,
     )
 
 
@@ -252,3 +288,27 @@ def choose_format(
         FileProblem.UNKNOWN_LAYOUT,
         [str(name) for name in row],
     )
+
+
+def first_format(path: Path) -> DataFormat | None:
+    """The format of a dataset file's first readable row (None when no row is readable or its layout is unknown).
+
+    Reads only as far as that row: enough to tell conversations, preference pairs and raw text apart before
+    anything is rented.
+
+    Raises:
+        DatasetFileError: The file is missing, of an unknown type, or unreadable as a whole.
+    """
+    rows = iter_rows(path)
+    try:
+        row = next((raw.data for raw in rows if raw.data is not None), None)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    if row is None:
+        return None
+    try:
+        return choose_format(row, None)[0]
+    except DatasetFileError:
+        return None

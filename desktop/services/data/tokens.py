@@ -54,6 +54,10 @@ class TokenCounter(Protocol):
         """Returns one token count per conversation."""
         ...
 
+    def count_text(self, texts: Sequence[str]) -> list[int]:
+        """Returns one token count per raw text document (with the end-of-text token packing puts after it)."""
+        ...
+
 
 class EstimatedTokenCounter:
     """About four characters per token plus a few template tokens per message (no tokenizer needed)."""
@@ -72,6 +76,10 @@ class EstimatedTokenCounter:
             for c in conversations
         ]
 
+    def count_text(self, texts: Sequence[str]) -> list[int]:
+        """Estimates each document's length (and its end-of-text token)."""
+        return [round(len(text) / CHARS_PER_TOKEN) + 1 for text in texts]
+
 
 class ChatTemplateTokenCounter:
     """Exact counts: the model's chat template rendered for a batch, then the fast tokenizer's batch encode."""
@@ -89,6 +97,11 @@ class ChatTemplateTokenCounter:
         texts = self._tokenizer.apply_chat_template(list(conversations), tokenize=False)
         encoded = self._tokenizer(texts, add_special_tokens=False, return_attention_mask=False)
         return [len(ids) for ids in encoded["input_ids"]]
+
+    def count_text(self, texts: Sequence[str]) -> list[int]:
+        """Counts each document as packing tokenises it: its tokens and the end-of-text token after it."""
+        encoded = self._tokenizer(list(texts), add_special_tokens=False, return_attention_mask=False)
+        return [len(ids) + 1 for ids in encoded["input_ids"]]
 
 
 def _tokenizer_folder(model: str) -> Path:

@@ -156,6 +156,15 @@ def _phase(
     return report
 
 
+def _previewed(row: dict[str, Any]) -> Conversation:
+    """A training row as the preview shows it: a chat as it is, a pair's two answers by side, raw text as text."""
+    if "messages" in row:
+        return list(row["messages"])
+    if "text" in row:
+        return [{"role": "text", "content": row["text"]}]
+    return pair_preview(row)
+
+
 def _preview(path: Path, outcome: CheckOutcome, leave_out_secrets: bool) -> list[Conversation]:
     """The first kept conversations, or pairs (see :func:`pair_preview`); reads only as far as needed."""
     replay = CheckOutcome(DataReport(str(path)))
@@ -163,7 +172,7 @@ def _preview(path: Path, outcome: CheckOutcome, leave_out_secrets: bool) -> list
     shown: list[Conversation] = []
     for line, row in iter_training_rows(path, replay, outcome.mapping, None):
         if line in kept:
-            shown.append(row["messages"] if "messages" in row else pair_preview(row))
+            shown.append(_previewed(row))
         if len(shown) == PREVIEW_EXAMPLES:
             break  # the generator is closed (and the file with it) when it goes out of scope
     return shown

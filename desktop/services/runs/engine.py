@@ -20,8 +20,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from desktop.core.data.formats import objective_data_problem
 from desktop.core.runs.spec import RunSpec, SshTarget
 from desktop.core.runs.states import TERMINAL, RunState
+from desktop.services.data.reader import DatasetFileError, first_format
 from desktop.services.machines.failures import MACHINE_ERRORS, Backoff, PermanentError, classify
 from desktop.services.machines.keys import create_run_key, delete_run_key, load_run_key
 from desktop.services.machines.machine import Connect, Machine
@@ -107,6 +109,21 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+def _check_objective_fits_data(spec: RunSpec) -> None:
+    """Refuses, before anything is rented, training data the objective cannot train on (pairs for SFT, chats for DPO).
+
+    Raises:
+        RunError: The training file's first row is of another kind than the objective trains on.
+    """
+    try:
+        fmt = first_format(spec.train_file)
+    except DatasetFileError as exc:
+        raise RunError(f"{exc}; check [data] train in the spec") from exc
+    problem = objective_data_problem(str(spec.training.get("objective", "sft")), fmt) if fmt else ""
+    if problem:
+        raise RunError(f"{spec.train_file.name}: {problem}")
+
+
 class RunEngine:
     """Drives runs recorded in a :class:`RunStore`."""
 
@@ -159,6 +176,7 @@ class RunEngine:
             )
         if not spec.train_file.is_file():
             raise RunError(f"{spec.train_file} does not exist; check [data] train in the spec")
+        _check_objective_fits_data(spec)
         if spec.target is None:
             return self._create_rented(spec)
         pinned = connection.pinned_fingerprint(spec.target)

@@ -34,6 +34,11 @@ IDLE_WORDS = "Trains a slice of your data on this computer; nothing is rented."
 
 def not_tried_words(objective: str) -> str:
     """Why a run of another objective than SFT is not tried here."""
+    if objective == "cpt":
+        return (
+            "A trial here tries fine-tunes on conversations. Continued pre-training is watched on the machine "
+            "instead: its loss on your text falls in the first steps, and the held-out perplexity is said at the end."
+        )
     return (
         f"A trial here tries fine-tunes on conversations. A {objective.upper()} run on preference pairs is watched on "
         "the machine instead: its first steps show whether the chosen answers win more often."

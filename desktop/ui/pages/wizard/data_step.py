@@ -48,7 +48,7 @@ from desktop.ui.pages.wizard.step_base import StepProblem, WizardStep
 from desktop.ui.theme import current_palette, theme_events
 from desktop.ui.widgets.blocks import Badge, Banner, Card, caption, plain_button
 
-FILE_FILTER = "Datasets (*.jsonl *.json *.ndjson *.csv *.tsv *.parquet *.pq);;All files (*)"
+FILE_FILTER = "Datasets (*.jsonl *.json *.ndjson *.csv *.tsv *.parquet *.pq *.txt *.md);;All files (*)"
 PROGRESS_STEPS = 1000
 PREVIEW_CHARS = 400
 LINES_SHOWN = 10
@@ -155,9 +155,9 @@ class DataStep(WizardStep):
     step_name = "data"
     title = "Data"
     purpose = (
-        "Choose your dataset of conversations or preference pairs (JSONL, CSV or Parquet). It is checked and "
-        "prepared on this computer, before any GPU is billing: problems are listed with their line and how to fix "
-        "them."
+        "Choose your dataset: conversations or preference pairs (JSONL, CSV or Parquet), or raw text (.txt). It is "
+        "checked and prepared on this computer, before any GPU is billing: problems are listed with their line and "
+        "how to fix them."
     )
 
     def __init__(self, context: AppContext, parent: QWidget | None = None) -> None:
@@ -190,7 +190,7 @@ class DataStep(WizardStep):
         label = QLabel("Dataset &file")
         self.path_edit = QLineEdit()
         self.path_edit.setPlaceholderText(
-            "Path to a .jsonl, .csv or .parquet file of conversations or of preference pairs"
+            "A .jsonl, .csv or .parquet file of conversations or preference pairs, or a .txt of raw text"
         )
         self.path_edit.setAccessibleName("Dataset file path")
         label.setBuddy(self.path_edit)
@@ -346,8 +346,8 @@ class DataStep(WizardStep):
         if not path:
             return StepProblem(
                 "Choose your dataset first",
-                "A JSONL, CSV or Parquet file of conversations (or of preference pairs: prompt, chosen, rejected): "
-                "type its path and press Enter, or use Choose file….",
+                "A JSONL, CSV or Parquet file of conversations or of preference pairs (prompt, chosen, rejected), or "
+                "a .txt file of raw text: type its path and press Enter, or use Choose file….",
                 self.path_edit,
             )
         if path != self._checked_path:
@@ -617,7 +617,7 @@ class DataStep(WizardStep):
             x0=[bar.start for bar in bars], width=[bar.width for bar in bars], height=[bar.count for bar in bars]
         )
         self.seq_len_line.setValue(check.seq_len)
-        self.histogram_caption.setText(histogram_caption(check.numbers))
+        self.histogram_caption.setText(histogram_caption(check.numbers, check.data_format))
 
 
 def _check(draft: RunDraft, job: Job) -> DatasetCheck:

@@ -24,6 +24,7 @@ FORMAT_LABELS = {
     DataFormat.PROMPT_COMPLETION.value: "prompt and completion",
     DataFormat.COLUMNS.value: "table columns mapped to roles",
     DataFormat.PAIRS.value: "preference pairs: a prompt, a chosen and a rejected answer",
+    DataFormat.TEXT.value: "raw text: paragraphs or documents to continue pre-training on",
 }
 
 #: The fix the wizard gives for some kinds of findings, in its own words (others use the check's).
@@ -52,11 +53,17 @@ WARNING_NOUNS = {
 BADGE_KINDS = 2
 
 
-#: What a file of pairs trains with, said on the Data step (the Model step offers the choice).
-PAIRS_NEXT = (
-    "Preference pairs train with DPO (or ORPO): the model learns to prefer the chosen answer over the rejected one. "
-    "The Model step lets you choose."
-)
+#: What a file of pairs or of raw text trains with, said on the Data step (the Model step offers the choice).
+NEXT_WORDS = {
+    DataFormat.PAIRS.value: (
+        "Preference pairs train with DPO (or ORPO): the model learns to prefer the chosen answer over the rejected "
+        "one. The Model step lets you choose."
+    ),
+    DataFormat.TEXT.value: (
+        "Raw text trains with continued pre-training: the model learns the language of your domain, not to chat. "
+        "The held-out text measures its perplexity before and after."
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -104,15 +111,27 @@ def counting_words(numbers: DataNumbers) -> str:
     )
 
 
-def tokens_words(numbers: DataNumbers, *, pairs: bool = False) -> str:
-    """Tokens per epoch and the examples (or preference pairs, both answers trained) they come from."""
-    example = "training pair" if pairs else "training example"
-    text = f"{numbers.train_tokens:,} tokens trained per epoch, from {counted(numbers.train_examples, example)}"
-    if pairs:
-        text += " (each pair's prompt is read with either answer)"
+#: What is said after the count of training examples, per layout that is not chats.
+_AFTER_COUNT = {
+    DataFormat.PAIRS.value: " (each pair's prompt is read with either answer)",
+    DataFormat.TEXT.value: " (packed into full sequences: a long document runs on into the next, nothing is cut)",
+}
+
+
+def _examples(count: int, data_format: str, *, held: bool = False) -> str:
+    """``12 training pairs``, ``1 more example``, ``30 paragraphs or documents``: what a layout's rows are."""
+    if data_format == DataFormat.TEXT.value:
+        return f"{count:,} more" if held else counted(count, "paragraph or document", "paragraphs or documents")
+    noun = "pair" if data_format == DataFormat.PAIRS.value else "example"
+    return counted(count, f"{'more' if held else 'training'} {noun}")
+
+
+def tokens_words(numbers: DataNumbers, *, data_format: str = "") -> str:
+    """Tokens per epoch and the examples (preference pairs, paragraphs of raw text) they come from."""
+    examples = _examples(numbers.train_examples, data_format)
+    text = f"{numbers.train_tokens:,} tokens trained per epoch, from {examples}{_AFTER_COUNT.get(data_format, '')}"
     if numbers.eval_examples:
-        held = counted(numbers.eval_examples, "more pair" if pairs else "more example")
-        text += f"; {held} held out to evaluate the model"
+        text += f"; {_examples(numbers.eval_examples, data_format, held=True)} held out to evaluate the model"
     return text + "."
 
 
@@ -174,12 +193,10 @@ def summary(check: DatasetCheck) -> DataSummary:
     severity, badge, tip = _badge(numbers, list(check.report.get("findings") or []))
     lines = [f"Layout: {FORMAT_LABELS.get(check.data_format, 'unknown')}."]
     lines += [line for line in (left_out_words(numbers), _problems_line(numbers)) if line]
-    pairs = check.data_format == DataFormat.PAIRS.value
-    lines += [tokens_words(numbers, pairs=pairs), counting_words(numbers)]
+    lines += [tokens_words(numbers, data_format=check.data_format), counting_words(numbers)]
     lines += [line for line in (truncation_words(numbers),) if line]
     lines += [_sentence(f"Note: {note}") for note in check.report.get("notes") or []]
-    if pairs:
-        lines.append(PAIRS_NEXT)
+    lines += [NEXT_WORDS[check.data_format]] if check.data_format in NEXT_WORDS else []
     headline = f"{name}: {numbers.kept:,} of {counted(numbers.rows, 'row')} will be used"
     return DataSummary(severity, badge, headline, lines, tip)
 
@@ -237,12 +254,14 @@ def fix_words(finding: dict[str, Any]) -> str:
     return FIX_WORDS.get(str(finding["code"]), _sentence(str(finding["fix"])))
 
 
-def histogram_caption(numbers: DataNumbers | None) -> str:
+def histogram_caption(numbers: DataNumbers | None, data_format: str = "") -> str:
     """Length statistics under the histogram."""
     if numbers is None or not numbers.percentiles:
         return "No example could be measured."
     p = numbers.percentiles
     cut = truncation_words(numbers) or f"None is longer than the sequence length of {numbers.seq_len:,} tokens."
+    if data_format == DataFormat.TEXT.value:
+        cut = f"Packed into sequences of {numbers.seq_len:,} tokens: nothing is cut."
     return (
         f"Median {p.get('p50', 0):,} tokens, 90 % under {p.get('p90', 0):,}, longest {p.get('max', 0):,}. {cut} "
         f"{counting_words(numbers)}"

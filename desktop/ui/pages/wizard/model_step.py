@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.core.data.formats import DataFormat, objective_data_problem
 from desktop.core.model_names import is_local_model
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
@@ -89,13 +90,23 @@ OBJECTIVES: list[tuple[str, str, str]] = [
         "Learns the chosen answers and the preference in one stage, with no reference model: less memory than a "
         "full DPO. For preference pairs.",
     ),
+    (
+        "cpt",
+        "Continued &pre-training",
+        "Learns the language of your domain from raw text: its words, facts and style. It does not learn to chat: "
+        "fine-tune on conversations after it. For raw text.",
+    ),
 ]
-#: Why an objective cannot be chosen for the data at hand (pairs, or conversations).
-OBJECTIVE_NEEDS = {
-    "sft": "Needs conversations: your data holds preference pairs.",
-    "dpo": "Needs preference pairs (a prompt, a chosen and a rejected answer): your data holds conversations.",
-    "orpo": "Needs preference pairs (a prompt, a chosen and a rejected answer): your data holds conversations.",
-}
+#: What each objective trains on, and what the data step can find, in words.
+_TRAINS_ON = {"sft": "conversations", "dpo": "preference pairs", "orpo": "preference pairs", "cpt": "raw text"}
+_HOLDS = {"pairs": "preference pairs", "text": "raw text"}
+
+
+def objective_needs(objective: str, data_format: str) -> str:
+    """Why an objective cannot be chosen for the data at hand: what it needs and what the data holds."""
+    return f"Needs {_TRAINS_ON[objective]}: your data holds {_HOLDS.get(data_format, 'conversations')}."
+
+
 #: The payload's preference strength: (lowest, highest) the box allows, and its default.
 BETA_RANGE = (0.001, 10.0)
 BETA_DEFAULT = float(job_default("beta"))
@@ -434,11 +445,13 @@ class ModelStep(WizardStep):
         draft.base_model = self.model_edit.text().strip()
         draft.method = self.method
         draft.training = {**draft.training, **self.training_values()}
-        if self.objective in PREFERENCE_OBJECTIVES:
-            draft.training |= {"objective": self.objective, "beta": self.beta_spin.value()}
-        else:
-            for key in ("objective", "beta", "loss_type"):
-                draft.training.pop(key, None)
+        objective = self.objective
+        for key in ("objective", "beta", "loss_type"):
+            draft.training.pop(key, None)
+        if objective != "sft":  # SFT is the payload's default: a chat run's spec says nothing of objectives
+            draft.training["objective"] = objective
+        if objective in PREFERENCE_OBJECTIVES:
+            draft.training["beta"] = self.beta_spin.value()
 
     def training_values(self) -> dict[str, Any]:
         """The advanced settings as training keys (whole numbers as ints)."""
@@ -559,11 +572,12 @@ class ModelStep(WizardStep):
     def _show_objectives(self, draft: RunDraft) -> None:
         """Offers the objectives the data can train (the others greyed, saying what they need)."""
         draft.fit_objective_to_data()
+        fmt = DataFormat(draft.data_format) if draft.data_format in _HOLDS else DataFormat.MESSAGES
         for value, button in self.objective_buttons.items():
-            usable = (value in PREFERENCE_OBJECTIVES) == draft.trains_pairs
+            usable = not objective_data_problem(value, fmt)
             button.setEnabled(usable)
             explanation = next(text for key, _label, text in OBJECTIVES if key == value)
-            self.objective_notes[value].setText(explanation if usable else OBJECTIVE_NEEDS[value])
+            self.objective_notes[value].setText(explanation if usable else objective_needs(value, draft.data_format))
             self.objective_notes[value].setEnabled(usable)
         self.objective_buttons.get(draft.objective, self.objective_buttons["sft"]).setChecked(True)
         self.beta_spin.setValue(float(draft.training.get("beta", BETA_DEFAULT)))

@@ -95,7 +95,7 @@ def model_rows(draft: RunDraft) -> Rows:
         rows.append(("Adapter", f"LoRA rank {keys.get('lora_r', 16)}, alpha {keys.get('lora_alpha', 32)}"))
     rows.append(("Sequence length", f"{int(keys.get('seq_len', 2048)):,} tokens"))
     micro, accumulate = int(keys.get("micro_batch", 2)), int(keys.get("grad_accum", 4))
-    unit = "pair" if draft.trains_pairs else "example"
+    unit = {"sft": "example", "cpt": "packed sequence"}.get(draft.objective, "pair")
     rows.append(
         (
             "Batch",
@@ -368,6 +368,11 @@ def judge_words(draft: RunDraft, cost: OnMachineCost) -> str:
         return (
             "Judging compares answers to held-out conversations. A preference run is measured on its held-out pairs "
             "instead: how often the tuned model prefers the chosen answer, shown on the monitor as it trains."
+        )
+    if draft.objective == "cpt":
+        return (
+            "Judging compares answers to held-out conversations. Continued pre-training is measured on its held-out "
+            "text instead: the perplexity before and after, said when the run ends."
         )
     if not draft.eval_file:
         return (
