@@ -14,7 +14,7 @@ from desktop.core.data.findings import Code
 from desktop.core.data.formats import DataFormat
 from desktop.core.model_names import model_name
 from desktop.services.data.numbers import DataNumbers
-from desktop.services.data.reader import FileProblem
+from desktop.services.data.reader import TEXT_SUFFIXES, FileProblem
 from desktop.services.data.workspace import DatasetCheck
 
 FORMAT_LABELS = {
@@ -197,8 +197,20 @@ def summary(check: DatasetCheck) -> DataSummary:
     lines += [line for line in (truncation_words(numbers),) if line]
     lines += [_sentence(f"Note: {note}") for note in check.report.get("notes") or []]
     lines += [NEXT_WORDS[check.data_format]] if check.data_format in NEXT_WORDS else []
-    headline = f"{name}: {numbers.kept:,} of {counted(numbers.rows, 'row')} will be used"
+    rows = (
+        counted(numbers.rows, "paragraph")
+        if check.data_format == DataFormat.TEXT.value
+        else counted(numbers.rows, "row")
+    )
+    headline = f"{name}: {numbers.kept:,} of {rows} will be used"
     return DataSummary(severity, badge, headline, lines, tip)
+
+
+def _row_noun(check: DatasetCheck) -> str:
+    """What a row of the file is: a paragraph of a text file, a document of a JSONL of raw text, else a row."""
+    if check.data_format != DataFormat.TEXT.value:
+        return "row"
+    return "paragraph" if Path(check.source).suffix.lower() in TEXT_SUFFIXES else "document"
 
 
 def _problems_line(numbers: DataNumbers) -> str:

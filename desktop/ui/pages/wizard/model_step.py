@@ -311,12 +311,6 @@ class ModelStep(WizardStep):
             f"{BETA_DEFAULT:g} suits most pairs."
         )
         box.body.addWidget(self.beta_row)
-        box.body.addWidget(
-            caption(
-                'Continued pre-training on raw text runs from the command line: objective = "cpt" in a '
-                "SPEC.toml, then rentune run."
-            )
-        )
         return box
 
     def _build_methods(self) -> Card:
