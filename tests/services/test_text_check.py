@@ -93,3 +93,13 @@ def test_the_wizard_prepares_raw_text_and_previews_its_paragraphs(tmp_path: Path
     assert check.usable and check.data_format == "text"
     assert [m["role"] for m in check.preview[0]] == ["text"]
     assert check.preview[0][0]["content"] == domain_text(12).split("\n\n")[0]
+
+
+def test_comparing_on_raw_text_says_how_continued_pretraining_is_measured_instead(tmp_path: Path) -> None:
+    from desktop.services.local.common import LocalInputError
+    from desktop.services.local.compare import read_eval_rows
+
+    held_out = tmp_path / "held.txt"
+    held_out.write_text(domain_text(3))
+    with pytest.raises(LocalInputError, match=r"held\.txt holds raw text .* held-out perplexity before and after"):
+        read_eval_rows(held_out, 50)

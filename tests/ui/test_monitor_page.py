@@ -793,3 +793,27 @@ def test_a_dpo_run_shows_how_often_the_chosen_answer_wins_and_an_sft_run_shows_n
     page.show_run(sft)
     wait_for(lambda: not view.preference_chart.isVisibleTo(page))
     assert not page.stats["preference"].isVisibleTo(page)
+
+
+def test_continued_pretraining_shows_the_held_out_perplexity_before_training_and_after(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    import math
+
+    spec = {"base_model": "tiny-llama", "training": {"method": "lora", "objective": "cpt"}, "hourly_rate_usd": 0.0}
+    run_id = context.store.create(spec, f"ssh://me@127.0.0.1:{closed_port()}").id
+    for state in FLOW:
+        context.store.transition(run_id, state)
+    path = events_of(context.store, run_id)
+    now = time.time()
+    append(path, {"ts": now, "seq": 1, "event": "eval", "step": 0, "eval_loss": math.log(400.0)})
+    append(
+        path, step_event(2, now, 10), {"ts": now, "seq": 3, "event": "eval", "step": 10, "eval_loss": math.log(300.0)}
+    )
+    page.show_run(run_id)
+    wait_for(lambda: page.chart.point_counts() == (1, 2))
+    assert page.stats["perplexity"].text() == "400.0 before training · 300.0 at step 10 (-25 %)"
+    assert page.stats["perplexity"].isVisibleTo(page) and not page.stats["preference"].isVisibleTo(page)
+    append(path, {"ts": now, "seq": 4, "event": "done", "adapter_path": "adapter", "files": {}, "wall_seconds": 9.0,
+                  "train_seconds": 8.0, "metrics": {"base_perplexity": 400.0, "perplexity": 280.0}})  # fmt: skip
+    wait_for(lambda: page.stats["perplexity"].text() == "400.0 before training · 280.0 after (-30 %)")

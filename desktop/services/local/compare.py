@@ -95,6 +95,14 @@ class CompareResult:
 # -- the eval rows ---------------------------------------------------------------------------------------------------
 
 
+#: Why raw text cannot be compared answer by answer, and what measures continued pre-training instead.
+RAW_TEXT_WORDS = (
+    "{path} holds raw text (continued pre-training), not prompts to answer: such a run is measured by its held-out "
+    "perplexity before and after training, which the machine reports when the run ends (the monitor's Perplexity "
+    "row, or rentune status RUN_ID). To compare answers anyway, give a JSONL file of held-out conversations"
+)
+
+
 def read_eval_rows(path: Path, max_examples: int) -> tuple[list[tuple[int, Messages]], int]:
     """The first ``max_examples`` usable conversations of ``path`` (with their lines), and how many are usable.
 
@@ -109,6 +117,8 @@ def read_eval_rows(path: Path, max_examples: int) -> tuple[list[tuple[int, Messa
     usable = 0
     try:
         for line, row in iter_training_rows(path, outcome, None, None):
+            if "text" in row:
+                raise LocalInputError(RAW_TEXT_WORDS.format(path=path))
             messages = row["messages"] if "messages" in row else side_conversation(row, "chosen")
             usable += 1
             if len(rows) < max_examples:

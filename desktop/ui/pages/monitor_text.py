@@ -6,6 +6,7 @@ Everything here reads a :class:`~desktop.services.runs.snapshot.RunSnapshot` and
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ TRAINING_ROWS = (
     ("eta", "Time left"),
     ("loss", "Loss"),
     ("preference", "Chosen wins"),
+    ("perplexity", "Perplexity"),
     ("speed", "Throughput"),
     ("gpu_memory", "GPU memory"),
     ("gpu_util", "GPU use"),
@@ -50,7 +52,7 @@ TRAINING_ROWS = (
     ("adapter", "Adapter"),
 )
 #: Rows of the "Training" card shown only when they have something to say (a preference run's rewards).
-OPTIONAL_TRAINING_ROWS = frozenset({"preference"})
+OPTIONAL_TRAINING_ROWS = frozenset({"preference", "perplexity"})
 #: The rows of the "Machine and cost" card: (key, label).
 MACHINE_ROWS = (
     ("machine", "Machine"),
@@ -165,6 +167,7 @@ def training_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str
         "eta": eta_text(progress, state, snapshot.now),
         "loss": loss_text(progress),
         "preference": preference_text(progress),
+        "perplexity": perplexity_text(progress, snapshot.record.spec),
         "speed": f"{progress.tokens_per_s:,.0f} tokens/s" if progress.tokens_per_s is not None else "—",
         "gpu_memory": gpu_memory_text(progress),
         "gpu_util": f"{progress.gpu_util:.0f} %" if progress.gpu_util is not None else "—",
@@ -210,6 +213,31 @@ def preference_text(progress: RunProgress) -> str:
     if progress.eval_rewards:
         parts.append("held-out " + _reward_words(progress.eval_rewards[-1], sides=False))
     return " · ".join(parts)
+
+
+def perplexity_text(progress: RunProgress, spec: dict[str, Any]) -> str:
+    """Continued pre-training's held-out perplexity before training and now (or after); "" for other runs.
+
+    ``473.8 before training · 280.6 after (-41 %)``: the machine measures the base at step 0 and reports both
+    when it is done; while it trains, each evaluation's loss is the perplexity so far.
+    """
+    training = spec.get("training")
+    if not isinstance(training, dict) or training.get("objective") != "cpt":
+        return ""
+    metrics = progress.done.metrics if progress.done is not None else {}
+    base, latest = metrics.get("base_perplexity"), metrics.get("perplexity")
+    starts_at_zero = bool(progress.eval_steps) and progress.eval_steps[0] == 0
+    if not isinstance(base, int | float) and starts_at_zero:
+        base = math.exp(min(progress.eval_losses[0], 50.0))
+    when = "after"
+    if not isinstance(latest, int | float) and progress.eval_steps and progress.eval_steps[-1] > 0:
+        latest, when = math.exp(min(progress.eval_losses[-1], 50.0)), f"at step {progress.eval_steps[-1]:,}"
+    if not isinstance(base, int | float):
+        return ""
+    text = f"{base:,.1f} before training"
+    if isinstance(latest, int | float):
+        text += f" · {latest:,.1f} {when} ({(latest - base) / base:+.0%})".replace("%)", " %)")
+    return text
 
 
 def _reward_words(point: RewardPoint, *, sides: bool = True) -> str:
