@@ -852,6 +852,17 @@ def pair_answer(pair: Pair, side: str) -> list[dict[str, Any]]:
     return _as_messages(pair[side], "assistant")
 
 
+def precomputes_reference(objective: str, method: str, max_steps: int) -> bool:
+    """Whether DPO computes its reference model's log-probabilities once, before the first step.
+
+    Beside a full fine-tune the reference is a frozen copy of the model: computed once over every pair instead, it
+    needs no second copy in memory and no reference forward pass per step. A run capped at ``max_steps`` (a quick
+    trial) keeps the copy: a pass over all the pairs could cost more than the capped run. With an adapter the base
+    with the adapter switched off is the reference: nothing to compute ahead.
+    """
+    return objective == "dpo" and method.startswith("full") and max_steps <= 0
+
+
 def sharded_checkpoints(method: str, strategy: str) -> bool:
     """Whether a job's checkpoints are sharded (each rank writes its part) rather than whole on rank 0.
 

@@ -51,6 +51,7 @@ from trainer_payload.protocol import (
     JobSpecError,
     JobState,
     StopCause,
+    precomputes_reference,
     sharded_checkpoints,
 )
 from trainer_payload.texts import load_texts
@@ -329,7 +330,12 @@ def _sft_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
 
 
 def _preference_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
-    """DPO's or ORPO's arguments: ``beta``, DPO's loss, and pairs cut to ``seq_len`` tokens (prompt and answer)."""
+    """DPO's or ORPO's arguments: ``beta``, DPO's loss, and pairs cut to ``seq_len`` tokens (prompt and answer).
+
+    A full fine-tune's DPO computes the reference log-probabilities before training when it trains every epoch
+    (:func:`~trainer_payload.protocol.precomputes_reference`): TRL then keeps no frozen copy of the model. On a
+    resume the model is the base until the checkpoint is loaded in ``train``, so the reference stays the base.
+    """
     if spec.objective == "orpo":
         from trl.experimental.orpo import ORPOConfig
 
@@ -337,7 +343,11 @@ def _preference_config(spec: JobSpec, bf16: bool, has_eval: bool) -> Any:
     from trl import DPOConfig
 
     return DPOConfig(
-        **_common_args(spec, bf16, has_eval), beta=spec.beta, loss_type=[spec.loss_type], max_length=spec.seq_len
+        **_common_args(spec, bf16, has_eval),
+        beta=spec.beta,
+        loss_type=[spec.loss_type],
+        max_length=spec.seq_len,
+        precompute_ref_log_probs=precomputes_reference(spec.objective, spec.method, spec.max_steps),
     )
 
 

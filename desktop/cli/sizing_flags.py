@@ -7,6 +7,7 @@ import argparse
 from desktop.cli.errors import CliError, about
 from desktop.core.sizing.plan import Workload
 from desktop.core.sizing.setup import Method, Objective, SetupError, Strategy, Targets, TrainingSetup
+from trainer_payload.protocol import precomputes_reference
 
 #: The flag of each training setting (a suggestion or an error names it so).
 FLAGS = {
@@ -39,6 +40,7 @@ def training_setup(args: argparse.Namespace, num_gpus: int = 1, strategy: str = 
             num_gpus=num_gpus,
             strategy=Strategy(strategy),
             objective=Objective(args.objective),
+            reference_precomputed=precomputes_reference(args.objective, args.method, 0),  # a plan trains every epoch
         )
     except SetupError as exc:
         raise CliError(f"{FLAGS.get(exc.setting, exc.setting)} {exc.value!r} {exc.problem}") from exc
@@ -64,7 +66,8 @@ def workload(args: argparse.Namespace, seq_len: int) -> tuple[Workload, str]:
             raise CliError(f"{about(args.dataset, report.fatal)}; run rentune data check {args.dataset}")
         kept = outcome.kept_lengths()
         sides = 2 if outcome.fmt is DataFormat.PAIRS else 1  # both answers of a pair, each padded to the longer
-        trained = sides * sum(min(n, seq_len) for n in kept.values())
+        packed = outcome.fmt is DataFormat.TEXT  # raw text runs on into the next sequence: nothing is cut
+        trained = sides * sum(n if packed else min(n, seq_len) for n in kept.values())
         source = f"{len(kept):,} usable examples in {args.dataset.name} (duplicates and rows with errors left out), "
         return Workload(tokens=max(1, trained), epochs=args.epochs), source + report.tokens.method
     tokens = 15_000_000 if args.tokens is None else args.tokens

@@ -91,6 +91,37 @@ def test_dpo_learns_the_preference_resumes_after_a_kill_and_the_tuned_model_pref
     assert tuned >= 0.8 and tuned > base + 0.2, f"chosen preferred: base {base:.0%}, tuned {tuned:.0%}"
 
 
+def test_a_full_dpo_computes_its_reference_once_and_resumes_from_a_kill_against_the_base(
+    tiny_model: TinyModel, tmp_path: Path
+) -> None:
+    """Every epoch trained: TRL computes the reference log-probabilities before the first step (no frozen copy). After
+    a kill -9 the resumed run computes them again from the base (the checkpoint loads only in train): the rewards of
+    the resumed steps go on from where they were, not from zero as they would against the trained weights."""
+    from trainer_payload.protocol import JobSpec
+    from trainer_payload.train import training_config
+
+    keys = {**TINY_TRAINING, "base_model": "b", "train_file": "t", "output_dir": "o", "objective": "dpo"}
+    for method, max_steps, precomputed in (("full", 0, True), ("full", 20, False), ("lora", 0, False)):
+        spec = JobSpec.from_dict({**keys, "method": method, "max_steps": max_steps})
+        assert training_config(spec, False, False).precompute_ref_log_probs is precomputed, (method, max_steps)
+    job = preference_job(tmp_path / "full", tiny_model.path, method="full", max_steps=0, epochs=2, eval_file=None,
+                         learning_rate=1e-4, checkpoint_steps=16)  # fmt: skip
+    process = start_payload(job, tmp_path / "payload.log")
+    wait_for_event(job, lambda e: e["event"] == "checkpoint" and e["step"] == 16)
+    process.kill()
+    process.wait()
+    result = run_payload(job)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    events = events_of(job)
+    assert [e["resume_from"] for e in events if e["event"] == "state" and e["state"] == "training"][-1] == (
+        "checkpoint-16"
+    )
+    steps = {e["step"]: e for e in events if e["event"] is EventKind.STEP}
+    assert sorted(steps) == list(range(1, 33)), "two epochs of 16 steps, each step reported once"
+    assert steps[17]["reward_margin"] > 0.5 * steps[16]["reward_margin"] > 0, "measured against the base still"
+    assert sum(steps[s]["reward_accuracy"] for s in range(28, 33)) / 5 >= 0.8
+
+
 def test_orpo_trains_on_plain_text_pairs_and_reports_its_rewards(tiny_model: TinyModel, tmp_path: Path) -> None:
     job = preference_job(tmp_path / "orpo", tiny_model.path, "plain", objective="orpo", max_steps=12, eval_file=None)
     result = run_payload(job)

@@ -130,8 +130,12 @@ def weights_gb(arch: Architecture, setup: TrainingSetup) -> float:
 
 
 def reference_gb(arch: Architecture, setup: TrainingSetup) -> float:
-    """DPO's frozen reference model beside a full fine-tune (with an adapter, the base with it switched off serves)."""
-    if not setup.objective.has_reference or setup.method.is_peft:
+    """DPO's frozen reference model beside a full fine-tune.
+
+    With an adapter the base with it switched off serves; with the log-probabilities computed before training, no
+    copy is kept.
+    """
+    if not setup.objective.has_reference or setup.method.is_peft or setup.reference_precomputed:
         return 0.0
     return arch.total_params * 2.0 / _shards(setup) / GB  # bf16, sharded like the model under FSDP
 

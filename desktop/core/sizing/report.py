@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Any
 
 from desktop.core.sizing.plan import GpuOption, Plan, SettingChange, Suggestion
+from desktop.core.sizing.setup import TrainingSetup
 from desktop.core.units import count_text, gib, memory_text
 
 _ITEM_LABELS = {
@@ -27,6 +28,20 @@ _OBJECTIVE_WORDS = {
     "dpo": "\nDPO: both answers of each pair through the model, and the reference model's forward pass",
     "orpo": "\nORPO: both answers of each pair through the model (no reference model)",
 }
+
+
+def _objective_words(setup: TrainingSetup) -> str:
+    """What the objective adds to the setup line, and where a full fine-tune's DPO reference comes from."""
+    words = _OBJECTIVE_WORDS.get(setup.objective.value, "")
+    if setup.objective.has_reference and not setup.method.is_peft:
+        words += (
+            "; its log-probabilities computed once before training (no frozen copy in memory)"
+            if setup.reference_precomputed
+            else "; a frozen copy of the model (a run capped at max steps keeps it: no pass over every pair first)"
+        )
+    return words
+
+
 _POLICY = {
     "bf16": "bf16 weights, gradients and AdamW states (TRL with a bf16 model)",
     "mixed": "fp32 master weights and states with bf16 autocast",
@@ -129,7 +144,7 @@ def plan_text(plan: Plan, tokens_source: str, describe: Callable[[Suggestion], s
         else f"{arch.name}: {count_text(arch.total_params)} parameters, all trainable ({setup.method.value})",
         f"seq {setup.seq_len} x micro-batch {setup.micro_batch} x grad-accum {setup.grad_accum}, "
         f"checkpointing {'on' if setup.grad_ckpt else 'off'}; precision: {_POLICY[setup.precision.value]}"
-        + _OBJECTIVE_WORDS.get(setup.objective.value, ""),
+        + _objective_words(setup),
         f"{plan.workload.tokens:,} tokens x {plan.workload.epochs:g} epochs ({tokens_source})",
         "",
         f"Peak memory per GPU ({setup.num_gpus} x {setup.strategy.value}), GiB:",

@@ -124,6 +124,9 @@ class TrainingSetup:
         objective: SFT, DPO, ORPO or continued pre-training. A preference pair's two answers both go through the
             model: its tokens (the workload's, and ``seq_len``) count each side, so a micro-batch of pairs holds
             twice the sequences; DPO's reference model adds a forward pass, and for a full fine-tune a frozen copy.
+        reference_precomputed: A full fine-tune's DPO computes the reference log-probabilities once before training
+            instead of keeping the frozen copy (``trainer_payload.protocol.precomputes_reference``): no copy in
+            memory; the pass over the pairs costs about what the reference's forward costs per step over one epoch.
     """
 
     method: Method = Method.QLORA  # members, not lookups (RUF009): a test holds the enums equal to the payload's
@@ -143,6 +146,7 @@ class TrainingSetup:
     num_nodes: int = job_default("num_nodes")
     sync_each_batch: bool = True
     objective: Objective = Objective.SFT
+    reference_precomputed: bool = False
 
     def __post_init__(self) -> None:
         for setting, (low, high) in SETTING_RANGES.items():

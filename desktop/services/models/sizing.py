@@ -20,6 +20,7 @@ from desktop.core.sizing.setup import DEFAULT_SETUP, Method, Objective, SetupErr
 from desktop.core.units import memory_text
 from desktop.services.models.configs import ModelResolutionError, hub_config_fetcher, load_gpus, resolve_model
 from desktop.services.platform.secrets import SecretStore
+from trainer_payload.protocol import precomputes_reference
 
 #: Tokens per epoch assumed while the data is not prepared yet.
 DEFAULT_TOKENS = 15_000_000
@@ -112,6 +113,9 @@ def training_setup(method: str, training: dict[str, Any]) -> TrainingSetup:
             num_gpus=int(keys.get("num_gpus", DEFAULT_SETUP.num_gpus)),
             strategy=Strategy(keys.get("strategy", DEFAULT_SETUP.strategy.value)),
             objective=Objective(keys.get("objective", DEFAULT_SETUP.objective.value)),
+            reference_precomputed=precomputes_reference(
+                str(keys.get("objective", "sft")), str(keys["method"]), int(keys.get("max_steps", 0) or 0)
+            ),
         )
     except SetupError as exc:
         label = SETTING_LABELS.get(exc.setting, exc.setting)

@@ -46,6 +46,20 @@ def test_full_dpo_holds_a_frozen_bf16_reference_copy_sharded_like_the_model(qwen
         assert items(qwen7b, lighter)["reference_model"] == 0, "the adapter switched off, or no reference at all"
 
 
+def test_full_dpo_trained_every_epoch_keeps_no_reference_copy_and_the_plan_says_which(qwen7b: Architecture) -> None:
+    from desktop.core.sizing.report import _objective_words
+    from desktop.services.models.sizing import training_setup
+
+    every_epoch = training_setup("full", {"objective": "dpo", "max_steps": 0})
+    capped = training_setup("full", {"objective": "dpo", "max_steps": 200})
+    assert every_epoch.reference_precomputed and not capped.reference_precomputed
+    assert items(qwen7b, every_epoch)["reference_model"] == 0
+    assert items(qwen7b, capped)["reference_model"] * GB == pytest.approx(qwen7b.total_params * 2, rel=1e-3)
+    assert not training_setup("lora", {"objective": "dpo", "max_steps": 0}).reference_precomputed, "nothing to do"
+    assert "computed once before training (no frozen copy" in _objective_words(every_epoch)
+    assert "a frozen copy of the model" in _objective_words(capped)
+
+
 def test_dpo_adds_the_reference_forward_to_each_tokens_work(qwen7b: Architecture) -> None:
     lora = TrainingSetup(method=Method.LORA)  # forward, backward of activations, checkpoint recompute: 3 passes
     dpo = replace(lora, objective=Objective.DPO)
