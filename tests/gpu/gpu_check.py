@@ -40,17 +40,18 @@ from desktop.core.sizing.architecture import Architecture, architecture_from_con
 from desktop.core.sizing.catalog import ModelCatalog
 from desktop.core.sizing.gpus import GpuSpec, find_gpu, gpus_from_json
 from desktop.core.sizing.plan import Workload, evaluate
-from desktop.core.sizing.setup import Method, TrainingSetup
+from desktop.core.sizing.setup import Method, Objective, TrainingSetup
 from tests.fixtures.chat_data import corpus_texts
 from tests.gpu.fsdp_check import FSDP_GPUS, FsdpRow, cuda_count, probe_rows, render_fsdp, skip_reason
 from tests.gpu.serve_check import NO_VLLM, ServeRow, render_serve, serve_adapter, vllm_installed
 from tests.gpu.wheels import SITE_DIR
-from trainer_payload.protocol import EVENTS_FILE_NAME, read_event_file
+from trainer_payload.protocol import EVENTS_FILE_NAME, precomputes_reference, read_event_file
 
 REPO = Path(__file__).resolve().parents[2]
 # The smallest first (a broken setup fails cheaply, and it carries the OOM check), then the 7B, the most telling.
 MODELS = ("qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-1.5b")
-METHODS = ("qlora", "lora", "full")
+#: A method, or a method and an objective other than SFT (``lora+dpo``: DPO on preference pairs, with LoRA).
+METHODS = ("qlora", "lora", "full", "lora+dpo")
 SMOKE_MODEL = "tiny-llama"
 LORA_R = 16
 # Packages whose origin the report shows; the payload cannot start without the NEEDED ones.
@@ -245,10 +246,23 @@ def plan_gpu(facts: dict[str, Any], wanted: str | None) -> tuple[GpuSpec, str]:
     return fallback, f"{fallback.name} (no card in resources/gpus.json matched {facts.get('gpu') or 'a CPU'})"
 
 
-def predict(arch: Architecture, method: str, shape: Shape, gpu: GpuSpec) -> Prediction:
+def method_and_objective(name: str) -> tuple[str, str]:
+    """``lora+dpo`` → (``lora``, ``dpo``); a plain method trains SFT."""
+    method, _, objective = name.partition("+")
+    return method, objective or "sft"
+
+
+def predict(arch: Architecture, name: str, shape: Shape, gpu: GpuSpec) -> Prediction:
     """``rentune plan``'s memory, fit and speed for the payload's settings on one GPU."""
+    method, objective = method_and_objective(name)
     setup = TrainingSetup(
-        method=Method(method), lora_r=LORA_R, seq_len=shape.seq_len, micro_batch=shape.micro_batch, grad_accum=1
+        method=Method(method),
+        lora_r=LORA_R,
+        seq_len=shape.seq_len,
+        micro_batch=shape.micro_batch,
+        grad_accum=1,
+        objective=Objective(objective),
+        reference_precomputed=precomputes_reference(objective, method, shape.steps),
     )
     option = evaluate(arch, setup, gpu, Workload())
     memory = option.memory
@@ -332,6 +346,19 @@ def write_dataset(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:
     return path
 
 
+def write_pairs(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:
+    """Preference pairs whose answers are each longer than ``seq_len`` tokens: both sides of every pair are full."""
+    rng = random.Random(seed)
+    words = sorted({word for text in corpus_texts() for word in text.split()})
+    with path.open("w", encoding="utf-8") as handle:
+        for _ in range(rows):
+            prompt = [{"role": "user", "content": long_text(rng, 24, words)}]
+            chosen, rejected = (long_text(rng, 4 * shape.seq_len, words) for _ in range(2))
+            pair = {"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}]}
+            handle.write(json.dumps(pair | {"rejected": [{"role": "assistant", "content": rejected}]}) + "\n")
+    return path
+
+
 # --- running the payload ---------------------------------------------------------------------------------------------
 
 
@@ -341,12 +368,14 @@ def write_job(folder: Path, model_dir: Path, method: str, shape: Shape, rows: in
     ``keys`` are further job keys (``num_gpus``, ``strategy``).
     """
     folder.mkdir(parents=True, exist_ok=True)
-    write_dataset(folder / "train.jsonl", shape, rows)
+    method, objective = method_and_objective(method)
+    (write_pairs if objective == "dpo" else write_dataset)(folder / "train.jsonl", shape, rows)
     job = {
         "base_model": str(model_dir),
         "train_file": "train.jsonl",
         "output_dir": "out",
         "method": method,
+        "objective": objective,
         "lora_r": LORA_R,
         "seq_len": shape.seq_len,
         "micro_batch": shape.micro_batch,
@@ -524,8 +553,9 @@ class Check:
         """Seconds since the check started."""
         return time.monotonic() - self.started
 
-    def skip_reason(self, method: str, prediction: Prediction | None) -> str | None:
+    def skip_reason(self, name: str, prediction: Prediction | None) -> str | None:
         """Why a run is not attempted, or None."""
+        method, _ = method_and_objective(name)
         if method == "qlora" and not self.cuda:
             return NO_CUDA
         if method == "qlora" and not self.report.after.get("bitsandbytes"):
@@ -861,7 +891,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--models", default=",".join(MODELS), help="catalog aliases; the first also runs the fit checks"
     )
-    parser.add_argument("--methods", default=",".join(METHODS), help="qlora,lora,full")
+    parser.add_argument("--methods", default=",".join(METHODS), help="qlora,lora,full,lora+dpo (a method, or a method+objective)")
     parser.add_argument("--steps", type=int, help=f"training steps per run (default {FULL_SHAPE.steps})")
     parser.add_argument("--seq-len", type=int, help=f"tokens per example (default {FULL_SHAPE.seq_len})")
     parser.add_argument("--micro-batch", type=int, help=f"examples per step (default {FULL_SHAPE.micro_batch})")

@@ -44,12 +44,12 @@ def run_smoke(out: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     return result, out / "gpu_check.md"
 
 
-def test_smoke_mode_trains_lora_and_full_with_the_real_payload(smoke_report) -> None:
+def test_smoke_mode_trains_lora_full_and_dpo_with_the_real_payload(smoke_report) -> None:
     result, path = smoke_report
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {row[1]: row for row in table_rows(path.read_text(), "## Training")}
-    assert set(rows) == {"qlora", "lora", "full"}
-    for method in ("lora", "full"):
+    assert set(rows) == {"qlora", "lora", "full", "lora+dpo"}
+    for method in ("lora", "full", "lora+dpo"):
         model, _, shape, status, reserved, _, plan_gb, fit, _, tokens_per_s, plan_tokens_per_s = rows[method][:11]
         assert (model, shape, status, fit) == ("tiny-llama", "seq 64 x batch 2, 3 steps", "ok", "fits")
         assert reserved == "n/a"  # no GPU memory on a CPU
