@@ -891,7 +891,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--models", default=",".join(MODELS), help="catalog aliases; the first also runs the fit checks"
     )
-    parser.add_argument("--methods", default=",".join(METHODS), help="qlora,lora,full,lora+dpo (a method, or a method+objective)")
+    parser.add_argument(
+        "--methods", default=",".join(METHODS), help="qlora,lora,full,lora+dpo (a method, or a method+objective)"
+    )
     parser.add_argument("--steps", type=int, help=f"training steps per run (default {FULL_SHAPE.steps})")
     parser.add_argument("--seq-len", type=int, help=f"tokens per example (default {FULL_SHAPE.seq_len})")
     parser.add_argument("--micro-batch", type=int, help=f"examples per step (default {FULL_SHAPE.micro_batch})")
