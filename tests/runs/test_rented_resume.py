@@ -7,6 +7,7 @@ payload (the fixtures of ``test_rented_runs``).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.machines.keys import load_run_key
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
+from tests.fixtures.preference_data import write_preference_dataset
 from tests.runs.test_rented_runs import (  # noqa: F401 - fixtures
     CloudUnderTest,
     SpecWriter,
@@ -29,12 +31,21 @@ from trainer_payload.protocol import EventKind, JobState
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
+@pytest.mark.parametrize("objective", ["sft", "dpo"])
 def test_a_stopped_rented_run_resumes_on_a_new_machine_and_finishes(
     runpod: CloudUnderTest,  # noqa: F811 - the fixture imported above
     rented_spec: SpecWriter,  # noqa: F811 - the fixture imported above
+    chat_dataset: Path,
+    tmp_path: Path,
+    objective: str,
 ) -> None:
+    """A DPO run too: its pairs go up to each machine, and both machines report its rewards."""
     engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3}))
+    spec = rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3, "objective": objective})
+    if objective == "dpo":
+        pairs = write_preference_dataset(tmp_path / "pairs.jsonl", 64)
+        spec.write_text(spec.read_text().replace(f'train = "{chat_dataset}"', f'train = "{pairs}"'))
+    run_id = _create(engine, spec)
     folder = engine.folder(run_id)
 
     async def stop_after_a_checkpoint() -> RunState:
@@ -65,3 +76,5 @@ def test_a_stopped_rented_run_resumes_on_a_new_machine_and_finishes(
     assert str(training[-1].get("resume_from", "")).startswith("checkpoint-")
     assert [r.instance_id for r in Ledger().rentals(run_id)] == [first.id, second.id]
     _nothing_left(runpod.fake)
+    steps = [e for e in events if e["event"] is EventKind.STEP]
+    assert all(("reward_accuracy" in e) == (objective == "dpo") for e in steps), "DPO's rewards, on both machines"
