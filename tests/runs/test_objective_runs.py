@@ -43,7 +43,7 @@ def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     evals = [e for e in mirrored_events(adapter.parent) if e["event"] == "eval"]
     assert [e["step"] for e in evals][-1] == 20 and all("reward_accuracy" in e for e in evals)
     # The comparison after training: on the held-out pairs the tuned model prefers the chosen answer more often.
-    assert main(["eval", run["id"], "--json"]) == 0
+    assert main(["eval", run["id"], "--json", "--out", str(tmp_path / "compare")]) == 0
     report = json.loads(capsys.readouterr().out)
     preference = report["preference"]
     assert json.loads(Path(report["report"]["json"]).read_text())["preference"] == preference
