@@ -721,6 +721,11 @@ PREFERENCE_OBJECTIVES = frozenset({"dpo", "orpo"})
 #: DPO's losses offered (TRL's names): the sigmoid loss of the DPO paper, IPO, the hinge loss of SLiC, robust DPO.
 DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
 ENGINES = ("trl", "unsloth")
+#: Where a run's metrics go besides the event stream (transformers' ``report_to``): TensorBoard event files, written
+#: on the machine and carried home inside every sealed checkpoint and the adapter.
+TRACKERS = ("tensorboard",)
+#: The TensorBoard event files' folder: in the output folder, and a copy inside each sealed checkpoint.
+TENSORBOARD_DIR_NAME = "tensorboard"
 STRATEGIES = ("ddp", "fsdp")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 
@@ -884,7 +889,9 @@ class JobSpec:
     ends first; 0 steps: none) are measured into one ``calibration`` event; an out-of-memory error before that is
     met by halving the micro-batch (doubling the accumulation), down to 1 with activation checkpointing on.
     Across several machines (``num_nodes`` above 1) every node gets the same job but its own ``node_rank``; rank 0's
-    machine is the head, reached by the others at ``head_address``:``head_port``.
+    machine is the head, reached by the others at ``head_address``:``head_port``. ``report_to`` (``tensorboard``)
+    writes TensorBoard event files into the output folder's :data:`TENSORBOARD_DIR_NAME`, copied into every sealed
+    checkpoint and the adapter so they come home verified with them.
     """
 
     base_model: str
@@ -924,6 +931,7 @@ class JobSpec:
     calibration_steps: int = 20
     calibration_minutes: float = 2.0
     idle_stop_minutes: float = 0.0
+    report_to: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -999,6 +1007,12 @@ class JobSpec:
             raise JobSpecError(f"lora_dropout {self.lora_dropout} must be at least 0 and below 1")
         if not 0 < self.beta <= 10:
             raise JobSpecError(f"beta {self.beta} must be above 0 and at most 10 (DPO and ORPO use about 0.1)")
+        for tracker in self.report_to:
+            if tracker not in TRACKERS:
+                raise JobSpecError(
+                    f"report_to {tracker!r}: runs report to tensorboard (its event files come home inside every "
+                    "checkpoint); W&B and trackio are not supported yet"
+                )
         if self.objective in PREFERENCE_OBJECTIVES and self.engine != "trl":
             raise JobSpecError(f'objective "{self.objective}" trains with TRL: set engine "trl"')
         if self.checkpoint_minutes < 0 or self.idle_stop_minutes < 0 or self.calibration_minutes < 0:

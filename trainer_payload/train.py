@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +43,7 @@ from trainer_payload.protocol import (
     PAUSE_FILE_NAME,
     PREFERENCE_OBJECTIVES,
     STOP_MARKER_NAME,
+    TENSORBOARD_DIR_NAME,
     TRAINER_EXIT_FILE_NAME,
     ErrorKind,
     EventKind,
@@ -61,6 +63,16 @@ CHECKPOINT_DIR_NAME = "checkpoints"
 #: How long the ranks of a distributed run may take to finish their step and save after SIGTERM before torch's
 #: launcher kills them (a provider's own preemption deadline still applies).
 STOP_GRACE_SECONDS = 600
+
+
+def copy_tensorboard_logs(output_dir: Path, folder: Path) -> None:
+    """Copies the run's TensorBoard event files so far into ``folder`` (a checkpoint or the adapter), before its seal.
+
+    They come home with it, verified, and a recycled machine loses none of the curves already drawn.
+    """
+    logs = output_dir / TENSORBOARD_DIR_NAME
+    if logs.is_dir():
+        shutil.copytree(logs, folder / TENSORBOARD_DIR_NAME, dirs_exist_ok=True)
 
 
 class Stop:
@@ -233,6 +245,7 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
             _all_ranks_saved()  # a seal lists every rank's files whole, not one still being written
             if not folder.is_dir() or not _is_node_main_process():
                 return  # each machine's first rank seals; the others only write their shards
+            copy_tensorboard_logs(output_dir, folder)
             marker = seal_checkpoint(folder, state.global_step)
             if not _is_main_process():
                 return  # rank 0 alone reports
@@ -299,7 +312,7 @@ def _common_args(spec: JobSpec, bf16: bool, has_eval: bool) -> dict[str, Any]:
         "save_total_limit": spec.keep_checkpoints,
         "bf16": bf16,
         "use_cpu": not cuda_available(),
-        "report_to": "none",
+        "report_to": list(spec.report_to) or "none",  # TensorBoard writes where TENSORBOARD_LOGGING_DIR says
         "gradient_checkpointing": spec.gradient_checkpointing,
         "gradient_checkpointing_kwargs": {"use_reentrant": False},
         "eval_strategy": "steps" if has_eval else "no",
@@ -510,6 +523,8 @@ class PayloadRun:
         """The objective's trainer for the job as it is now (its micro-batch may have been made smaller to fit)."""
         train, evaluation = data
         config = training_config(self.spec, bf16, evaluation is not None)
+        # transformers' TensorBoard writer reads its folder from the environment only (no argument any more)
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(self.output_dir / TENSORBOARD_DIR_NAME)
         if engine == "unsloth":
             config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
         callbacks = [_events_callback(self.spec, self.events, self.stop, self.calibration)]
@@ -585,6 +600,7 @@ class PayloadRun:
         trainer.save_model(str(target))
         if not _is_main_process():
             return EXIT_DONE
+        copy_tensorboard_logs(self.output_dir, target)
         marker = seal_checkpoint(target, trainer.state.global_step)
         last_loss = next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)
         self.events.emit(

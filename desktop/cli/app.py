@@ -28,6 +28,7 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "compare": ("evaluate", "run_eval"),
     "trial": ("trial", "run_trial_command"),
     "serve": ("serve", "run_serve"),
+    "tensorboard": ("serve", "run_tensorboard"),
     "publish": ("publish", "run_publish"),
     "tools": ("tools", "run_tools"),
     "update-check": ("updates", "run_update_check"),

@@ -396,6 +396,14 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve.add_argument("--port", type=int, metavar="N", help="the port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--lora", type=Path, metavar="LORA.gguf", help="a GGUF LoRA over MODEL (--lora-gguf)")
     serve.add_argument("--context", type=int, default=4096, metavar="N", help="context window (default 4096)")
+    board = commands.add_parser(
+        "tensorboard",
+        help="TensorBoard on this computer for a run's event files, until Ctrl-C",
+        description='A run with [tracking] report_to = ["tensorboard"] brings its TensorBoard event files home with '
+        "each checkpoint and the adapter; this shows the newest in a local TensorBoard on 127.0.0.1 (the local "
+        "tools' TensorBoard).",
+    )
+    board.add_argument("run", metavar="RUN_ID_OR_FOLDER", help="a run id, or a folder of event files")
 
 
 def _add_publish_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

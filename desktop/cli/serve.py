@@ -1,6 +1,7 @@
-"""``rentune serve MODEL.gguf``: an OpenAI-compatible endpoint on this computer until Ctrl-C.
+"""``rentune serve MODEL.gguf`` and ``rentune tensorboard RUN_ID``: a server on this computer until Ctrl-C.
 
-It prints the address and a request for curl and for Python's ``openai`` client, then serves; on Ctrl-C it stops the
+``serve`` is an OpenAI-compatible endpoint for a GGUF; ``tensorboard`` shows a run's TensorBoard event files. Serve
+prints the address and a request for curl and for Python's ``openai`` client, then serves; on Ctrl-C it stops the
 server and says how many requests it answered; SIGTERM does the same, so the server never outlives the command.
 ``--port`` picks the port (default: a free one), ``--lora`` adds a GGUF LoRA (``rentune export --lora-gguf``),
 ``--context`` the context window.
@@ -12,10 +13,14 @@ import argparse
 import asyncio
 import signal
 import sys
+from pathlib import Path
 
 from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.services.local.common import LocalToolError
+from desktop.services.runs.snapshot import local_files
+from desktop.services.runs.store import RunStore, UnknownRunError
 from desktop.services.serving.local_server import LocalServer, start_server
+from desktop.services.serving.tensorboard import start_tensorboard
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -78,3 +83,56 @@ def ready_lines(server: LocalServer) -> list[str]:
 
 def _requests(server: LocalServer) -> str:
     return f"{server.requests} request" + ("" if server.requests == 1 else "s")
+
+
+def run_tensorboard(args: argparse.Namespace) -> int:
+    """``rentune tensorboard RUN_ID|FOLDER``: TensorBoard for the run's event files at home, until Ctrl-C."""
+    try:
+        return asyncio.run(_tensorboard(args))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def tensorboard_logs(what: str) -> Path:
+    """The event files to show: a folder as given, or a run's newest at home.
+
+    Raises:
+        CliError: No such run or folder, or the run has none at home yet.
+    """
+    folder = Path(what).expanduser()
+    if folder.is_dir():
+        return folder
+    store = RunStore()
+    try:
+        record = store.get(what)
+    except UnknownRunError as exc:
+        raise CliError(f"{exc}, or give a folder of TensorBoard event files") from exc
+    logs = local_files(store, record).tensorboard
+    if logs is None:
+        raise CliError(
+            f'run {record.id} has no TensorBoard event files here: a run with [tracking] report_to = ["tensorboard"] '
+            "brings them home with each checkpoint"
+        )
+    return logs
+
+
+async def _tensorboard(args: argparse.Namespace) -> int:
+    logs = tensorboard_logs(args.run)
+    print(f"Starting TensorBoard for {logs} ...", flush=True)
+    try:
+        server = await start_tensorboard(logs)
+    except LocalToolError as exc:
+        raise CliError(str(exc), EXIT_FAILED) from exc
+    print(f"TensorBoard at {server.url} (this computer only). Ctrl-C stops it.", flush=True)
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    ended, stopped = asyncio.ensure_future(server.process.wait()), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({ended, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        await asyncio.shield(server.stop())
+    if stop.is_set():
+        print("TensorBoard stopped.", flush=True)
+        return EXIT_OK
+    raise CliError(f"TensorBoard ended (exit {server.process.returncode}): {' | '.join(server.output)[-600:]}")

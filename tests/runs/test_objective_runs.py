@@ -4,6 +4,7 @@ terminal shows the held-out perplexity before and after); each adapter comes hom
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,9 @@ import pytest
 
 from desktop.cli import main
 from desktop.services.runs.events import mirrored_events
+from desktop.services.runs.snapshot import local_files
+from desktop.services.runs.store import RunStore
+from desktop.services.serving.tensorboard import start_tensorboard
 from tests.fixtures.domain_text import write_domain_text
 from tests.fixtures.preference_data import write_preference_dataset
 from tests.fixtures.sshd import SshHost
@@ -21,6 +25,19 @@ from trainer_payload.checkpoints import is_complete
 pytestmark = pytest.mark.slow
 
 
+async def tensorboard_tags(logs: Path) -> set[str]:
+    """The scalar tags a local TensorBoard shows for ``logs`` (started, asked over HTTP, stopped)."""
+    import httpx
+
+    board = await start_tensorboard(logs)
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            tags = (await client.get(f"{board.url}data/plugin/scalars/tags")).json()
+    finally:
+        await board.stop()
+    return {tag for run_tags in tags.values() for tag in run_tags}
+
+
 def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     ssh_host: SshHost, make_spec: SpecFactory, chat_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -28,7 +45,8 @@ def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     held_out = write_preference_dataset(tmp_path / "held-out.jsonl", 12)  # one pair per question of the pattern
     spec = make_spec(ssh_host, objective="dpo", beta=0.1, max_steps=20, eval_steps=10)
     train_line = f'train = "{chat_dataset}"'
-    spec.write_text(spec.read_text().replace(train_line, f'train = "{pairs}"\neval = "{held_out}"'))
+    text = spec.read_text().replace(train_line, f'train = "{pairs}"\neval = "{held_out}"')
+    spec.write_text(text + '\n[tracking]\nreport_to = ["tensorboard"]\n')
     assert main(["run", str(spec)]) == 0, capsys.readouterr().out[-3000:]
     out = capsys.readouterr().out
     assert "adapter verified" in out and "chosen preferred" in out, out[-2000:]
@@ -42,6 +60,11 @@ def test_rentune_run_trains_a_dpo_adapter_on_the_machine_and_brings_it_home(
     assert sum(e["reward_accuracy"] for e in steps[-5:]) / 5 >= 0.8, "the machine's run learned the preference"
     evals = [e for e in mirrored_events(adapter.parent) if e["event"] == "eval"]
     assert [e["step"] for e in evals][-1] == 20 and all("reward_accuracy" in e for e in evals)
+    # TensorBoard's event files came home inside the adapter (sealed with it), and a local TensorBoard shows them.
+    logs = local_files(RunStore(), RunStore().get(run["id"])).tensorboard
+    assert logs == adapter / "tensorboard" and is_complete(adapter)
+    tags = asyncio.run(tensorboard_tags(logs))
+    assert {"train/loss", "train/rewards/accuracies", "eval/rewards/margins"} <= tags, tags
     # The comparison after training: on the held-out pairs the tuned model prefers the chosen answer more often.
     assert main(["eval", run["id"], "--json", "--out", str(tmp_path / "compare")]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -37,7 +37,7 @@ from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.loss_chart import EMPTY_TEXT, loss_axis_range, step_axis_end
 from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.recorded_run import record_finished_run, record_live_rented_run, seal
-from trainer_payload.protocol import EVENTS_FILE_NAME, EventKind, EventWriter
+from trainer_payload.protocol import CHECKPOINT_MARKER, EVENTS_FILE_NAME, EventKind, EventWriter
 
 FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
 #: Words of the raw event dump the log must never show.
@@ -817,3 +817,38 @@ def test_continued_pretraining_shows_the_held_out_perplexity_before_training_and
     append(path, {"ts": now, "seq": 4, "event": "done", "adapter_path": "adapter", "files": {}, "wall_seconds": 9.0,
                   "train_seconds": 8.0, "metrics": {"base_perplexity": 400.0, "perplexity": 280.0}})  # fmt: skip
     wait_for(lambda: page.stats["perplexity"].text() == "400.0 before training · 280.0 after (-30 %)")
+
+
+def test_tensorboard_shows_a_runs_event_files_in_a_local_tensorboard_opened_in_the_browser(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None], qloop: asyncio.AbstractEventLoop
+) -> None:
+    import httpx
+    from tensorboardX import SummaryWriter
+
+    run_id = make_run(context.store, FLOW)
+    page.show_run(run_id)
+    wait_for(lambda: page.record is not None)
+    assert not page.tensorboard_button.isVisibleTo(page), "no event files at home: no button"
+    checkpoint = context.store.folder(run_id) / "checkpoints" / "checkpoint-10"
+    with SummaryWriter(str(checkpoint / "tensorboard")) as writer:  # what the machine wrote, as it came home
+        for step in range(1, 11):
+            writer.add_scalar("train/loss", 3.0 - step / 10, step)
+    (checkpoint / CHECKPOINT_MARKER).write_text("{}")
+    wait_for(lambda: page.tensorboard_button.isVisibleTo(page), 20)
+    catcher = UrlCatcher()
+    QDesktopServices.setUrlHandler("http", catcher, "open")
+    try:
+        page.tensorboard_button.click()
+        wait_for(lambda: bool(catcher.urls), 60)
+        page.tensorboard_button.click()  # a second click opens the same TensorBoard again
+        wait_for(lambda: len(catcher.urls) == 2, 10)
+    finally:
+        QDesktopServices.unsetUrlHandler("http")
+    (board,) = page._boards.values()
+    try:
+        assert catcher.urls[0].toString() == catcher.urls[1].toString() == board.url
+        assert page.action_label.text().startswith(f"TensorBoard is at {board.url}")
+        tags = httpx.get(f"{board.url}data/plugin/scalars/tags", timeout=10).json()
+        assert [list(run) for run in tags.values()] == [["train/loss"]]
+    finally:
+        qloop.run_until_complete(board.stop())

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
-from trainer_payload.protocol import ON_MACHINE_GGUF_TYPES, PREFERENCE_OBJECTIVES, JobSpec, JobSpecError
+from trainer_payload.protocol import (
+    ON_MACHINE_GGUF_TYPES,
+    PREFERENCE_OBJECTIVES,
+    TRACKERS,
+    JobSpec,
+    JobSpecError,
+)
 
 _TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version"}
 #: Job keys of a run across machines: each machine's own, set from ``[target] hosts`` (never by hand).
@@ -460,7 +466,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     data_section = _section(data, "data")
     train = _path(data_section.get("train"), base_dir, "[data] train")
     evaluation = _path(data_section["eval"], base_dir, "[data] eval") if data_section.get("eval") else None
-    training = dict(_section(data, "training"))
+    training = dict(_section(data, "training")) | tracking_from_dict(_section(data, "tracking"))
     clash = sorted(set(training) & _TRAINING_EXCLUDED)
     if clash:
         raise RunSpecError(f"[training] cannot set {', '.join(clash)} (they come from [model] and [data])")
@@ -515,6 +521,29 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
         serve=serve,
         judge=judge,
     )
+
+
+def tracking_from_dict(section: dict[str, Any]) -> dict[str, Any]:
+    """``[tracking] report_to = ["tensorboard"]``: the training keys it sets ({} without the table).
+
+    Raises:
+        RunSpecError: Another key, or a value that is not a list of trackers the payload knows.
+    """
+    unknown = sorted(set(section) - {"report_to"})
+    if unknown:
+        raise RunSpecError(f"[tracking] does not know {', '.join(unknown)}; remove it")
+    if "report_to" not in section:
+        return {}
+    asked = section["report_to"]
+    if not isinstance(asked, list) or not all(isinstance(item, str) for item in asked):
+        raise RunSpecError(f'[tracking] report_to = {asked!r} must be a list, like report_to = ["tensorboard"]')
+    others = [item for item in asked if item not in TRACKERS]
+    if others:
+        raise RunSpecError(
+            f"[tracking] report_to {others[0]!r}: runs report to tensorboard (its event files come home inside "
+            "every checkpoint); W&B and trackio are not supported yet"
+        )
+    return {"report_to": list(dict.fromkeys(asked))}
 
 
 def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from desktop.services.billing.spend import RunSpend, run_spend
 from desktop.services.runs.checkpoints import local_checkpoints
 from desktop.services.runs.store import RunRecord, RunStore
 from desktop.services.runs.transfer import UploadProgress, read_upload_progress
-from trainer_payload.protocol import CHECKPOINT_MARKER
+from trainer_payload.protocol import CHECKPOINT_MARKER, TENSORBOARD_DIR_NAME
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,13 @@ class LocalFiles:
     Attributes:
         checkpoint_steps: The steps of the complete checkpoints brought home, oldest first.
         adapter: The adapter (or model) folder once it is home and verified, else None.
+        tensorboard: The newest TensorBoard event files at home (a run with ``[tracking]``): the adapter's once it is
+            home, else the newest complete checkpoint's; None without any.
     """
 
     checkpoint_steps: tuple[int, ...]
     adapter: Path | None
+    tensorboard: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,12 @@ class RunSnapshot:
 def local_files(store: RunStore, record: RunRecord) -> LocalFiles:
     """The complete checkpoints and the verified adapter of a run on this computer (blocking: lists its folder)."""
     root = store.runs_dir / record.id / "checkpoints"
-    steps = tuple(step for step, path in local_checkpoints(root) if (path / CHECKPOINT_MARKER).exists())
+    complete = [path for _step, path in local_checkpoints(root) if (path / CHECKPOINT_MARKER).exists()]
+    steps = tuple(step for step, path in local_checkpoints(root) if path in complete)
     adapter = Path(record.adapter) if record.adapter and Path(record.adapter).is_dir() else None
-    return LocalFiles(steps, adapter)
+    newest = [folder / TENSORBOARD_DIR_NAME for folder in [*complete, *([adapter] if adapter else [])]]
+    logs = next((folder for folder in reversed(newest) if folder.is_dir()), None)
+    return LocalFiles(steps, adapter, logs)
 
 
 def read_snapshot(store: RunStore, run_id: str, ledger: Ledger | None = None) -> RunSnapshot:

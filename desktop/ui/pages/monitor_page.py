@@ -31,12 +31,14 @@ from desktop.core.runs.timeline import MachineMark, run_timeline
 from desktop.services.billing.ledger import Ledger, LedgerError
 from desktop.services.billing.meter import MeterReading
 from desktop.services.billing.spend import RunSpend
+from desktop.services.local.common import LocalToolError
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.runs.actions import resume_refusal
 from desktop.services.runs.engine import RunError
 from desktop.services.runs.events import EventLine
 from desktop.services.runs.snapshot import RunSnapshot, read_snapshot
 from desktop.services.runs.store import RunRecord, UnknownRunError
+from desktop.services.serving.tensorboard import TensorBoardServer, start_tensorboard
 from desktop.ui.background import CoroutineOperation, cancel_group, off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.meter import CostMeter
@@ -102,6 +104,8 @@ class MonitorPage(BasePage):
         self._refreshing = False
         self._ledger: Ledger | None = None
         self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull, Resume)
+        self._boards: dict[Path, TensorBoardServer] = {}  # event files -> their TensorBoard, ended with the app
+        self._starting_board = False
         self._shown_points: tuple[int, ...] = (-1,)
         self._lines: dict[str, deque[monitor_log.LogEntry]] = {}
         self._log_key: object = None
@@ -135,6 +139,7 @@ class MonitorPage(BasePage):
         self.stop_button, self.pull_button, self.resume_button = view.stop_button, view.pull_button, view.resume_button
         self.move_button, self.folder_button = view.move_button, view.folder_button
         self.models_button, self.copy_address_button = view.models_button, view.copy_address_button
+        self.tensorboard_button = view.tensorboard_button
 
     def _connect_actions(self) -> None:
         for button, handler in (
@@ -145,6 +150,7 @@ class MonitorPage(BasePage):
             (self.folder_button, self.on_open_folder_clicked),
             (self.models_button, self.on_models_clicked),
             (self.copy_address_button, self.on_copy_address_clicked),
+            (self.tensorboard_button, self.on_tensorboard_clicked),
         ):
             button.clicked.connect(lambda _checked=False, handler=handler: handler())
 
@@ -402,6 +408,9 @@ class MonitorPage(BasePage):
         adapter_home = self._usable_adapter() is not None
         self.models_button.setVisible(adapter_home)
         self.models_button.setEnabled(adapter_home)
+        logs = self.snapshot is not None and self.snapshot.files.tensorboard is not None
+        self.tensorboard_button.setVisible(logs)
+        self.tensorboard_button.setEnabled(logs and not self._starting_board)
 
     def _usable_adapter(self) -> Path | None:
         """The run's adapter when it is home, else its newest complete checkpoint (None when neither is)."""
@@ -518,6 +527,29 @@ class MonitorPage(BasePage):
         ok, _record = await self._act(run_id, busy, resuming)
         if ok:
             self._done_acting(run_id, f"Resumed: the run continues {start}.")
+
+    @asyncSlot()
+    async def on_tensorboard_clicked(self) -> None:
+        """Shows the run's newest TensorBoard event files in a TensorBoard here (started once per folder)."""
+        logs = self.snapshot.files.tensorboard if self.snapshot is not None else None
+        if logs is None:
+            return
+        board = self._boards.get(logs)
+        if board is None or not board.running:
+            self._starting_board = True
+            self._set_buttons()
+            self.action_label.setText("Starting TensorBoard…")
+            try:
+                board = self._boards[logs] = await start_tensorboard(logs)
+            except LocalToolError as exc:
+                self.action_label.setText(f"TensorBoard could not start: {exc}")
+                return
+            finally:
+                self._starting_board = False
+                self._set_buttons()
+        self.action_label.setText(f"TensorBoard is at {board.url} (this computer only, until the app closes).")
+        if not QDesktopServices.openUrl(QUrl(board.url)):
+            self.action_label.setText(f"Could not open a browser; TensorBoard is at {board.url}")
 
     def on_open_folder_clicked(self) -> None:
         """Opens the run's folder (events, checkpoints, adapter) in the file manager."""

@@ -166,7 +166,18 @@ class MonitorView(QWidget):
         self.models_button = plain_button(
             "E&xport or chat…", "boxes", "Export, compare or chat with the run's adapter or newest checkpoint"
         )
-        buttons = (self.resume_button, self.pull_button, self.move_button, self.models_button, self.folder_button)
+        self.tensorboard_button = plain_button(
+            "&TensorBoard", "chart-column", "Open the run's TensorBoard event files in a TensorBoard on this computer"
+        )
+        self.tensorboard_button.hide()  # a run with [tracking] report_to tensorboard, once event files are home
+        buttons = (
+            self.resume_button,
+            self.pull_button,
+            self.move_button,
+            self.models_button,
+            self.tensorboard_button,
+            self.folder_button,
+        )
         for button in buttons:
             row.addWidget(button)
         row.addStretch(1)

@@ -1,0 +1,61 @@
+"""[tracking]: the spec's trackers (TensorBoard; W&B and trackio refused, saying so), the job key the machine reads,
+where a run's newest event files are at home, and rentune tensorboard's words when a run has none."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop.cli import main
+from desktop.core.runs.spec import RunSpecError, run_spec_from_dict
+from desktop.services.runs.snapshot import local_files
+from desktop.services.runs.store import RunStore
+from trainer_payload.protocol import CHECKPOINT_MARKER, JobSpec, JobSpecError
+
+BASE: dict[str, Any] = {"model": {"base": "org/tiny"}, "data": {"train": "train.jsonl"}, "target": {"ssh": "ssh://u@h"}}
+
+
+def test_tracking_sets_the_job_key_and_refuses_what_the_payload_cannot_send_to(tmp_path: Path) -> None:
+    spec = run_spec_from_dict({**BASE, "tracking": {"report_to": ["tensorboard", "tensorboard"]}}, tmp_path)
+    assert spec.training["report_to"] == ["tensorboard"]
+    assert "report_to" not in run_spec_from_dict(BASE, tmp_path).training
+    for table, words in [
+        ({"report_to": ["wandb"]}, "report_to 'wandb': runs report to tensorboard"),
+        ({"report_to": "tensorboard"}, 'must be a list, like report_to = ["tensorboard"]'),
+        ({"project": "x"}, "[tracking] does not know project"),
+    ]:
+        with pytest.raises(RunSpecError, match=re.escape(words)):
+            run_spec_from_dict({**BASE, "tracking": table}, tmp_path)
+    with pytest.raises(JobSpecError, match="W&B and trackio are not supported yet"):
+        JobSpec.from_dict({"base_model": "b", "train_file": "t", "output_dir": "o", "report_to": ["trackio"]})
+
+
+def test_the_newest_event_files_at_home_are_the_adapters_else_the_newest_checkpoints(tmp_path: Path) -> None:
+    store = RunStore()
+    record = store.create({"base_model": "b", "training": {}}, "ssh://u@h:22")
+    folder = store.folder(record.id)
+    assert local_files(store, record).tensorboard is None
+    for step in (10, 20, 30):
+        logs = folder / "checkpoints" / f"checkpoint-{step}" / "tensorboard"
+        logs.mkdir(parents=True)
+        if step != 30:  # the newest is still coming home: not complete, not shown
+            (logs.parent / CHECKPOINT_MARKER).write_text("{}")
+    assert local_files(store, record).tensorboard == folder / "checkpoints" / "checkpoint-20" / "tensorboard"
+    adapter = folder / "adapter"
+    (adapter / "tensorboard").mkdir(parents=True)
+    record = store.update(record.id, adapter=str(adapter))
+    assert local_files(store, record).tensorboard == adapter / "tensorboard"
+
+
+def test_rentune_tensorboard_of_a_run_without_event_files_says_how_a_run_gets_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_id = RunStore().create({"base_model": "b", "training": {}}, "ssh://u@h:22").id
+    assert main(["tensorboard", run_id]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"run {run_id} has no TensorBoard event files here" in err and '[tracking] report_to = ["tensorboard"]' in err
+    )
