@@ -309,3 +309,24 @@ def test_a_number_above_the_highest_is_said_beside_its_field_not_cut_silently(
     assert under.top() >= spot.bottom() and under.top() - spot.bottom() < spot.height()
     assert under.left() <= spot.left() < under.right()
     assert [other for other, line in step.notes.items() if line.isVisible()] == [key]
+
+
+def test_tensorboard_logs_are_asked_for_under_advanced_settings_and_reach_the_spec_and_the_review(
+    step: ModelStep, qtbot: QtBot, context: AppContext
+) -> None:
+    from desktop.ui.pages.wizard.review_words import model_rows
+
+    step.advanced_toggle.setChecked(True)
+    assert not step.tensorboard_check.isChecked()
+    step.tensorboard_check.setFocus()
+    qtbot.keyClick(step.tensorboard_check, Qt.Key.Key_Space)
+    draft = context.draft
+    step.model_edit.setText("Qwen/Qwen2.5-0.5B-Instruct")
+    step.save_into(draft)
+    assert draft.spec_dict()["training"]["report_to"] == ["tensorboard"]
+    assert dict(model_rows(draft))["TensorBoard"].startswith("event files written on the machine")
+    step.show_draft()
+    assert step.tensorboard_check.isChecked(), "a reopened wizard shows the choice"
+    step.tensorboard_check.setChecked(False)
+    step.save_into(draft)
+    assert "report_to" not in draft.spec_dict()["training"]

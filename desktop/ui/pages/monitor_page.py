@@ -410,7 +410,6 @@ class MonitorPage(BasePage):
         self.models_button.setEnabled(adapter_home)
         logs = self.snapshot is not None and self.snapshot.files.tensorboard is not None
         self.tensorboard_button.setVisible(logs)
-        self.tensorboard_button.setEnabled(logs and not self._starting_board)
 
     def _usable_adapter(self) -> Path | None:
         """The run's adapter when it is home, else its newest complete checkpoint (None when neither is)."""
@@ -534,10 +533,11 @@ class MonitorPage(BasePage):
         logs = self.snapshot.files.tensorboard if self.snapshot is not None else None
         if logs is None:
             return
+        if self._starting_board:
+            return  # a second click while it starts: the first opens it (the button keeps the focus)
         board = self._boards.get(logs)
         if board is None or not board.running:
             self._starting_board = True
-            self._set_buttons()
             self.action_label.setText("Starting TensorBoard…")
             try:
                 board = self._boards[logs] = await start_tensorboard(logs)
@@ -546,7 +546,6 @@ class MonitorPage(BasePage):
                 return
             finally:
                 self._starting_board = False
-                self._set_buttons()
         self.action_label.setText(f"TensorBoard is at {board.url} (this computer only, until the app closes).")
         if not QDesktopServices.openUrl(QUrl(board.url)):
             self.action_label.setText(f"Could not open a browser; TensorBoard is at {board.url}")

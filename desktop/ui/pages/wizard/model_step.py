@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QDoubleSpinBox,
     QFileDialog,
     QGridLayout,
@@ -373,6 +374,14 @@ class ModelStep(WizardStep):
         self.advanced_box.body.addLayout(grid)
         self.lora_note = caption("LoRA rank and alpha only matter for LoRA and QLoRA.")
         self.advanced_box.body.addWidget(self.lora_note)
+        self.tensorboard_check = QCheckBox("Write TensorBoard &logs (they come home with every checkpoint)")
+        self.tensorboard_check.setAccessibleName("Write TensorBoard logs")
+        self.tensorboard_check.setToolTip(
+            "The machine writes every logged value as TensorBoard event files; the monitor's TensorBoard button "
+            "shows them on this computer."
+        )
+        self.tensorboard_check.toggled.connect(lambda _on: self.sig_changed.emit())
+        self.advanced_box.body.addWidget(self.tensorboard_check)
         self.advanced_box.setVisible(False)
         layout.addWidget(self.advanced_box)
         return holder
@@ -395,6 +404,7 @@ class ModelStep(WizardStep):
         self.model_edit.setText(draft.base_model)
         self._select_catalog_row(draft.base_model)
         self._show_objectives(draft)
+        self.tensorboard_check.setChecked("tensorboard" in draft.training.get("report_to", []))
         self.method_buttons.get(draft.method, self.method_buttons["qlora"]).setChecked(True)
         for key, spin in self.spins.items():
             value = draft.training.get(key, DEFAULT_TRAINING[key])
@@ -446,6 +456,9 @@ class ModelStep(WizardStep):
             draft.training["objective"] = objective
         if objective in PREFERENCE_OBJECTIVES:
             draft.training["beta"] = self.beta_spin.value()
+        draft.training.pop("report_to", None)
+        if self.tensorboard_check.isChecked():
+            draft.training["report_to"] = ["tensorboard"]
 
     def training_values(self) -> dict[str, Any]:
         """The advanced settings as training keys (whole numbers as ints)."""

@@ -111,6 +111,8 @@ def model_rows(draft: RunDraft) -> Rows:
     rows.append(("Learning rate", f"{float(keys.get('learning_rate', 2e-4)):g}"))
     minutes = float(keys.get("checkpoint_minutes", 30))
     rows.append(("Checkpoints", f"every {minutes:g} {_plural(minutes, 'minute')}"))
+    if "tensorboard" in keys.get("report_to", []):
+        rows.append(("TensorBoard", "event files written on the machine, home with every checkpoint"))
     return rows
 
 
