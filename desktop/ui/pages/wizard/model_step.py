@@ -105,6 +105,8 @@ _HOLDS = {"pairs": "preference pairs", "text": "raw text"}
 
 def objective_needs(objective: str, data_format: str) -> str:
     """Why an objective cannot be chosen for the data at hand: what it needs and what the data holds."""
+    if not data_format:
+        return f"Needs {_TRAINS_ON[objective]}: choose such a file on the Data step."
     return f"Needs {_TRAINS_ON[objective]}: your data holds {_HOLDS.get(data_format, 'conversations')}."
 
 
