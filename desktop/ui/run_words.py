@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from desktop.core.runs.states import RunState
 from desktop.services.billing.records import RunRow
 from desktop.services.billing.rentals import compute_of, rental_of
@@ -69,6 +71,19 @@ def method_word(method: str) -> str:
     return {"qlora": "QLoRA", "lora": "LoRA", "full": "Full fine-tune", "full-8bit": "Full fine-tune (8-bit)"}.get(
         method, method
     )
+
+
+#: How a run's objective other than SFT follows its method: ``LoRA · DPO``.
+_OBJECTIVE_NAMES = {"dpo": "DPO", "orpo": "ORPO", "cpt": "continued pre-training"}
+
+
+def training_words(spec: dict[str, Any]) -> str:
+    """A run's method, and its objective when it is not fine-tuning on chats: ``QLoRA``, ``LoRA · DPO``."""
+    found = spec.get("training")
+    training: dict[str, Any] = found if isinstance(found, dict) else {}
+    method = method_word(str(training.get("method", "qlora")))
+    objective = _OBJECTIVE_NAMES.get(str(training.get("objective", "sft")))
+    return f"{method} · {objective}" if objective else method
 
 
 def resume_question(snapshot: RunSnapshot) -> tuple[str, str] | None:

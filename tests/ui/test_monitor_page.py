@@ -852,3 +852,14 @@ def test_tensorboard_shows_a_runs_event_files_in_a_local_tensorboard_opened_in_t
         assert [list(run) for run in tags.values()] == [["train/loss"]]
     finally:
         qloop.run_until_complete(board.stop())
+
+
+def test_a_runs_title_names_its_objective_beside_its_method() -> None:
+    from desktop.ui.run_words import training_words
+
+    assert training_words({"training": {"method": "lora", "objective": "dpo"}}) == "LoRA · DPO"
+    assert (
+        training_words({"training": {"method": "full", "objective": "cpt"}})
+        == "Full fine-tune · continued pre-training"
+    )
+    assert training_words({"training": {"method": "qlora"}}) == training_words({}) == "QLoRA", "chats: the method alone"

@@ -34,7 +34,7 @@ from desktop.services.runs.snapshot import LocalFiles, RunSnapshot
 from desktop.services.runs.transfer import UploadProgress
 from desktop.ui.app_words import app_sentence
 from desktop.ui.cost_words import money, rate
-from desktop.ui.run_words import is_rented, method_word, provider_word, resume_start
+from desktop.ui.run_words import is_rented, provider_word, resume_start, training_words
 from trainer_payload.protocol import ErrorKind, JobState
 
 #: The rows of the "Training" card: (key, label).
@@ -136,10 +136,10 @@ class Notice:
 
 
 def title_text(snapshot: RunSnapshot) -> str:
-    """The run's title: its model (a folder by what it holds, see :func:`title_tip`) and method."""
+    """The run's title: its model (a folder by what it holds, see :func:`title_tip`), method and objective."""
     spec = snapshot.record.spec
     model = model_name(str(spec.get("base_model", "?")))
-    return f"{model} · {method_word(str(spec.get('training', {}).get('method', 'qlora')))}"
+    return f"{model} · {training_words(spec)}"
 
 
 def title_tip(snapshot: RunSnapshot) -> str:

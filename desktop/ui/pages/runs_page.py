@@ -25,7 +25,7 @@ from desktop.ui.background import Operation, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.cost_words import money, rate
 from desktop.ui.pages.base import BasePage
-from desktop.ui.run_words import method_word, resume_question, state_badge
+from desktop.ui.run_words import resume_question, state_badge, training_words
 from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
 from desktop.ui.widgets.blocks import EmptyState, caption, destructive_button, plain_button, primary_button
 from desktop.ui.widgets.dialogs import confirm
@@ -71,7 +71,7 @@ def run_row(snapshot: RunSnapshot) -> RunRow:
         record.id,
         words,
         model_name(base),
-        method_word(str(record.spec.get("training", {}).get("method", "qlora"))),
+        training_words(record.spec),
         time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started)),
         format_duration(run_duration(snapshot.transitions, snapshot.now)),
         cost_cell(snapshot),
