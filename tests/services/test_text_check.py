@@ -103,3 +103,14 @@ def test_comparing_on_raw_text_says_how_continued_pretraining_is_measured_instea
     held_out.write_text(domain_text(3))
     with pytest.raises(LocalInputError, match=r"held\.txt holds raw text .* held-out perplexity before and after"):
         read_eval_rows(held_out, 50)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_a_text_file_written_by_windows_tools_is_read_like_utf8(tmp_path: Path, encoding: str) -> None:
+    source = tmp_path / "notes.txt"
+    text = domain_text(3).replace("\n", "\r\n")
+    source.write_bytes(text.encode(encoding))
+    outcome = check_dataset(source)
+    assert outcome.report.valid == 3 and not outcome.report.summaries, outcome.report.summaries
+    prepared = prepare_dataset(source, tmp_path / "prepared", eval_fraction=0)
+    assert load_texts(prepared.train)[0]["text"] == domain_text(3)

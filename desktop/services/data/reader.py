@@ -213,25 +213,24 @@ def iter_text(path: Path) -> Iterator[RawRow]:
     """Yields the paragraphs of a plain-text file (blank lines between them) as ``{"text": ...}`` rows.
 
     Each row is numbered by its first line; a line that is not UTF-8 is a finding of its own (the rest of its
-    paragraph is kept); a paragraph longer than :data:`PARAGRAPH_CHARS` is cut at a line break.
+    paragraph is kept); a paragraph longer than :data:`PARAGRAPH_CHARS` is cut at a line break. UTF-8 with a
+    byte-order mark and UTF-16 with one are read as JSONL files are.
     """
     done, start, size = 0, 0, 0
     paragraph: list[str] = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            done += len(raw)
-            try:
-                line = raw.decode("utf-8").removeprefix("\ufeff" if number == 1 else "").replace("\r\n", "\n")
-            except UnicodeDecodeError as bad:
-                yield RawRow(number, None, Finding(Code.NOT_UTF8, number, f"byte {bad.start + 1} of the line"), done)
-                continue
-            if line.strip():
-                start = start if paragraph else number
-                paragraph.append(line)
-                size += len(line)
-            if paragraph and (not line.strip() or size > PARAGRAPH_CHARS):
-                yield RawRow(start, {"text": "".join(paragraph).rstrip("\n")}, None, done)
-                paragraph, size = [], 0
+    for number, (raw, done) in enumerate(_utf8_lines(path, file_encoding(path)), start=1):
+        try:
+            line = raw.decode("utf-8").replace("\r\n", "\n")
+        except UnicodeDecodeError as bad:
+            yield RawRow(number, None, Finding(Code.NOT_UTF8, number, f"byte {bad.start + 1} of the line"), done)
+            continue
+        if line.strip():
+            start = start if paragraph else number
+            paragraph.append(line)
+            size += len(line)
+        if paragraph and (not line.strip() or size > PARAGRAPH_CHARS):
+            yield RawRow(start, {"text": "".join(paragraph).rstrip("\n")}, None, done)
+            paragraph, size = [], 0
     if paragraph:
         yield RawRow(start, {"text": "".join(paragraph).rstrip("\n")}, None, done)
 
