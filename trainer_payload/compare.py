@@ -213,21 +213,31 @@ def print_progress(fraction: float | None, text: str) -> None:
     print(f"progress {shown} {text}", flush=True)
 
 
-def main(argv: list[str]) -> int:
-    """``python -m trainer_payload.compare JOB``: JOB is JSON with ``base``, ``adapter``, ``rows``, ``max_new_tokens``.
+def child_main(argv: list[str], work: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """Runs a child's ``work`` on the JSON job in ``argv[1]`` and prints its ``result`` line (or its refusal).
 
     Returns:
-        0 with a ``result`` line, or :data:`REFUSED_EXIT` with a ``refused`` line.
+        0 with a ``result`` line, or :data:`REFUSED_EXIT` with a ``refused KIND DETAIL`` line.
     """
     job = json.loads(argv[1])
-    rows = read_rows(Path(job["rows"]))
     try:
-        result = compare_rows(Path(job["base"]), Path(job["adapter"]), rows, int(job["max_new_tokens"]), print_progress)
+        result = work(job)
     except CompareRefusedError as exc:
         print(f"refused {exc.kind} {exc.detail}", flush=True)
         return REFUSED_EXIT
     print("result " + json.dumps(result), flush=True)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    """``python -m trainer_payload.compare JOB``: JOB holds ``base``, ``adapter``, ``rows``, ``max_new_tokens``."""
+    return child_main(
+        argv,
+        lambda job: compare_rows(
+            Path(job["base"]), Path(job["adapter"]), read_rows(Path(job["rows"])), int(job["max_new_tokens"]),
+            print_progress,
+        ),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

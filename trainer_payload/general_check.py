@@ -13,13 +13,12 @@ per row (``acc``). A base or adapter that does not load is a ``refused KIND DETA
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer_payload.compare import REFUSED_EXIT, CompareRefusedError, Say, load_tuned, print_progress
+from trainer_payload.compare import Say, child_main, load_tuned, print_progress
 
 #: Rows scored per forward pass.
 BATCH_SIZE = 8
@@ -79,15 +78,12 @@ def run_check(base: Path, adapter: Path, tasks: Path, say: Say) -> dict[str, Any
 
 def main(argv: list[str]) -> int:
     """Runs the check described by ``argv[1]`` (JSON) and prints its result line (or its refusal)."""
-    job = json.loads(argv[1])
-    try:
+
+    def check(job: dict[str, Any]) -> dict[str, Any]:
         result = run_check(Path(job["base"]), Path(job["adapter"]), Path(job["tasks"]), print_progress)
-    except CompareRefusedError as exc:
-        print(f"refused {exc.kind} {exc.detail}", flush=True)
-        return REFUSED_EXIT
-    harness = f"lm-evaluation-harness {importlib.metadata.version('lm_eval')}"
-    print("result " + json.dumps({"tasks": result, "harness": harness}), flush=True)
-    return 0
+        return {"tasks": result, "harness": f"lm-evaluation-harness {importlib.metadata.version('lm_eval')}"}
+
+    return child_main(argv, check)
 
 
 if __name__ == "__main__":

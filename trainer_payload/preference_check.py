@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer_payload.compare import (
-    REFUSED_EXIT,
-    CompareRefusedError,
     Say,
     answer_loss,
+    child_main,
     load_tuned,
     print_progress,
     token_ids,
@@ -73,20 +72,13 @@ def score_pairs(base: Path, adapter: Path, pairs: list[tuple[int, Pair]], say: S
 
 
 def main(argv: list[str]) -> int:
-    """``python -m trainer_payload.preference_check JOB``; JOB is JSON with ``base``, ``adapter`` and ``pairs``.
-
-    Returns:
-        0 with a ``result`` line, or :data:`REFUSED_EXIT` with a ``refused`` line.
-    """
-    job = json.loads(argv[1])
-    pairs = read_pairs(Path(job["pairs"]))
-    try:
-        result = score_pairs(Path(job["base"]), Path(job["adapter"]), pairs, print_progress)
-    except CompareRefusedError as exc:
-        print(f"refused {exc.kind} {exc.detail}", flush=True)
-        return REFUSED_EXIT
-    print("result " + json.dumps(result), flush=True)
-    return 0
+    """``python -m trainer_payload.preference_check JOB``; JOB is JSON with ``base``, ``adapter`` and ``pairs``."""
+    return child_main(
+        argv,
+        lambda job: score_pairs(
+            Path(job["base"]), Path(job["adapter"]), read_pairs(Path(job["pairs"])), print_progress
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.benchmarks.bench_payload import JOB as PAYLOAD_JOB
 from tests.benchmarks.bench_payload import run_bare
 from tests.benchmarks.common import Row, print_table
 from tests.fixtures.preference_data import write_preference_dataset
@@ -22,21 +23,7 @@ from trainer_payload.protocol import read_event_file
 
 STEPS = 20
 ROUNDS = 4
-JOB = {
-    "train_file": "train.jsonl",
-    "output_dir": "out",
-    "objective": "dpo",
-    "beta": 0.1,
-    "method": "lora",
-    "lora_r": 16,
-    "seq_len": 256,
-    "micro_batch": 8,
-    "grad_accum": 1,
-    "learning_rate": 0.001,
-    "max_steps": STEPS,
-    "checkpoint_steps": 10,
-    "checkpoint_minutes": 0,
-}
+JOB = {**PAYLOAD_JOB, "objective": "dpo", "beta": 0.1, "max_steps": STEPS}  # the SFT bench's settings otherwise
 
 BARE = """
 import json, sys

@@ -61,12 +61,7 @@ SHAREGPT_ROLES = {
 #: The objective each kind of data trains with when none is chosen (chats: ``sft``).
 _OBJECTIVE_OF = {DataFormat.PAIRS: "dpo", DataFormat.TEXT: "cpt"}
 #: What each objective trains on, in words.
-_OBJECTIVE_NEEDS = {
-    "sft": "conversations",
-    "dpo": "preference pairs (prompt, chosen, rejected)",
-    "orpo": "preference pairs (prompt, chosen, rejected)",
-    "cpt": "raw text",
-}
+TRAINS_ON = {"sft": "conversations", "dpo": "preference pairs", "orpo": "preference pairs", "cpt": "raw text"}
 
 
 def objective_for(fmt: DataFormat) -> str:
@@ -79,7 +74,7 @@ def objective_data_problem(objective: str, fmt: DataFormat) -> str:
     wanted = objective_for(fmt)
     if wanted == objective or (fmt is DataFormat.PAIRS and objective == "orpo"):
         return ""
-    needs = _OBJECTIVE_NEEDS.get(objective, objective)
+    needs = TRAINS_ON.get(objective, objective)
     return (
         f'objective "{objective}" trains on {needs}, and the data holds {FORMAT_NAMES[fmt]}: set [training] '
         f'objective = "{wanted}", or give [data] train a file of {needs}'

@@ -262,11 +262,6 @@ class RunDraft(BaseModel):
         return str(self.training.get("objective", "sft"))
 
     @property
-    def trains_pairs(self) -> bool:
-        """Whether the data is preference pairs (trained with DPO or ORPO, never SFT)."""
-        return self.data_format == DataFormat.PAIRS.value
-
-    @property
     def can_judge_on_machine(self) -> bool:
         """Whether the machine can judge base against tuned: held-out chats (pairs and raw text are measured else)."""
         return bool(self.eval_file) and self.objective == "sft"

@@ -243,11 +243,11 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
     """
     if path.is_dir():
         raise DatasetFileError(
-            f"{path} is a folder; pass the path of a JSONL, CSV or Parquet file inside it", FileProblem.FOLDER
+            f"{path} is a folder; pass the path of a JSONL, CSV, Parquet or .txt file inside it", FileProblem.FOLDER
         )
     if not path.is_file():
         raise DatasetFileError(
-            f"{path} does not exist; pass the path of a JSONL, CSV or Parquet file", FileProblem.MISSING
+            f"{path} does not exist; pass the path of a JSONL, CSV, Parquet or .txt file", FileProblem.MISSING
         )
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".json", ".ndjson"}:

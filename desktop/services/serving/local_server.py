@@ -13,6 +13,7 @@ import re
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,14 +26,96 @@ from desktop.services.platform.secrets import without_secrets
 HOST = "127.0.0.1"
 #: The context window the server gives the model unless told otherwise.
 DEFAULT_CONTEXT = 4096
-#: The child's code: llama-cpp-python's server, ended at once when its stdin closes. The app keeps that pipe open
-#: and never writes to it, so whatever way the app ends (even killed), the system closes the pipe and the server
-#: goes with it: no server outlives its app.
-_LIFELINE = (
-    "import os, runpy, sys, threading\n"
-    "threading.Thread(target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start()\n"
-    "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n"
-)
+
+
+def lifeline(module: str) -> str:
+    """The child's code: ``python -m MODULE``, ended at once when its stdin closes.
+
+    The app keeps that pipe open and never writes to it, so whatever way the app ends (even killed), the system
+    closes the pipe and the server goes with it: no server outlives its app.
+    """
+    return (
+        "import os, runpy, sys, threading\n"
+        "threading.Thread(target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start()\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    )
+
+
+async def start_child(command: list[str]) -> asyncio.subprocess.Process:
+    """Starts a server's child under its lifeline (stdin held open), output piped, without any secret in its env."""
+    return await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,  # the lifeline: open while this process lives
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=without_secrets(),
+    )
+
+
+async def read_lines(process: asyncio.subprocess.Process, on_line: Callable[[str], None]) -> None:
+    """Hands each line the child prints to ``on_line`` until it ends."""
+    assert process.stdout is not None
+    async for raw in process.stdout:
+        on_line(raw.decode("utf-8", "replace").rstrip())
+
+
+async def stop_child(process: asyncio.subprocess.Process, reader: asyncio.Task[None] | None, grace_s: float) -> None:
+    """Ends a child: asked to stop, then killed after ``grace_s``; waits for its output to be read to the end."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+    if reader is not None:
+        await reader
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How to tell a starting server answers: the address to ask, for how long, and how it is named.
+
+    Attributes:
+        url: Asked until it answers 200.
+        timeout_s: How long to wait for it.
+        what: The server as a message names it ("the server", "TensorBoard").
+        tail: Its last lines of output, in words (why it ended or hangs).
+    """
+
+    url: str
+    timeout_s: float
+    what: str
+    tail: Callable[[], str]
+
+
+async def poll_until_ready(
+    process: asyncio.subprocess.Process, reader: asyncio.Task[None] | None, ready: Readiness
+) -> None:
+    """Polls ``ready.url`` until it answers 200, the child ends, or the time is up.
+
+    Raises:
+        LocalToolError: The child ended (its output read to the end first) or did not answer in time; its last
+            lines say why.
+    """
+    import httpx  # here, not at import: the window starts without it
+
+    deadline = time.monotonic() + ready.timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if process.returncode is not None:
+                if reader is not None:
+                    await reader
+                raise LocalToolError(f"{ready.what} ended before it answered: {ready.tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(ready.url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.25)
+    raise LocalToolError(f"{ready.what} did not answer within {ready.timeout_s:.0f} s: {ready.tail()}")
+
+
 #: A request the access log names: ``"POST /v1/chat/completions HTTP/1.1" 200``.
 _REQUEST = re.compile(r'"POST /v1/(?:chat/completions|completions|embeddings) HTTP/[0-9.]+" (\d{3})')
 
@@ -86,26 +169,12 @@ class LocalServer:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Ends the server: asked to stop, then killed after ``grace_s``."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), grace_s)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
-        if self._reader is not None:
-            await self._reader
+        await stop_child(self.process, self._reader, grace_s)
 
-    async def _read_output(self) -> None:
-        stream = self.process.stdout
-        assert stream is not None
-        async for raw in stream:
-            line = raw.decode("utf-8", "replace").rstrip()
-            self.output.append(line)
-            if _REQUEST.search(line):
-                self.requests += 1
+    def _on_line(self, line: str) -> None:
+        self.output.append(line)
+        if _REQUEST.search(line):
+            self.requests += 1
 
 
 def free_port() -> int:
@@ -138,9 +207,10 @@ def _check_gguf(path: Path, what: str) -> None:
 def server_command(python: Path, model: Path, port: int, *, lora: Path | None, context: int) -> list[str]:
     """The child's command line: llama-cpp-python's server on 127.0.0.1 with the model's own chat template.
 
-    It runs under a lifeline: it ends when its stdin closes (see ``_LIFELINE``).
+    It runs under a lifeline: it ends when its stdin closes (see :func:`lifeline`).
     """
-    command = [str(python), "-c", _LIFELINE, "--model", str(model), "--host", HOST, "--port", str(port)]
+    command = [str(python), "-c", lifeline("llama_cpp.server"), "--model", str(model), "--host", HOST]
+    command += ["--port", str(port)]
     command += ["--model_alias", model.name]  # clients see the file's name, not where it lies on this computer
     threads = str(generation_threads())  # as the chat: every core but one, so the app stays responsive beside it
     command += ["--n_ctx", str(context), "--n_threads", threads, "--n_threads_batch", threads, "--verbose", "False"]
@@ -162,17 +232,11 @@ async def start_server(
             server ended or did not answer within ``ready_timeout_s`` (its last lines are in the message).
     """
     model, chosen, command = await asyncio.to_thread(_prepare, model, port, lora, context)
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        stdin=asyncio.subprocess.PIPE,  # the lifeline: open while this process lives
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=without_secrets(),
-    )
-    server = LocalServer(model, chosen, process)
-    server._reader = asyncio.ensure_future(server._read_output())
+    server = LocalServer(model, chosen, await start_child(command))
+    server._reader = asyncio.ensure_future(read_lines(server.process, server._on_line))
     try:
-        await _until_ready(server, ready_timeout_s)
+        ready = Readiness(f"{server.url}/models", ready_timeout_s, "the server", lambda: _tail(server))
+        await poll_until_ready(server.process, server._reader, ready)
     except BaseException:
         await server.stop(grace_s=2.0)
         raise
@@ -189,23 +253,6 @@ def _prepare(model: Path, port: int | None, lora: Path | None, context: int) -> 
     _check_port(port)
     model = model.resolve()
     return model, port, server_command(local_python(), model, port, lora=lora, context=context)
-
-
-async def _until_ready(server: LocalServer, timeout_s: float) -> None:
-    """Polls ``/v1/models`` until it answers, the server ends, or ``timeout_s`` passes."""
-    import httpx  # here, not at import: the window starts without it
-
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if server.process.returncode is not None:
-                await server.wait()
-                raise LocalToolError(f"the server ended before it answered: {_tail(server)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(f"{server.url}/models")).status_code == 200:
-                    return
-            await asyncio.sleep(0.25)
-    raise LocalToolError(f"the server did not answer within {timeout_s:.0f} s: {_tail(server)}")
 
 
 def _tail(server: LocalServer) -> str:

@@ -3,29 +3,27 @@
 A run with ``[tracking] report_to = ["tensorboard"]`` brings its event files home inside every checkpoint and the
 adapter (see :attr:`desktop.services.runs.snapshot.LocalFiles.tensorboard`). The dashboard listens on 127.0.0.1
 only, without any secret in its environment, and ends with the app: it runs under the same lifeline as the chat
-server (it ends when its stdin closes).
+server (see :func:`~desktop.services.serving.local_server.lifeline`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from desktop.services.local.common import LocalToolError
 from desktop.services.local.toolenv import local_python
-from desktop.services.platform.secrets import without_secrets
-from desktop.services.serving.local_server import HOST, free_port
-
-#: The child's code: TensorBoard's own command line, ended at once when its stdin closes (no dashboard outlives
-#: its app, however the app ends).
-_LIFELINE = (
-    "import os, runpy, sys, threading\n"
-    "threading.Thread(target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start()\n"
-    "runpy.run_module('tensorboard.main', run_name='__main__', alter_sys=True)\n"
+from desktop.services.serving.local_server import (
+    HOST,
+    Readiness,
+    free_port,
+    lifeline,
+    poll_until_ready,
+    read_lines,
+    start_child,
+    stop_child,
 )
 
 
@@ -58,28 +56,22 @@ class TensorBoardServer:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Ends the dashboard: asked to stop, then killed after ``grace_s``."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), grace_s)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
-        if self._reader is not None:
-            await self._reader
-
-    async def _read_output(self) -> None:
-        stream = self.process.stdout
-        assert stream is not None
-        async for raw in stream:
-            self.output.append(raw.decode("utf-8", "replace").rstrip())
+        await stop_child(self.process, self._reader, grace_s)
 
 
 def tensorboard_command(python: Path, logdir: Path, port: int) -> list[str]:
     """The child's command line: TensorBoard on 127.0.0.1 for ``logdir``, under the lifeline."""
-    return [str(python), "-c", _LIFELINE, "--logdir", str(logdir), "--host", HOST, "--port", str(port)]
+    return [
+        str(python),
+        "-c",
+        lifeline("tensorboard.main"),
+        "--logdir",
+        str(logdir),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+    ]
 
 
 async def start_tensorboard(logdir: Path, *, ready_timeout_s: float = 60.0) -> TensorBoardServer:
@@ -91,17 +83,11 @@ async def start_tensorboard(logdir: Path, *, ready_timeout_s: float = 60.0) -> T
     """
     command = await asyncio.to_thread(_prepare, logdir)
     port = int(command[command.index("--port") + 1])
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        stdin=asyncio.subprocess.PIPE,  # the lifeline: open while this process lives
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=without_secrets(),
-    )
-    server = TensorBoardServer(logdir, port, process)
-    server._reader = asyncio.ensure_future(server._read_output())
+    server = TensorBoardServer(logdir, port, await start_child(command))
+    server._reader = asyncio.ensure_future(read_lines(server.process, server.output.append))
     try:
-        await _until_ready(server, ready_timeout_s)
+        ready = Readiness(f"{server.url}data/runs", ready_timeout_s, "TensorBoard", lambda: _tail(server))
+        await poll_until_ready(server.process, server._reader, ready)
     except BaseException:
         await server.stop(grace_s=2.0)
         raise
@@ -111,25 +97,10 @@ async def start_tensorboard(logdir: Path, *, ready_timeout_s: float = 60.0) -> T
 def _prepare(logdir: Path) -> list[str]:
     """Checks the folder holds event files and picks a port (blocking); returns the command line."""
     if not any(logdir.rglob("events.out.tfevents.*")):
-        raise LocalToolError(f"{logdir} holds no TensorBoard event files: train with [tracking] report_to")
+        raise LocalToolError(
+            f'{logdir} holds no TensorBoard event files: give a run trained with [tracking] report_to = ["tensorboard"]'
+        )
     return tensorboard_command(local_python(), logdir.resolve(), free_port())
-
-
-async def _until_ready(server: TensorBoardServer, timeout_s: float) -> None:
-    """Polls the dashboard's list of runs until it answers, it ends, or ``timeout_s`` passes."""
-    import httpx  # here, not at import: the window starts without it
-
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if server.process.returncode is not None:
-                await server.stop()
-                raise LocalToolError(f"TensorBoard ended before it answered: {_tail(server)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(f"{server.url}data/runs")).status_code == 200:
-                    return
-            await asyncio.sleep(0.25)
-    raise LocalToolError(f"TensorBoard did not answer within {timeout_s:.0f} s: {_tail(server)}")
 
 
 def _tail(server: TensorBoardServer) -> str:

@@ -227,7 +227,7 @@ def file_problem(check: DatasetCheck) -> tuple[str, str]:
     kind = check.fatal_kind
     words = {
         FileProblem.MISSING.value: (f"{name} does not exist", "Check the path, or choose the file with Choose file…."),
-        FileProblem.FOLDER.value: (f"{name} is a folder", "Choose a JSONL, CSV or Parquet file inside it."),
+        FileProblem.FOLDER.value: (f"{name} is a folder", "Choose a JSONL, CSV, Parquet or .txt file inside it."),
         FileProblem.UNKNOWN_TYPE.value: (
             f"{name} is not a dataset file Rentune reads",
             "Use a .jsonl, .csv or .parquet file of conversations.",

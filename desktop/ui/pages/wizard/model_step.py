@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.core.data.formats import DataFormat, objective_data_problem
+from desktop.core.data.formats import TRAINS_ON, DataFormat, objective_data_problem
 from desktop.core.model_names import is_local_model
 from desktop.core.runs.draft import DEFAULT_TRAINING, RunDraft
 from desktop.core.sizing.catalog import CatalogEntry, ModelCatalog
@@ -98,16 +98,15 @@ OBJECTIVES: list[tuple[str, str, str]] = [
         "fine-tune on conversations after it. For raw text.",
     ),
 ]
-#: What each objective trains on, and what the data step can find, in words.
-_TRAINS_ON = {"sft": "conversations", "dpo": "preference pairs", "orpo": "preference pairs", "cpt": "raw text"}
+#: What the data step can find, in words (what each objective trains on: ``TRAINS_ON``).
 _HOLDS = {"pairs": "preference pairs", "text": "raw text"}
 
 
 def objective_needs(objective: str, data_format: str) -> str:
     """Why an objective cannot be chosen for the data at hand: what it needs and what the data holds."""
     if not data_format:
-        return f"Needs {_TRAINS_ON[objective]}: choose such a file on the Data step."
-    return f"Needs {_TRAINS_ON[objective]}: your data holds {_HOLDS.get(data_format, 'conversations')}."
+        return f"Needs {TRAINS_ON[objective]}: choose such a file on the Data step."
+    return f"Needs {TRAINS_ON[objective]}: your data holds {_HOLDS.get(data_format, 'conversations')}."
 
 
 #: The payload's preference strength: (lowest, highest) the box allows, and its default.
@@ -210,6 +209,19 @@ def _spin_box(field: TrainingField) -> QSpinBox | QDoubleSpinBox:
     return box
 
 
+def _choice(
+    group: QButtonGroup, label: str, explanation: str, kind: str, *, bottom: int
+) -> tuple[QRadioButton, QLabel]:
+    """A radio button of ``group`` (named for screen readers as a ``kind``) and its explanation, indented under it."""
+    button = QRadioButton(label)
+    button.setAccessibleName(f"{label.replace('&', '')} {kind}")
+    button.setAccessibleDescription(explanation)
+    group.addButton(button)
+    note = caption(explanation)
+    note.setContentsMargins(28, 0, 0, bottom)
+    return button, note
+
+
 class ModelStep(WizardStep):
     """Chooses the base model (catalog, Hub id or local folder), the method, and the training settings."""
 
@@ -283,13 +295,8 @@ class ModelStep(WizardStep):
         self.objective_buttons: dict[str, QRadioButton] = {}
         self.objective_notes: dict[str, QLabel] = {}
         for value, label, explanation in OBJECTIVES:
-            button = QRadioButton(label)
-            button.setAccessibleName(label.replace("&", "") + " objective")
-            button.setAccessibleDescription(explanation)
+            button, note = _choice(self.objective_group, label, explanation, "objective", bottom=6)
             button.toggled.connect(self.on_objective_toggled)
-            note = caption(explanation)
-            note.setContentsMargins(28, 0, 0, 6)
-            self.objective_group.addButton(button)
             self.objective_buttons[value], self.objective_notes[value] = button, note
             box.body.addWidget(button)
             box.body.addWidget(note)
@@ -324,13 +331,8 @@ class ModelStep(WizardStep):
         self.method_group = QButtonGroup(self)
         self.method_buttons: dict[str, QRadioButton] = {}
         for index, (value, label, explanation) in enumerate(METHODS):
-            button = QRadioButton(label)
-            button.setAccessibleName(label.replace("&", "") + " method")
-            button.setAccessibleDescription(explanation)
+            button, note = _choice(self.method_group, label, explanation, "method", bottom=8)
             button.toggled.connect(self.on_method_toggled)
-            note = caption(explanation)
-            note.setContentsMargins(28, 0, 0, 8)
-            self.method_group.addButton(button)
             self.method_buttons[value] = button
             row, column = divmod(index, 2)
             grid.addWidget(button, row * 2, column)
