@@ -23,6 +23,8 @@ BUILD_LOCK := $(LOCKS)/build-tools.txt
 BASE_LOCK  := $(LOCKS)/base.txt
 DEV_LOCK   := $(LOCKS)/dev-linux-x86_64-py311.txt
 TOOLS_LOCK := resources/local-tools/requirements.txt
+TRACKERS   := trackio wandb
+TRACKER_INS := $(TRACKERS:%=trainer_payload/requirements-%.txt)
 HASHED     := install --quiet --require-hashes --no-deps --no-compile
 # The test environment's lock is for Linux x86-64 and CPython 3.11 (CI and this project's machines); elsewhere the
 # test extras install from pyproject.toml's ranges, unchecked, with a note.
@@ -88,7 +90,7 @@ lock: $(VENV)/.test-installed
 	$(UV_COMPILE) --universal --python-version 3.11 $(LOCKS)/build-tools.in -o $(BUILD_LOCK)
 	$(UV_COMPILE) --universal --python-version 3.11 pyproject.toml -c $(BUILD_LOCK) -o $(BASE_LOCK)
 	$(UV_COMPILE) --python-version 3.11 --python-platform x86_64-manylinux_2_35 --find-links $(TORCH_FIND_LINKS) \
-	  pyproject.toml trainer_payload/requirements.txt $(LOCKS)/build-tools.in --extra dev --extra local --extra mlx \
+	  pyproject.toml trainer_payload/requirements.txt $(TRACKER_INS) $(LOCKS)/build-tools.in --extra dev --extra local --extra mlx \
 	  --override $(LOCKS)/torch-cpu.txt -c $(BUILD_LOCK) -c $(BASE_LOCK) -o $(DEV_LOCK)
 	$(UV_COMPILE) --universal --python-version 3.11 $(LOCKS)/dist-tools.in -c $(BUILD_LOCK) -c $(BASE_LOCK) -o $(DIST_LOCK)
 	@# The local tools: one lock for every platform, at the test environment's versions where they fit (torch aside).
@@ -100,6 +102,11 @@ lock: $(VENV)/.test-installed
 	printf 'torch ; python_version < "0"\n' > build/no-torch.txt
 	$(UV_COMPILE) --universal --python-version 3.11 trainer_payload/requirements.txt --override build/no-torch.txt \
 	  -c build/dev-pins.txt -o trainer_payload/requirements-lock.txt
+	@# Each tracker's own lock, installed only by a run reporting to it (at the payload lock's versions where shared).
+	for tracker in $(TRACKERS); do \
+	  $(UV_COMPILE) --universal --python-version 3.11 trainer_payload/requirements-$$tracker.txt \
+	    --override build/no-torch.txt -c trainer_payload/requirements-lock.txt -c build/dev-pins.txt \
+	    -o trainer_payload/requirements-$$tracker-lock.txt || exit 1; done
 
 # Where the test lock applies, the local libraries come with it (locked); elsewhere from pyproject.toml's ranges.
 ifeq ($(DEV_LOCKED),1)

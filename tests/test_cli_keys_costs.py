@@ -401,10 +401,11 @@ def test_list_says_where_each_key_comes_from_and_never_prints_one(
     code, out, err = run(capsys, "keys", "list")
     assert code == 0
     assert out.splitlines() == [
-        "RunPod API key        keyring",
-        "Vast.ai API key       environment VAST_API_KEY",
-        "Lambda Cloud API key  missing: rentune keys set lambda",
-        "Hugging Face token    missing: save it on the Settings page or set HF_TOKEN",
+        "RunPod API key            keyring",
+        "Vast.ai API key           environment VAST_API_KEY",
+        "Lambda Cloud API key      missing: rentune keys set lambda",
+        "Hugging Face token        missing: rentune keys set huggingface, save it on the Settings page or set HF_TOKEN",
+        "Weights & Biases API key  missing: rentune keys set wandb, save it on the Settings page or set WANDB_API_KEY",
     ]
     code, out_json, err_json = run(capsys, "keys", "list", "--json")
     assert [(row["name"], row["source"]) for row in json.loads(out_json)] == [
@@ -412,9 +413,23 @@ def test_list_says_where_each_key_comes_from_and_never_prints_one(
         ("vast", "environment"),
         ("lambda", "missing"),
         ("huggingface", "missing"),
+        ("wandb", "missing"),
     ]
     everything = out + err + out_json + err_json
     assert KEY not in everything and "vast-env-secret-value" not in everything
+
+
+def test_a_wandb_key_is_stored_from_stdin_as_it_is_and_removed_again(
+    memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "local-" + "7" * 48
+    monkeypatch.setattr("sys.stdin", io.StringIO(key + "\n"))
+    code, out, err = run(capsys, "keys", "set", "wandb")
+    assert code == 0, err
+    assert memory_keyring.passwords == {("rentune", "wandb"): key} and key not in out + err
+    assert "stored the Weights & Biases API key in the keyring (W&B checks it when a run" in out
+    code, out, err = run(capsys, "keys", "delete", "wandb")
+    assert code == 0 and memory_keyring.passwords == {} and "removed the Weights & Biases API key" in out
 
 
 def test_delete_removes_the_key(memory_keyring: MemoryKeyring, capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_payload.failures import classify, config_error, hint
-from trainer_payload.lock import LOCK, Locked, applies, canonical, read_lock, to_install, torch_conflicts
+from trainer_payload.lock import LOCK, Locked, applies, canonical, job_entries, to_install, torch_conflicts
 from trainer_payload.protocol import (
     EVENTS_FILE_NAME,
     VENV_DIR,
@@ -209,7 +209,7 @@ def _load(job_path: Path) -> JobSpec | int:
 
 
 def _prepare(spec: JobSpec, events: EventWriter, lock: Path, *, dry_run: bool) -> int:
-    entries = [entry for entry in read_lock(lock) if applies(entry)]
+    entries = [entry for entry in job_entries(lock, spec.report_to) if applies(entry)]
     needed = to_install(entries, kept_distributions())
     missing = [f"{entry.name}=={entry.version}" for entry in needed]
     detail = f"{len(needed)} of {len(entries)} locked packages to install" if needed else "every package is installed"

@@ -40,6 +40,27 @@ class Locked:
     entry: str
 
 
+def tracker_lock(lock: Path, tracker: str) -> Path:
+    """The lock of what a tracker needs besides ``lock`` (beside it: ``requirements-TRACKER-lock.txt``)."""
+    return lock.with_name(f"requirements-{tracker}-lock.txt")
+
+
+def job_entries(lock: Path, trackers: list[str]) -> list[Locked]:
+    """The entries a job installs: ``lock``'s, then those of each tracker it reports to that has a lock of its own.
+
+    A package in both keeps the main lock's entry (the trackers' locks are made at its versions).
+    """
+    entries = read_lock(lock)
+    names = {entry.name for entry in entries}
+    for tracker in trackers:
+        extra = tracker_lock(lock, tracker)
+        if extra.is_file():
+            added = [entry for entry in read_lock(extra) if entry.name not in names]
+            entries += added
+            names.update(entry.name for entry in added)
+    return entries
+
+
 def canonical(name: str) -> str:
     """A distribution name as pip compares it."""
     return re.sub(r"[-_.]+", "-", name).lower()

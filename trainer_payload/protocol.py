@@ -721,11 +721,19 @@ PREFERENCE_OBJECTIVES = frozenset({"dpo", "orpo"})
 #: DPO's losses offered (TRL's names): the sigmoid loss of the DPO paper, IPO, the hinge loss of SLiC, robust DPO.
 DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
 ENGINES = ("trl", "unsloth")
-#: Where a run's metrics go besides the event stream (transformers' ``report_to``): TensorBoard event files, written
-#: on the machine and carried home inside every sealed checkpoint and the adapter.
-TRACKERS = ("tensorboard",)
+#: Where a run's metrics go besides the event stream (transformers' ``report_to``): TensorBoard event files and
+#: trackio's database, written on the machine and carried home inside every sealed checkpoint and the adapter, and
+#: Weights & Biases, sent from the machine to the user's W&B account (its key reaches the trainer over stdin).
+TRACKERS = ("tensorboard", "trackio", "wandb")
+#: The trackers whose logs are files in the output folder, each in its folder, copied into every sealed checkpoint.
+TRACKER_DIR_NAMES = {"tensorboard": "tensorboard", "trackio": "trackio"}
 #: The TensorBoard event files' folder: in the output folder, and a copy inside each sealed checkpoint.
-TENSORBOARD_DIR_NAME = "tensorboard"
+TENSORBOARD_DIR_NAME = TRACKER_DIR_NAMES["tensorboard"]
+#: trackio's folder (its ``TRACKIO_DIR``): one SQLite database per project, copied whole into each checkpoint.
+TRACKIO_DIR_NAME = TRACKER_DIR_NAMES["trackio"]
+#: The project a run's metrics go under in trackio and W&B unless the spec names one.
+DEFAULT_TRACKING_PROJECT = "rentune"
+_TRACKING_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 STRATEGIES = ("ddp", "fsdp")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 
@@ -889,9 +897,11 @@ class JobSpec:
     ends first; 0 steps: none) are measured into one ``calibration`` event; an out-of-memory error before that is
     met by halving the micro-batch (doubling the accumulation), down to 1 with activation checkpointing on.
     Across several machines (``num_nodes`` above 1) every node gets the same job but its own ``node_rank``; rank 0's
-    machine is the head, reached by the others at ``head_address``:``head_port``. ``report_to`` (``tensorboard``)
-    writes TensorBoard event files into the output folder's :data:`TENSORBOARD_DIR_NAME`, copied into every sealed
-    checkpoint and the adapter so they come home verified with them.
+    machine is the head, reached by the others at ``head_address``:``head_port``. ``report_to`` (:data:`TRACKERS`)
+    writes TensorBoard event files and trackio's database into the output folder (:data:`TRACKER_DIR_NAMES`), copied
+    into every sealed checkpoint and the adapter so they come home verified with them; ``wandb`` sends the metrics to
+    W&B (``wandb_url`` for a server of one's own), the key read from stdin. Trackers name the run ``run_name`` in
+    ``tracking_project``.
     """
 
     base_model: str
@@ -932,6 +942,9 @@ class JobSpec:
     calibration_minutes: float = 2.0
     idle_stop_minutes: float = 0.0
     report_to: list[str] = field(default_factory=list)
+    tracking_project: str = DEFAULT_TRACKING_PROJECT
+    run_name: str = ""
+    wandb_url: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -1007,12 +1020,7 @@ class JobSpec:
             raise JobSpecError(f"lora_dropout {self.lora_dropout} must be at least 0 and below 1")
         if not 0 < self.beta <= 10:
             raise JobSpecError(f"beta {self.beta} must be above 0 and at most 10 (DPO and ORPO use about 0.1)")
-        for tracker in self.report_to:
-            if tracker not in TRACKERS:
-                raise JobSpecError(
-                    f"report_to {tracker!r}: runs report to tensorboard (its event files come home inside every "
-                    "checkpoint); W&B and trackio are not supported yet"
-                )
+        self._validate_tracking()
         if self.objective in PREFERENCE_OBJECTIVES and self.engine != "trl":
             raise JobSpecError(f'objective "{self.objective}" trains with TRL: set engine "trl"')
         if self.checkpoint_minutes < 0 or self.idle_stop_minutes < 0 or self.calibration_minutes < 0:
@@ -1022,6 +1030,19 @@ class JobSpec:
             or (isinstance(self.target_modules, list) and all(isinstance(m, str) for m in self.target_modules))
         ):
             raise JobSpecError('target_modules must be "all-linear" or a list of module names')
+
+    def _validate_tracking(self) -> None:
+        for tracker in self.report_to:
+            if tracker not in TRACKERS:
+                raise JobSpecError(f"report_to {tracker!r}: runs report to {', '.join(TRACKERS)}")
+        for key in ("tracking_project", "run_name"):
+            value = getattr(self, key)
+            if not _TRACKING_NAME.fullmatch(value) and (value or key == "tracking_project"):
+                raise JobSpecError(
+                    f"{key} {value!r} must be 1 to 64 letters, digits, '-', '_' or '.' (trackio and W&B name runs so)"
+                )
+        if self.wandb_url and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", self.wandb_url):
+            raise JobSpecError(f"wandb_url {self.wandb_url!r} must be an http(s) address, like https://api.wandb.ai")
 
     def _validate_nodes(self) -> None:
         """Several machines: this one's rank among them, and the head every rank reaches (an address, no more)."""

@@ -7,10 +7,10 @@ output directory resumes from the newest complete checkpoint; SIGTERM saves a ch
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +43,6 @@ from trainer_payload.protocol import (
     PAUSE_FILE_NAME,
     PREFERENCE_OBJECTIVES,
     STOP_MARKER_NAME,
-    TENSORBOARD_DIR_NAME,
     TRAINER_EXIT_FILE_NAME,
     ErrorKind,
     EventKind,
@@ -57,22 +56,21 @@ from trainer_payload.protocol import (
     sharded_checkpoints,
 )
 from trainer_payload.texts import load_texts
+from trainer_payload.trackers import (
+    copy_tracker_logs,
+    finish_wandb,
+    point_trackers_at,
+    restore_tracker_logs,
+    start_wandb,
+    take_wandb_key,
+    tracking_arguments,
+)
 
 EXIT_DONE, EXIT_FAILED, EXIT_TERMINATED = 0, 1, 143
 CHECKPOINT_DIR_NAME = "checkpoints"
 #: How long the ranks of a distributed run may take to finish their step and save after SIGTERM before torch's
 #: launcher kills them (a provider's own preemption deadline still applies).
 STOP_GRACE_SECONDS = 600
-
-
-def copy_tensorboard_logs(output_dir: Path, folder: Path) -> None:
-    """Copies the run's TensorBoard event files so far into ``folder`` (a checkpoint or the adapter), before its seal.
-
-    They come home with it, verified, and a recycled machine loses none of the curves already drawn.
-    """
-    logs = output_dir / TENSORBOARD_DIR_NAME
-    if logs.is_dir():
-        shutil.copytree(logs, folder / TENSORBOARD_DIR_NAME, dirs_exist_ok=True)
 
 
 class Stop:
@@ -245,7 +243,7 @@ def _events_callback(spec: JobSpec, events: EventWriter, stop: Stop, calibration
             _all_ranks_saved()  # a seal lists every rank's files whole, not one still being written
             if not folder.is_dir() or not _is_node_main_process():
                 return  # each machine's first rank seals; the others only write their shards
-            copy_tensorboard_logs(output_dir, folder)
+            copy_tracker_logs(output_dir, folder)
             marker = seal_checkpoint(folder, state.global_step)
             if not _is_main_process():
                 return  # rank 0 alone reports
@@ -312,7 +310,7 @@ def _common_args(spec: JobSpec, bf16: bool, has_eval: bool) -> dict[str, Any]:
         "save_total_limit": spec.keep_checkpoints,
         "bf16": bf16,
         "use_cpu": not cuda_available(),
-        "report_to": list(spec.report_to) or "none",  # TensorBoard writes where TENSORBOARD_LOGGING_DIR says
+        **tracking_arguments(spec),
         "gradient_checkpointing": spec.gradient_checkpointing,
         "gradient_checkpointing_kwargs": {"use_reentrant": False},
         "eval_strategy": "steps" if has_eval else "no",
@@ -464,8 +462,9 @@ def leave_out_unused_quantisation(spec: JobSpec) -> bool:
 class PayloadRun:
     """One execution of a job, from loading to the final adapter."""
 
-    def __init__(self, spec: JobSpec, events: EventWriter, stop: Stop) -> None:
+    def __init__(self, spec: JobSpec, events: EventWriter, stop: Stop, wandb_key: str = "") -> None:
         self.spec, self.events, self.stop = spec, events, stop
+        self.wandb_key = wandb_key
         self.output_dir = Path(spec.output_dir)
         self.started = time.monotonic()
         self.calibration = Calibration(spec.calibration_steps, spec.calibration_minutes)
@@ -473,6 +472,15 @@ class PayloadRun:
     def state(self, state: JobState, **detail: Any) -> None:
         """Reports a phase."""
         self.events.emit(EventKind.STATE, state=state.value, **detail)
+
+    def _start_wandb(self) -> str | None:
+        """Opens the W&B run on rank 0 (a run reporting to W&B); why it could not, after which the run goes without."""
+        if "wandb" not in self.spec.report_to or not _is_main_process():
+            return None
+        problem = start_wandb(self.spec, self.wandb_key, self.output_dir)
+        if problem is not None:
+            self.spec = dataclasses.replace(self.spec, report_to=[t for t in self.spec.report_to if t != "wandb"])
+        return problem
 
     def execute(self) -> int:
         """Runs the job; returns the process exit code."""
@@ -489,9 +497,13 @@ class PayloadRun:
         if self.stop.terminated:
             return self._terminated(step=None)
         resume = newest_complete(self.output_dir / CHECKPOINT_DIR_NAME)
+        if resume is not None:
+            restore_tracker_logs(resume, self.output_dir)
+        tracking = self._start_wandb()
         self.state(
             JobState.TRAINING,
             resume_from=resume.name if resume else None,
+            **({"tracking": tracking} if tracking else {}),
             loss_on=LOSS_ON.get(self.spec.objective, LOSS_ON["sft"]),
             examples=len(train),
             dropped_examples=dropped,
@@ -523,8 +535,7 @@ class PayloadRun:
         """The objective's trainer for the job as it is now (its micro-batch may have been made smaller to fit)."""
         train, evaluation = data
         config = training_config(self.spec, bf16, evaluation is not None)
-        # transformers' TensorBoard writer reads its folder from the environment only (no argument any more)
-        os.environ["TENSORBOARD_LOGGING_DIR"] = str(self.output_dir / TENSORBOARD_DIR_NAME)
+        point_trackers_at(self.output_dir)
         if engine == "unsloth":
             config.gradient_checkpointing = False  # Unsloth wraps the model with its own offloaded checkpointing
         callbacks = [_events_callback(self.spec, self.events, self.stop, self.calibration)]
@@ -600,7 +611,7 @@ class PayloadRun:
         trainer.save_model(str(target))
         if not _is_main_process():
             return EXIT_DONE
-        copy_tensorboard_logs(self.output_dir, target)
+        copy_tracker_logs(self.output_dir, target)
         marker = seal_checkpoint(target, trainer.state.global_step)
         last_loss = next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)
         self.events.emit(
@@ -753,7 +764,7 @@ def _run_reporting(spec: JobSpec, events: EventWriter, stop: Stop) -> int:
     if spec.idle_stop_minutes > 0:
         threading.Thread(target=_watchdog, args=(spec, stop, finished), daemon=True).start()
     try:
-        code = PayloadRun(spec, events, stop).execute()
+        code = PayloadRun(spec, events, stop, wandb_key=take_wandb_key()).execute()
     except Exception as exc:  # noqa: BLE001 - every failure must become an error event, never a silent crash
         kind = classify(exc)
         detail = {"peak_gpu_gb": peak_memory_gb()} if kind is ErrorKind.OOM else {}
@@ -764,6 +775,7 @@ def _run_reporting(spec: JobSpec, events: EventWriter, stop: Stop) -> int:
         code = EXIT_FAILED
     finally:
         finished.set()
+    finish_wandb(code)
     if _is_main_process() and code != EXIT_TERMINATED:
         _touch_stop_marker(Path(spec.output_dir))
     return code

@@ -29,6 +29,7 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "trial": ("trial", "run_trial_command"),
     "serve": ("serve", "run_serve"),
     "tensorboard": ("serve", "run_tensorboard"),
+    "trackio": ("serve", "run_trackio"),
     "publish": ("publish", "run_publish"),
     "tools": ("tools", "run_tools"),
     "update-check": ("updates", "run_update_check"),

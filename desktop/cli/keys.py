@@ -38,12 +38,19 @@ def read_key(label: str) -> str:
     return sys.stdin.readline().strip()
 
 
+#: The secrets ``rentune keys set`` stores without asking their service first, with when they are checked instead.
+UNCHECKED_SECRETS = {
+    SecretName.HUGGINGFACE.value: "the Hub checks it when a run or a download uses it",
+    SecretName.WANDB.value: "W&B checks it when a run reporting to W&B starts",
+}
+
+
 def _where(status: SecretStatus) -> str:
     """Where a secret comes from, with the fix when it is missing (never the value)."""
     name = status.name
     fix = (
-        "save it on the Settings page or set HF_TOKEN"
-        if name is SecretName.HUGGINGFACE
+        f"rentune keys set {name.value}, save it on the Settings page or set {name.env_var}"
+        if name.value in UNCHECKED_SECRETS
         else f"rentune keys set {name.value}"
     )
     return {
@@ -118,9 +125,28 @@ class KeysCommands:
                 print(f"{status.name.label:<{width}}  {_where(status)}")
         return EXIT_OK
 
+    def set_unchecked(self, secret: SecretName) -> int:
+        """Reads a token that is not a cloud's (Hugging Face, W&B) and stores it as it is: its service checks it."""
+        key = read_key(secret.label)
+        if not key:
+            raise CliError(f"no {secret.label} given; paste it at the prompt or pipe it in (rentune keys set "
+                           f"{secret.value} < key.txt)")  # fmt: skip
+        remember_secret(key)
+        try:
+            self.secrets.set(secret, key)
+        except SecretStoreError as exc:
+            raise CliError(str(exc), EXIT_FAILED) from exc
+        print(f"stored the {secret.label} in the keyring ({UNCHECKED_SECRETS[secret.value]})")
+        if os.environ.get(secret.env_var):
+            print(f"note: {secret.env_var} in the environment is used instead until you unset it")
+        return EXIT_OK
+
     def delete(self, name: ProviderName) -> int:
         """Removes a provider's key from the keyring, saying when the environment still provides one."""
-        secret = PROVIDERS[name].secret
+        return self.delete_secret(PROVIDERS[name].secret)
+
+    def delete_secret(self, secret: SecretName) -> int:
+        """Removes a key or token from the keyring, saying when the environment still provides one."""
         before = self.secrets.status(secret).source
         try:
             self.secrets.delete(secret)
@@ -137,9 +163,12 @@ class KeysCommands:
 
 
 def run_keys(args: argparse.Namespace, commands: KeysCommands | None = None) -> int:
-    """``rentune keys set|list|delete``: manages the cloud API keys in the keyring."""
+    """``rentune keys set|list|delete``: manages the API keys and tokens in the keyring."""
     commands = commands or KeysCommands()
     if args.keys_command == "list":
         return commands.list(args.json)
+    if args.provider in UNCHECKED_SECRETS:
+        secret = SecretName(args.provider)
+        return commands.set_unchecked(secret) if args.keys_command == "set" else commands.delete_secret(secret)
     name = ProviderName(args.provider)
     return commands.set(name) if args.keys_command == "set" else commands.delete(name)

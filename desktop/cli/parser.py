@@ -129,12 +129,16 @@ def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "training, waiting on you, pulling home, export, teardown) and its effective training hour",
     )
     _add_rent_or_buy_flags(costs)
-    keys = commands.add_parser("keys", help="cloud API keys in the keyring: set (checked first), list, delete")
+    keys = commands.add_parser("keys", help="API keys and tokens in the keyring: set (checked first), list, delete")
     actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
-    providers = [name.value for name in ProviderName]
+    providers = [name.value for name in ProviderName] + ["huggingface", "wandb"]
     for name, text in (
-        ("set", "check a provider's API key with the provider, then store it (prompts, or reads one line of stdin)"),
-        ("delete", "remove a provider's API key from the keyring"),
+        (
+            "set",
+            "store a cloud's API key (checked with the provider first), a Hugging Face token or a W&B key "
+            "(prompts, or reads one line of stdin)",
+        ),
+        ("delete", "remove a key or token from the keyring"),
     ):
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument(
@@ -404,6 +408,14 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "tools' TensorBoard).",
     )
     board.add_argument("run", metavar="RUN_ID_OR_FOLDER", help="a run id, or a folder of event files")
+    trackio = commands.add_parser(
+        "trackio",
+        help="trackio's dashboard on this computer for a run's trackio database, until Ctrl-C",
+        description='A run with [tracking] report_to = ["trackio"] brings its trackio database home with each '
+        "checkpoint and the adapter; this shows the newest in trackio's dashboard on 127.0.0.1 (the local tools' "
+        "trackio, shown a copy: the run's files stay as they were sealed).",
+    )
+    trackio.add_argument("run", metavar="RUN_ID_OR_FOLDER", help="a run id, or a folder holding a trackio database")
 
 
 def _add_publish_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

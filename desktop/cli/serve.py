@@ -19,8 +19,8 @@ from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.services.local.common import LocalToolError
 from desktop.services.runs.snapshot import local_files
 from desktop.services.runs.store import RunStore, UnknownRunError
+from desktop.services.serving.dashboards import Tracker, start_dashboard
 from desktop.services.serving.local_server import LocalServer, start_server
-from desktop.services.serving.tensorboard import start_tensorboard
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -87,14 +87,23 @@ def _requests(server: LocalServer) -> str:
 
 def run_tensorboard(args: argparse.Namespace) -> int:
     """``rentune tensorboard RUN_ID|FOLDER``: TensorBoard for the run's event files at home, until Ctrl-C."""
+    return _run_dashboard(Tracker.TENSORBOARD, args.run)
+
+
+def run_trackio(args: argparse.Namespace) -> int:
+    """``rentune trackio RUN_ID|FOLDER``: trackio's dashboard for the run's trackio database at home, until Ctrl-C."""
+    return _run_dashboard(Tracker.TRACKIO, args.run)
+
+
+def _run_dashboard(tracker: Tracker, what: str) -> int:
     try:
-        return asyncio.run(_tensorboard(args))
+        return asyncio.run(_dashboard(tracker, what))
     except KeyboardInterrupt:
         return EXIT_OK
 
 
-def tensorboard_logs(what: str) -> Path:
-    """The event files to show: a folder as given, or a run's newest at home.
+def tracker_logs(tracker: Tracker, what: str) -> Path:
+    """The logs to show: a folder as given, or a run's newest at home.
 
     Raises:
         CliError: No such run or folder, or the run has none at home yet.
@@ -103,36 +112,37 @@ def tensorboard_logs(what: str) -> Path:
     if folder.is_dir():
         return folder
     store = RunStore()
+    what_files = "TensorBoard event files" if tracker is Tracker.TENSORBOARD else "a trackio database"
     try:
         record = store.get(what)
     except UnknownRunError as exc:
-        raise CliError(f"{exc}, or give a folder of TensorBoard event files") from exc
-    logs = local_files(store, record).tensorboard
+        raise CliError(f"{exc}, or give a folder of {what_files}") from exc
+    logs = local_files(store, record).tracker_logs(tracker.value)
     if logs is None:
         raise CliError(
-            f'run {record.id} has no TensorBoard event files here: a run with [tracking] report_to = ["tensorboard"] '
-            "brings them home with each checkpoint"
+            f"run {record.id} has no {what_files} here: a run with [tracking] report_to = "
+            f'["{tracker.value}"] brings them home with each checkpoint'
         )
     return logs
 
 
-async def _tensorboard(args: argparse.Namespace) -> int:
-    logs = tensorboard_logs(args.run)
-    print(f"Starting TensorBoard for {logs} ...", flush=True)
+async def _dashboard(tracker: Tracker, what: str) -> int:
+    logs = tracker_logs(tracker, what)
+    print(f"Starting {tracker.label} for {logs} ...", flush=True)
     try:
-        server = await start_tensorboard(logs)
+        board = await start_dashboard(tracker, logs)
     except LocalToolError as exc:
         raise CliError(str(exc), EXIT_FAILED) from exc
-    print(f"TensorBoard at {server.url} (this computer only). Ctrl-C stops it.", flush=True)
+    print(f"{tracker.label} at {board.url} (this computer only). Ctrl-C stops it.", flush=True)
     stop = asyncio.Event()
     _stop_on_signals(stop)
-    ended, stopped = asyncio.ensure_future(server.process.wait()), asyncio.ensure_future(stop.wait())
+    ended, stopped = asyncio.ensure_future(board.process.wait()), asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({ended, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
-        await asyncio.shield(server.stop())
+        await asyncio.shield(board.stop())
     if stop.is_set():
-        print("TensorBoard stopped.", flush=True)
+        print(f"{tracker.label} stopped.", flush=True)
         return EXIT_OK
-    raise CliError(f"TensorBoard ended (exit {server.process.returncode}): {' | '.join(server.output)[-600:]}")
+    raise CliError(f"{tracker.label} ended (exit {board.process.returncode}): {' | '.join(board.output)[-600:]}")

@@ -236,3 +236,28 @@ def test_data_the_objective_cannot_train_on_is_refused_before_anything_is_record
         if fitting:
             train.write_text(fitting + "\n")
         assert engine.create(RunSpec("org/tiny", train, None, {"objective": fits}, spec.target, 0, 0)).id
+
+
+async def test_the_wandb_key_goes_on_stdin_to_the_trainer_alone_and_its_absence_is_refused_before_renting(
+    host: FakeHost, tmp_path: Path
+) -> None:
+    from desktop.services.platform.secrets import SecretName
+    from desktop.services.runs.errors import RunError
+
+    engine = make_engine(host, [])
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    training = {"max_steps": 4, "report_to": ["tensorboard", "wandb"]}
+    spec = RunSpec("org/tiny-model", train, None, training, SshTarget("trainer", "gpu.example", 22), 0, 0)
+    with pytest.raises(RunError, match=re.escape("the run reports to W&B ([tracking] report_to) but no Weights")):
+        engine.create(spec)
+    assert engine.store.all() == [] and host.commands == [], "refused before anything is recorded or contacted"
+    key = "local-" + "5" * 48
+    SecretStore().set(SecretName.WANDB, key)
+    record = engine.create(spec)
+    host.on_launch = trains_to_the_end
+    final = await asyncio.wait_for(engine.drive(record.id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    sent = [stdin for stdin in host.stdins if key in stdin]
+    assert sent == [f"\n{key}\n"], "once, to the trainer's launch, as the line after the (absent) Hub token"
+    assert not any(key in command for command in host.commands)

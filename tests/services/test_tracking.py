@@ -1,5 +1,6 @@
-"""[tracking]: the spec's trackers (TensorBoard; W&B and trackio refused, saying so), the job key the machine reads,
-where a run's newest event files are at home, and rentune tensorboard's words when a run has none."""
+"""[tracking]: the spec's trackers (TensorBoard, trackio, W&B), the job keys the machine reads, where a run's newest
+logs are at home, rentune tensorboard's and rentune trackio's words when a run has none, the payload's tracker logs in
+each checkpoint, its tracker locks, and the W&B key: refused before renting when missing, sent only to the trainer."""
 
 from __future__ import annotations
 
@@ -18,19 +19,30 @@ from trainer_payload.protocol import CHECKPOINT_MARKER, JobSpec, JobSpecError
 BASE: dict[str, Any] = {"model": {"base": "org/tiny"}, "data": {"train": "train.jsonl"}, "target": {"ssh": "ssh://u@h"}}
 
 
-def test_tracking_sets_the_job_key_and_refuses_what_the_payload_cannot_send_to(tmp_path: Path) -> None:
-    spec = run_spec_from_dict({**BASE, "tracking": {"report_to": ["tensorboard", "tensorboard"]}}, tmp_path)
-    assert spec.training["report_to"] == ["tensorboard"]
+def test_tracking_sets_the_job_keys_and_refuses_what_the_payload_cannot_send_to(tmp_path: Path) -> None:
+    table = {"report_to": ["tensorboard", "trackio", "wandb", "trackio"], "project": "support-bot"}
+    spec = run_spec_from_dict({**BASE, "tracking": {**table, "wandb_url": "http://wandb.local:8080"}}, tmp_path)
+    assert spec.training["report_to"] == ["tensorboard", "trackio", "wandb"]
+    assert spec.training["tracking_project"] == "support-bot"
+    assert spec.training["wandb_url"] == "http://wandb.local:8080"
     assert "report_to" not in run_spec_from_dict(BASE, tmp_path).training
     for table, words in [
-        ({"report_to": ["wandb"]}, "report_to 'wandb': runs report to tensorboard"),
+        ({"report_to": ["mlflow"]}, "report_to 'mlflow': runs report to tensorboard, trackio, wandb"),
         ({"report_to": "tensorboard"}, 'must be a list, like report_to = ["tensorboard"]'),
-        ({"project": "x"}, "[tracking] does not know project"),
+        ({"entity": "x"}, "[tracking] does not know entity; it takes report_to, project, wandb_url"),
+        ({"project": 3}, "[tracking] project = 3 must be a string"),
+        ({"project": "my project"}, "tracking_project 'my project' must be 1 to 64 letters"),
+        ({"wandb_url": "wandb.local"}, "wandb_url 'wandb.local' must be an http(s) address"),
     ]:
         with pytest.raises(RunSpecError, match=re.escape(words)):
             run_spec_from_dict({**BASE, "tracking": table}, tmp_path)
-    with pytest.raises(JobSpecError, match="W&B and trackio are not supported yet"):
-        JobSpec.from_dict({"base_model": "b", "train_file": "t", "output_dir": "o", "report_to": ["trackio"]})
+    with pytest.raises(RunSpecError, match=re.escape("[training] cannot set run_name")):
+        run_spec_from_dict({**BASE, "training": {"run_name": "x"}}, tmp_path)
+    job = {"base_model": "b", "train_file": "t", "output_dir": "o"}
+    with pytest.raises(JobSpecError, match="report_to 'neptune'"):
+        JobSpec.from_dict({**job, "report_to": ["neptune"]})
+    with pytest.raises(JobSpecError, match=re.escape("run_name '../x' must be")):  # the machine names files by it
+        JobSpec.from_dict({**job, "run_name": "../x"})
 
 
 def test_the_newest_event_files_at_home_are_the_adapters_else_the_newest_checkpoints(tmp_path: Path) -> None:

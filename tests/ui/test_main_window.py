@@ -85,10 +85,16 @@ def test_unknown_page_lists_the_real_ones(window: MainWindow) -> None:
         window.show_page("offers")
 
 
-def test_settings_offer_the_cloud_keys_and_the_hub_token(window: MainWindow) -> None:
+def test_settings_offer_the_cloud_keys_the_hub_token_and_the_wandb_key(window: MainWindow) -> None:
     page = window.page("settings")
     assert isinstance(page, SettingsPage)
-    assert list(page.key_inputs) == [SecretName.RUNPOD, SecretName.VAST, SecretName.LAMBDA, SecretName.HUGGINGFACE]
+    assert list(page.key_inputs) == [
+        SecretName.RUNPOD,
+        SecretName.VAST,
+        SecretName.LAMBDA,
+        SecretName.HUGGINGFACE,
+        SecretName.WANDB,
+    ]
 
 
 def test_api_key_saved_from_the_settings_page_lands_in_the_keyring(

@@ -304,29 +304,42 @@ def test_a_number_above_the_highest_is_said_beside_its_field_not_cut_silently(
     note = step.notes[key]
     assert note.isVisible() and f"“{typed}” is above the highest it takes, so it is {box.text()} now." in note.text()
     assert note.text().startswith(next(field.label for field in TRAINING_FIELDS if field.key == key))
-    # beside its own field: right under it, in its column
+    # beside its own field: right under it, in its column (once the layout has made room for the line, as seen)
+    qtbot.waitUntil(lambda: box.height() > 0 and note.height() > 0)
     spot, under = box.geometry(), note.geometry()
     assert under.top() >= spot.bottom() and under.top() - spot.bottom() < spot.height()
     assert under.left() <= spot.left() < under.right()
     assert [other for other, line in step.notes.items() if line.isVisible()] == [key]
 
 
-def test_tensorboard_logs_are_asked_for_under_advanced_settings_and_reach_the_spec_and_the_review(
+def test_trackers_are_asked_for_under_advanced_settings_and_reach_the_spec_the_review_and_its_key_check(
     step: ModelStep, qtbot: QtBot, context: AppContext
 ) -> None:
+    from desktop.services.platform.secrets import SecretName, SecretStore
+    from desktop.services.runs.preflight import ReviewFacts, preflight
     from desktop.ui.pages.wizard.review_words import model_rows
 
     step.advanced_toggle.setChecked(True)
-    assert not step.tensorboard_check.isChecked()
-    step.tensorboard_check.setFocus()
-    qtbot.keyClick(step.tensorboard_check, Qt.Key.Key_Space)
+    assert not any(check.isChecked() for check in step.tracker_checks.values())
+    for tracker in ("tensorboard", "trackio", "wandb"):
+        step.tracker_checks[tracker].setFocus()
+        qtbot.keyClick(step.tracker_checks[tracker], Qt.Key.Key_Space)
     draft = context.draft
     step.model_edit.setText("Qwen/Qwen2.5-0.5B-Instruct")
     step.save_into(draft)
-    assert draft.spec_dict()["training"]["report_to"] == ["tensorboard"]
-    assert dict(model_rows(draft))["TensorBoard"].startswith("event files written on the machine")
+    assert draft.spec_dict()["training"]["report_to"] == ["tensorboard", "trackio", "wandb"]
+    assert dict(model_rows(draft))["Metrics to"] == (
+        "TensorBoard (event files home with every checkpoint); trackio (its database home with every checkpoint); "
+        "Weights & Biases (sent from the machine with your key)"
+    )
+    headlines = [check.headline for check in preflight(draft, ReviewFacts()) if check.required]
+    assert "Weights & Biases needs your API key" in headlines, "no key: the run is not started"
+    SecretStore().set(SecretName.WANDB, "local-" + "2" * 48)
+    facts = ReviewFacts(wandb_key=True)
+    assert "Weights & Biases needs your API key" not in [check.headline for check in preflight(draft, facts)]
     step.show_draft()
-    assert step.tensorboard_check.isChecked(), "a reopened wizard shows the choice"
-    step.tensorboard_check.setChecked(False)
+    assert all(check.isChecked() for check in step.tracker_checks.values()), "a reopened wizard shows the choice"
+    for check in step.tracker_checks.values():
+        check.setChecked(False)
     step.save_into(draft)
     assert "report_to" not in draft.spec_dict()["training"]

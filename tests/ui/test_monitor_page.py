@@ -37,6 +37,7 @@ from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.loss_chart import EMPTY_TEXT, loss_axis_range, step_axis_end
 from tests.fixtures.fake_machine import FakeHost
 from tests.fixtures.recorded_run import record_finished_run, record_live_rented_run, seal
+from tests.fixtures.tracker_logs import write_trackio_database
 from trainer_payload.protocol import CHECKPOINT_MARKER, EVENTS_FILE_NAME, EventKind, EventWriter
 
 FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
@@ -852,6 +853,41 @@ def test_tensorboard_shows_a_runs_event_files_in_a_local_tensorboard_opened_in_t
         assert [list(run) for run in tags.values()] == [["train/loss"]]
     finally:
         qloop.run_until_complete(board.stop())
+
+
+def test_trackio_shows_a_runs_database_in_trackios_dashboard_opened_in_the_browser_without_touching_the_seal(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None], qloop: asyncio.AbstractEventLoop
+) -> None:
+    import httpx
+
+    run_id = make_run(context.store, FLOW)
+    page.show_run(run_id)
+    wait_for(lambda: page.record is not None)
+    assert not page.trackio_button.isVisibleTo(page), "no trackio database at home: no button"
+    checkpoint = context.store.folder(run_id) / "checkpoints" / "checkpoint-10"
+    database = write_trackio_database(checkpoint / "trackio", [3.0 - step / 10 for step in range(1, 11)], run=run_id)
+    sealed = database.read_bytes()
+    (checkpoint / CHECKPOINT_MARKER).write_text("{}")
+    wait_for(lambda: page.trackio_button.isVisibleTo(page), 20)
+    assert not page.tensorboard_button.isVisibleTo(page)
+    catcher = UrlCatcher()
+    QDesktopServices.setUrlHandler("http", catcher, "open")
+    try:
+        page.trackio_button.click()
+        wait_for(lambda: bool(catcher.urls), 60)
+    finally:
+        QDesktopServices.unsetUrlHandler("http")
+    (board,) = page._boards.values()
+    try:
+        assert catcher.urls[0].toString() == board.url
+        assert page.action_label.text().startswith(f"trackio is at {board.url}")
+        asked = {"project": "rentune", "run": run_id, "scalar_only": True}
+        rows = httpx.post(f"{board.url}api/get_logs", json=asked, timeout=10).json()["data"]
+        assert [row["train/loss"] for row in rows] == pytest.approx([3.0 - step / 10 for step in range(1, 11)])
+    finally:
+        qloop.run_until_complete(board.stop())
+    assert database.read_bytes() == sealed, "the dashboard was shown a copy: the sealed file is as it came home"
+    assert board.scratch is not None and not board.scratch.exists(), "its copy went with it"
 
 
 def test_a_runs_title_names_its_objective_beside_its_method() -> None:

@@ -80,6 +80,15 @@ def event(event_kind: str, /, **fields: Any) -> dict[str, Any]:
             event("state", state="training", examples=64, resume_from="checkpoint-20"),
             "Training on 64 examples, continuing from checkpoint-20",
         ),
+        (
+            event(
+                "state",
+                state="training",
+                examples=8,
+                tracking="W&B could not start the run (CommError: no); training goes on without it",
+            ),
+            "Training on 8 examples. W&B could not start the run (CommError: no); training goes on without it",
+        ),
         (event("state", state="saving"), "Saving the adapter"),
         (event("state", state="done"), None),
         (event("state", state="failed", reason="oom"), None),

@@ -33,7 +33,7 @@ from trainer_payload.protocol import (
     JobSpecError,
 )
 
-_TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version"}
+_TRAINING_EXCLUDED = {"base_model", "train_file", "eval_file", "output_dir", "version", "run_name"}
 #: Job keys of a run across machines: each machine's own, set from ``[target] hosts`` (never by hand).
 _NODE_KEYS = {"num_nodes", "node_rank", "head_address", "head_port"}
 #: The port the nodes of a multi-machine run meet on at the head, unless ``[target] head_port`` says otherwise.
@@ -469,7 +469,7 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     training = dict(_section(data, "training")) | tracking_from_dict(_section(data, "tracking"))
     clash = sorted(set(training) & _TRAINING_EXCLUDED)
     if clash:
-        raise RunSpecError(f"[training] cannot set {', '.join(clash)} (they come from [model] and [data])")
+        raise RunSpecError(f"[training] cannot set {', '.join(clash)} (they come from [model], [data] and the run)")
     by_target = sorted(set(training) & _NODE_KEYS)
     if by_target:
         raise RunSpecError(f"[training] cannot set {', '.join(by_target)}: [target] hosts names the machines")
@@ -523,27 +523,35 @@ def run_spec_from_dict(data: dict[str, Any], base_dir: Path, source: Path | None
     )
 
 
+#: ``[tracking]``'s keys and the job keys they set.
+_TRACKING_KEYS = {"report_to": "report_to", "project": "tracking_project", "wandb_url": "wandb_url"}
+
+
 def tracking_from_dict(section: dict[str, Any]) -> dict[str, Any]:
-    """``[tracking] report_to = ["tensorboard"]``: the training keys it sets ({} without the table).
+    """``[tracking]``: the training keys it sets ({} without the table).
+
+    ``report_to`` lists the trackers (``tensorboard``, ``trackio``, ``wandb``); ``project`` names the trackio and W&B
+    project (``rentune`` unless set); ``wandb_url`` is a W&B server of one's own (W&B's cloud unless set).
 
     Raises:
         RunSpecError: Another key, or a value that is not a list of trackers the payload knows.
     """
-    unknown = sorted(set(section) - {"report_to"})
+    unknown = sorted(set(section) - set(_TRACKING_KEYS))
     if unknown:
-        raise RunSpecError(f"[tracking] does not know {', '.join(unknown)}; remove it")
-    if "report_to" not in section:
-        return {}
-    asked = section["report_to"]
+        raise RunSpecError(f"[tracking] does not know {', '.join(unknown)}; it takes {', '.join(_TRACKING_KEYS)}")
+    asked = section.get("report_to", [])
     if not isinstance(asked, list) or not all(isinstance(item, str) for item in asked):
         raise RunSpecError(f'[tracking] report_to = {asked!r} must be a list, like report_to = ["tensorboard"]')
     others = [item for item in asked if item not in TRACKERS]
     if others:
-        raise RunSpecError(
-            f"[tracking] report_to {others[0]!r}: runs report to tensorboard (its event files come home inside "
-            "every checkpoint); W&B and trackio are not supported yet"
-        )
-    return {"report_to": list(dict.fromkeys(asked))}
+        raise RunSpecError(f"[tracking] report_to {others[0]!r}: runs report to {', '.join(TRACKERS)}")
+    keys: dict[str, Any] = {"report_to": list(dict.fromkeys(asked))} if "report_to" in section else {}
+    for key in ("project", "wandb_url"):
+        if key in section and not isinstance(section[key], str):
+            raise RunSpecError(f"[tracking] {key} = {section[key]!r} must be a string")
+        if key in section:
+            keys[_TRACKING_KEYS[key]] = section[key]
+    return keys
 
 
 def export_on_machine(section: dict[str, Any]) -> tuple[str, ...]:

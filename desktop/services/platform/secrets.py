@@ -1,8 +1,8 @@
 """API keys and tokens, kept in the OS keyring (never in settings, logs, run files or argv).
 
-For headless use, the environment variables ``RUNPOD_API_KEY``, ``VAST_API_KEY``, ``LAMBDA_API_KEY`` and
-``HF_TOKEN`` are read too, and take precedence over the keyring. A value from either place is stripped and checked
-the same way (see :func:`clean_secret`), and registered with the log redactor.
+For headless use, the environment variables ``RUNPOD_API_KEY``, ``VAST_API_KEY``, ``LAMBDA_API_KEY``, ``HF_TOKEN``
+and ``WANDB_API_KEY`` are read too, and take precedence over the keyring. A value from either place is stripped and
+checked the same way (see :func:`clean_secret`), and registered with the log redactor.
 
 :func:`probe_secret_store` says whether the keyring really keeps what it is given; :func:`without_secrets` is the
 environment for child processes that need no secret.
@@ -41,6 +41,7 @@ class SecretName(StrEnum):
     VAST = "vast"
     LAMBDA = "lambda"
     HUGGINGFACE = "huggingface"
+    WANDB = "wandb"
 
     @property
     def env_var(self) -> str:
@@ -58,21 +59,24 @@ _ENV_VARS = {
     SecretName.VAST: "VAST_API_KEY",
     SecretName.LAMBDA: "LAMBDA_API_KEY",
     SecretName.HUGGINGFACE: "HF_TOKEN",
+    SecretName.WANDB: "WANDB_API_KEY",
 }
 _LABELS = {
     SecretName.RUNPOD: "RunPod API key",
     SecretName.VAST: "Vast.ai API key",
     SecretName.LAMBDA: "Lambda Cloud API key",
     SecretName.HUGGINGFACE: "Hugging Face token",
+    SecretName.WANDB: "Weights & Biases API key",
 }
 
 # The secrets a feature uses today, as the Settings page and ``rentune keys list`` offer them: the cloud API keys
-# (read when renting) first, then the Hugging Face token.
+# (read when renting) first, then the Hugging Face token and the W&B key (sent to a run reporting to W&B).
 SECRETS_IN_USE: tuple[SecretName, ...] = (
     SecretName.RUNPOD,
     SecretName.VAST,
     SecretName.LAMBDA,
     SecretName.HUGGINGFACE,
+    SecretName.WANDB,
 )
 
 

@@ -29,7 +29,7 @@ from desktop.services.machines.keys import create_run_key, delete_run_key, load_
 from desktop.services.machines.machine import Connect, Machine
 from desktop.services.machines.ssh import fingerprint
 from desktop.services.platform.logs import get_logger
-from desktop.services.platform.secrets import SecretStore, probe_secret_store
+from desktop.services.platform.secrets import SecretName, SecretStore, probe_secret_store
 from desktop.services.platform.tasks import cancel_and_wait
 from desktop.services.runs import (
     checkpoints,
@@ -177,6 +177,7 @@ class RunEngine:
         if not spec.train_file.is_file():
             raise RunError(f"{spec.train_file} does not exist; check [data] train in the spec")
         _check_objective_fits_data(spec)
+        self._check_tracker_keys(spec)
         if spec.target is None:
             return self._create_rented(spec)
         pinned = connection.pinned_fingerprint(spec.target)
@@ -190,6 +191,22 @@ class RunEngine:
         where = " and ".join(target.url for target in (spec.target, *spec.nodes))
         self.report(f"run {record.id} created for {spec.base_model} on {where}")
         return record
+
+    def _check_tracker_keys(self, spec: RunSpec) -> None:
+        """Refuses, before anything is rented, a run reporting to W&B without a usable W&B key.
+
+        Raises:
+            RunError: The key is missing, or its environment variable cannot be used; the message says the fix.
+        """
+        if "wandb" not in spec.training.get("report_to", []):
+            return
+        status = self.ctx.secrets.status(SecretName.WANDB)
+        if not status.usable:
+            why = status.problem or "no Weights & Biases API key is set"
+            raise RunError(
+                f"the run reports to W&B ([tracking] report_to) but {why}: save the key on the Settings page, "
+                "run `rentune keys set wandb`, or set WANDB_API_KEY; or remove wandb from report_to"
+            )
 
     def _create_nodes(self, head: RunRecord, spec: RunSpec) -> RunRecord:
         """Records the other machines of a run across several: each its own target, host key and run key."""

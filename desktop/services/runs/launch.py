@@ -161,7 +161,7 @@ async def launch(ctx: RunContext, run_id: str, machine: Machine) -> None:
         + _payload_command(record, f'{start}; echo "{_PID_MARKER}$pid"', detached=True, python=VENV_PYTHON)
     )
     try:
-        output = await machine.run(command, stdin=await asyncio.to_thread(_token_stdin, ctx, run_id))
+        output = await machine.run(command, stdin=await asyncio.to_thread(_token_stdin, ctx, run_id, trainer=True))
     except CommandFailedError as exc:  # the machine answered: retrying the same command cannot help
         raise PermanentError(f"the trainer could not be started on the machine: {exc}") from exc
     # A connection lost mid-command (no exit status) passes: the next contact follows the trainer if it started
@@ -197,21 +197,30 @@ async def workdir_exists(machine: Machine, record: RunRecord) -> bool:
     return out.strip() == "yes"
 
 
-def _token_stdin(ctx: RunContext, run_id: str) -> str:
-    """The stdin line the payload reads HF_TOKEN from: the token only when the model comes from the Hub."""
-    if not model_from_hub(ctx.folder(run_id), ctx.store.get(run_id).spec["base_model"]):
-        return "\n"  # the model folder travelled with the run: the machine never needs the token
+def _token_stdin(ctx: RunContext, run_id: str, *, trainer: bool = False) -> str:
+    """The two stdin lines the payload's shell reads: the Hub token, then the W&B key.
+
+    The token only when the model comes from the Hub; the W&B key only to the trainer of a run reporting to W&B.
+    """
+    spec = ctx.store.get(run_id).spec
+    hub = model_from_hub(ctx.folder(run_id), spec["base_model"])  # else the model folder travelled with the run
+    wandb = trainer and "wandb" in spec["training"].get("report_to", [])
+    token = _secret(ctx, SecretName.HUGGINGFACE) if hub else ""
+    return f"{token}\n{_secret(ctx, SecretName.WANDB) if wandb else ''}\n"
+
+
+def _secret(ctx: RunContext, name: SecretName) -> str:
     try:
-        token = ctx.secrets.get(SecretName.HUGGINGFACE) or ""
+        return ctx.secrets.get(name) or ""
     except SecretStoreError:
-        token = ""
-    return token + "\n"
+        return ""  # the preflight said so before renting; the trainer says what it misses
 
 
 def _payload_command(record: RunRecord, arguments: str, *, detached: bool = False, python: str | None = None) -> str:
     """A shell command running the payload in the run's folder with the HF token read from stdin.
 
-    The token arrives on stdin and lives only in the payload's environment: never in argv, never in a file.
+    The token and the W&B key arrive on stdin and live only in the payload's environment (the trainer takes the W&B
+    key out of it at once): never in argv, never in a file.
     ``python`` defaults to the target's (the bootstrap's); the trainer runs with the venv's, :data:`VENV_PYTHON`.
     """
     python = shlex.quote(python or record.spec["python"])
@@ -219,7 +228,8 @@ def _payload_command(record: RunRecord, arguments: str, *, detached: bool = Fals
     launcher = "setsid nohup " if detached else ""
     return (
         f"cd {shlex.quote(str(record.remote_dir))} || exit 1; {prefix}IFS= read -r HF_TOKEN; "
-        '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; '
+        '[ -n "$HF_TOKEN" ] && export HF_TOKEN || unset HF_TOKEN; IFS= read -r WANDB_API_KEY; '
+        '[ -n "$WANDB_API_KEY" ] && export WANDB_API_KEY || unset WANDB_API_KEY; '
         f"PYTHONPATH=payload {launcher}{python} -m trainer_payload {arguments}"
     )
 

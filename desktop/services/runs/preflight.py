@@ -75,6 +75,7 @@ class ReviewFacts:
         pick: The picked offer judged against the draft as it is now (None when nothing is picked).
         secret_rows: Rows of the prepared data that look like they hold a secret.
         hf_token: Whether a Hugging Face token is set.
+        wandb_key: Whether a W&B key is set (read for drafts reporting to W&B only).
         gated: Whether the base model is gated on the Hub.
         secret_store: What the keyring did with a throwaway secret (read for renting drafts only).
         key_problems: Why keys the run reads (the provider's, the Hugging Face token) cannot be used: malformed
@@ -88,6 +89,7 @@ class ReviewFacts:
     pick: DraftOffer | None = None
     secret_rows: int = 0
     hf_token: bool = False
+    wandb_key: bool = False
     gated: bool = False
     secret_store: StoreProbe | None = None
     key_problems: tuple[str, ...] = ()
@@ -108,6 +110,7 @@ def read_review_facts(draft: RunDraft, secrets: SecretStore | None, store: RunSt
         pick=judge_pick(draft, secrets, store) if draft.renting else None,
         secret_rows=secret_rows(draft.train_file, draft.eval_file),
         hf_token=_has_token(secrets),
+        wandb_key=reports_to_wandb(draft) and (secrets or SecretStore()).status(SecretName.WANDB).usable,
         gated=is_gated(draft.base_model),
         secret_store=probe_secret_store() if draft.renting else None,
         key_problems=key_problems(draft, secrets),
@@ -119,9 +122,14 @@ def _has_token(secrets: SecretStore | None) -> bool:
     return (secrets or SecretStore()).status(SecretName.HUGGINGFACE).usable
 
 
+def reports_to_wandb(draft: RunDraft) -> bool:
+    """Whether the draft's run sends its metrics to W&B (and so needs the W&B key)."""
+    return "wandb" in draft.training.get("report_to", [])
+
+
 def key_problems(draft: RunDraft, secrets: SecretStore | None) -> tuple[str, ...]:
     """Why the keys this draft reads cannot be used (a space or line break inside an environment variable)."""
-    names = [SecretName.HUGGINGFACE]
+    names = [SecretName.HUGGINGFACE, *([SecretName.WANDB] if reports_to_wandb(draft) else [])]
     if draft.renting and draft.compute.provider in set(ProviderName):
         names.insert(0, PROVIDERS[ProviderName(draft.compute.provider)].secret)
     store = secrets or SecretStore()
@@ -381,6 +389,15 @@ def _model_checks(draft: RunDraft, facts: ReviewFacts) -> list[Check]:
                 "licence on huggingface.co, then store your token in Settings.",
                 "model",
                 required=True,  # launched anyway, the rented machine would bill while its download is refused
+            )
+        )
+    if reports_to_wandb(draft) and not facts.wandb_key:
+        found.append(
+            _required(
+                "Weights & Biases needs your API key",
+                "The run sends its metrics to W&B from the machine. Store your W&B key under API keys in Settings, "
+                "or untick W&B on the Model step.",
+                "model",
             )
         )
     return found

@@ -17,7 +17,7 @@ from desktop.services.billing.spend import RunSpend, run_spend
 from desktop.services.runs.checkpoints import local_checkpoints
 from desktop.services.runs.store import RunRecord, RunStore
 from desktop.services.runs.transfer import UploadProgress, read_upload_progress
-from trainer_payload.protocol import CHECKPOINT_MARKER, TENSORBOARD_DIR_NAME
+from trainer_payload.protocol import CHECKPOINT_MARKER, TENSORBOARD_DIR_NAME, TRACKIO_DIR_NAME
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,17 @@ class LocalFiles:
         adapter: The adapter (or model) folder once it is home and verified, else None.
         tensorboard: The newest TensorBoard event files at home (a run with ``[tracking]``): the adapter's once it is
             home, else the newest complete checkpoint's; None without any.
+        trackio: The newest trackio database's folder at home, found the same way.
     """
 
     checkpoint_steps: tuple[int, ...]
     adapter: Path | None
     tensorboard: Path | None = None
+    trackio: Path | None = None
+
+    def tracker_logs(self, tracker: str) -> Path | None:
+        """The newest logs at home of ``tracker`` (``tensorboard`` or ``trackio``)."""
+        return {TENSORBOARD_DIR_NAME: self.tensorboard, TRACKIO_DIR_NAME: self.trackio}.get(tracker)
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,13 @@ def local_files(store: RunStore, record: RunRecord) -> LocalFiles:
     complete = [path for _step, path in local_checkpoints(root) if (path / CHECKPOINT_MARKER).exists()]
     steps = tuple(step for step, path in local_checkpoints(root) if path in complete)
     adapter = Path(record.adapter) if record.adapter and Path(record.adapter).is_dir() else None
-    newest = [folder / TENSORBOARD_DIR_NAME for folder in [*complete, *([adapter] if adapter else [])]]
-    logs = next((folder for folder in reversed(newest) if folder.is_dir()), None)
-    return LocalFiles(steps, adapter, logs)
+    sealed = [*complete, *([adapter] if adapter else [])]
+    return LocalFiles(steps, adapter, _newest(sealed, TENSORBOARD_DIR_NAME), _newest(sealed, TRACKIO_DIR_NAME))
+
+
+def _newest(sealed: list[Path], name: str) -> Path | None:
+    """The newest sealed folder's ``name`` subfolder, if any holds one."""
+    return next((folder / name for folder in reversed(sealed) if (folder / name).is_dir()), None)
 
 
 def read_snapshot(store: RunStore, run_id: str, ledger: Ledger | None = None) -> RunSnapshot:

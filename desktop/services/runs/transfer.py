@@ -148,6 +148,7 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
         "eval_file": eval_name,
         "output_dir": "out",
         **spec["training"],
+        "run_name": run_id,  # the trackers' name for the run (a resume elsewhere continues the same one)
         **node_job_keys(spec),
     }
     (local / JOB_FILE_NAME).write_text(json.dumps(job, indent=2), encoding="utf-8")

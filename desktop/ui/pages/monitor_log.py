@@ -211,6 +211,9 @@ def _training_text(event: Mapping[str, Any]) -> str:
     dropped = event.get("dropped_examples")
     if isinstance(dropped, int) and dropped:
         text += f" ({dropped:,} left out: too long or without an answer to learn)"
+    tracking = event.get("tracking")
+    if isinstance(tracking, str) and tracking:  # a tracker that could not start: the training went on without it
+        text += f". {tracking[:400]}"
     return text
 
 

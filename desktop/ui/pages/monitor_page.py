@@ -38,7 +38,7 @@ from desktop.services.runs.engine import RunError
 from desktop.services.runs.events import EventLine
 from desktop.services.runs.snapshot import RunSnapshot, read_snapshot
 from desktop.services.runs.store import RunRecord, UnknownRunError
-from desktop.services.serving.tensorboard import TensorBoardServer, start_tensorboard
+from desktop.services.serving.dashboards import Dashboard, Tracker, start_dashboard
 from desktop.ui.background import CoroutineOperation, cancel_group, off_ui_thread, spawn
 from desktop.ui.context import AppContext
 from desktop.ui.meter import CostMeter
@@ -104,7 +104,7 @@ class MonitorPage(BasePage):
         self._refreshing = False
         self._ledger: Ledger | None = None
         self._actions: dict[str, str] = {}  # run id -> what is being done to it (Stop, Pull, Resume)
-        self._boards: dict[Path, TensorBoardServer] = {}  # event files -> their TensorBoard, ended with the app
+        self._boards: dict[Path, Dashboard] = {}  # logs -> their dashboard, ended with the app
         self._starting_board = False
         self._shown_points: tuple[int, ...] = (-1,)
         self._lines: dict[str, deque[monitor_log.LogEntry]] = {}
@@ -139,7 +139,7 @@ class MonitorPage(BasePage):
         self.stop_button, self.pull_button, self.resume_button = view.stop_button, view.pull_button, view.resume_button
         self.move_button, self.folder_button = view.move_button, view.folder_button
         self.models_button, self.copy_address_button = view.models_button, view.copy_address_button
-        self.tensorboard_button = view.tensorboard_button
+        self.tensorboard_button, self.trackio_button = view.tensorboard_button, view.trackio_button
 
     def _connect_actions(self) -> None:
         for button, handler in (
@@ -151,6 +151,7 @@ class MonitorPage(BasePage):
             (self.models_button, self.on_models_clicked),
             (self.copy_address_button, self.on_copy_address_clicked),
             (self.tensorboard_button, self.on_tensorboard_clicked),
+            (self.trackio_button, self.on_trackio_clicked),
         ):
             button.clicked.connect(lambda _checked=False, handler=handler: handler())
 
@@ -408,8 +409,9 @@ class MonitorPage(BasePage):
         adapter_home = self._usable_adapter() is not None
         self.models_button.setVisible(adapter_home)
         self.models_button.setEnabled(adapter_home)
-        logs = self.snapshot is not None and self.snapshot.files.tensorboard is not None
-        self.tensorboard_button.setVisible(logs)
+        files = self.snapshot.files if self.snapshot is not None else None
+        self.tensorboard_button.setVisible(files is not None and files.tensorboard is not None)
+        self.trackio_button.setVisible(files is not None and files.trackio is not None)
 
     def _usable_adapter(self) -> Path | None:
         """The run's adapter when it is home, else its newest complete checkpoint (None when neither is)."""
@@ -530,25 +532,31 @@ class MonitorPage(BasePage):
     @asyncSlot()
     async def on_tensorboard_clicked(self) -> None:
         """Shows the run's newest TensorBoard event files in a TensorBoard here (started once per folder)."""
-        logs = self.snapshot.files.tensorboard if self.snapshot is not None else None
-        if logs is None:
-            return
-        if self._starting_board:
+        await self._open_dashboard(Tracker.TENSORBOARD)
+
+    @asyncSlot()
+    async def on_trackio_clicked(self) -> None:
+        """Shows the run's newest trackio database in trackio's dashboard here (started once per folder)."""
+        await self._open_dashboard(Tracker.TRACKIO)
+
+    async def _open_dashboard(self, tracker: Tracker) -> None:
+        logs = self.snapshot.files.tracker_logs(tracker.value) if self.snapshot is not None else None
+        if logs is None or self._starting_board:
             return  # a second click while it starts: the first opens it (the button keeps the focus)
         board = self._boards.get(logs)
         if board is None or not board.running:
             self._starting_board = True
-            self.action_label.setText("Starting TensorBoard…")
+            self.action_label.setText(f"Starting {tracker.label}…")
             try:
-                board = self._boards[logs] = await start_tensorboard(logs)
+                board = self._boards[logs] = await start_dashboard(tracker, logs)
             except LocalToolError as exc:
-                self.action_label.setText(f"TensorBoard could not start: {exc}")
+                self.action_label.setText(f"{tracker.label} could not start: {exc}")
                 return
             finally:
                 self._starting_board = False
-        self.action_label.setText(f"TensorBoard is at {board.url} (this computer only, until the app closes).")
+        self.action_label.setText(f"{tracker.label} is at {board.url} (this computer only, until the app closes).")
         if not QDesktopServices.openUrl(QUrl(board.url)):
-            self.action_label.setText(f"Could not open a browser; TensorBoard is at {board.url}")
+            self.action_label.setText(f"Could not open a browser; {tracker.label} is at {board.url}")
 
     def on_open_folder_clicked(self) -> None:
         """Opens the run's folder (events, checkpoints, adapter) in the file manager."""

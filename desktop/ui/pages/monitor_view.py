@@ -169,13 +169,19 @@ class MonitorView(QWidget):
         self.tensorboard_button = plain_button(
             "&TensorBoard", "chart-column", "Open the run's TensorBoard event files in a TensorBoard on this computer"
         )
-        self.tensorboard_button.hide()  # a run with [tracking] report_to tensorboard, once event files are home
+        self.trackio_button = plain_button(
+            "Trac&kio", "activity", "Open the run's trackio database in trackio's dashboard on this computer"
+        )
+        # Shown for a run with [tracking] report_to tensorboard or trackio, once its logs are home.
+        self.tensorboard_button.hide()
+        self.trackio_button.hide()
         buttons = (
             self.resume_button,
             self.pull_button,
             self.move_button,
             self.models_button,
             self.tensorboard_button,
+            self.trackio_button,
             self.folder_button,
         )
         for button in buttons:

@@ -212,7 +212,7 @@ class SettingsPage(BasePage):
         card = Card(
             "API keys and tokens",
             "A cloud key is checked with its provider before it is stored. Keys never leave this computer unless a "
-            "run asks for one (a gated model's Hugging Face token).",
+            "run asks for one (a gated model's Hugging Face token, the W&B key of a run reporting to W&B).",
         )
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)

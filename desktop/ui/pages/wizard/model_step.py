@@ -154,6 +154,29 @@ TRAINING_FIELDS: list[TrainingField] = [
 ]
 
 
+#: The trackers offered under Advanced: the check box's words, its accessible name and its tool tip.
+TRACKER_CHOICES = {
+    "tensorboard": (
+        "TensorBoard &logs (they come home with every checkpoint)",
+        "Write TensorBoard logs",
+        "The machine writes every logged value as TensorBoard event files; the monitor's TensorBoard button shows "
+        "them on this computer.",
+    ),
+    "trackio": (
+        "trac&kio database (comes home with every checkpoint)",
+        "Write a trackio database",
+        "The machine logs every value into trackio's database; the monitor's trackio button opens trackio's "
+        "dashboard on this computer.",
+    ),
+    "wandb": (
+        "We&ights && Biases (sent from the machine with your W&&B key)",
+        "Send metrics to Weights & Biases",
+        "The machine sends every logged value to your W&B account. Your W&B key (Settings, API keys) reaches the "
+        "trainer over its input, never a file on the machine; if W&B cannot be reached, training goes on.",
+    ),
+}
+
+
 class ScientificSpinBox(QDoubleSpinBox):
     """A double spin box that shows small numbers compactly (``0.0002``, ``1e-05``) and accepts ``2e-4``."""
 
@@ -378,14 +401,16 @@ class ModelStep(WizardStep):
         self.advanced_box.body.addLayout(grid)
         self.lora_note = caption("LoRA rank and alpha only matter for LoRA and QLoRA.")
         self.advanced_box.body.addWidget(self.lora_note)
-        self.tensorboard_check = QCheckBox("Write TensorBoard &logs (they come home with every checkpoint)")
-        self.tensorboard_check.setAccessibleName("Write TensorBoard logs")
-        self.tensorboard_check.setToolTip(
-            "The machine writes every logged value as TensorBoard event files; the monitor's TensorBoard button "
-            "shows them on this computer."
-        )
-        self.tensorboard_check.toggled.connect(lambda _on: self.sig_changed.emit())
-        self.advanced_box.body.addWidget(self.tensorboard_check)
+        self.advanced_box.body.addWidget(caption("Report the training's metrics to:"))
+        self.tracker_checks: dict[str, QCheckBox] = {}
+        for tracker, (text, name, tip) in TRACKER_CHOICES.items():
+            check = QCheckBox(text)
+            check.setAccessibleName(name)
+            check.setToolTip(tip)
+            check.toggled.connect(lambda _on: self.sig_changed.emit())
+            self.tracker_checks[tracker] = check
+            self.advanced_box.body.addWidget(check)
+        self.tensorboard_check = self.tracker_checks["tensorboard"]
         self.advanced_box.setVisible(False)
         layout.addWidget(self.advanced_box)
         return holder
@@ -408,7 +433,8 @@ class ModelStep(WizardStep):
         self.model_edit.setText(draft.base_model)
         self._select_catalog_row(draft.base_model)
         self._show_objectives(draft)
-        self.tensorboard_check.setChecked("tensorboard" in draft.training.get("report_to", []))
+        for tracker, check in self.tracker_checks.items():
+            check.setChecked(tracker in draft.training.get("report_to", []))
         self.method_buttons.get(draft.method, self.method_buttons["qlora"]).setChecked(True)
         for key, spin in self.spins.items():
             value = draft.training.get(key, DEFAULT_TRAINING[key])
@@ -461,8 +487,9 @@ class ModelStep(WizardStep):
         if objective in PREFERENCE_OBJECTIVES:
             draft.training["beta"] = self.beta_spin.value()
         draft.training.pop("report_to", None)
-        if self.tensorboard_check.isChecked():
-            draft.training["report_to"] = ["tensorboard"]
+        trackers = [tracker for tracker, check in self.tracker_checks.items() if check.isChecked()]
+        if trackers:
+            draft.training["report_to"] = trackers
 
     def training_values(self) -> dict[str, Any]:
         """The advanced settings as training keys (whole numbers as ints)."""

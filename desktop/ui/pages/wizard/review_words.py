@@ -111,9 +111,18 @@ def model_rows(draft: RunDraft) -> Rows:
     rows.append(("Learning rate", f"{float(keys.get('learning_rate', 2e-4)):g}"))
     minutes = float(keys.get("checkpoint_minutes", 30))
     rows.append(("Checkpoints", f"every {minutes:g} {_plural(minutes, 'minute')}"))
-    if "tensorboard" in keys.get("report_to", []):
-        rows.append(("TensorBoard", "event files written on the machine, home with every checkpoint"))
+    trackers = [TRACKER_WORDS[tracker] for tracker in keys.get("report_to", []) if tracker in TRACKER_WORDS]
+    if trackers:
+        rows.append(("Metrics to", "; ".join(trackers)))
     return rows
+
+
+#: What each tracker a run reports to does, as the review says it.
+TRACKER_WORDS = {
+    "tensorboard": "TensorBoard (event files home with every checkpoint)",
+    "trackio": "trackio (its database home with every checkpoint)",
+    "wandb": "Weights & Biases (sent from the machine with your key)",
+}
 
 
 def evaluation_words(draft: RunDraft) -> str:
