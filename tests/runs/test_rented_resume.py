@@ -16,7 +16,9 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.machines.keys import load_run_key
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
+from tests.fixtures.domain_text import write_domain_text
 from tests.fixtures.preference_data import write_preference_dataset
+from tests.payload.test_trackers import logged_losses
 from tests.runs.test_rented_runs import (  # noqa: F401 - fixtures
     CloudUnderTest,
     SpecWriter,
@@ -31,7 +33,7 @@ from trainer_payload.protocol import EventKind, JobState
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-@pytest.mark.parametrize("objective", ["sft", "dpo"])
+@pytest.mark.parametrize("objective", ["sft", "dpo", "orpo", "cpt"])
 def test_a_stopped_rented_run_resumes_on_a_new_machine_and_finishes(
     runpod: CloudUnderTest,  # noqa: F811 - the fixture imported above
     rented_spec: SpecWriter,  # noqa: F811 - the fixture imported above
@@ -39,12 +41,18 @@ def test_a_stopped_rented_run_resumes_on_a_new_machine_and_finishes(
     tmp_path: Path,
     objective: str,
 ) -> None:
-    """A DPO run too: its pairs go up to each machine, and both machines report its rewards."""
+    """Each objective: DPO's and ORPO's pairs and CPT's raw text go up to each machine, both machines report the
+    objective's metrics; CPT's run reports to trackio, whose database the second machine continues."""
     engine, driver = _driver()
     spec = rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3, "objective": objective})
-    if objective == "dpo":
-        pairs = write_preference_dataset(tmp_path / "pairs.jsonl", 64)
-        spec.write_text(spec.read_text().replace(f'train = "{chat_dataset}"', f'train = "{pairs}"'))
+    data = {
+        "dpo": lambda: write_preference_dataset(tmp_path / "pairs.jsonl", 64),
+        "orpo": lambda: write_preference_dataset(tmp_path / "pairs.jsonl", 64),
+        "cpt": lambda: write_domain_text(tmp_path / "corpus.txt", 30),
+    }
+    if objective in data:
+        text = spec.read_text().replace(f'train = "{chat_dataset}"', f'train = "{data[objective]()}"')
+        spec.write_text(text + ('\n[tracking]\nreport_to = ["trackio"]\n' if objective == "cpt" else ""))
     run_id = _create(engine, spec)
     folder = engine.folder(run_id)
 
@@ -77,4 +85,9 @@ def test_a_stopped_rented_run_resumes_on_a_new_machine_and_finishes(
     assert [r.instance_id for r in Ledger().rentals(run_id)] == [first.id, second.id]
     _nothing_left(runpod.fake)
     steps = [e for e in events if e["event"] is EventKind.STEP]
-    assert all(("reward_accuracy" in e) == (objective == "dpo") for e in steps), "DPO's rewards, on both machines"
+    preference = objective in {"dpo", "orpo"}
+    assert all(("reward_accuracy" in e) == preference for e in steps), "the rewards of DPO and ORPO, on both machines"
+    if objective == "cpt":  # the second machine continued the first one's trackio database from the checkpoint
+        database = Path(RunStore().get(run_id).adapter or "") / "trackio" / "rentune.db"
+        logged = sorted(step for step, _loss in logged_losses(database).items())
+        assert logged == sorted({e["step"] for e in steps}), (logged, [e["step"] for e in steps])
