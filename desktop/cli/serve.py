@@ -102,6 +102,13 @@ def _run_dashboard(tracker: Tracker, what: str) -> int:
         return EXIT_OK
 
 
+#: Each tracker's logs in words: what they are, the article before them, and the pronoun for them.
+_LOG_WORDS = {
+    Tracker.TENSORBOARD: ("TensorBoard event files", "", "them"),
+    Tracker.TRACKIO: ("trackio database", "a ", "it"),
+}
+
+
 def tracker_logs(tracker: Tracker, what: str) -> Path:
     """The logs to show: a folder as given, or a run's newest at home.
 
@@ -112,16 +119,16 @@ def tracker_logs(tracker: Tracker, what: str) -> Path:
     if folder.is_dir():
         return folder
     store = RunStore()
-    what_files = "TensorBoard event files" if tracker is Tracker.TENSORBOARD else "a trackio database"
+    files, article, them = _LOG_WORDS[tracker]
     try:
         record = store.get(what)
     except UnknownRunError as exc:
-        raise CliError(f"{exc}, or give a folder of {what_files}") from exc
+        raise CliError(f"{exc}, or give a folder holding {article}{files}") from exc
     logs = local_files(store, record).tracker_logs(tracker.value)
     if logs is None:
         raise CliError(
-            f"run {record.id} has no {what_files} here: a run with [tracking] report_to = "
-            f'["{tracker.value}"] brings them home with each checkpoint'
+            f"run {record.id} has no {files} here: a run with [tracking] report_to = "
+            f'["{tracker.value}"] brings {them} home with each checkpoint'
         )
     return logs
 

@@ -71,3 +71,14 @@ def test_rentune_tensorboard_of_a_run_without_event_files_says_how_a_run_gets_th
     assert (
         f"run {run_id} has no TensorBoard event files here" in err and '[tracking] report_to = ["tensorboard"]' in err
     )
+
+
+def test_rentune_trackio_of_a_run_without_a_database_or_of_no_run_says_what_to_give(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_id = RunStore().create({"base_model": "b", "training": {}}, "ssh://u@h:22").id
+    assert main(["trackio", run_id]) == 2
+    err = capsys.readouterr().err
+    assert f"run {run_id} has no trackio database here" in err and '[tracking] report_to = ["trackio"]' in err
+    assert main(["trackio", "no-such-run"]) == 2
+    assert "or give a folder holding a trackio database" in capsys.readouterr().err
