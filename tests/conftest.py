@@ -22,6 +22,7 @@ from tests.fixtures.chat_data import write_chat_dataset
 from tests.fixtures.gguf_models import build_once_per_run, build_tiny_llama_with_tokenizer
 from tests.fixtures.memory_keyring import MemoryKeyring
 from tests.fixtures.real_tokenizers import cache_root
+from tests.fixtures.s3_server import s3_server  # noqa: F401 - the fixture, for every test folder
 from tests.fixtures.smollm2 import SmolLM2, ensure_smollm2
 from tests.fixtures.sshd import SshdUnavailableError, SshHost, SshServer
 from tests.fixtures.tiny_models import TinyModel, build_tiny_model

@@ -406,6 +406,10 @@ def test_list_says_where_each_key_comes_from_and_never_prints_one(
         "Lambda Cloud API key      missing: rentune keys set lambda",
         "Hugging Face token        missing: rentune keys set huggingface, save it on the Settings page or set HF_TOKEN",
         "Weights & Biases API key  missing: rentune keys set wandb, save it on the Settings page or set WANDB_API_KEY",
+        "Bucket access key ID      missing: rentune keys set bucket-key-id, save it on the Settings page or set "
+        "RENTUNE_BUCKET_KEY_ID",
+        "Bucket secret key         missing: rentune keys set bucket-secret, save it on the Settings page or set "
+        "RENTUNE_BUCKET_SECRET",
     ]
     code, out_json, err_json = run(capsys, "keys", "list", "--json")
     assert [(row["name"], row["source"]) for row in json.loads(out_json)] == [
@@ -414,6 +418,8 @@ def test_list_says_where_each_key_comes_from_and_never_prints_one(
         ("lambda", "missing"),
         ("huggingface", "missing"),
         ("wandb", "missing"),
+        ("bucket-key-id", "missing"),
+        ("bucket-secret", "missing"),
     ]
     everything = out + err + out_json + err_json
     assert KEY not in everything and "vast-env-secret-value" not in everything

@@ -22,6 +22,7 @@ _COMMANDS: dict[str | None, tuple[str, str]] = {
     "machines": ("machines", "run_machines"),
     "costs": ("costs", "run_costs"),
     "keys": ("keys", "run_keys"),
+    "storage": ("storage", "run_storage"),
     "export": ("export", "run_export"),
     "chat": ("chat", "run_chat"),
     "eval": ("evaluate", "run_eval"),

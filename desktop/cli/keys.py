@@ -42,6 +42,8 @@ def read_key(label: str) -> str:
 UNCHECKED_SECRETS = {
     SecretName.HUGGINGFACE.value: "the Hub checks it when a run or a download uses it",
     SecretName.WANDB.value: "W&B checks it when a run reporting to W&B starts",
+    SecretName.BUCKET_KEY_ID.value: "rentune storage check tries it",
+    SecretName.BUCKET_SECRET.value: "rentune storage check tries it",
 }
 
 

@@ -70,8 +70,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_parser(commands)
     _add_rent_parsers(commands)
     _add_money_parsers(commands)
+    _add_storage_parser(commands)
     _add_local_parsers(commands)
     return parser
+
+
+def _add_storage_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    storage = commands.add_parser(
+        "storage",
+        help="your bucket (S3, R2, B2, Wasabi, MinIO): set it up, show it, check it",
+        description="The bucket Rentune keeps data and checkpoints in, near the GPUs. Its keys are in the keyring "
+        "(rentune keys set bucket-key-id and bucket-secret, or RENTUNE_BUCKET_KEY_ID and RENTUNE_BUCKET_SECRET).",
+    )
+    actions = storage.add_subparsers(dest="storage_command", metavar="ACTION", required=True)
+    setting = actions.add_parser("set", help="save the bucket's address, endpoint and region (the Storage settings)")
+    setting.add_argument("url", metavar="s3://BUCKET/PREFIX", help="the bucket, and a prefix inside it")
+    setting.add_argument("--endpoint", default="", help="the store's S3 endpoint (default: AWS)")
+    setting.add_argument("--region", default="us-east-1", help="the bucket's region (R2: auto; default us-east-1)")
+    actions.add_parser("show", help="the bucket as set up, and where its keys come from (never the keys)")
+    check = actions.add_parser("check", help="write, read back and delete a test object in the bucket")
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _add_target_options(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
@@ -131,12 +149,12 @@ def _add_money_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     _add_rent_or_buy_flags(costs)
     keys = commands.add_parser("keys", help="API keys and tokens in the keyring: set (checked first), list, delete")
     actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
-    providers = [name.value for name in ProviderName] + ["huggingface", "wandb"]
+    providers = [name.value for name in ProviderName] + ["huggingface", "wandb", "bucket-key-id", "bucket-secret"]
     for name, text in (
         (
             "set",
-            "store a cloud's API key (checked with the provider first), a Hugging Face token or a W&B key "
-            "(prompts, or reads one line of stdin)",
+            "store a cloud's API key (checked with the provider first), a Hugging Face token, a W&B key or the "
+            "bucket's keys (prompts, or reads one line of stdin)",
         ),
         ("delete", "remove a key or token from the keyring"),
     ):

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from desktop.core.storage import StorageSettings
+
 SCHEMA_VERSION = 1
 
 
@@ -65,6 +67,7 @@ class Settings(BaseModel):
         installation_id: This installation's id (8 hex digits, made on first use), carried in the names of the
             machines it rents so another computer's machines on the same account are never taken for orphans.
         rent_or_buy: The card weighed against renting on Costs, with the user's figures.
+        storage: The user's bucket (its keys are in the keyring).
     """
 
     # Keys this version does not know (one an older Rentune wrote, like allow_api_keys_on_remote) are dropped on load.
@@ -79,6 +82,7 @@ class Settings(BaseModel):
     check_for_updates: bool = False
     installation_id: str = Field(default="", pattern="^([0-9a-f]{8})?$")
     rent_or_buy: RentOrBuyChoice = Field(default_factory=RentOrBuyChoice)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
 
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:

@@ -94,6 +94,8 @@ def test_settings_offer_the_cloud_keys_the_hub_token_and_the_wandb_key(window: M
         SecretName.LAMBDA,
         SecretName.HUGGINGFACE,
         SecretName.WANDB,
+        SecretName.BUCKET_KEY_ID,
+        SecretName.BUCKET_SECRET,
     ]
 
 

@@ -1,8 +1,9 @@
 """API keys and tokens, kept in the OS keyring (never in settings, logs, run files or argv).
 
-For headless use, the environment variables ``RUNPOD_API_KEY``, ``VAST_API_KEY``, ``LAMBDA_API_KEY``, ``HF_TOKEN``
-and ``WANDB_API_KEY`` are read too, and take precedence over the keyring. A value from either place is stripped and
-checked the same way (see :func:`clean_secret`), and registered with the log redactor.
+For headless use, the environment variables ``RUNPOD_API_KEY``, ``VAST_API_KEY``, ``LAMBDA_API_KEY``, ``HF_TOKEN``,
+``WANDB_API_KEY``, ``RENTUNE_BUCKET_KEY_ID`` and ``RENTUNE_BUCKET_SECRET`` are read too, and take precedence over the
+keyring. A value from either place is stripped and checked the same way (see :func:`clean_secret`), and registered
+with the log redactor.
 
 :func:`probe_secret_store` says whether the keyring really keeps what it is given; :func:`without_secrets` is the
 environment for child processes that need no secret.
@@ -42,6 +43,8 @@ class SecretName(StrEnum):
     LAMBDA = "lambda"
     HUGGINGFACE = "huggingface"
     WANDB = "wandb"
+    BUCKET_KEY_ID = "bucket-key-id"
+    BUCKET_SECRET = "bucket-secret"  # noqa: S105 - the keyring entry's name, not a secret
 
     @property
     def env_var(self) -> str:
@@ -60,6 +63,8 @@ _ENV_VARS = {
     SecretName.LAMBDA: "LAMBDA_API_KEY",
     SecretName.HUGGINGFACE: "HF_TOKEN",
     SecretName.WANDB: "WANDB_API_KEY",
+    SecretName.BUCKET_KEY_ID: "RENTUNE_BUCKET_KEY_ID",
+    SecretName.BUCKET_SECRET: "RENTUNE_BUCKET_SECRET",
 }
 _LABELS = {
     SecretName.RUNPOD: "RunPod API key",
@@ -67,16 +72,21 @@ _LABELS = {
     SecretName.LAMBDA: "Lambda Cloud API key",
     SecretName.HUGGINGFACE: "Hugging Face token",
     SecretName.WANDB: "Weights & Biases API key",
+    SecretName.BUCKET_KEY_ID: "Bucket access key ID",
+    SecretName.BUCKET_SECRET: "Bucket secret key",
 }
 
 # The secrets a feature uses today, as the Settings page and ``rentune keys list`` offer them: the cloud API keys
-# (read when renting) first, then the Hugging Face token and the W&B key (sent to a run reporting to W&B).
+# (read when renting) first, then the Hugging Face token, the W&B key (sent to a run reporting to W&B) and the
+# bucket's keys (Storage in Settings; they never leave this computer).
 SECRETS_IN_USE: tuple[SecretName, ...] = (
     SecretName.RUNPOD,
     SecretName.VAST,
     SecretName.LAMBDA,
     SecretName.HUGGINGFACE,
     SecretName.WANDB,
+    SecretName.BUCKET_KEY_ID,
+    SecretName.BUCKET_SECRET,
 )
 
 

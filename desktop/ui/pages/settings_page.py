@@ -42,6 +42,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.theme import apply_theme
 from desktop.ui.widgets.blocks import Badge, Card, caption, plain_button, primary_button
 from desktop.ui.widgets.number_fields import CorrectionNote
+from desktop.ui.widgets.storage_card import StorageCard
 
 #: How each key source reads on its badge: (words, severity).
 _SOURCE_BADGES = {
@@ -73,6 +74,9 @@ class SettingsPage(BasePage):
         super().__init__(parent)
         self.body.addWidget(self._build_preferences())
         self.body.addWidget(self._build_keys())
+        self.storage_card = StorageCard(settings.storage, secrets)
+        self.storage_card.sig_saved.connect(self.on_storage_saved)
+        self.body.addWidget(self.storage_card)
         self.body.addWidget(self._build_files())
         self.body.addStretch(1)
 
@@ -80,6 +84,11 @@ class SettingsPage(BasePage):
         """Reads the key states again each time the page shows: a key added on the Compute step appears here."""
         super().showEvent(event)
         self._read_key_statuses()
+
+    def on_storage_saved(self, storage: object) -> None:
+        """Keeps the saved bucket in this page's settings and announces it."""
+        self.settings = self.settings.model_copy(update={"storage": storage})
+        self.sig_settings_changed.emit(self.settings)
 
     def _build_files(self) -> Card:
         card = Card("Files", "Everything Rentune keeps on this computer, besides the keys in your keyring.")
