@@ -63,7 +63,7 @@ def _check(*, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"url": result.location.url, "endpoint": result.endpoint, "seconds": result.seconds}))
     else:
-        print(result.words())
+        print(f"the bucket works: {result.words()}")
     return EXIT_OK
 
 

@@ -31,7 +31,9 @@ def keys_for(server: S3Server) -> BucketKeys:
 def test_the_check_writes_reads_back_and_deletes_a_test_object_and_leaves_nothing(s3_server: S3Server) -> None:
     result = check_bucket(settings_for(s3_server), keys_for(s3_server))
     assert set(result.seconds) == {"write", "read", "delete"}
-    assert result.words().startswith(f"s3://{s3_server.bucket}/team/rentune at {s3_server.endpoint} works: wrote")
+    assert result.words().startswith(
+        f"wrote, read back and deleted a test object in s3://{s3_server.bucket}/team/rentune at {s3_server.endpoint} ("
+    )
     listed = s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix=f"team/rentune/{CHECK_FOLDER}/")
     assert listed.get("KeyCount", 0) == 0, "the test object is gone"
 

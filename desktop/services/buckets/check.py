@@ -38,7 +38,7 @@ class BucketCheck:
         """One line for the user: what passed, and how fast."""
         took = ", ".join(f"{step} {ms * 1000:.0f} ms" for step, ms in self.seconds.items())
         where = self.endpoint or "AWS"
-        return f"{self.location.url} at {where} works: wrote, read back and deleted a test object ({took})"
+        return f"wrote, read back and deleted a test object in {self.location.url} at {where} ({took})"
 
 
 def check_bucket(settings: StorageSettings, keys: BucketKeys, *, client: Any = None) -> BucketCheck:
