@@ -1,4 +1,7 @@
-"""The payload's command line: ``python -m trainer_payload run job.json``, ``bootstrap``, ``export``, ``serve``."""
+"""The payload's command line: ``python -m trainer_payload run job.json``, and its other commands.
+
+``bootstrap``, ``export``, ``serve`` and ``fetch`` (the data from the user's bucket).
+"""
 
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="after training: serve the model on the machine until idle or stopped")
     serve.add_argument("job", type=Path, help="path of the trained job's job.json")
     serve.add_argument("serve_job", type=Path, help="path of the serve job (name, idle minutes, context)")
+    commands.add_parser(
+        "fetch", help="download files from presigned URLs into this folder, each verified (the list on stdin)"
+    )
     boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
@@ -49,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.export import run_export
 
         return run_export(args.job, args.export_job)
+    if args.command == "fetch":
+        from trainer_payload.fetch import run_fetch
+
+        return run_fetch()
     if args.command == "serve":
         from trainer_payload.serve import run_serve
 

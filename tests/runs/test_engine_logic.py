@@ -261,3 +261,33 @@ async def test_the_wandb_key_goes_on_stdin_to_the_trainer_alone_and_its_absence_
     sent = [stdin for stdin in host.stdins if key in stdin]
     assert sent == [f"\n{key}\n"], "once, to the trainer's launch, as the line after the (absent) Hub token"
     assert not any(key in command for command in host.commands)
+
+
+async def test_a_bucket_that_cannot_be_reached_sends_the_data_over_ssh_and_says_why(
+    host: FakeHost, tmp_path: Path
+) -> None:
+    import socket
+
+    from desktop.core.settings import Settings
+    from desktop.core.storage import StorageSettings
+    from desktop.services.platform.secrets import SecretName
+    from desktop.services.platform.settings import save_settings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    save_settings(Settings(storage=StorageSettings(url="s3://data-bucket/x", endpoint=f"http://127.0.0.1:{closed}")))
+    SecretStore().set(SecretName.BUCKET_KEY_ID, "AKIAEXAMPLE")
+    SecretStore().set(SecretName.BUCKET_SECRET, "secret-example-value")
+    lines: list[str] = []
+    engine = make_engine(host, lines)
+    record = create_run(engine, tmp_path)
+    assert record.spec["bucket"]["url"] == "s3://data-bucket/x", "the run keeps the bucket it was created with"
+    host.on_launch = trains_to_the_end
+    final = await asyncio.wait_for(engine.drive(record.id), 60)
+    assert final.state is RunState.FINISHED, final.error
+    (said,) = [line for line in lines if "the data goes over SSH instead" in line]
+    assert said.startswith(f"the bucket cannot be used (cannot reach http://127.0.0.1:{closed}")
+    unpacks = [command for command in host.commands if "tar -xf" in command]
+    assert len(unpacks) == 2, "the payload first, then the data the bucket could not carry, over SSH"
+    assert not any("trainer_payload fetch" in command for command in host.commands), "no machine download tried"

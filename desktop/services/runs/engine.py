@@ -44,6 +44,7 @@ from desktop.services.runs import (
     transfer,
 )
 from desktop.services.runs.actions import resume_refusal
+from desktop.services.runs.bucket_data import bucket_of_settings
 from desktop.services.runs.cluster import CLUSTER_KEY, cluster_of
 from desktop.services.runs.context import (
     DRIVER_LOCK_NAME,
@@ -106,6 +107,7 @@ def spec_to_record(spec: RunSpec) -> dict[str, Any]:
         **({"export_on_machine": list(spec.export_on_machine)} if spec.export_on_machine else {}),
         **({"serve": spec.serve.to_dict()} if spec.serve else {}),
         **({"judge_on_machine": spec.judge.to_dict()} if spec.judge else {}),
+        **bucket_of_settings(),
     }
 
 

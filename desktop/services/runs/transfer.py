@@ -22,6 +22,7 @@ from typing import Any
 from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine, Progress
+from desktop.services.runs.bucket_data import BUCKET_KEY, send_data_through_bucket
 from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.cluster import checkpoints_from, node_job_keys
 from desktop.services.runs.context import RunContext
@@ -137,9 +138,10 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     files: list[tuple[Path, str]] = [(Path(str(p)), f"payload/trainer_payload/{p.name}") for p in payload_files()]
     train_name = remote_data_name(Path(spec["train_file"]), "train")
     eval_name = remote_data_name(Path(spec["eval_file"]), "eval") if spec.get("eval_file") else None
-    files.append((Path(spec["train_file"]), train_name))
+    data = [(Path(spec["train_file"]), train_name)]
     if eval_name:
-        files.append((Path(spec["eval_file"]), eval_name))
+        data.append((Path(spec["eval_file"]), eval_name))
+    files += data
     model_files = local_model_files(spec["base_model"])
     files += model_files
     job = {
@@ -159,7 +161,15 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
     if node_job_keys(spec):
         await clear_checkpoints(machine, remote)
     await check_workdir(machine, remote, sum(sizes) + small_bytes)
-    await send_files(ctx, run_id, machine, remote, files)
+    if spec.get(BUCKET_KEY):  # the payload first: the machine reads the data from the bucket with it
+        rest = [item for item in files if item not in data]
+        await send_files(ctx, run_id, machine, remote, rest)
+        over_ssh = await send_data_through_bucket(ctx, run_id, machine, remote, data)
+        if over_ssh:
+            await send_files(ctx, run_id, machine, remote, over_ssh)
+        files = rest + over_ssh
+    else:
+        await send_files(ctx, run_id, machine, remote, files)
     ctx.report(f"uploaded {len(files)} files to {record.target}")
 
 
