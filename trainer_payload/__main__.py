@@ -1,6 +1,6 @@
 """The payload's command line: ``python -m trainer_payload run job.json``, and its other commands.
 
-``bootstrap``, ``export``, ``serve`` and ``fetch`` (the data from the user's bucket).
+``bootstrap``, ``export``, ``serve``, and ``fetch`` and ``push`` (data and checkpoints through the user's bucket).
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "fetch", help="download files from presigned URLs into this folder, each verified (the list on stdin)"
     )
+    commands.add_parser(
+        "push", help="upload a checkpoint's files to presigned multipart URLs, part by part (the plan on stdin)"
+    )
     boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
@@ -38,6 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--lock", type=Path, help="hashed lock to install from (default: the payload's requirements-lock.txt)"
     )
     return parser
+
+
+def _bucket_command(command: str) -> int:
+    """``fetch`` or ``push``: files between the run's folder and the user's bucket, the links on stdin."""
+    if command == "fetch":
+        from trainer_payload.fetch import run_fetch
+
+        return run_fetch()
+    from trainer_payload.push import run_push
+
+    return run_push()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.export import run_export
 
         return run_export(args.job, args.export_job)
-    if args.command == "fetch":
-        from trainer_payload.fetch import run_fetch
-
-        return run_fetch()
+    if args.command in {"fetch", "push"}:
+        return _bucket_command(args.command)
     if args.command == "serve":
         from trainer_payload.serve import run_serve
 

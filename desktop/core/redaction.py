@@ -27,11 +27,11 @@ _ASSIGNMENT = re.compile(
 _MIN_SECRET_LENGTH = 6
 # Environment variables whose values are secret by their name: Rentune's own (RUNPOD_API_KEY, VAST_API_KEY,
 # LAMBDA_API_KEY, HF_TOKEN) and any other *_API_KEY, *_TOKEN or *SECRET* a user or a CI set.
-_SECRET_VARIABLE_SUFFIXES = ("_API_KEY", "_TOKEN")
+_SECRET_VARIABLE_SUFFIXES = ("_API_KEY", "_TOKEN", "_KEY_ID")
 
 
 def is_secret_variable(name: str) -> bool:
-    """Whether an environment variable's name says its value is a secret (``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``)."""
+    """Whether a variable's name says its value is a secret (``*_API_KEY``, ``*_TOKEN``, ``*_KEY_ID``, ``*SECRET*``)."""
     upper = name.upper()
     return upper.endswith(_SECRET_VARIABLE_SUFFIXES) or "SECRET" in upper
 

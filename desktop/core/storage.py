@@ -125,5 +125,5 @@ class StorageSettings(BaseModel):
             StorageError: No bucket is set up.
         """
         if not self.url:
-            raise StorageError("no bucket is set up: add one under Storage in Settings, or rentune storage set")
+            raise StorageError("no bucket is set up: add one under Storage in Settings")
         return parse_bucket_url(self.url)

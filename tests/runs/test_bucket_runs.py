@@ -81,3 +81,61 @@ def test_the_data_goes_to_the_bucket_once_and_both_machines_of_a_resumed_run_rea
     for path in tmp_path.rglob("*"):  # the machines' folders, the run's home; not the store's own identities
         if path.is_file() and s3_server.folder not in path.parents:
             assert s3_server.secret_key.encode() not in path.read_bytes(), f"the bucket's secret key is in {path}"
+
+
+def test_checkpoints_go_from_the_machine_to_the_bucket_and_a_resume_elsewhere_starts_from_the_buckets_newest(
+    runpod: CloudUnderTest,  # noqa: F811 - the fixture imported above
+    rented_spec: SpecWriter,  # noqa: F811 - the fixture imported above
+    s3_server: S3Server,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+    import shutil
+
+    storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint)
+    save_settings(Settings(storage=storage))
+    SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
+    SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
+    engine, driver = _driver()
+    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3}))
+    folder = engine.folder(run_id)
+
+    async def stop_after_a_checkpoint() -> RunState:
+        drive = asyncio.ensure_future(driver.drive(run_id))
+        for _ in range(3000):
+            if list(folder.glob("checkpoints/checkpoint-*/rentune_checkpoint.json")):
+                break
+            await asyncio.sleep(0.1)
+        await engine.request_stop(run_id)
+        return (await drive).state
+
+    assert asyncio.run(stop_after_a_checkpoint()) is RunState.CANCELLED
+    first_out = capsys.readouterr().out
+    assert "is safe in the bucket" in first_out, first_out[-3000:]
+    client = s3_server.client()
+    root = f"team/runs/{run_id}/checkpoints/"
+    keys = [item["Key"] for item in client.list_objects_v2(Bucket=s3_server.bucket, Prefix=root)["Contents"]]
+    seals = sorted(key for key in keys if key.endswith("/rentune_checkpoint.json"))
+    assert seals, keys
+    newest = seals[-1].removeprefix(root).split("/")[0]
+    seal = json.loads(client.get_object(Bucket=s3_server.bucket, Key=seals[-1])["Body"].read())
+    for name, info in seal["files"].items():  # every file the seal lists is there, whole, with its digest
+        body = client.get_object(Bucket=s3_server.bucket, Key=f"{root}{newest}/{name}")["Body"].read()
+        assert len(body) == info["bytes"] and hashlib.sha256(body).hexdigest() == info["sha256"], name
+    assert not client.list_multipart_uploads(Bucket=s3_server.bucket).get("Uploads"), "no upload left unfinished"
+
+    shutil.rmtree(folder / "checkpoints")  # nothing at home: the bucket's copy is all there is
+    stopped = RunStore().get(run_id)
+    end = int(newest.split("-")[1]) + 2
+    RunStore().update(run_id, spec={**stopped.spec, "training": {**stopped.spec["training"], "max_steps": end}})
+    engine.prepare_resume(run_id)
+    _engine, second_driver = _driver()
+    assert asyncio.run(second_driver.drive(run_id)).state is RunState.FINISHED
+    assert f"resuming from {newest} in the bucket (fetched by the machine, verified)" in capsys.readouterr().out
+    training = [e for e in mirrored_events(folder) if e["event"] is EventKind.STATE and e["state"] == "training"]
+    assert training[-1]["resume_from"] == newest, "the new machine trained on from the bucket's checkpoint"
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and s3_server.folder not in path.parents:
+            assert s3_server.secret_key.encode() not in path.read_bytes(), f"the bucket's secret key is in {path}"
+    _nothing_left(runpod.fake)

@@ -32,7 +32,7 @@ def redact_known(text: str) -> str:
 
     Known secrets are the values registered with :func:`remember_secret` (keys read from the keyring or the
     environment, run keys) and the values of the secret environment variables set now (``*_API_KEY``, ``*_TOKEN``,
-    ``*SECRET*``), even ones Rentune never read; well-known token formats are masked too.
+    ``*_KEY_ID``, ``*SECRET*``), even ones Rentune never read; well-known token formats are masked too.
     """
     return redact(text, _known_secrets | secret_variable_values(os.environ))
 

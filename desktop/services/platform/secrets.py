@@ -283,8 +283,9 @@ def without_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a child process that needs no secret: ``env`` (this process's by default), secrets removed.
 
     Every variable whose name says it is secret goes: Rentune's own (``RUNPOD_API_KEY``, ``VAST_API_KEY``,
-    ``LAMBDA_API_KEY``, ``HF_TOKEN``) and any other ``*_API_KEY``, ``*_TOKEN`` or ``*SECRET*``. pip, the converters
-    and llama.cpp's tools start with this, so a key can never show up in their output or their crash reports.
+    ``LAMBDA_API_KEY``, ``HF_TOKEN``, the bucket's) and any other ``*_API_KEY``, ``*_TOKEN``, ``*_KEY_ID`` or
+    ``*SECRET*``. pip, the converters and llama.cpp's tools start with this, so a key can never show up in their
+    output or their crash reports.
     """
     source = os.environ if env is None else env
     return {name: value for name, value in source.items() if not is_secret_variable(name)}

@@ -65,7 +65,7 @@ async def send_data_through_bucket(
         {"url": link, "path": relative, "sha256": item.sha256, "bytes": item.bytes}
         for (item, link), (_path, relative) in zip(stored, data, strict=True)
     ]
-    problem = await _fetch_on_machine(machine, remote, str(record.spec["python"]), links)
+    problem = await fetch_on_machine(machine, remote, str(record.spec["python"]), links)
     if problem:
         ctx.report(f"the machine could not read the data from the bucket ({problem}); it goes over SSH instead")
         return data
@@ -73,14 +73,17 @@ async def send_data_through_bucket(
     return []
 
 
-async def _fetch_on_machine(machine: Machine, remote: str, python: str, links: list[dict[str, Any]]) -> str:
-    """Runs the payload's fetch on the machine; "" when every file is there and verified, else why not."""
+async def fetch_on_machine(machine: Machine, remote: str, python: str, links: list[dict[str, Any]]) -> str:
+    """Runs the payload's fetch on the machine, the links on its stdin.
+
+    Returns "" when every file is there and verified, else why not.
+    """
     command = f"cd {shlex.quote(remote)} && PYTHONPATH=payload {shlex.quote(python)} -m trainer_payload fetch"
     try:
         output = await machine.run(command, stdin=json.dumps(links), check=False, time_limit=FETCH_SECONDS)
     except RemoteError as exc:
         return str(exc)
-    answer = _last_json(output)
+    answer = last_json(output)
     if answer is None:
         return f"it answered {output[-300:]!r}"
     if "error" in answer:
@@ -90,7 +93,7 @@ async def _fetch_on_machine(machine: Machine, remote: str, python: str, links: l
     return f"it did not fetch {', '.join(missing)}" if missing else ""
 
 
-def _last_json(output: str) -> dict[str, Any] | None:
+def last_json(output: str) -> dict[str, Any] | None:
     """The last line of the machine's output that is a JSON object (the machine is untrusted: anything else is None)."""
     for line in reversed(output.strip().splitlines()):
         try:

@@ -44,6 +44,7 @@ from desktop.services.runs import (
     transfer,
 )
 from desktop.services.runs.actions import resume_refusal
+from desktop.services.runs.bucket_checkpoints import push_checkpoint, stays_in_bucket
 from desktop.services.runs.bucket_data import bucket_of_settings
 from desktop.services.runs.cluster import CLUSTER_KEY, cluster_of
 from desktop.services.runs.context import (
@@ -62,6 +63,7 @@ from desktop.services.runs.nodes import Nodes
 from desktop.services.runs.overrun_check import judge_calibration
 from desktop.services.runs.store import RunRecord, RunStore
 from trainer_payload.protocol import (
+    CheckpointEvent,
     DoneEvent,
     ErrorEvent,
     ErrorKind,
@@ -555,7 +557,7 @@ class RunEngine:
             await judge_calibration(self.ctx, run_id, machine, event, self._total_steps[run_id])
         elif event["event"] is EventKind.CHECKPOINT:
             async with self._heartbeat_while_pulling(run_id, machine):
-                await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, self._nodes.get(run_id))
+                await self._keep_checkpoint(run_id, machine, event)
         elif event["event"] is EventKind.DONE:
             return await self._finish(run_id, machine, event)
         elif event["event"] is EventKind.ERROR:
@@ -567,6 +569,13 @@ class RunEngine:
         elif event["event"] is EventKind.STATE and event["state"] == JobState.FAILED:
             return await self._on_failed(run_id, machine, event)
         return None
+
+    async def _keep_checkpoint(self, run_id: str, machine: Machine, event: CheckpointEvent) -> None:
+        """Sends a new checkpoint to the run's bucket (one machine, a bucket set up), and home unless it stays there."""
+        others = self._nodes.get(run_id)
+        in_bucket = not others and await push_checkpoint(self.ctx, run_id, machine, event)
+        if not (in_bucket and stays_in_bucket(self.store.get(run_id).spec)):
+            await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, others)
 
     async def _oom_advice(self, run_id: str, event: ErrorEvent) -> str | None:
         """What would fit with the memory the run measured (the plan made again), or None; never fails the run."""

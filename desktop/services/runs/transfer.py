@@ -22,6 +22,7 @@ from typing import Any
 from desktop.core.runs.states import RunState
 from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine, Progress
+from desktop.services.runs.bucket_checkpoints import fetch_newest_checkpoint
 from desktop.services.runs.bucket_data import BUCKET_KEY, send_data_through_bucket
 from desktop.services.runs.checkpoints import newest_local_checkpoint
 from desktop.services.runs.cluster import checkpoints_from, node_job_keys
@@ -168,6 +169,7 @@ async def upload(ctx: RunContext, run_id: str, machine: Machine) -> None:
         if over_ssh:
             await send_files(ctx, run_id, machine, remote, over_ssh)
         files = rest + over_ssh
+        await fetch_newest_checkpoint(ctx, run_id, machine, remote, home_step(ctx, run_id))
     else:
         await send_files(ctx, run_id, machine, remote, files)
     ctx.report(f"uploaded {len(files)} files to {record.target}")
@@ -275,6 +277,12 @@ def resume_files(ctx: RunContext, run_id: str) -> list[tuple[Path, str]]:
     if (local / EVENTS_FILE_NAME).exists():
         files.append((local / EVENTS_FILE_NAME, f"out/{EVENTS_FILE_NAME}"))
     return files
+
+
+def home_step(ctx: RunContext, run_id: str) -> int | None:
+    """The step of the newest complete checkpoint at home (None without one)."""
+    newest = newest_local_checkpoint(ctx.folder(checkpoints_from(ctx.store.get(run_id))) / "checkpoints")
+    return int(newest.name.split("-")[1]) if newest is not None else None
 
 
 def home_checkpoint_files(ctx: RunContext, run_id: str) -> list[tuple[Path, str]]:

@@ -1,0 +1,134 @@
+"""A run's checkpoints through its bucket: from the machine straight to the bucket, and back to a new machine.
+
+With a bucket (see :mod:`desktop.services.runs.bucket_data`), each sealed checkpoint goes from the machine to the
+bucket as the app follows the run: the app starts the uploads and presigns their parts, the machine sends them
+(``python -m trainer_payload push``, the plan on its stdin; no bucket key on the machine), the app completes them and
+writes the seal last. Adapters of LoRA and QLoRA runs still come home too; a full fine-tune's checkpoints, too large
+for a laptop's link, stay in the bucket. A resume on a new machine fetches the bucket's newest whole checkpoint when
+it is newer than the one at home.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+from typing import Any
+
+from desktop.core.storage import StorageError, StorageSettings
+from desktop.services.buckets.checkpoints import (
+    CheckpointUpload,
+    abort_checkpoint_upload,
+    begin_checkpoint_upload,
+    finish_checkpoint_upload,
+    newest_checkpoint_links,
+)
+from desktop.services.buckets.client import BucketError, bucket_keys
+from desktop.services.machines.machine import Machine
+from desktop.services.machines.ssh import RemoteError
+from desktop.services.runs.bucket_data import BUCKET_KEY, FETCH_SECONDS, fetch_on_machine, last_json
+from desktop.services.runs.context import RunContext
+from trainer_payload.protocol import CHECKPOINT_MARKER, CheckpointEvent, UnsafePathError, check_relative_path
+
+#: The methods whose checkpoints stay in the bucket (the whole model: too large to pull home while training).
+BUCKET_ONLY_METHODS = frozenset({"full", "full-8bit"})
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def stays_in_bucket(spec: dict[str, Any]) -> bool:
+    """Whether a run's checkpoints stay in its bucket instead of coming home (a full fine-tune with a bucket)."""
+    return bool(spec.get(BUCKET_KEY)) and spec["training"].get("method", "qlora") in BUCKET_ONLY_METHODS
+
+
+async def push_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event: CheckpointEvent) -> bool:
+    """Sends the checkpoint the event names from the machine to the run's bucket; whether it is whole there now.
+
+    Never raises for the bucket's or the machine's sake: the run goes on, says why, and the checkpoint is pulled home
+    as without a bucket.
+    """
+    record = ctx.store.get(run_id)
+    if not record.spec.get(BUCKET_KEY):
+        return False
+    name = event["path"].rsplit("/", 1)[-1]
+    try:
+        folder = f"out/{check_relative_path(event['path'])}"
+        seal = await _read_seal(machine, f"{record.remote_dir}/{folder}")
+        storage = StorageSettings.model_validate(record.spec[BUCKET_KEY])
+        sizes = {n: info["bytes"] for n, info in json.loads(seal)["files"].items()}
+        keys = bucket_keys(ctx.secrets)
+        client, upload = await asyncio.to_thread(
+            lambda: begin_checkpoint_upload(storage, keys, run_id, name=name, folder=folder, sizes=sizes)
+        )
+    except (BucketError, StorageError, ValueError, RemoteError, UnsafePathError) as exc:
+        ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
+        return False
+    problem = await _push_on_machine(machine, str(record.remote_dir), str(record.spec["python"]), upload)
+    try:
+        if isinstance(problem, str):
+            raise BucketError(problem)
+        await asyncio.to_thread(finish_checkpoint_upload, client, storage.location, upload, problem, seal)
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the parts go and the run goes on
+        await asyncio.to_thread(abort_checkpoint_upload, client, storage.location, upload)
+        ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
+        return False
+    ctx.report(f"checkpoint {name} is safe in the bucket ({storage.url})")
+    return True
+
+
+async def _read_seal(machine: Machine, folder: str) -> bytes:
+    """The checkpoint's seal as the machine wrote it, checked: a JSON list of relative files with sizes and digests."""
+    text = await machine.run(f"cat {shlex.quote(f'{folder}/{CHECKPOINT_MARKER}')}")
+    seal = json.loads(text)
+    files = seal.get("files") if isinstance(seal, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise ValueError("the machine's checkpoint seal lists no files")
+    for name, info in files.items():
+        check_relative_path(name)
+        if not (isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0):
+            raise ValueError(f"the machine's checkpoint seal gives {name!r} no size")
+        if not _DIGEST.fullmatch(str(info.get("sha256", ""))):
+            raise ValueError(f"the machine's checkpoint seal gives {name!r} no SHA-256")
+    return text.encode()
+
+
+async def _push_on_machine(
+    machine: Machine, remote: str, python: str, upload: CheckpointUpload
+) -> dict[str, list[str]] | str:
+    """Runs the payload's push; the ETags of each file's parts, or why it failed."""
+    command = f"cd {shlex.quote(remote)} && PYTHONPATH=payload {shlex.quote(python)} -m trainer_payload push"
+    try:
+        output = await machine.run(command, stdin=json.dumps(upload.plan), check=False, time_limit=FETCH_SECONDS)
+    except RemoteError as exc:
+        return str(exc)
+    answer = last_json(output)
+    if answer is None or "error" in answer:
+        return str((answer or {}).get("error") or f"it answered {output[-300:]!r}")[:500]
+    files = answer.get("files")
+    if not isinstance(files, list):
+        return "it answered without the parts' ETags"
+    return {
+        str(item.get("path")): [str(tag) for tag in item.get("etags", [])] for item in files if isinstance(item, dict)
+    }
+
+
+async def fetch_newest_checkpoint(
+    ctx: RunContext, run_id: str, machine: Machine, remote: str, home_step: int | None
+) -> None:
+    """Has a new machine fetch the bucket's newest whole checkpoint when it is newer than the one at home."""
+    record = ctx.store.get(run_id)
+    if not record.spec.get(BUCKET_KEY):
+        return
+    try:
+        storage = StorageSettings.model_validate(record.spec[BUCKET_KEY])
+        newest, links = await asyncio.to_thread(newest_checkpoint_links, storage, bucket_keys(ctx.secrets), run_id)
+    except (BucketError, StorageError, ValueError) as exc:
+        ctx.report(f"the bucket's checkpoints cannot be read ({exc}); resuming from what is at home")
+        return
+    if newest is None or (home_step is not None and newest.step <= home_step):
+        return
+    problem = await fetch_on_machine(machine, remote, str(record.spec["python"]), links)
+    if problem:
+        ctx.report(f"the machine could not fetch {newest.name} from the bucket ({problem})")
+        return
+    ctx.report(f"resuming from {newest.name} in the bucket (fetched by the machine, verified)")
