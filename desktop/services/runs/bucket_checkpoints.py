@@ -63,11 +63,11 @@ async def push_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event:
     except (BucketError, StorageError, ValueError, RemoteError, UnsafePathError) as exc:
         ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
         return False
-    problem = await _push_on_machine(machine, str(record.remote_dir), str(record.spec["python"]), upload)
+    sent = await _push_on_machine(machine, str(record.remote_dir), str(record.spec["python"]), upload)
     try:
-        if isinstance(problem, str):
-            raise BucketError(problem)
-        await asyncio.to_thread(finish_checkpoint_upload, client, storage.location, upload, problem, seal)
+        if isinstance(sent, str):
+            raise BucketError(sent)  # why the machine could not send them
+        await asyncio.to_thread(finish_checkpoint_upload, client, storage.location, upload, sent, seal)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the parts go and the run goes on
         await asyncio.to_thread(abort_checkpoint_upload, client, storage.location, upload)
         ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
