@@ -87,9 +87,21 @@ def _add_storage_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
     setting.add_argument("url", metavar="s3://BUCKET/PREFIX", help="the bucket, and a prefix inside it")
     setting.add_argument("--endpoint", default="", help="the store's S3 endpoint (default: AWS)")
     setting.add_argument("--region", default="us-east-1", help="the bucket's region (R2: auto; default us-east-1)")
+    setting.add_argument("--keep", type=int, default=3, metavar="N", help="whole checkpoints kept per run (default 3)")
+    setting.add_argument(
+        "--price", type=float, default=0.023, metavar="USD", help="the store's price per GB-month (default 0.023)"
+    )
     actions.add_parser("show", help="the bucket as set up, and where its keys come from (never the keys)")
     check = actions.add_parser("check", help="write, read back and delete a test object in the bucket")
     check.add_argument("--json", action="store_true", help="print the result as JSON")
+    listing = actions.add_parser("ls", help="each run's checkpoints in the bucket: step, size, whole or not")
+    listing.add_argument("run", nargs="?", metavar="RUN_ID", help="one run only")
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
+    usage = actions.add_parser("du", help="what is stored in the bucket and what it costs a month")
+    usage.add_argument("--json", action="store_true", help="print the totals as JSON")
+    prune = actions.add_parser("prune", help="keep each run's newest whole checkpoints in the bucket, delete the rest")
+    prune.add_argument("--keep", type=int, metavar="N", help="how many per run (default: the Storage settings', 3)")
+    prune.add_argument("--run", metavar="RUN_ID", help="one run only")
 
 
 def _add_target_options(parser: argparse.ArgumentParser, *, several: bool = False) -> None:

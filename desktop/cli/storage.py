@@ -1,4 +1,4 @@
-"""``rentune storage set|show|check``: the user's bucket, as the Storage settings hold it."""
+"""``rentune storage set|show|check|ls|du|prune``: the user's bucket, as the Storage settings hold it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from desktop.cli.errors import EXIT_FAILED, EXIT_OK, CliError
 from desktop.core.settings import SettingsError
 from desktop.core.storage import StorageError, StorageSettings, check_endpoint, parse_bucket_url
 from desktop.services.buckets.check import check_bucket
-from desktop.services.buckets.client import BucketError, bucket_keys
+from desktop.services.buckets.client import BucketError, BucketKeys, bucket_keys
+from desktop.services.buckets.inventory import BucketUsage, bucket_usage, prune_bucket
 from desktop.services.platform.secrets import SecretName, SecretSource, SecretStore
 from desktop.services.platform.settings import load_settings, update_settings
 
@@ -19,16 +20,76 @@ _KEYS = (SecretName.BUCKET_KEY_ID, SecretName.BUCKET_SECRET)
 def run_storage(args: argparse.Namespace) -> int:
     """Dispatches ``rentune storage ACTION``."""
     if args.storage_command == "set":
-        return _set(args.url, args.endpoint, args.region)
+        return _set(args.url, args.endpoint, args.region, keep=args.keep, price=args.price)
     if args.storage_command == "show":
         return _show()
-    return _check(as_json=args.json)
+    if args.storage_command == "check":
+        return _check(as_json=args.json)
+    storage = _configured()
+    try:
+        keys = bucket_keys()
+        if args.storage_command == "prune":
+            return _prune(storage, keys, args.keep, args.run)
+        usage = bucket_usage(storage, keys)
+    except BucketError as exc:
+        raise CliError(f"the bucket cannot be read: {exc}", EXIT_FAILED) from exc
+    return _ls(usage, args.run, as_json=args.json) if args.storage_command == "ls" else _du(storage, usage, args.json)
 
 
-def _set(url: str, endpoint: str, region: str) -> int:
+def _ls(usage: BucketUsage, run_id: str | None, *, as_json: bool) -> int:
+    runs = {run: steps for run, steps in sorted(usage.checkpoints.items()) if run_id in (None, run)}
+    if as_json:
+        rows = [{"run": run, "checkpoint": c.name, "bytes": c.bytes, "whole": c.whole}
+                for run, steps in runs.items() for _step, c in sorted(steps.items())]  # fmt: skip
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not runs:
+        print("no checkpoints in the bucket" + (f" for run {run_id}" if run_id else ""))
+    for run, steps in runs.items():
+        print(run)
+        for _step, c in sorted(steps.items()):
+            state = "whole" if c.whole else "unfinished (no seal: never resumed from)"
+            print(f"  {c.name:<18}{c.bytes / 1e6:>12,.1f} MB  {state}")
+    return EXIT_OK
+
+
+def _du(storage: StorageSettings, usage: BucketUsage, as_json: bool) -> int:
+    stored = sum(c.bytes for steps in usage.checkpoints.values() for c in steps.values())
+    monthly = usage.monthly_usd(storage.price_per_gb_month)
+    if as_json:
+        print(json.dumps({"checkpoints_bytes": stored, "data_bytes": usage.data_bytes, "other_bytes": usage.other_bytes,
+                          "total_bytes": usage.total_bytes, "monthly_usd": round(monthly, 4)}))  # fmt: skip
+        return EXIT_OK
+    print(f"checkpoints  {stored / 1e9:>10,.3f} GB  ({len(usage.checkpoints)} runs)")
+    print(f"data         {usage.data_bytes / 1e9:>10,.3f} GB")
+    print(f"total        {usage.total_bytes / 1e9:>10,.3f} GB  about ${monthly:,.2f} a month at "
+          f"${storage.price_per_gb_month:g} per GB-month")  # fmt: skip
+    return EXIT_OK
+
+
+def _prune(storage: StorageSettings, keys: BucketKeys, keep: int | None, run_id: str | None) -> int:
+    if keep is not None and keep < 1:
+        raise CliError("--keep must be at least 1: a run's newest whole checkpoint always stays")
+    count, freed = prune_bucket(storage, keys, keep or storage.keep_checkpoints, run_id)
+    print(f"deleted {count} checkpoint(s), {freed / 1e6:,.1f} MB; each run keeps its newest "
+          f"{keep or storage.keep_checkpoints} whole one(s)")  # fmt: skip
+    return EXIT_OK
+
+
+def _configured() -> StorageSettings:
+    storage = _storage()
+    if not storage.configured:
+        raise CliError("no bucket is set up: rentune storage set s3://BUCKET/PREFIX [--endpoint URL] [--region R]")
+    return storage
+
+
+def _set(url: str, endpoint: str, region: str, *, keep: int, price: float) -> int:
     try:
         location, endpoint = parse_bucket_url(url), check_endpoint(endpoint)
-        storage = StorageSettings(url=location.url, endpoint=endpoint, region=region.strip().lower())
+        storage = StorageSettings(
+            url=location.url, endpoint=endpoint, region=region.strip().lower(), keep_checkpoints=keep,
+            price_per_gb_month=price,
+        )  # fmt: skip
     except (StorageError, ValueError) as exc:
         raise CliError(_first_line(exc)) from exc
     update_settings({"storage": storage.model_dump()})
@@ -53,9 +114,7 @@ def _show() -> int:
 
 
 def _check(*, as_json: bool) -> int:
-    storage = _storage()
-    if not storage.configured:
-        raise CliError("no bucket is set up: rentune storage set s3://BUCKET/PREFIX [--endpoint URL] [--region R]")
+    storage = _configured()
     try:
         result = check_bucket(storage, bucket_keys())
     except BucketError as exc:

@@ -94,6 +94,9 @@ class StorageSettings(BaseModel):
         url: ``s3://bucket/prefix``; "" while no bucket is set up.
         endpoint: The store's S3 endpoint (R2, B2, Wasabi, MinIO, ...); "" for AWS.
         region: The bucket's region (``auto`` for R2; AWS and most others name one, like ``eu-central-1``).
+        keep_checkpoints: How many whole checkpoints of each run stay in the bucket (older ones are deleted).
+        price_per_gb_month: What the store charges a month per GB stored (S3 Standard's $0.023 unless set), for the
+            monthly cost shown.
     """
 
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
@@ -101,6 +104,8 @@ class StorageSettings(BaseModel):
     url: str = ""
     endpoint: str = ""
     region: str = Field(default="us-east-1", pattern="^[a-z0-9-]{1,40}$")
+    keep_checkpoints: int = Field(default=3, ge=1, le=1000)
+    price_per_gb_month: float = Field(default=0.023, ge=0, le=10)
 
     @field_validator("url")
     @classmethod

@@ -67,7 +67,7 @@ def checkpoint(root: Path, step: int, sizes: dict[str, int]) -> dict[str, Any]:
 def test_a_machine_killed_mid_upload_leaves_no_whole_checkpoint_and_no_unfinished_upload(
     s3_server: S3Server, tmp_path: Path
 ) -> None:
-    storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint)
+    storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint, keep_checkpoints=1)
     SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
     SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
     lines: list[str] = []
@@ -95,3 +95,9 @@ def test_a_machine_killed_mid_upload_leaves_no_whole_checkpoint_and_no_unfinishe
     assert [link["path"].rsplit("/", 1)[1] for link in links][-1] == CHECKPOINT_MARKER, "the seal comes last"
     seal = json.loads((root / "out/checkpoints/checkpoint-3" / CHECKPOINT_MARKER).read_text())
     assert newest.files == {n: (i["bytes"], i["sha256"]) for n, i in seal["files"].items()}
+
+    third = checkpoint(root, 9, {"adapter_model.safetensors": 1000, "adapter_config.json": 120})
+    assert asyncio.run(push_checkpoint(ctx, record.id, LocalMachine(root), third)) is True  # type: ignore[arg-type]
+    assert lines[-1].startswith("deleted 1 older checkpoint(s) from the bucket") and lines[-1].endswith("newest 1 stay")
+    listed = client.list_objects_v2(Bucket=s3_server.bucket, Prefix=f"team/runs/{record.id}/checkpoints/")
+    assert {item["Key"].split("/")[4] for item in listed["Contents"]} == {"checkpoint-9"}, "keep 1: the newest"

@@ -24,7 +24,8 @@ from desktop.services.buckets.checkpoints import (
     finish_checkpoint_upload,
     newest_checkpoint_links,
 )
-from desktop.services.buckets.client import BucketError, bucket_keys
+from desktop.services.buckets.client import BucketError, BucketKeys, bucket_keys
+from desktop.services.buckets.inventory import prune_bucket
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.runs.bucket_data import BUCKET_KEY, FETCH_SECONDS, fetch_on_machine, last_json
@@ -73,7 +74,20 @@ async def push_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event:
         ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
         return False
     ctx.report(f"checkpoint {name} is safe in the bucket ({storage.url})")
+    await _prune(ctx, run_id, storage, keys)
     return True
+
+
+async def _prune(ctx: RunContext, run_id: str, storage: StorageSettings, keys: BucketKeys) -> None:
+    """Keeps the run's newest whole checkpoints in the bucket (Storage's number), deleting the older ones."""
+    try:
+        count, freed = await asyncio.to_thread(prune_bucket, storage, keys, storage.keep_checkpoints, run_id)
+    except BucketError as exc:
+        ctx.report(f"older checkpoints stay in the bucket ({exc})")
+        return
+    if count:
+        ctx.report(f"deleted {count} older checkpoint(s) from the bucket ({freed / 1e6:,.1f} MB); "
+                   f"the newest {storage.keep_checkpoints} stay")  # fmt: skip
 
 
 async def _read_seal(machine: Machine, folder: str) -> bytes:

@@ -78,9 +78,12 @@ class StorageCard(Card):
         Raises:
             ValidationError: A field holds what no store takes; its message names the field and the fix.
         """
-        return StorageSettings(
-            url=self.url_edit.text(), endpoint=self.endpoint_edit.text(), region=self.region_edit.text().strip().lower()
-        )
+        typed = {
+            "url": self.url_edit.text(),
+            "endpoint": self.endpoint_edit.text(),
+            "region": self.region_edit.text().strip().lower(),
+        }
+        return StorageSettings(**{**self.storage.model_dump(), **typed})  # keeps what rentune storage set added
 
     def on_save_clicked(self) -> None:
         """Saves the bucket settings (off the UI thread); a field no store takes is said, and nothing is saved."""
