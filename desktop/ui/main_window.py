@@ -34,6 +34,7 @@ from desktop.ui.pages.home_page import HomePage
 from desktop.ui.status import RunningStatus
 from desktop.ui.theme import theme_events
 from desktop.ui.tray import CostTracker
+from desktop.ui.widgets.bucket_cost_card import BucketCostCard
 from desktop.ui.widgets.dialogs import ConfirmDialog, TextDialog
 from desktop.ui.widgets.elided_label import ElidedLabel
 from desktop.ui.widgets.orphans_banner import OrphansBanner
@@ -170,7 +171,11 @@ class MainWindow(QMainWindow):
         from desktop.ui.pages.costs_page import CostsPage
 
         events = BillEvents()
-        page = CostsPage(idle=lambda: month_idle(self.context.store, events), rent_or_buy=self._rent_or_buy_card())
+        page = CostsPage(
+            idle=lambda: month_idle(self.context.store, events),
+            rent_or_buy=self._rent_or_buy_card(),
+            bucket=BucketCostCard(self.secrets),
+        )
         page.follow(self.cost_tracker.meter)
         page.sig_stop.connect(self.cost_tracker.on_stop_requested)
         return page

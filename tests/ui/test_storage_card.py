@@ -59,3 +59,28 @@ def test_a_bucket_typed_in_is_saved_checked_and_a_bad_address_is_refused_in_word
         f"Works: wrote, read back and deleted a test object in s3://{s3_server.bucket}/rentune at {s3_server.endpoint}"
     )
     assert card.check_button.isEnabled()
+
+
+def test_the_costs_storage_card_says_what_the_bucket_holds_and_costs_a_month(
+    qtbot: QtBot, wait_for: Callable[..., None], s3_server: S3Server
+) -> None:
+    from desktop.core.storage import StorageSettings
+    from desktop.services.platform.settings import save_settings
+    from desktop.ui.widgets.bucket_cost_card import BucketCostCard
+
+    card = BucketCostCard(SecretStore())
+    qtbot.addWidget(card)
+    card.refresh()
+    wait_for(lambda: card.summary.text().startswith("No bucket set up"))
+    storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint, price_per_gb_month=2)
+    save_settings(Settings(storage=storage))
+    card.refresh()
+    wait_for(lambda: card.summary.text().startswith("The bucket cannot be read: no Bucket access key ID is set"))
+    SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
+    SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
+    key = "team/runs/r1/checkpoints/checkpoint-3/adapter_model.safetensors"
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=key, Body=b"w" * 30_000_000)
+    card.refresh()
+    wait_for(lambda: "holds" in card.summary.text(), 30)
+    assert card.summary.text() == f"s3://{s3_server.bucket}/team holds 0.03 GB: about $0.06 a month."
+    assert card.detail.text().startswith("Checkpoints 0.03 GB of 1 run(s), data 0.00 GB; at $2 per GB-month")

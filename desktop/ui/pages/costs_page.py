@@ -30,6 +30,7 @@ from desktop.ui.meter import CostMeter
 from desktop.ui.pages.base import BasePage
 from desktop.ui.run_words import state_badge
 from desktop.ui.widgets.blocks import Card, EmptyState, caption, destructive_button, heading
+from desktop.ui.widgets.bucket_cost_card import BucketCostCard
 from desktop.ui.widgets.rent_or_buy_card import RentOrBuyCard
 from desktop.ui.widgets.spend_chart import SpendChart
 from desktop.ui.widgets.tables import pick_one_table
@@ -191,15 +192,18 @@ class CostsPage(BasePage):
         self,
         idle: Callable[[], MonthIdle] | None = None,
         rent_or_buy: RentOrBuyCard | None = None,
+        bucket: BucketCostCard | None = None,
         parent: QWidget | None = None,
     ) -> None:
         """``idle``: reads this month's paid idle (blocking; run off the UI thread), None to show none.
 
         ``rent_or_buy``: the card weighing renting against owning, shown under the spending (even before any).
+        ``bucket``: the card saying what the user's bucket holds and costs a month.
         """
         super().__init__(parent)
         self.idle = idle
         self.rent_or_buy = rent_or_buy
+        self.bucket = bucket
         self._idle_task: asyncio.Task[None] | None = None
         self.meter: CostMeter | None = None
         self.reading: MeterReading | None = None
@@ -210,6 +214,8 @@ class CostsPage(BasePage):
         self.body.addWidget(self.content)
         if rent_or_buy is not None:
             self.body.addWidget(rent_or_buy)
+        if bucket is not None:
+            self.body.addWidget(bucket)
         self.body.addStretch(1)
         self.content.hide()
 
@@ -290,6 +296,8 @@ class CostsPage(BasePage):
         """Waits for the meter's current read, so the page opens with numbers; weighs renting against owning again."""
         if self.rent_or_buy is not None:
             self.rent_or_buy.refresh()
+        if self.bucket is not None:
+            self.bucket.refresh()
         if self.meter is not None:
             await self.meter.refresh().wait()
 
