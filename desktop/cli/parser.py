@@ -102,6 +102,8 @@ def _add_storage_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
     prune = actions.add_parser("prune", help="keep each run's newest whole checkpoints in the bucket, delete the rest")
     prune.add_argument("--keep", type=int, metavar="N", help="how many per run (default: the Storage settings', 3)")
     prune.add_argument("--run", metavar="RUN_ID", help="one run only")
+    remove = actions.add_parser("rm", help="delete every checkpoint of a run from the bucket (its data stays)")
+    remove.add_argument("run", metavar="RUN_ID", help="the run whose objects go")
 
 
 def _add_target_options(parser: argparse.ArgumentParser, *, several: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""``rentune storage set|show|check|ls|du|prune``: the user's bucket, as the Storage settings hold it."""
+"""``rentune storage set|show|check|ls|du|prune|rm``: the user's bucket, as the Storage settings hold it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from desktop.core.settings import SettingsError
 from desktop.core.storage import StorageError, StorageSettings, check_endpoint, parse_bucket_url
 from desktop.services.buckets.check import check_bucket
 from desktop.services.buckets.client import BucketError, BucketKeys, bucket_keys
-from desktop.services.buckets.inventory import BucketUsage, bucket_usage, prune_bucket
+from desktop.services.buckets.inventory import BucketUsage, bucket_usage, delete_run, prune_bucket
 from desktop.services.platform.secrets import SecretName, SecretSource, SecretStore
 from desktop.services.platform.settings import load_settings, update_settings
 
@@ -30,6 +30,10 @@ def run_storage(args: argparse.Namespace) -> int:
         keys = bucket_keys()
         if args.storage_command == "prune":
             return _prune(storage, keys, args.keep, args.run)
+        if args.storage_command == "rm":
+            count, freed = delete_run(storage, keys, args.run)
+            print(f"deleted {count} checkpoint(s) of run {args.run} from the bucket, {freed / 1e6:,.1f} MB")
+            return EXIT_OK
         usage = bucket_usage(storage, keys)
     except BucketError as exc:
         raise CliError(f"the bucket cannot be read: {exc}", EXIT_FAILED) from exc

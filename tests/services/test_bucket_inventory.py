@@ -71,3 +71,6 @@ def test_rentune_storage_ls_du_and_prune_say_what_is_there_and_what_goes(
     assert main(["storage", "prune", "--keep", "1"]) == 0
     assert capsys.readouterr().out.startswith("deleted 1 checkpoint(s), 5.0 MB; each run keeps its newest 1")
     assert stored(s3_server, "run-a") == ["checkpoint-6"]
+    assert main(["storage", "rm", "run-a"]) == 0
+    assert capsys.readouterr().out.startswith("deleted 1 checkpoint(s) of run run-a from the bucket, 5.0 MB")
+    assert stored(s3_server, "run-a") == []

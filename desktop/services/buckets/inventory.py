@@ -141,3 +141,21 @@ def bucket_usage(settings: StorageSettings, keys: BucketKeys) -> BucketUsage:
         return read_usage(client, location)
     except (BotoCoreError, ClientError) as exc:
         raise BucketError(failure_words("list the bucket", exc, settings, location, "")) from exc
+
+
+def delete_run(settings: StorageSettings, keys: BucketKeys, run_id: str) -> tuple[int, int]:
+    """Deletes every object of a run (its checkpoints) from the bucket, seals first; (checkpoints, bytes freed).
+
+    The run's data stays: it is stored by content, and other runs may read the same file.
+
+    Raises:
+        BucketError: The store refused or could not be reached.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError  # with boto3: only when a bucket is used
+
+    client, location = open_bucket(settings, keys)
+    try:
+        doomed = [(run_id, c) for c in read_usage(client, location).checkpoints.get(run_id, {}).values()]
+        return len(doomed), delete_checkpoints(client, location, doomed)
+    except (BotoCoreError, ClientError) as exc:
+        raise BucketError(failure_words("delete the run's objects", exc, settings, location, run_id)) from exc
