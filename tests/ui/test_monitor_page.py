@@ -890,6 +890,23 @@ def test_trackio_shows_a_runs_database_in_trackios_dashboard_opened_in_the_brows
     assert board.scratch is not None and not board.scratch.exists(), "its copy went with it"
 
 
+def test_a_run_with_a_bucket_says_where_its_data_and_checkpoints_are_and_one_without_shows_no_bucket_row(
+    page: MonitorPage, context: AppContext, wait_for: Callable[..., None]
+) -> None:
+    plain = make_run(context.store, FLOW)
+    page.show_run(plain)
+    wait_for(lambda: page.record is not None and page.record.id == plain)
+    assert not page.view.machine["bucket"].isVisibleTo(page)
+    spec = {"base_model": "tiny", "training": {"method": "full"}, "hourly_rate_usd": 0.0,
+            "bucket": {"url": "s3://team-bucket/rentune", "endpoint": "", "region": "us-east-1"}}  # fmt: skip
+    with_bucket = context.store.create(spec, f"ssh://me@127.0.0.1:{closed_port()}").id
+    page.show_run(with_bucket)
+    wait_for(lambda: page.view.machine["bucket"].isVisibleTo(page))
+    assert page.view.machine["bucket"].text() == (
+        "s3://team-bucket/rentune: the machine reads the data there; checkpoints go there and stay there"
+    )
+
+
 def test_a_runs_title_names_its_objective_beside_its_method() -> None:
     from desktop.ui.run_words import training_words
 

@@ -61,7 +61,10 @@ MACHINE_ROWS = (
     ("cost", "Cost so far"),
     ("idle", "Paid idle"),
     ("estimate", "Estimate"),
+    ("bucket", "Bucket"),
 )
+#: Rows of the "Machine and cost" card shown only when they have something to say (a run with a bucket).
+OPTIONAL_MACHINE_ROWS = frozenset({"bucket"})
 #: States after which nothing trains until the user acts.
 OVER = frozenset({RunState.FINISHED, RunState.CANCELLED, RunState.FAILED})
 #: What a run in a state is busy with (no measure of how far along it is).
@@ -295,7 +298,18 @@ def machine_rows(progress: RunProgress, snapshot: RunSnapshot) -> dict[str, str]
     rows["cost"] = cost_text(snapshot, estimate)
     rows["idle"] = idle_text(progress, snapshot)
     rows["estimate"] = estimate_text(estimate)
+    rows["bucket"] = bucket_text(snapshot.record.spec)
     return rows
+
+
+def bucket_text(spec: dict[str, Any]) -> str:
+    """Where a run with a bucket keeps its data and checkpoints ("" for a run without one)."""
+    bucket = spec.get("bucket")
+    if not isinstance(bucket, dict) or not bucket.get("url"):
+        return ""
+    method = str(spec.get("training", {}).get("method", "qlora"))
+    kept = "checkpoints go there and stay there" if method.startswith("full") else "checkpoints go there and home"
+    return f"{bucket['url']}: the machine reads the data there; {kept}"
 
 
 def idle_text(progress: RunProgress, snapshot: RunSnapshot) -> str:

@@ -25,7 +25,14 @@ from PySide6.QtWidgets import (
 
 from desktop.core.runs.progress import RewardPoint
 from desktop.ui.design.palette import METRICS
-from desktop.ui.pages.monitor_text import MACHINE_ROWS, OPTIONAL_TRAINING_ROWS, TRAINING_ROWS, Busy, Notice
+from desktop.ui.pages.monitor_text import (
+    MACHINE_ROWS,
+    OPTIONAL_MACHINE_ROWS,
+    OPTIONAL_TRAINING_ROWS,
+    TRAINING_ROWS,
+    Busy,
+    Notice,
+)
 from desktop.ui.widgets.blocks import (
     Badge,
     Banner,
@@ -89,7 +96,8 @@ class MonitorView(QWidget):
         training, self.stats, self._row_names = _rows_card("Training", TRAINING_ROWS, columns=1)
         middle.addWidget(training, 2)
         layout.addLayout(middle)
-        machine, self.machine, _names = _rows_card("Machine and cost", MACHINE_ROWS, columns=2)
+        machine, self.machine, machine_names = _rows_card("Machine and cost", MACHINE_ROWS, columns=2)
+        self._row_names.update({key: machine_names[key] for key in OPTIONAL_MACHINE_ROWS})
         layout.addWidget(machine)
         self.nodes_card = Card("Machines of this run", "It trains on several machines as one; rank 0 reports.")
         self.nodes_label = QLabel()
@@ -241,7 +249,8 @@ class MonitorView(QWidget):
             label = labels[key]
             if label.text() != text:
                 label.setText(text)
-            if labels is self.stats and key in OPTIONAL_TRAINING_ROWS:
+            optional = OPTIONAL_TRAINING_ROWS if labels is self.stats else OPTIONAL_MACHINE_ROWS
+            if key in optional:
                 label.setVisible(bool(text))
                 self._row_names[key].setVisible(bool(text))
 
