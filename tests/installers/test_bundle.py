@@ -20,6 +20,7 @@ from filelock import FileLock
 from PySide6.QtGui import QImage
 
 from tests.fixtures.adapters import TrainedAdapter
+from tests.fixtures.s3_server import S3Server
 from tests.local.test_chat import direct_answer
 from tests.trial.test_trial_on_the_cpu import write_spec
 
@@ -85,6 +86,17 @@ def test_the_bundle_holds_no_torch_and_no_cuda(bundle: Path) -> None:
     assert found == [], "the local tools are installed on demand, never bundled"
     size = sum(p.stat().st_size for p in bundle.parent.rglob("*") if p.is_file())
     assert size < 400e6, f"the bundle is {size / 1e6:.0f} MB"
+
+
+def test_the_bundled_app_checks_a_bucket_with_the_s3_models_it_keeps(
+    bundle: Path, home: dict[str, str], s3_server: S3Server
+) -> None:
+    """The bundle keeps botocore's S3 and STS models only (rentune.spec): S3 must still work from it."""
+    keys = {"RENTUNE_BUCKET_KEY_ID": s3_server.access_key, "RENTUNE_BUCKET_SECRET": s3_server.secret_key}
+    rentune(bundle, home, "storage", "set", f"s3://{s3_server.bucket}/team", "--endpoint", s3_server.endpoint)
+    out = rentune(bundle, home | keys, "storage", "check")
+    assert out.startswith(f"the bucket works: wrote, read back and deleted a test object in s3://{s3_server.bucket}/team")
+    assert not (bundle.parent / "_internal" / "botocore" / "data" / "ec2").exists(), "the other services stay out"
 
 
 @pytest.mark.parametrize("page", ["home", "data"])
