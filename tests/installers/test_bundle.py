@@ -95,7 +95,9 @@ def test_the_bundled_app_checks_a_bucket_with_the_s3_models_it_keeps(
     keys = {"RENTUNE_BUCKET_KEY_ID": s3_server.access_key, "RENTUNE_BUCKET_SECRET": s3_server.secret_key}
     rentune(bundle, home, "storage", "set", f"s3://{s3_server.bucket}/team", "--endpoint", s3_server.endpoint)
     out = rentune(bundle, home | keys, "storage", "check")
-    assert out.startswith(f"the bucket works: wrote, read back and deleted a test object in s3://{s3_server.bucket}/team")
+    assert out.startswith(
+        f"the bucket works: wrote, read back and deleted a test object in s3://{s3_server.bucket}/team"
+    )
     assert not (bundle.parent / "_internal" / "botocore" / "data" / "ec2").exists(), "the other services stay out"
 
 

@@ -45,7 +45,9 @@ def test_the_data_goes_to_the_bucket_once_and_both_machines_of_a_resumed_run_rea
     SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
     SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
     engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3}))
+    run_id = _create(
+        engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3, "keep_checkpoints": 100})
+    )
     folder = engine.folder(run_id)
 
     async def stop_after_a_checkpoint() -> RunState:
@@ -98,7 +100,9 @@ def test_checkpoints_go_from_the_machine_to_the_bucket_and_a_resume_elsewhere_st
     SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
     SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
     engine, driver = _driver()
-    run_id = _create(engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3}))
+    run_id = _create(
+        engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3, "keep_checkpoints": 100})
+    )
     folder = engine.folder(run_id)
 
     async def stop_after_a_checkpoint() -> RunState:
@@ -116,7 +120,9 @@ def test_checkpoints_go_from_the_machine_to_the_bucket_and_a_resume_elsewhere_st
     client = s3_server.client()
     root = f"team/runs/{run_id}/checkpoints/"
     keys = [item["Key"] for item in client.list_objects_v2(Bucket=s3_server.bucket, Prefix=root)["Contents"]]
-    seals = sorted(key for key in keys if key.endswith("/rentune_checkpoint.json"))
+    seals = sorted(  # by step, not by name: checkpoint-12 is newer than checkpoint-3
+        (key for key in keys if key.endswith("/rentune_checkpoint.json")), key=lambda k: int(k.split("/")[-2][11:])
+    )
     assert seals, keys
     newest = seals[-1].removeprefix(root).split("/")[0]
     seal = json.loads(client.get_object(Bucket=s3_server.bucket, Key=seals[-1])["Body"].read())

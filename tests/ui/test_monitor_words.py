@@ -275,6 +275,7 @@ def test_a_rented_runs_machine_and_cost_against_its_estimate() -> None:
         "rate": "$0.41/h",
         "cost": "$0.10 of about $0.20 expected (50 %)",
         "estimate": "$0.20 for about 30 min 00 s on RTX 4090 at 5,000 tokens/s",
+        "bucket": "",  # no bucket: the row stays hidden
     }
     marks = monitor_text.machine_marks(snapshot(run, spend))
     assert [(m.number, m.provider, m.stopped) for m in marks] == [(1, "runpod", 600.0), (2, "vast", None)]

@@ -571,10 +571,18 @@ class RunEngine:
         return None
 
     async def _keep_checkpoint(self, run_id: str, machine: Machine, event: CheckpointEvent) -> None:
-        """Sends a new checkpoint to the run's bucket (one machine, a bucket set up), and home unless it stays there."""
+        """Brings a new checkpoint home, then sends it to the run's bucket (one machine, a bucket set up).
+
+        Home first, as without a bucket: the machine rotates old checkpoints away, and the home copy is the one every
+        guarantee rests on. A full fine-tune's checkpoint goes to the bucket alone while it pushes fine (too large to
+        pull home while training); when it cannot go there, it comes home.
+        """
         others = self._nodes.get(run_id)
-        in_bucket = not others and await push_checkpoint(self.ctx, run_id, machine, event)
-        if not (in_bucket and stays_in_bucket(self.store.get(run_id).spec)):
+        if others or not stays_in_bucket(self.store.get(run_id).spec):
+            await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, others)
+            if not others:
+                await push_checkpoint(self.ctx, run_id, machine, event)
+        elif not await push_checkpoint(self.ctx, run_id, machine, event):
             await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, others)
 
     async def _oom_advice(self, run_id: str, event: ErrorEvent) -> str | None:
