@@ -15,6 +15,7 @@ from desktop.core.settings import Settings
 from desktop.core.storage import StorageSettings
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.platform.settings import save_settings
+from desktop.services.runs.engine import RunEngine
 from desktop.services.runs.events import mirrored_events
 from desktop.services.runs.store import RunStore
 from tests.fixtures.s3_server import S3Server
@@ -32,14 +33,12 @@ from trainer_payload.protocol import EventKind
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_the_data_goes_to_the_bucket_once_and_both_machines_of_a_resumed_run_read_it_there(
+def stopped_after_a_checkpoint(
     runpod: CloudUnderTest,  # noqa: F811 - the fixture imported above
     rented_spec: SpecWriter,  # noqa: F811 - the fixture imported above
     s3_server: S3Server,
-    chat_dataset: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> tuple[RunEngine, str]:
+    """A rented run with the store as its bucket, stopped (cancelled) once a checkpoint is home."""
     storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint)
     save_settings(Settings(storage=storage))
     SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
@@ -60,13 +59,31 @@ def test_the_data_goes_to_the_bucket_once_and_both_machines_of_a_resumed_run_rea
         return (await drive).state
 
     assert asyncio.run(stop_after_a_checkpoint()) is RunState.CANCELLED
-    first_out = capsys.readouterr().out
+    return engine, run_id
+
+
+def resumed_to_the_end(engine: RunEngine, run_id: str, max_steps: int) -> RunState:
+    """Resumes the stopped run on a newly rented machine until step ``max_steps``; its final state."""
     stopped = RunStore().get(run_id)
-    end = max(e["step"] for e in mirrored_events(folder) if e["event"] is EventKind.CHECKPOINT) + 2
-    RunStore().update(run_id, spec={**stopped.spec, "training": {**stopped.spec["training"], "max_steps": end}})
+    RunStore().update(run_id, spec={**stopped.spec, "training": {**stopped.spec["training"], "max_steps": max_steps}})
     engine.prepare_resume(run_id)
     _engine, second_driver = _driver()
-    assert asyncio.run(second_driver.drive(run_id)).state is RunState.FINISHED
+    return asyncio.run(second_driver.drive(run_id)).state
+
+
+def test_the_data_goes_to_the_bucket_once_and_both_machines_of_a_resumed_run_read_it_there(
+    runpod: CloudUnderTest,  # noqa: F811 - the fixture imported above
+    rented_spec: SpecWriter,  # noqa: F811 - the fixture imported above
+    s3_server: S3Server,
+    chat_dataset: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    engine, run_id = stopped_after_a_checkpoint(runpod, rented_spec, s3_server)
+    folder = engine.folder(run_id)
+    first_out = capsys.readouterr().out
+    end = max(e["step"] for e in mirrored_events(folder) if e["event"] is EventKind.CHECKPOINT) + 2
+    assert resumed_to_the_end(engine, run_id, end) is RunState.FINISHED
     second_out = capsys.readouterr().out
 
     digest = hashlib.sha256(chat_dataset.read_bytes()).hexdigest()
@@ -95,26 +112,8 @@ def test_checkpoints_go_from_the_machine_to_the_bucket_and_a_resume_elsewhere_st
     import json
     import shutil
 
-    storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint)
-    save_settings(Settings(storage=storage))
-    SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
-    SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
-    engine, driver = _driver()
-    run_id = _create(
-        engine, rented_spec(runpod, training={"max_steps": 400, "checkpoint_steps": 3, "keep_checkpoints": 100})
-    )
+    engine, run_id = stopped_after_a_checkpoint(runpod, rented_spec, s3_server)
     folder = engine.folder(run_id)
-
-    async def stop_after_a_checkpoint() -> RunState:
-        drive = asyncio.ensure_future(driver.drive(run_id))
-        for _ in range(3000):
-            if list(folder.glob("checkpoints/checkpoint-*/rentune_checkpoint.json")):
-                break
-            await asyncio.sleep(0.1)
-        await engine.request_stop(run_id)
-        return (await drive).state
-
-    assert asyncio.run(stop_after_a_checkpoint()) is RunState.CANCELLED
     first_out = capsys.readouterr().out
     assert "is safe in the bucket" in first_out, first_out[-3000:]
     client = s3_server.client()
@@ -132,12 +131,7 @@ def test_checkpoints_go_from_the_machine_to_the_bucket_and_a_resume_elsewhere_st
     assert not client.list_multipart_uploads(Bucket=s3_server.bucket).get("Uploads"), "no upload left unfinished"
 
     shutil.rmtree(folder / "checkpoints")  # nothing at home: the bucket's copy is all there is
-    stopped = RunStore().get(run_id)
-    end = int(newest.split("-")[1]) + 2
-    RunStore().update(run_id, spec={**stopped.spec, "training": {**stopped.spec["training"], "max_steps": end}})
-    engine.prepare_resume(run_id)
-    _engine, second_driver = _driver()
-    assert asyncio.run(second_driver.drive(run_id)).state is RunState.FINISHED
+    assert resumed_to_the_end(engine, run_id, int(newest.split("-")[1]) + 2) is RunState.FINISHED
     assert f"resuming from {newest} in the bucket (fetched by the machine, verified)" in capsys.readouterr().out
     training = [e for e in mirrored_events(folder) if e["event"] is EventKind.STATE and e["state"] == "training"]
     assert training[-1]["resume_from"] == newest, "the new machine trained on from the bucket's checkpoint"
