@@ -22,6 +22,7 @@ from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.rentals import rental_of
 from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.providers.base import ProviderName
+from desktop.services.runs import engine as engine_module
 from desktop.services.runs.engine import DRIVER_LOCK_NAME, RunBusyError
 from tests.fakes.memory_cloud import Fault, MemoryCloud, offer
 from tests.fixtures.memory_keyring import MemoryKeyring
@@ -231,3 +232,22 @@ async def test_a_machine_whose_process_died_while_it_came_up_is_waited_for_again
     assert final.state is RunState.FINISHED, final.error
     assert world.runpod.terminated == ["runpod-1"] and len(world.runpod.requests) == 1, "the paid-for boot was used"
     assert any("still coming up when Rentune last stopped" in line for line in world.lines)
+
+
+async def test_a_machine_gone_after_its_run_ended_is_not_a_lost_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's end terminates its machine; work the engine does after that end (here: the bucket's uploads made
+    ahead, slow to abort) must not let the provider watch take the machine for lost and rent another."""
+    world = World(tmp_path)
+    world.runpod.on_create = lambda host: setattr(host, "on_launch", trains_to_the_end)
+    run_id = world.create(ComputeSpec("runpod", gpu="RTX 4090", spot=True))
+
+    async def slow_end_of_run_work(_ctx: object, _run_id: str) -> None:
+        await asyncio.sleep(3)  # the watch polls far more often than this
+
+    monkeypatch.setattr(engine_module.bucket_courier, "withdraw", slow_end_of_run_work)
+    final = await asyncio.wait_for(world.driver.drive(run_id), 30)
+    assert final.state is RunState.FINISHED, final.error
+    assert len(world.runpod.requests) == 1 and world.runpod.terminated == ["runpod-1"], "no second machine"
+    assert not any("continuing on a new machine" in line for line in world.lines)

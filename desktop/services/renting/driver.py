@@ -291,6 +291,8 @@ class RentalDriver:
                 await cancel_and_wait(task)
         if drive.done() and not drive.cancelled():
             return await self._after_drive(run_id, rental, drive.result())
+        if self.ctx.store.get(run_id).state in ENDED:  # gone after the run ended (its end terminates it): not lost
+            return await self._after_drive(run_id, rental, self.ctx.store.get(run_id))
         lost = watch.result()
         return await self._machine_lost(run_id, rental, lost)
 
