@@ -1,6 +1,7 @@
 """The payload's command line: ``python -m trainer_payload run job.json``, and its other commands.
 
-``bootstrap``, ``export``, ``serve``, and ``fetch`` and ``push`` (data and checkpoints through the user's bucket).
+``bootstrap``, ``export``, ``serve``, and ``fetch``, ``push`` and ``courier`` (data and checkpoints through the
+user's bucket).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "push", help="upload a checkpoint's files to presigned multipart URLs, part by part (the plan on stdin)"
     )
+    courier = commands.add_parser(
+        "courier", help="send each sealed checkpoint to the bucket with the links the app handed out ahead"
+    )
+    courier.add_argument("--detach", metavar="PIDFILE", help="go on in the background; write its pid to PIDFILE")
     boot = commands.add_parser("bootstrap", help="install what a stock PyTorch image lacks, download the model")
     boot.add_argument("job", type=Path, help="path of job.json (for the model to download and the events file)")
     boot.add_argument("--dry-run", action="store_true", help="report what would be installed, install nothing")
@@ -43,9 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _bucket_command(command: str) -> int:
-    """``fetch`` or ``push``: files between the run's folder and the user's bucket, the links on stdin."""
-    if command == "fetch":
+def _bucket_command(args: argparse.Namespace) -> int:
+    """``fetch``, ``push`` or ``courier``: files between the run's folder and the user's bucket, by presigned links."""
+    if args.command == "courier":
+        from trainer_payload.courier import main as run_courier
+
+        return run_courier(["--detach", args.detach] if args.detach else [])
+    if args.command == "fetch":
         from trainer_payload.fetch import run_fetch
 
         return run_fetch()
@@ -69,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         from trainer_payload.export import run_export
 
         return run_export(args.job, args.export_job)
-    if args.command in {"fetch", "push"}:
-        return _bucket_command(args.command)
+    if args.command in {"fetch", "push", "courier"}:
+        return _bucket_command(args)
     if args.command == "serve":
         from trainer_payload.serve import run_serve
 

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from trainer_payload.protocol import UnsafePathError, path_inside
+
 EXIT_OK, EXIT_FAILED = 0, 1
 CHUNK_BYTES = 1 << 20
 TIMEOUT_SECONDS = 60
@@ -81,10 +83,10 @@ def _valid(item: object) -> bool:
 
 
 def _inside(root: Path, relative: str) -> Path:
-    target = (root / relative).resolve()
-    if Path(relative).is_absolute() or root not in target.parents:
-        raise FetchError(f"{relative!r} is not a path inside the run's folder")
-    return target
+    try:
+        return path_inside(root, relative)
+    except UnsafePathError as exc:
+        raise FetchError(f"{relative!r} is not a path inside the run's folder") from exc
 
 
 def _download(url: str, partial: Path) -> str:

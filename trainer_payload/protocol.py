@@ -34,6 +34,15 @@ HEARTBEAT_NAME = "HEARTBEAT"
 #: machine, at its next step boundary while the user decides on an overrun (a :class:`PauseRequest` as JSON). Rank 0
 #: reads it and the ranks agree in a collective, so one file holds them all; deleted, every rank goes on together.
 PAUSE_FILE_NAME = "PAUSE"
+#: In the output folder: the courier's (``python -m trainer_payload courier``) folder, holding the app's links ahead
+#: (``mandate.json``), a line per checkpoint it sent or could not send (``receipts.jsonl``), and ``BUSY``, touched
+#: while it sends (the self-stop waits for it while it is fresh).
+COURIER_DIR_NAME = "courier"
+MANDATE_FILE_NAME = "mandate.json"
+RECEIPTS_FILE_NAME = "receipts.jsonl"
+COURIER_BUSY_NAME = "BUSY"
+#: Seconds after which a courier's ``BUSY`` counts as stale (a courier that stopped making progress).
+COURIER_BUSY_SECONDS = 180.0
 ADAPTER_DIR_NAME = "adapter"
 #: After training, the export on the machine (``python -m trainer_payload export``): its job file and its outputs'
 #: folder, both under ``out/``; the GGUF types llama.cpp's converter writes by itself, and the K-quants its quantise
@@ -609,6 +618,18 @@ def check_relative_path(text: str) -> str:
     if problem is not None:
         raise UnsafePathError(f"{text!r} ({problem})")
     return text
+
+
+def path_inside(root: Path, relative: str) -> Path:
+    """``root / relative`` resolved, when ``relative`` is a safe relative path that stays inside ``root`` (resolved).
+
+    Raises:
+        UnsafePathError: ``relative`` is not a plain relative path, or a link leads it out of ``root``.
+    """
+    target = (root / check_relative_path(relative)).resolve()
+    if root not in target.parents:
+        raise UnsafePathError(f"{relative!r} (it leads out of its folder)")
+    return target
 
 
 def _path_problem(text: str) -> str | None:

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from trainer_payload.protocol import UnsafePathError, path_inside
+
 EXIT_OK, EXIT_FAILED = 0, 1
 TIMEOUT_SECONDS = 300
 _ATTEMPTS = 3
@@ -50,12 +52,19 @@ def _push_file(root: Path, item: dict[str, Any]) -> list[str]:
     with path.open("rb") as data:
         for part in item["parts"]:
             data.seek(part["offset"])
-            etags.append(_put(part["url"], data.read(part["size"]), f"{item['path']} part {part['number']}"))
+            etags.append(put_part(part["url"], data.read(part["size"]), f"{item['path']} part {part['number']}"))
     return etags
 
 
-def _put(url: str, body: bytes, what: str) -> str:
-    """PUTs one part (three tries: a dropped connection is retried, a refusal is not); returns its ETag."""
+def put_part(url: str, body: bytes, what: str) -> str:
+    """PUTs one part (or object) to a presigned URL (three tries: a dropped connection is retried, a refusal is not).
+
+    Returns:
+        The ETag the bucket gave it.
+
+    Raises:
+        PushError: The bucket refused it, or could not be reached three times.
+    """
     for attempt in range(1, _ATTEMPTS + 1):
         request = urllib.request.Request(url, data=body, method="PUT")  # noqa: S310 - http(s) only, checked
         try:
@@ -99,7 +108,7 @@ def _valid_file(item: object) -> bool:
 
 
 def _inside(root: Path, relative: str) -> Path:
-    target = (root / relative).resolve()
-    if Path(relative).is_absolute() or root not in target.parents:
-        raise PushError(f"{relative!r} is not a path inside the run's folder")
-    return target
+    try:
+        return path_inside(root, relative)
+    except UnsafePathError as exc:
+        raise PushError(f"{relative!r} is not a path inside the run's folder") from exc

@@ -37,7 +37,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer_payload.protocol import HEARTBEAT_NAME, STOP_MARKER_NAME
+from trainer_payload.protocol import (
+    COURIER_BUSY_NAME,
+    COURIER_BUSY_SECONDS,
+    COURIER_DIR_NAME,
+    HEARTBEAT_NAME,
+    STOP_MARKER_NAME,
+)
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: RunPod's REST v2 base, where ``DELETE /pods/{id}`` terminates a pod.
@@ -227,9 +233,14 @@ def _mtime(path: Path) -> float | None:
 
 
 def due(output_dir: Path, minutes: float, now: float) -> bool:
-    """Whether training ended (``STOP_MACHINE``) and neither that nor the desktop's heartbeat is recent enough."""
+    """Whether training ended (``STOP_MACHINE``) and neither that nor the desktop's heartbeat is recent enough.
+
+    Never while the courier is sending a checkpoint to the bucket (its ``BUSY`` fresh): a stop then would lose it. A
+    courier that stopped making progress stops touching it, and the machine stops minutes later.
+    """
     ended = _mtime(output_dir / STOP_MARKER_NAME)
-    if ended is None:
+    busy = _mtime(output_dir / COURIER_DIR_NAME / COURIER_BUSY_NAME)
+    if ended is None or (busy is not None and now - busy < COURIER_BUSY_SECONDS):
         return False
     seen = max(ended, _mtime(output_dir / HEARTBEAT_NAME) or 0.0)
     return now - seen >= minutes * 60

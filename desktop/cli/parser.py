@@ -91,6 +91,11 @@ def _add_storage_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
     setting.add_argument(
         "--price", type=float, default=0.023, metavar="USD", help="the store's price per GB-month (default 0.023)"
     )
+    setting.add_argument(
+        "--full-checkpoints-home",
+        action="store_true",
+        help="bring a full fine-tune's checkpoints home too (by default they stay in the bucket; adapters come home)",
+    )
     actions.add_parser("show", help="the bucket as set up, and where its keys come from (never the keys)")
     check = actions.add_parser("check", help="write, read back and delete a test object in the bucket")
     check.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -20,7 +20,9 @@ _KEYS = (SecretName.BUCKET_KEY_ID, SecretName.BUCKET_SECRET)
 def run_storage(args: argparse.Namespace) -> int:
     """Dispatches ``rentune storage ACTION``."""
     if args.storage_command == "set":
-        return _set(args.url, args.endpoint, args.region, keep=args.keep, price=args.price)
+        return _set(
+            args.url, args.endpoint, args.region, keep=args.keep, price=args.price, home=args.full_checkpoints_home
+        )
     if args.storage_command == "show":
         return _show()
     if args.storage_command == "check":
@@ -87,12 +89,12 @@ def _configured() -> StorageSettings:
     return storage
 
 
-def _set(url: str, endpoint: str, region: str, *, keep: int, price: float) -> int:
+def _set(url: str, endpoint: str, region: str, *, keep: int, price: float, home: bool) -> int:
     try:
         location, endpoint = parse_bucket_url(url), check_endpoint(endpoint)
         storage = StorageSettings(
             url=location.url, endpoint=endpoint, region=region.strip().lower(), keep_checkpoints=keep,
-            price_per_gb_month=price,
+            price_per_gb_month=price, full_checkpoints_home=home,
         )  # fmt: skip
     except (StorageError, ValueError) as exc:
         raise CliError(_first_line(exc)) from exc
@@ -107,6 +109,9 @@ def _show() -> int:
     print(f"bucket    {storage.url or 'none set up (rentune storage set s3://BUCKET/PREFIX)'}")
     print(f"endpoint  {storage.endpoint or 'AWS'}")
     print(f"region    {storage.region}")
+    print(f"keep      the newest {storage.keep_checkpoints} whole checkpoint(s) of each run")
+    where = "come home too" if storage.full_checkpoints_home else "stay in the bucket (adapters come home)"
+    print(f"full fine-tunes' checkpoints {where}")
     secrets = SecretStore()
     for name in _KEYS:
         status = secrets.status(name)

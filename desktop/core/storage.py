@@ -97,6 +97,8 @@ class StorageSettings(BaseModel):
         keep_checkpoints: How many whole checkpoints of each run stay in the bucket (older ones are deleted).
         price_per_gb_month: What the store charges a month per GB stored (S3 Standard's $0.023 unless set), for the
             monthly cost shown.
+        full_checkpoints_home: Whether a full fine-tune's checkpoints also come home (they are the whole model:
+            by default they stay in the bucket; LoRA and QLoRA checkpoints always come home).
     """
 
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
@@ -106,6 +108,7 @@ class StorageSettings(BaseModel):
     region: str = Field(default="us-east-1", pattern="^[a-z0-9-]{1,40}$")
     keep_checkpoints: int = Field(default=3, ge=1, le=1000)
     price_per_gb_month: float = Field(default=0.023, ge=0, le=10)
+    full_checkpoints_home: bool = False
 
     @field_validator("url")
     @classmethod

@@ -26,7 +26,13 @@ from desktop.services.runs.self_stop import PID_FILE, arm_command
 from tests.fakes.http import FakeCloud
 from tests.fakes.runpod import FakeRunPod
 from tests.fixtures.sshd import SshHost
-from trainer_payload.protocol import HEARTBEAT_NAME, STOP_MARKER_NAME
+from trainer_payload.protocol import (
+    COURIER_BUSY_NAME,
+    COURIER_BUSY_SECONDS,
+    COURIER_DIR_NAME,
+    HEARTBEAT_NAME,
+    STOP_MARKER_NAME,
+)
 from trainer_payload.self_stop import (
     RUNPOD_V2_URL,
     ProviderRefusedError,
@@ -59,6 +65,16 @@ def test_due_only_after_training_ended_and_nobody_came_for_the_minutes(tmp_path:
     assert due(tmp_path, 1, now)
     _aged(tmp_path / HEARTBEAT_NAME, 10)
     assert not due(tmp_path, 1, now), "the desktop was here 10 s ago: it terminates the machine itself"
+
+
+def test_not_due_while_the_courier_sends_a_checkpoint_to_the_bucket(tmp_path: Path) -> None:
+    now = time.time()
+    _aged(tmp_path / STOP_MARKER_NAME, 3600)
+    (tmp_path / COURIER_DIR_NAME).mkdir()
+    _aged(tmp_path / COURIER_DIR_NAME / COURIER_BUSY_NAME, 20)
+    assert not due(tmp_path, 1, now), "the courier touched BUSY 20 s ago: the last checkpoint is on its way"
+    _aged(tmp_path / COURIER_DIR_NAME / COURIER_BUSY_NAME, COURIER_BUSY_SECONDS + 1)
+    assert due(tmp_path, 1, now), "a courier that stopped making progress does not keep the machine billing"
 
 
 @pytest.mark.parametrize(

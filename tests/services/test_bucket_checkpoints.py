@@ -16,7 +16,7 @@ from desktop.services.buckets.checkpoints import newest_checkpoint_links
 from desktop.services.buckets.client import BucketKeys
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.platform.secrets import SecretName, SecretStore
-from desktop.services.runs.bucket_checkpoints import push_checkpoint
+from desktop.services.runs.bucket_checkpoints import keep_in_bucket
 from desktop.services.runs.bucket_data import BUCKET_KEY
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.engine import RunEngine
@@ -79,12 +79,12 @@ def test_a_machine_killed_mid_upload_leaves_no_whole_checkpoint_and_no_unfinishe
     ctx: RunContext = engine.ctx
     big = 70 << 20  # two parts of 64 MiB and a rest: a multipart upload in three parts
     first = checkpoint(root, 3, {"adapter_model.safetensors": big, "adapter_config.json": 120})
-    assert asyncio.run(push_checkpoint(ctx, record.id, LocalMachine(root), first)) is True  # type: ignore[arg-type]
+    assert asyncio.run(keep_in_bucket(ctx, record.id, LocalMachine(root), first, total=None, poll=0.1)) is True  # type: ignore[arg-type]
     assert lines[-1] == f"checkpoint checkpoint-3 is safe in the bucket (s3://{s3_server.bucket}/team)"
 
     second = checkpoint(root, 6, {"adapter_model.safetensors": big, "adapter_config.json": 120})
     dying = LocalMachine(root, dies_after_parts=1)
-    assert asyncio.run(push_checkpoint(ctx, record.id, dying, second)) is False  # type: ignore[arg-type]
+    assert asyncio.run(keep_in_bucket(ctx, record.id, dying, second, total=None, poll=0.1)) is False  # type: ignore[arg-type]
     assert dying.pushed_parts == 1 and lines[-1].startswith("checkpoint checkpoint-6 did not go to the bucket (`push`")
     client = s3_server.client()
     listed = client.list_objects_v2(Bucket=s3_server.bucket, Prefix=f"team/runs/{record.id}/checkpoints/checkpoint-6/")
@@ -97,7 +97,7 @@ def test_a_machine_killed_mid_upload_leaves_no_whole_checkpoint_and_no_unfinishe
     assert newest.files == {n: (i["bytes"], i["sha256"]) for n, i in seal["files"].items()}
 
     third = checkpoint(root, 9, {"adapter_model.safetensors": 1000, "adapter_config.json": 120})
-    assert asyncio.run(push_checkpoint(ctx, record.id, LocalMachine(root), third)) is True  # type: ignore[arg-type]
+    assert asyncio.run(keep_in_bucket(ctx, record.id, LocalMachine(root), third, total=None, poll=0.1)) is True  # type: ignore[arg-type]
     assert lines[-1].startswith("deleted 1 older checkpoint(s) from the bucket") and lines[-1].endswith("newest 1 stay")
     listed = client.list_objects_v2(Bucket=s3_server.bucket, Prefix=f"team/runs/{record.id}/checkpoints/")
     assert {item["Key"].split("/")[4] for item in listed["Contents"]} == {"checkpoint-9"}, "keep 1: the newest"

@@ -94,6 +94,7 @@ def test_rentune_storage_sets_up_shows_and_checks_the_bucket_with_the_keys_in_th
     assert main(["storage", "show"]) == 0
     shown = capsys.readouterr().out
     assert "Bucket access key ID  keyring" in shown and "Bucket secret key     keyring" in shown
+    assert "full fine-tunes' checkpoints stay in the bucket (adapters come home)" in shown
     settings_text = app_paths().settings_file.read_text()
     assert s3_server.secret_key not in settings_text + shown and s3_server.access_key not in settings_text + shown
     assert json.loads(settings_text)["storage"]["url"] == f"s3://{s3_server.bucket}/rentune"

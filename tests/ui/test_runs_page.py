@@ -15,10 +15,11 @@ from pytestqt.qtbot import QtBot
 
 from desktop.core.runs.states import RunState
 from desktop.core.settings import Settings
+from desktop.core.storage import StorageSettings
 from desktop.services.billing.ledger import Ledger
 from desktop.services.billing.spend import run_spend
 from desktop.services.machines.keys import create_run_key, load_run_key
-from desktop.services.platform.secrets import SecretStore
+from desktop.services.platform.secrets import SecretName, SecretStore
 from desktop.services.runs.engine import DRIVER_LOCK_NAME
 from desktop.services.runs.snapshot import footprint
 from desktop.services.runs.store import RunStore, UnknownRunError
@@ -27,7 +28,9 @@ from desktop.ui.cost_words import money
 from desktop.ui.pages import runs_page
 from desktop.ui.pages.runs_page import RunsPage, delete_question
 from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
+from desktop.ui.widgets.dialogs import ConfirmDialog
 from tests.fixtures.recorded_run import record_live_rented_run
+from tests.fixtures.s3_server import S3Server
 
 FLOW = [RunState.CONNECTING, RunState.UPLOADING, RunState.BOOTSTRAPPING, RunState.TRAINING]
 
@@ -167,7 +170,9 @@ def test_delete_asks_then_removes_the_folder_and_the_record(
     assert page.delete_button.isEnabled()
 
     questions: list[tuple[str, str]] = []
-    monkeypatch.setattr(runs_page, "ask_delete", lambda _p, title, text: questions.append((title, text)) or False)
+    monkeypatch.setattr(
+        runs_page, "ask_delete", lambda _p, title, text, _bucket: questions.append((title, text)) or (False, False)
+    )
     page.delete_button.click()
     wait_for(lambda: len(questions) == 1)
     title, text = questions[0]
@@ -175,7 +180,7 @@ def test_delete_asks_then_removes_the_folder_and_the_record(
     assert "1 checkpoint (4 KB): the run can no longer resume" in text and "cannot be undone" in text
     assert folder.is_dir() and store.get(gone).state is RunState.FAILED, "answering Keep keeps everything"
 
-    monkeypatch.setattr(runs_page, "ask_delete", lambda *_args: True)
+    monkeypatch.setattr(runs_page, "ask_delete", lambda *_args: (True, False))
     page.delete_button.click()
     wait_for(lambda: page.status_label.text() == f"Deleted run {gone} and its files." and page.table.rowCount() == 1)
     assert not folder.exists()
@@ -225,7 +230,7 @@ def test_a_failed_run_another_process_just_resumed_is_not_deleted(
     try:
         reload(page, qloop)
         page.table.selectRow(0)
-        monkeypatch.setattr(runs_page, "ask_delete", lambda *_args: True)
+        monkeypatch.setattr(runs_page, "ask_delete", lambda *_args: (True, False))
         page.delete_button.click()
         wait_for(lambda: page.status_label.text().startswith("Not deleted:"))
         assert "already being followed" in page.status_label.text()
@@ -286,3 +291,35 @@ def test_a_model_folder_is_named_by_what_it_holds_with_its_whole_path_in_the_too
     model = runs_page.COLUMNS.index("Model")
     cells = {page.table.item(r, model).text(): page.table.item(r, model).toolTip() for r in range(2)}
     assert cells == {"HuggingFaceTB/SmolLM2-135M-Instruct (local folder)": folder, "org/hub-model": ""}
+
+
+def test_a_run_that_used_a_bucket_offers_to_delete_its_checkpoints_there_too(
+    page: RunsPage,
+    context: AppContext,
+    qloop: asyncio.AbstractEventLoop,
+    wait_for: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    s3_server: S3Server,
+) -> None:
+    store = context.store
+    storage = StorageSettings(url=f"s3://{s3_server.bucket}/team", endpoint=s3_server.endpoint)
+    run_id = make_run(store, [*FLOW, RunState.FINISHED])
+    store.update(run_id, spec={**store.get(run_id).spec, "bucket": storage.model_dump()})
+    SecretStore().set(SecretName.BUCKET_KEY_ID, s3_server.access_key)
+    SecretStore().set(SecretName.BUCKET_SECRET, s3_server.secret_key)
+    client, prefix = s3_server.client(), f"team/runs/{run_id}/checkpoints/checkpoint-3"
+    client.put_object(Bucket=s3_server.bucket, Key=f"{prefix}/adapter_model.safetensors", Body=b"w" * 5000)
+    client.put_object(Bucket=s3_server.bucket, Key=f"{prefix}/rentune_checkpoint.json", Body=b"{}")
+    client.create_multipart_upload(Bucket=s3_server.bucket, Key=f"team/runs/{run_id}/checkpoints/checkpoint-6/x")
+    dialog = ConfirmDialog(page, "t", "q", "&Delete run files", "&Keep", destructive=True, option="Also")
+    assert dialog.option_box.isVisibleTo(dialog) and not dialog.option_box.isChecked(), "offered, never ticked"
+    asked: list[str] = []
+    monkeypatch.setattr(runs_page, "confirm_with_option", lambda *_a, option: asked.append(option) or (True, True))
+    reload(page, qloop)
+    page.table.selectRow(0)
+    page.delete_button.click()
+    wait_for(lambda: page.status_label.text().startswith(f"Deleted run {run_id}"), 30)
+    assert asked == [f"Also delete its checkpoints in the bucket (s3://{s3_server.bucket}/team)"]
+    assert page.status_label.text().endswith("Deleted its 1 checkpoint(s) in the bucket (5 KB).")
+    assert client.list_objects_v2(Bucket=s3_server.bucket, Prefix="team/runs/").get("KeyCount", 0) == 0
+    assert not client.list_multipart_uploads(Bucket=s3_server.bucket).get("Uploads"), "its unfinished uploads too"

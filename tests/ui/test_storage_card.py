@@ -44,9 +44,12 @@ def test_a_bucket_typed_in_is_saved_checked_and_a_bad_address_is_refused_in_word
     assert not load_settings().storage.configured, "nothing saved"
     type_into(qtbot, card.url_edit, f"s3://{s3_server.bucket}/rentune")
     type_into(qtbot, card.endpoint_edit, s3_server.endpoint)
+    assert not card.home_box.isChecked(), "a full fine-tune's checkpoints stay in the bucket unless asked"
+    card.home_box.click()
     qtbot.mouseClick(card.save_button, Qt.MouseButton.LeftButton)
     wait_for(lambda: card.status.text().startswith("Saved:"))
     assert load_settings().storage.url == f"s3://{s3_server.bucket}/rentune"
+    assert load_settings().storage.full_checkpoints_home
     assert page.settings.storage.endpoint == s3_server.endpoint
     qtbot.mouseClick(card.check_button, Qt.MouseButton.LeftButton)
     wait_for(lambda: card.status.text().startswith("The bucket cannot be used"), 30)

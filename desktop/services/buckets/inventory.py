@@ -16,6 +16,7 @@ from typing import Any
 from desktop.core.storage import BucketLocation, StorageSettings
 from desktop.services.buckets.check import failure_words
 from desktop.services.buckets.client import BucketError, BucketKeys, open_bucket
+from desktop.services.buckets.mandate import abort_uploads, in_progress
 from trainer_payload.protocol import CHECKPOINT_MARKER
 
 _CHECKPOINT_KEY = re.compile(r"runs/(?P<run>[^/]+)/checkpoints/checkpoint-(?P<step>\d+)/(?P<file>.+)")
@@ -146,6 +147,8 @@ def bucket_usage(settings: StorageSettings, keys: BucketKeys) -> BucketUsage:
 def delete_run(settings: StorageSettings, keys: BucketKeys, run_id: str) -> tuple[int, int]:
     """Deletes every object of a run (its checkpoints) from the bucket, seals first; (checkpoints, bytes freed).
 
+    Its unfinished uploads (the links made ahead, a checkpoint cut short) are aborted too.
+
     The run's data stays: it is stored by content, and other runs may read the same file.
 
     Raises:
@@ -156,6 +159,8 @@ def delete_run(settings: StorageSettings, keys: BucketKeys, run_id: str) -> tupl
     client, location = open_bucket(settings, keys)
     try:
         doomed = [(run_id, c) for c in read_usage(client, location).checkpoints.get(run_id, {}).values()]
-        return len(doomed), delete_checkpoints(client, location, doomed)
+        freed = delete_checkpoints(client, location, doomed)
+        abort_uploads(client, location, run_id, sorted(in_progress(client, location, run_id)))
+        return len(doomed), freed
     except (BotoCoreError, ClientError) as exc:
         raise BucketError(failure_words("delete the run's objects", exc, settings, location, run_id)) from exc

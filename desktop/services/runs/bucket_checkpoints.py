@@ -24,12 +24,15 @@ from desktop.services.buckets.checkpoints import (
     finish_checkpoint_upload,
     newest_checkpoint_links,
 )
-from desktop.services.buckets.client import BucketError, BucketKeys, bucket_keys
-from desktop.services.buckets.inventory import prune_bucket
+from desktop.services.buckets.client import BucketError, bucket_keys
+from desktop.services.buckets.inventory import delete_run, prune_bucket
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import RemoteError
+from desktop.services.platform.secrets import SecretStore
+from desktop.services.runs import bucket_courier
 from desktop.services.runs.bucket_data import BUCKET_KEY, FETCH_SECONDS, fetch_on_machine, last_json
 from desktop.services.runs.context import RunContext
+from desktop.services.runs.store import RunRecord
 from trainer_payload.protocol import CHECKPOINT_MARKER, CheckpointEvent, UnsafePathError, check_relative_path
 
 #: The methods whose checkpoints stay in the bucket (the whole model: too large to pull home while training).
@@ -38,30 +41,62 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def stays_in_bucket(spec: dict[str, Any]) -> bool:
-    """Whether a run's checkpoints stay in its bucket instead of coming home (a full fine-tune with a bucket)."""
-    return bool(spec.get(BUCKET_KEY)) and spec["training"].get("method", "qlora") in BUCKET_ONLY_METHODS
+    """Whether a run's checkpoints stay in its bucket instead of coming home.
 
-
-async def push_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event: CheckpointEvent) -> bool:
-    """Sends the checkpoint the event names from the machine to the run's bucket; whether it is whole there now.
-
-    Never raises for the bucket's or the machine's sake: the run goes on, says why, and the checkpoint is pulled home
-    as without a bucket.
+    A full fine-tune's do, with a bucket, unless the Storage settings ask them home (``full_checkpoints_home``).
     """
-    record = ctx.store.get(run_id)
-    if not record.spec.get(BUCKET_KEY):
+    bucket = spec.get(BUCKET_KEY)
+    if not bucket or bucket.get("full_checkpoints_home"):
+        return False
+    return spec["training"].get("method", "qlora") in BUCKET_ONLY_METHODS
+
+
+async def keep_in_bucket(
+    ctx: RunContext, run_id: str, machine: Machine, event: CheckpointEvent, *, total: int | None, poll: float
+) -> bool:
+    """Sees the checkpoint the event names into the run's bucket; whether it is whole there now.
+
+    When the links handed to the machine cover it, the machine's courier sends it (the app waits for its receipt and
+    checks the bucket); otherwise, or when the courier could not, the app has the machine push it. Once it is there,
+    older ones are pruned and the links ahead are renewed from it. Never raises for the bucket's or the machine's
+    sake: the run goes on, says why, and the checkpoint is pulled home as without a bucket.
+    """
+    if not ctx.store.get(run_id).spec.get(BUCKET_KEY):
         return False
     name = event["path"].rsplit("/", 1)[-1]
     try:
         folder = f"out/{check_relative_path(event['path'])}"
-        seal = await _read_seal(machine, f"{record.remote_dir}/{folder}")
+        seal = await _read_seal(machine, f"{ctx.store.get(run_id).remote_dir}/{folder}")
+    except (ValueError, RemoteError, UnsafePathError) as exc:
+        ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
+        return False
+    sent = bucket_courier.covers(ctx, run_id, name) and await bucket_courier.sent_by_courier(
+        ctx, run_id, machine, name, poll
+    )
+    if not sent and not await push_checkpoint(ctx, run_id, machine, name=name, folder=folder, seal=seal):
+        return False
+    await _prune(ctx, run_id)
+    sizes = bucket_courier.seal_sizes(seal)
+    await bucket_courier.hand_out(ctx, run_id, machine, step=event["step"], sizes=sizes, total=total)
+    return True
+
+
+async def push_checkpoint(
+    ctx: RunContext, run_id: str, machine: Machine, *, name: str, folder: str, seal: bytes
+) -> bool:
+    """Has the machine push the sealed checkpoint in ``folder`` to the run's bucket, the app completing the uploads.
+
+    Whether it is whole there now; a failure is said and every unfinished upload aborted.
+    """
+    record = ctx.store.get(run_id)
+    try:
         storage = StorageSettings.model_validate(record.spec[BUCKET_KEY])
-        sizes = {n: info["bytes"] for n, info in json.loads(seal)["files"].items()}
+        sizes = bucket_courier.seal_sizes(seal)
         keys = bucket_keys(ctx.secrets)
         client, upload = await asyncio.to_thread(
             lambda: begin_checkpoint_upload(storage, keys, run_id, name=name, folder=folder, sizes=sizes)
         )
-    except (BucketError, StorageError, ValueError, RemoteError, UnsafePathError) as exc:
+    except (BucketError, StorageError, ValueError) as exc:
         ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
         return False
     sent = await _push_on_machine(machine, str(record.remote_dir), str(record.spec["python"]), upload)
@@ -74,15 +109,16 @@ async def push_checkpoint(ctx: RunContext, run_id: str, machine: Machine, event:
         ctx.report(f"checkpoint {name} did not go to the bucket ({exc})")
         return False
     ctx.report(f"checkpoint {name} is safe in the bucket ({storage.url})")
-    await _prune(ctx, run_id, storage, keys)
     return True
 
 
-async def _prune(ctx: RunContext, run_id: str, storage: StorageSettings, keys: BucketKeys) -> None:
+async def _prune(ctx: RunContext, run_id: str) -> None:
     """Keeps the run's newest whole checkpoints in the bucket (Storage's number), deleting the older ones."""
     try:
+        storage = StorageSettings.model_validate(ctx.store.get(run_id).spec[BUCKET_KEY])
+        keys = bucket_keys(ctx.secrets)
         count, freed = await asyncio.to_thread(prune_bucket, storage, keys, storage.keep_checkpoints, run_id)
-    except BucketError as exc:
+    except (BucketError, StorageError, ValueError) as exc:
         ctx.report(f"older checkpoints stay in the bucket ({exc})")
         return
     if count:
@@ -146,3 +182,20 @@ async def fetch_newest_checkpoint(
         ctx.report(f"the machine could not fetch {newest.name} from the bucket ({problem})")
         return
     ctx.report(f"resuming from {newest.name} in the bucket (fetched by the machine, verified)")
+
+
+def delete_from_bucket(record: RunRecord, secrets: SecretStore) -> tuple[int, int]:
+    """Deletes a run's checkpoints (and unfinished uploads) from the bucket it used; (checkpoints, bytes freed).
+
+    Blocking. A run that used no bucket deletes nothing.
+
+    Raises:
+        BucketError: The store refused or could not be reached, or its keys are missing; the message names the fix.
+    """
+    if not record.spec.get(BUCKET_KEY):
+        return 0, 0
+    try:
+        storage = StorageSettings.model_validate(record.spec[BUCKET_KEY])
+    except (StorageError, ValueError) as exc:
+        raise BucketError(f"the run's bucket settings cannot be read ({exc})") from exc
+    return delete_run(storage, bucket_keys(secrets), record.id)

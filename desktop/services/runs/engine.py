@@ -32,6 +32,7 @@ from desktop.services.platform.logs import get_logger
 from desktop.services.platform.secrets import SecretName, SecretStore, probe_secret_store
 from desktop.services.platform.tasks import cancel_and_wait
 from desktop.services.runs import (
+    bucket_courier,
     checkpoints,
     connection,
     launch,
@@ -44,7 +45,7 @@ from desktop.services.runs import (
     transfer,
 )
 from desktop.services.runs.actions import resume_refusal
-from desktop.services.runs.bucket_checkpoints import push_checkpoint, stays_in_bucket
+from desktop.services.runs.bucket_checkpoints import keep_in_bucket, stays_in_bucket
 from desktop.services.runs.bucket_data import bucket_of_settings
 from desktop.services.runs.cluster import CLUSTER_KEY, cluster_of
 from desktop.services.runs.context import (
@@ -389,7 +390,10 @@ class RunEngine:
             return record
         lock = self.ctx.driver_lock(run_id)
         try:
-            return await self._settle_nodes(await self._drive_locked(run_id))
+            outcome = await self._settle_nodes(await self._drive_locked(run_id))
+            if outcome.state in ENDED:
+                await bucket_courier.withdraw(self.ctx, run_id)
+            return outcome
         finally:
             lock.release()
 
@@ -476,6 +480,8 @@ class RunEngine:
             await _first_problem(others.prepare())  # a node's trainer followed, or (after a lost launch) started
             await others.start_trainers()
         await self_stop.ensure_self_stop(self.ctx, run_id, machine)
+        if not others:
+            await bucket_courier.rearm(self.ctx, run_id, machine)
         if self.store.get(run_id).state is RunState.SERVING:  # reconnected, or restarted: serving goes on
             return await self._serve(run_id, machine)
         if self.store.get(run_id).state in {RunState.SYNCING, RunState.PULLING}:
@@ -578,11 +584,12 @@ class RunEngine:
         pull home while training); when it cannot go there, it comes home.
         """
         others = self._nodes.get(run_id)
+        total, poll = self._total_steps.get(run_id), self.options.poll_seconds
         if others or not stays_in_bucket(self.store.get(run_id).spec):
             await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, others)
             if not others:
-                await push_checkpoint(self.ctx, run_id, machine, event)
-        elif not await push_checkpoint(self.ctx, run_id, machine, event):
+                await keep_in_bucket(self.ctx, run_id, machine, event, total=total, poll=poll)
+        elif not await keep_in_bucket(self.ctx, run_id, machine, event, total=total, poll=poll):
             await checkpoints.pull_checkpoint(self.ctx, run_id, machine, event, others)
 
     async def _oom_advice(self, run_id: str, event: ErrorEvent) -> str | None:

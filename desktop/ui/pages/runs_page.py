@@ -17,7 +17,11 @@ from desktop.core.model_names import model_name
 from desktop.core.runs.progress import format_duration, run_duration
 from desktop.core.runs.states import RunState
 from desktop.services.billing.ledger import Ledger, LedgerError
+from desktop.services.buckets.client import BucketError
+from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs.actions import resume_refusal
+from desktop.services.runs.bucket_checkpoints import delete_from_bucket
+from desktop.services.runs.bucket_data import BUCKET_KEY
 from desktop.services.runs.engine import RunBusyError, RunError
 from desktop.services.runs.snapshot import Footprint, RunSnapshot, footprint, read_snapshot
 from desktop.services.runs.store import DELETABLE, RunLiveError, RunRecord, RunStore, UnknownRunError
@@ -28,7 +32,7 @@ from desktop.ui.pages.base import BasePage
 from desktop.ui.run_words import resume_question, state_badge, training_words
 from desktop.ui.widgets.badge_delegate import SEVERITY_ROLE, BadgeDelegate
 from desktop.ui.widgets.blocks import EmptyState, caption, destructive_button, plain_button, primary_button
-from desktop.ui.widgets.dialogs import confirm
+from desktop.ui.widgets.dialogs import confirm, confirm_with_option
 from desktop.ui.widgets.tables import pick_one_table
 
 REFRESH_MS = 2000
@@ -113,9 +117,21 @@ def delete_question(record: RunRecord, files: Footprint, spent: float | None) ->
     return f"Delete run {record.id}?", text
 
 
-def ask_delete(parent: QWidget, title: str, text: str) -> bool:
-    """Asks before deleting, "Keep" being the default; True when the user chose "Delete run files"."""
-    return confirm(parent, title, text, "&Delete run files", "&Keep", destructive=True)
+def ask_delete(parent: QWidget, title: str, text: str, bucket: str | None = None) -> tuple[bool, bool]:
+    """Asks before deleting, "Keep" being the default; (delete the run's files, its bucket checkpoints too).
+
+    A run that used a bucket offers, unticked, to delete its checkpoints there as well.
+    """
+    if bucket is None:
+        return confirm(parent, title, text, "&Delete run files", "&Keep", destructive=True), False
+    option = f"Also delete its checkpoints in the bucket ({bucket})"
+    return confirm_with_option(parent, title, text, "&Delete run files", "&Keep", option=option)
+
+
+def bucket_of(record: RunRecord) -> str | None:
+    """The address of the bucket a run used (``s3://…``), or None."""
+    bucket = record.spec.get(BUCKET_KEY)
+    return str(bucket.get("url")) if isinstance(bucket, dict) and bucket.get("url") else None
 
 
 class RunsPage(BasePage):
@@ -140,10 +156,13 @@ class RunsPage(BasePage):
         self._loading = False
         self._listed: set[str] | None = None  # the run ids last shown (None before the first reading)
         super().__init__(parent)
+        self.status_label = caption()  # below both views: what became of the last run deleted stays said
+        self.status_label.setAccessibleName("Runs status")
         self.views = QStackedWidget()
         self.views.addWidget(self._build_empty())
         self.views.addWidget(self._build_table())
         self.body.addWidget(self.views, 1)
+        self.body.addWidget(self.status_label)
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.on_refresh_due)
@@ -172,9 +191,6 @@ class RunsPage(BasePage):
         self.table.itemSelectionChanged.connect(self.on_selection_changed)
         layout.addWidget(self.table, 1)
         layout.addLayout(self._build_actions())
-        self.status_label = caption()
-        self.status_label.setAccessibleName("Runs status")
-        layout.addWidget(self.status_label)
         self.on_selection_changed()
         return box
 
@@ -329,18 +345,28 @@ class RunsPage(BasePage):
         reading.failure(self._not_deleted, OSError).run()
 
     def _ask_delete(self, record: RunRecord, files: Footprint, spent: float | None) -> None:
-        if ask_delete(self, *delete_question(record, files, spent)):
-            self.delete_run(record.id)
+        delete, with_bucket = ask_delete(self, *delete_question(record, files, spent), bucket_of(record))
+        if delete:
+            self.delete_run(record.id, with_bucket=with_bucket)
 
-    def delete_run(self, run_id: str) -> None:
-        """Deletes an ended run's files and record without asking (off the UI thread), then refreshes."""
-        engine = self.context.manager.engine(run_id)
-        Operation(self, lambda _job: engine.delete(run_id), lambda _none: self._deleted(run_id)).failure(
+    def delete_run(self, run_id: str, *, with_bucket: bool = False) -> None:
+        """Deletes an ended run's files and record without asking (off the UI thread), then refreshes.
+
+        With ``with_bucket``, its checkpoints in its bucket go afterwards (only once the run is surely deletable).
+        """
+        engine, secrets = self.context.manager.engine(run_id), self.context.secrets
+
+        def delete(_job: object) -> str:
+            record = engine.store.get(run_id)
+            engine.delete(run_id)
+            return _bucket_words(record, secrets) if with_bucket else ""
+
+        Operation(self, delete, lambda words: self._deleted(run_id, words)).failure(
             self._not_deleted, RunLiveError, UnknownRunError, RunBusyError, OSError
         ).run()
 
-    def _deleted(self, run_id: str) -> None:
-        self.status_label.setText(f"Deleted run {run_id} and its files.")
+    def _deleted(self, run_id: str, bucket_words: str) -> None:
+        self.status_label.setText(f"Deleted run {run_id} and its files.{bucket_words}")
         spawn(self.load())
 
     def _not_deleted(self, exc: Exception) -> None:
@@ -359,6 +385,15 @@ def _size(size: int) -> str:
     if size >= 1e6:
         return f"{size / 1e6:,.1f} MB"
     return f"{max(size, 0) / 1e3:,.0f} KB"
+
+
+def _bucket_words(record: RunRecord, secrets: SecretStore) -> str:
+    """Deletes the run's checkpoints in its bucket (blocking); what became of them, as a sentence to append."""
+    try:
+        count, freed = delete_from_bucket(record, secrets)
+    except BucketError as exc:
+        return f" Its checkpoints in the bucket stay ({exc}); rentune storage rm {record.id} deletes them later."
+    return f" Deleted its {count} checkpoint(s) in the bucket ({_size(freed)})."
 
 
 def _live_message(record: RunRecord) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -29,7 +30,15 @@ class ConfirmDialog(QDialog):
     """
 
     def __init__(
-        self, parent: QWidget | None, title: str, question: str, action: str, cancel: str, *, destructive: bool = False
+        self,
+        parent: QWidget | None,
+        title: str,
+        question: str,
+        action: str,
+        cancel: str,
+        *,
+        destructive: bool = False,
+        option: str | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle(title)
@@ -42,6 +51,10 @@ class ConfirmDialog(QDialog):
         text.setWordWrap(True)
         text.setAccessibleName("Question")
         layout.addWidget(text)
+        self.option_box = QCheckBox(option or "")
+        self.option_box.setAccessibleName(option or "")
+        self.option_box.setVisible(option is not None)
+        layout.addWidget(self.option_box)
         row = QHBoxLayout()
         row.addStretch(1)
         self.cancel_button = plain_button(cancel, accessible_name=cancel.replace("&", ""))
@@ -70,6 +83,15 @@ def confirm(
     """
     dialog = ConfirmDialog(parent, title, question, action, cancel, destructive=destructive)
     return dialog.exec() == QDialog.DialogCode.Accepted
+
+
+def confirm_with_option(
+    parent: QWidget | None, title: str, question: str, action: str, cancel: str, *, option: str
+) -> tuple[bool, bool]:
+    """:func:`confirm` (destructive) with a check box below the question, off at first; (accepted, box ticked)."""
+    dialog = ConfirmDialog(parent, title, question, action, cancel, destructive=True, option=option)
+    accepted = dialog.exec() == QDialog.DialogCode.Accepted
+    return accepted, accepted and dialog.option_box.isChecked()
 
 
 class TextDialog(QDialog):

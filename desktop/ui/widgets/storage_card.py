@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLineEdit, QWidget
+from PySide6.QtWidgets import QCheckBox, QFormLayout, QHBoxLayout, QLineEdit, QWidget
 
 from desktop.core.settings import SettingsError
 from desktop.core.storage import StorageSettings
@@ -41,6 +41,13 @@ class StorageCard(Card):
         form.addRow("&Bucket", self.url_edit)
         form.addRow("E&ndpoint", self.endpoint_edit)
         form.addRow("Re&gion", self.region_edit)
+        self.home_box = QCheckBox("Bring a full fine-tune's checkpoints home too")
+        self.home_box.setAccessibleName("Bring a full fine-tune's checkpoints home too")
+        self.home_box.setToolTip(
+            "A full fine-tune's checkpoints are the whole model: by default they stay in the bucket, and a resume "
+            "fetches them there. LoRA and QLoRA checkpoints always come home."
+        )
+        form.addRow("", self.home_box)
         self.body.addLayout(form)
         row = QHBoxLayout()
         self.save_button = primary_button("Save bucket", "circle-check", "Save the bucket settings")
@@ -70,6 +77,7 @@ class StorageCard(Card):
         self.url_edit.setText(storage.url)
         self.endpoint_edit.setText(storage.endpoint)
         self.region_edit.setText(storage.region)
+        self.home_box.setChecked(storage.full_checkpoints_home)
         self.check_button.setEnabled(storage.configured)
 
     def edited(self) -> StorageSettings:
@@ -82,6 +90,7 @@ class StorageCard(Card):
             "url": self.url_edit.text(),
             "endpoint": self.endpoint_edit.text(),
             "region": self.region_edit.text().strip().lower(),
+            "full_checkpoints_home": self.home_box.isChecked(),
         }
         return StorageSettings(**{**self.storage.model_dump(), **typed})  # keeps what rentune storage set added
 
