@@ -90,6 +90,10 @@ def _configured() -> StorageSettings:
 
 
 def _set(url: str, endpoint: str, region: str, *, keep: int, price: float, home: bool) -> int:
+    if not 1 <= keep <= 1000:
+        raise CliError("--keep must be from 1 to 1000: a run's newest whole checkpoint always stays")
+    if not 0 <= price <= 10:
+        raise CliError("--price must be from 0 to 10 USD per GB-month (S3 Standard's is 0.023)")
     try:
         location, endpoint = parse_bucket_url(url), check_endpoint(endpoint)
         storage = StorageSettings(

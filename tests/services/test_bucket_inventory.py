@@ -68,6 +68,8 @@ def test_rentune_storage_ls_du_and_prune_say_what_is_there_and_what_goes(
     )
     assert main(["storage", "prune", "--keep", "0"]) == 2
     assert "--keep must be at least 1" in capsys.readouterr().err
+    assert main(["storage", "set", "s3://my-bucket/x", "--keep", "0"]) == 2
+    assert "--keep must be from 1 to 1000: a run's newest whole checkpoint always stays" in capsys.readouterr().err
     assert main(["storage", "prune", "--keep", "1"]) == 0
     assert capsys.readouterr().out.startswith("deleted 1 checkpoint(s), 5.0 MB; each run keeps its newest 1")
     assert stored(s3_server, "run-a") == ["checkpoint-6"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shlex
 from typing import Any
 
@@ -26,18 +25,19 @@ from desktop.services.buckets.checkpoints import (
 )
 from desktop.services.buckets.client import BucketError, bucket_keys
 from desktop.services.buckets.inventory import delete_run, prune_bucket
+from desktop.services.machines.failures import PermanentError
 from desktop.services.machines.machine import Machine
 from desktop.services.machines.ssh import RemoteError
 from desktop.services.platform.secrets import SecretStore
 from desktop.services.runs import bucket_courier
 from desktop.services.runs.bucket_data import BUCKET_KEY, FETCH_SECONDS, fetch_on_machine, last_json
+from desktop.services.runs.checkpoints import part_files
 from desktop.services.runs.context import RunContext
 from desktop.services.runs.store import RunRecord
 from trainer_payload.protocol import CHECKPOINT_MARKER, CheckpointEvent, UnsafePathError, check_relative_path
 
 #: The methods whose checkpoints stay in the bucket (the whole model: too large to pull home while training).
 BUCKET_ONLY_METHODS = frozenset({"full", "full-8bit"})
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def stays_in_bucket(spec: dict[str, Any]) -> bool:
@@ -127,19 +127,15 @@ async def _prune(ctx: RunContext, run_id: str) -> None:
 
 
 async def _read_seal(machine: Machine, folder: str) -> bytes:
-    """The checkpoint's seal as the machine wrote it, checked: a JSON list of relative files with sizes and digests."""
-    text = await machine.run(f"cat {shlex.quote(f'{folder}/{CHECKPOINT_MARKER}')}")
-    seal = json.loads(text)
-    files = seal.get("files") if isinstance(seal, dict) else None
-    if not isinstance(files, dict) or not files:
+    """The checkpoint's seal as the machine wrote it, checked as every seal from a machine is (see ``part_files``)."""
+    seal = (await machine.run(f"cat {shlex.quote(f'{folder}/{CHECKPOINT_MARKER}')}")).encode()
+    try:
+        files = part_files(seal, ())
+    except PermanentError as exc:
+        raise ValueError(str(exc)) from exc
+    if not files:
         raise ValueError("the machine's checkpoint seal lists no files")
-    for name, info in files.items():
-        check_relative_path(name)
-        if not (isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0):
-            raise ValueError(f"the machine's checkpoint seal gives {name!r} no size")
-        if not _DIGEST.fullmatch(str(info.get("sha256", ""))):
-            raise ValueError(f"the machine's checkpoint seal gives {name!r} no SHA-256")
-    return text.encode()
+    return seal
 
 
 async def _push_on_machine(
