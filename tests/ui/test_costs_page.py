@@ -119,8 +119,11 @@ def test_the_days_view_and_the_dark_theme_render(
         assert len(colours) > 20, f"the {theme.value} render looks blank"
         assert _lightness(image) < 0.35 if palette.is_dark else _lightness(image) > 0.75
         chart = page.chart.plot_widget.grab().toImage()
-        corner = QColor(chart.pixel(chart.width() - 4, 4))
-        assert corner == QColor(palette.surface), "the chart's background follows the theme"
+        corner, surface = QColor(chart.pixel(chart.width() - 4, 4)), QColor(palette.surface)
+        # Within a few levels: a repaint under load may leave the corner a level off (#fefefe seen on #ffffff).
+        assert max(abs(a - b) for a, b in zip(corner.getRgb(), surface.getRgb(), strict=True)) <= 4, (
+            f"the chart's background follows the theme ({corner.name()} on {surface.name()})"
+        )
 
 
 def _lightness(image: QImage) -> float:
