@@ -163,6 +163,17 @@ MUTATIONS = (
         ),
         (SERVING, "-k", "bills_while"),
     ),
+    Mutation(
+        "take a machine gone after its run ended for a lost one",
+        (
+            Change(
+                "desktop/services/renting/driver.py",
+                "if self.ctx.store.get(run_id).state in ENDED:  # gone after the run ended",
+                "if False:  # mutant: gone after the run ended",
+            ),
+        ),
+        ("tests/runs/test_rental_logic.py", "-k", "gone_after_its_run_ended"),
+    ),
 )
 
 
