@@ -72,6 +72,12 @@ def seal(root: Path, step: int, sizes: dict[str, int]) -> dict[str, Any]:
             "bytes": sum(sizes.values()), "sha256": digests}  # fmt: skip
 
 
+def links_handed_out(ctx: RunContext, run_id: str, root: Path, sizes: dict[str, int], total: int) -> None:
+    """The app sends checkpoint-3 and hands out links; the real courier it started is stopped (the test steps one)."""
+    assert asyncio.run(keep_in_bucket(ctx, run_id, ShellMachine(), seal(root, 3, sizes), total=total, poll=0.2))  # type: ignore[arg-type]
+    os.kill(int((root / PID_FILE).read_text()), signal.SIGKILL)
+
+
 @pytest.fixture
 def bucket_run(s3_server: S3Server, tmp_path: Path) -> Iterator[tuple[RunContext, str, Path, list[str]]]:
     """A run with the store as its bucket and a checkpoint every 3 steps; its machine folder holds the payload."""
@@ -170,9 +176,7 @@ def test_a_checkpoint_the_courier_could_not_send_is_never_whole_in_the_bucket_an
     ctx, run_id, root, lines = bucket_run
     machine = ShellMachine()
     sizes = {"adapter_model.safetensors": BIG, "adapter_config.json": 120}
-    assert asyncio.run(keep_in_bucket(ctx, run_id, machine, seal(root, 3, sizes), total=9, poll=0.2))  # type: ignore[arg-type]
-    pid = int((root / PID_FILE).read_text())
-    os.kill(pid, signal.SIGKILL)  # this test runs the courier in-process, step by step
+    links_handed_out(ctx, run_id, root, sizes, total=9)  # the courier then runs in-process, step by step
     mandate_path = root / "out" / COURIER_DIR_NAME / MANDATE_FILE_NAME
     mandate = json.loads(mandate_path.read_text())
     parts = mandate["checkpoints"]["checkpoint-6"]["files"]["adapter_model.safetensors"]["parts"]
@@ -199,8 +203,7 @@ def test_the_courier_sends_nothing_it_has_no_links_for_and_nothing_once_they_exp
 ) -> None:
     ctx, run_id, root, _lines = bucket_run
     sizes = {"adapter_model.safetensors": 1000, "adapter_config.json": 120}
-    assert asyncio.run(keep_in_bucket(ctx, run_id, ShellMachine(), seal(root, 3, sizes), total=12, poll=0.2))  # type: ignore[arg-type]
-    os.kill(int((root / PID_FILE).read_text()), signal.SIGKILL)
+    links_handed_out(ctx, run_id, root, sizes, total=12)
     seal(root, 6, {**sizes, "optimizer.pt": 10})  # a file the links were not made for
     receipt = Courier(root / "out").sweep()
     assert receipt is not None and receipt["ok"] is False and "do not cover optimizer.pt" in receipt["error"]
@@ -220,8 +223,7 @@ def test_a_machine_that_says_it_sent_a_checkpoint_is_checked_against_the_bucket(
 ) -> None:
     ctx, run_id, root, lines = bucket_run
     sizes = {"adapter_model.safetensors": 1000, "adapter_config.json": 120}
-    assert asyncio.run(keep_in_bucket(ctx, run_id, ShellMachine(), seal(root, 3, sizes), total=12, poll=0.2))  # type: ignore[arg-type]
-    os.kill(int((root / PID_FILE).read_text()), signal.SIGKILL)
+    links_handed_out(ctx, run_id, root, sizes, total=12)
     receipts = root / "out" / COURIER_DIR_NAME / RECEIPTS_FILE_NAME
     receipts.write_text(json.dumps({"name": "checkpoint-6", "step": 6, "ok": True}) + "\n")  # a lie: nothing sent
     sixth = seal(root, 6, sizes)
@@ -237,8 +239,7 @@ def test_a_new_machine_gets_fresh_links_and_uploads_aborted_meanwhile_are_made_a
 ) -> None:
     ctx, run_id, root, _lines = bucket_run
     sizes = {"adapter_model.safetensors": 1000, "adapter_config.json": 120}
-    assert asyncio.run(keep_in_bucket(ctx, run_id, ShellMachine(), seal(root, 3, sizes), total=12, poll=0.2))  # type: ignore[arg-type]
-    os.kill(int((root / PID_FILE).read_text()), signal.SIGKILL)
+    links_handed_out(ctx, run_id, root, sizes, total=12)
     client = s3_server.client()
     for upload in client.list_multipart_uploads(Bucket=s3_server.bucket)["Uploads"]:  # e.g. a lifecycle rule
         client.abort_multipart_upload(Bucket=s3_server.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
